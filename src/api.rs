@@ -1,0 +1,203 @@
+//! API types of `nodemaintenance.medik8s.io/v1beta1` `NodeMaintenance`.
+//!
+//! The JSON names, scope, short name and the verbatim field descriptions (typos included) are
+//! upstream's contract (medik8s node-maintenance-operator `api/v1beta1`); tools such as
+//! NodeHealthCheck and KubeVirt read them. What we add on top (`conditions`,
+//! `observedGeneration`, `blockers`, `drainStartTime`, printer columns) is additive and optional,
+//! so an object written by upstream NMO reads back unchanged.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// API group of the NodeMaintenance kind.
+pub const GROUP: &str = "nodemaintenance.medik8s.io";
+/// Finalizer that keeps a NodeMaintenance until its node has been restored (upstream's
+/// `NodeMaintenanceFinalizer`).
+pub const FINALIZER: &str = "foregroundDeleteNodeMaintenance";
+
+/// Desired state: which node to keep in maintenance, and why.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "nodemaintenance.medik8s.io",
+    version = "v1beta1",
+    kind = "NodeMaintenance",
+    plural = "nodemaintenances",
+    singular = "nodemaintenance",
+    shortname = "nm",
+    status = "NodeMaintenanceStatus",
+    derive = "PartialEq",
+    doc = "NodeMaintenance is the Schema for the nodemaintenances API",
+    printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.nodeName","description":"The node in maintenance"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase","description":"Running, Succeeded or Failed"}"#,
+    printcolumn = r#"{"name":"Progress","type":"integer","jsonPath":".status.drainProgress","description":"Percentage of the evictable pods that are gone"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".spec.reason","priority":1,"description":"Why the node is in maintenance"}"#,
+    printcolumn = r#"{"name":"LastError","type":"string","jsonPath":".status.lastError","priority":1,"description":"The latest error, cleared on success"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeMaintenanceSpec {
+    /// Node name to apply maintanance on/off
+    pub node_name: String,
+    /// Reason for maintanance
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Phase of a maintenance, upstream's three values.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum MaintenancePhase {
+    /// The node is being cordoned, tainted and drained (or waits for the lease).
+    Running,
+    /// Every evictable pod is gone; the node stays cordoned until the object is deleted.
+    Succeeded,
+    /// Maintenance could not be carried out (missing node, lease lost for good).
+    Failed,
+}
+
+impl std::fmt::Display for MaintenancePhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Running => "Running",
+            Self::Succeeded => "Succeeded",
+            Self::Failed => "Failed",
+        })
+    }
+}
+
+/// Observed state. Every upstream field keeps its exact JSON name and is omitted when unset.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeMaintenanceStatus {
+    /// Phase is the represtation of the maintenance progress (Running,Succeeded,Failed)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<MaintenancePhase>,
+    /// Percentage completion of draining the node
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_progress: Option<i32>,
+    /// The last time the status has been updated
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update: Option<Time>,
+    /// LastError represents the latest error if any in the latest reconciliation
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// PendingPods is a list of pending pods for eviction
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_pods: Option<Vec<String>>,
+    /// PendingPodsRefs is a list of refs of pending pods for eviction
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_pods_refs: Option<Vec<PodReference>>,
+    /// TotalPods is the total number of all pods on the node from the start
+    #[serde(default, rename = "totalpods", skip_serializing_if = "Option::is_none")]
+    pub total_pods: Option<i32>,
+    /// EvictionPods is the total number of pods up for eviction from the start
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eviction_pods: Option<i32>,
+    /// Consecutive number of errors upon obtaining a lease
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_on_lease_count: Option<i32>,
+    /// What keeps each pending pod on the node: a PodDisruptionBudget (with the healthy pods it
+    /// needs and has), another eviction error, or a pod that is still terminating.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blockers: Option<Vec<PodBlocker>>,
+    /// When the drain started; kept across operator restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_start_time: Option<Time>,
+    /// The generation of the spec that this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Standard conditions: `Cordoned` (the node is cordoned and tainted for this maintenance),
+    /// `Drained` (every evictable pod is gone) and `LeaseHeld` (the medik8s lease is ours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<Condition>>,
+}
+
+/// A pod by namespace and name (upstream's `PodReference`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+pub struct PodReference {
+    /// Namespace of the pod
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// Name of the pod
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+}
+
+/// Why a pod has not left the node yet.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodBlocker {
+    /// Namespace of the pod
+    pub namespace: String,
+    /// Name of the pod
+    pub name: String,
+    /// One of `PodDisruptionBudget` (an eviction was refused with 429 by a budget),
+    /// `MultiplePodDisruptionBudgets` (the API server refuses to evict a pod that several budgets
+    /// select), `NamespaceTerminating`, `Terminating` (evicted, waiting for the pod to go),
+    /// `StuckTerminating` (terminating for longer than its grace period plus a margin),
+    /// `TooManyRequests` (another 429, e.g. KubeVirt migrating the VM) or `EvictionError`.
+    pub reason: String,
+    /// The API server's or our own words about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The PodDisruptionBudget that refused the eviction, from the 429's cause.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_disruption_budget: Option<String>,
+    /// Healthy pods the budget needs, from the 429's cause.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_healthy: Option<i32>,
+    /// Healthy pods the budget has, from the 429's cause.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_healthy: Option<i32>,
+}
+
+impl NodeMaintenance {
+    /// The node this maintenance is for.
+    pub fn node_name(&self) -> &str {
+        &self.spec.node_name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::CustomResourceExt;
+
+    #[test]
+    fn upstream_json_names_round_trip() {
+        let upstream = serde_json::json!({
+            "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
+            "kind": "NodeMaintenance",
+            "metadata": {"name": "nodemaintenance-sample"},
+            "spec": {"nodeName": "node02", "reason": "Test node maintenance"},
+            "status": {
+                "phase": "Succeeded", "drainProgress": 100, "lastUpdate": "2026-01-02T03:04:05Z",
+                "lastError": "x", "pendingPods": ["p"],
+                "pendingPodsRefs": [{"namespace": "ns", "name": "p"}],
+                "totalpods": 3, "evictionPods": 2, "errorOnLeaseCount": 1
+            }
+        });
+        let nm: NodeMaintenance = serde_json::from_value(upstream.clone()).unwrap();
+        let status = nm.status.as_ref().unwrap();
+        assert_eq!(status.total_pods, Some(3));
+        assert_eq!(status.phase, Some(MaintenancePhase::Succeeded));
+        assert_eq!(serde_json::to_value(&nm).unwrap(), upstream);
+    }
+
+    #[test]
+    fn crd_is_cluster_scoped_with_short_name_and_status() {
+        let crd = NodeMaintenance::crd();
+        assert_eq!(crd.metadata.name.as_deref(), Some("nodemaintenances.nodemaintenance.medik8s.io"));
+        assert_eq!(crd.spec.scope, "Cluster");
+        assert_eq!(crd.spec.names.short_names, Some(vec!["nm".to_string()]));
+        let v = &crd.spec.versions[0];
+        assert!(v.subresources.as_ref().unwrap().status.is_some());
+        let schema = serde_json::to_value(v.schema.as_ref().unwrap()).unwrap();
+        assert_eq!(
+            schema.pointer("/openAPIV3Schema/properties/spec/required"),
+            Some(&serde_json::json!(["nodeName"]))
+        );
+        assert!(schema.pointer("/openAPIV3Schema/properties/status/properties/totalpods").is_some());
+    }
+}

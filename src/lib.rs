@@ -1,0 +1,5 @@
+//! node-maintenance-operator: keeps a node cordoned, tainted and drained for as long as a
+//! `NodeMaintenance` exists, and restores it when the object is deleted. A drop-in replacement for
+//! the medik8s Node Maintenance Operator: same API, names and strings.
+
+pub mod api;

@@ -1,0 +1,3 @@
+fn main() {
+    println!("node-maintenance-operator: not wired yet");
+}
