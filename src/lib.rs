@@ -3,3 +3,4 @@
 //! the medik8s Node Maintenance Operator: same API, names and strings.
 
 pub mod api;
+pub mod metrics;

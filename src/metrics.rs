@@ -1,0 +1,403 @@
+//! Prometheus metrics of the operator, encoded as OpenMetrics text for `GET /metrics`.
+//!
+//! Every family carries the `nmo_` prefix. Counter names are registered without `_total`:
+//! prometheus-client appends that suffix itself when encoding, so `reconciles` is exposed as
+//! `nmo_reconciles_total`. Upstream (controller-runtime) exposes `controller_runtime_*` families;
+//! those names are not reproduced, the families below carry the same facts under our prefix.
+//!
+//! The registry is shared as `Arc<Metrics>`; every recording method takes `&self` and is cheap
+//! (atomics behind a read lock), so it may be called from any task.
+
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+/// The content type of [`Metrics::encode`]'s output, for the `Content-Type` header of
+/// `GET /metrics`.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The `result` label values of `nmo_evictions_total`.
+pub const EVICTION_RESULTS: [&str; 5] = [
+    "evicted",
+    "gone",
+    "blocked_pdb",
+    "too_many_requests",
+    "error",
+];
+
+/// The `result` label values of `nmo_admission_requests_total`.
+pub const ADMISSION_RESULTS: [&str; 3] = ["allowed", "denied", "invalid"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    error: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AdmissionLabels {
+    operation: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabels {
+    operation: String,
+}
+
+/// Reconcile durations: 5 ms .. ~82 s (15 buckets, factor 2). A reconcile that waits on the API
+/// server is tens of milliseconds; one that evicts a batch of pods can take seconds.
+fn reconcile_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 15))
+}
+
+/// Admission latencies: 1 ms .. ~4 s (13 buckets, factor 2); the API server gives up after the
+/// webhook's `timeoutSeconds` (15 s).
+fn admission_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 13))
+}
+
+/// Drain durations: 1 s .. ~9 h (16 buckets, factor 2); a drain blocked by a
+/// PodDisruptionBudget can last for hours.
+fn drain_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 16))
+}
+
+/// The operator's metric families (prefix `nmo`).
+///
+/// | family (as encoded) | type | labels |
+/// |---|---|---|
+/// | `nmo_reconciles_total` | counter | — |
+/// | `nmo_reconcile_failures_total` | counter | `error` |
+/// | `nmo_reconcile_duration_seconds` | histogram | — |
+/// | `nmo_maintenances` | gauge | `phase` |
+/// | `nmo_evictions_total` | counter | `result` |
+/// | `nmo_drain_duration_seconds` | histogram | — |
+/// | `nmo_admission_requests_total` | counter | `operation`, `result` |
+/// | `nmo_admission_duration_seconds` | histogram | `operation` |
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Counter,
+    reconcile_failures: Family<ErrorLabels, Counter>,
+    reconcile_duration: Histogram,
+    maintenances: Family<PhaseLabels, Gauge>,
+    evictions: Family<ResultLabels, Counter>,
+    drain_duration: Histogram,
+    admission_requests: Family<AdmissionLabels, Counter>,
+    admission_duration: Family<OperationLabels, Histogram, fn() -> Histogram>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates the registry with every family registered (all at zero).
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("nmo");
+        let reconciles = Counter::default();
+        registry.register(
+            "reconciles",
+            "Reconcile runs of NodeMaintenance objects",
+            reconciles.clone(),
+        );
+        let reconcile_failures = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "reconcile_failures",
+            "Reconcile runs that ended in an error, by error kind",
+            reconcile_failures.clone(),
+        );
+        let reconcile_duration = reconcile_histogram();
+        registry.register_with_unit(
+            "reconcile_duration",
+            "Duration of one reconcile run",
+            Unit::Seconds,
+            reconcile_duration.clone(),
+        );
+        let maintenances = Family::<PhaseLabels, Gauge>::default();
+        registry.register(
+            "maintenances",
+            "NodeMaintenance objects by status phase",
+            maintenances.clone(),
+        );
+        let evictions = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "evictions",
+            "Pod eviction attempts by result (evicted, gone, blocked_pdb, too_many_requests, error)",
+            evictions.clone(),
+        );
+        let drain_duration = drain_histogram();
+        registry.register_with_unit(
+            "drain_duration",
+            "Time from the start of a drain until the node had no evictable pods left",
+            Unit::Seconds,
+            drain_duration.clone(),
+        );
+        let admission_requests = Family::<AdmissionLabels, Counter>::default();
+        registry.register(
+            "admission_requests",
+            "Admission reviews of NodeMaintenance objects by operation and result (allowed, denied, invalid)",
+            admission_requests.clone(),
+        );
+        let admission_duration =
+            Family::<OperationLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                admission_histogram,
+            );
+        registry.register_with_unit(
+            "admission_duration",
+            "Time to answer one admission review",
+            Unit::Seconds,
+            admission_duration.clone(),
+        );
+        // Families with labels are only encoded once a series exists. Series with a known,
+        // bounded label set start at zero so dashboards and `rate()` see them from the start.
+        for result in EVICTION_RESULTS {
+            let _ = evictions.get_or_create(&ResultLabels { result });
+        }
+        for phase in ["Running", "Succeeded", "Failed"] {
+            let _ = maintenances.get_or_create(&PhaseLabels {
+                phase: phase.to_owned(),
+            });
+        }
+        for operation in ["CREATE", "UPDATE"] {
+            for result in ADMISSION_RESULTS {
+                let _ = admission_requests.get_or_create(&AdmissionLabels {
+                    operation: operation.to_owned(),
+                    result,
+                });
+            }
+            let _ = admission_duration.get_or_create(&OperationLabels {
+                operation: operation.to_owned(),
+            });
+        }
+        Self {
+            registry,
+            reconciles,
+            reconcile_failures,
+            reconcile_duration,
+            maintenances,
+            evictions,
+            drain_duration,
+            admission_requests,
+            admission_duration,
+        }
+    }
+
+    /// Counts one reconcile run now and returns a guard that observes the run's duration (in
+    /// seconds) into `nmo_reconcile_duration_seconds` when dropped. Keep the guard alive for the
+    /// whole reconcile.
+    pub fn reconcile(&self) -> ReconcileTimer {
+        self.reconciles.inc();
+        ReconcileTimer {
+            histogram: self.reconcile_duration.clone(),
+            start: Instant::now(),
+        }
+    }
+
+    /// Counts one failed reconcile; `error` is a short, bounded kind such as `"kube"` or
+    /// `"node_not_found"` (never a free-form message: each distinct value is a new series).
+    pub fn reconcile_failure(&self, error: &'static str) {
+        self.reconcile_failures
+            .get_or_create(&ErrorLabels { error })
+            .inc();
+    }
+
+    /// Sets the number of NodeMaintenance objects currently in `phase` (`Running`,
+    /// `Succeeded`, `Failed`, or `""` for objects without a phase yet).
+    pub fn set_maintenances(&self, phase: &str, count: i64) {
+        self.maintenances
+            .get_or_create(&PhaseLabels {
+                phase: phase.to_owned(),
+            })
+            .set(count);
+    }
+
+    /// Counts one eviction attempt; `result` is one of `evicted`, `gone` (pod already deleted,
+    /// 404), `blocked_pdb` (429 with a PodDisruptionBudget cause), `too_many_requests` (other
+    /// 429), `error`.
+    pub fn eviction(&self, result: &'static str) {
+        self.evictions.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// Observes the duration (seconds) of a completed drain.
+    pub fn drain_duration(&self, seconds: f64) {
+        self.drain_duration.observe(seconds);
+    }
+
+    /// Counts one admission review of `operation` (`CREATE`, `UPDATE`, ...) with `result`
+    /// (`allowed`, `denied`, `invalid`) and observes its latency in seconds.
+    pub fn admission(&self, operation: &str, result: &'static str, seconds: f64) {
+        self.admission_requests
+            .get_or_create(&AdmissionLabels {
+                operation: operation.to_owned(),
+                result,
+            })
+            .inc();
+        self.admission_duration
+            .get_or_create(&OperationLabels {
+                operation: operation.to_owned(),
+            })
+            .observe(seconds);
+    }
+
+    /// Encodes every family as OpenMetrics text (ending in `# EOF`); serve it with
+    /// [`OPENMETRICS_CONTENT_TYPE`].
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail; an error here would be a prometheus-client bug.
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("encoding metrics into a String");
+        out
+    }
+}
+
+/// Drop guard returned by [`Metrics::reconcile`]: observes the elapsed time in seconds into
+/// `nmo_reconcile_duration_seconds` when dropped. Owns a handle to the histogram, so it may be
+/// held across `.await` points and outlive the borrow of [`Metrics`].
+#[must_use = "the duration is observed when the guard is dropped"]
+pub struct ReconcileTimer {
+    histogram: Histogram,
+    start: Instant,
+}
+
+impl Drop for ReconcileTimer {
+    fn drop(&mut self) {
+        self.histogram.observe(self.start.elapsed().as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the first sample line that starts with `prefix` (name plus labels).
+    fn sample(text: &str, prefix: &str) -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(prefix) && l[prefix.len()..].starts_with(' '))
+            .and_then(|l| l[prefix.len()..].trim().parse().ok())
+    }
+
+    #[test]
+    fn every_family_is_described() {
+        let m = Metrics::new();
+        // The failure family has an open label set, so it appears with its first series.
+        m.reconcile_failure("kube");
+        let text = m.encode();
+        for family in [
+            "# TYPE nmo_reconciles counter",
+            "# TYPE nmo_reconcile_failures counter",
+            "# TYPE nmo_reconcile_duration_seconds histogram",
+            "# TYPE nmo_maintenances gauge",
+            "# TYPE nmo_evictions counter",
+            "# TYPE nmo_drain_duration_seconds histogram",
+            "# TYPE nmo_admission_requests counter",
+            "# TYPE nmo_admission_duration_seconds histogram",
+        ] {
+            assert!(text.contains(family), "missing {family:?} in:\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "not OpenMetrics: {text}");
+        assert_eq!(sample(&text, "nmo_reconciles_total"), Some(0.0), "{text}");
+        assert_eq!(
+            sample(&text, "nmo_evictions_total{result=\"too_many_requests\"}"),
+            Some(0.0),
+            "{text}"
+        );
+        assert_eq!(
+            sample(&text, "nmo_maintenances{phase=\"Failed\"}"),
+            Some(0.0),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn recorded_values_show_up_in_the_encoding() {
+        let m = Metrics::new();
+        {
+            let _t = m.reconcile();
+            let _u = m.reconcile();
+        }
+        m.reconcile_failure("kube");
+        m.set_maintenances("Running", 3);
+        m.set_maintenances("Running", 2);
+        m.eviction("evicted");
+        m.eviction("evicted");
+        m.eviction("blocked_pdb");
+        m.drain_duration(12.5);
+        m.admission("CREATE", "denied", 0.002);
+        m.admission("CREATE", "allowed", 0.004);
+        let text = m.encode();
+
+        let expect = [
+            ("nmo_reconciles_total", 2.0),
+            ("nmo_reconcile_failures_total{error=\"kube\"}", 1.0),
+            ("nmo_reconcile_duration_seconds_count", 2.0),
+            ("nmo_maintenances{phase=\"Running\"}", 2.0),
+            ("nmo_evictions_total{result=\"evicted\"}", 2.0),
+            ("nmo_evictions_total{result=\"blocked_pdb\"}", 1.0),
+            ("nmo_drain_duration_seconds_sum", 12.5),
+            ("nmo_drain_duration_seconds_count", 1.0),
+            (
+                "nmo_admission_requests_total{operation=\"CREATE\",result=\"denied\"}",
+                1.0,
+            ),
+            (
+                "nmo_admission_requests_total{operation=\"CREATE\",result=\"allowed\"}",
+                1.0,
+            ),
+            (
+                "nmo_admission_duration_seconds_count{operation=\"CREATE\"}",
+                2.0,
+            ),
+        ];
+        for (series, value) in expect {
+            assert_eq!(sample(&text, series), Some(value), "{series} in:\n{text}");
+        }
+        let sum = sample(
+            &text,
+            "nmo_admission_duration_seconds_sum{operation=\"CREATE\"}",
+        )
+        .expect("admission sum");
+        assert!((sum - 0.006).abs() < 1e-9, "sum {sum}");
+    }
+
+    #[test]
+    fn reconcile_timer_observes_on_drop_not_before() {
+        let m = Metrics::new();
+        let t = m.reconcile();
+        let before = m.encode();
+        assert_eq!(sample(&before, "nmo_reconciles_total"), Some(1.0));
+        assert_eq!(
+            sample(&before, "nmo_reconcile_duration_seconds_count"),
+            Some(0.0)
+        );
+        drop(t);
+        let after = m.encode();
+        assert_eq!(
+            sample(&after, "nmo_reconcile_duration_seconds_count"),
+            Some(1.0)
+        );
+    }
+}
