@@ -1,0 +1,382 @@
+//! The HTTP and AdmissionReview envelope around a [`Validator`].
+//!
+//! Well-formed reviews always get HTTP 200 with an AdmissionReview whose `response.uid` echoes the
+//! request, whatever the validator decides. Requests that are not a usable AdmissionReview get a
+//! 4xx with a `metav1.Status`-shaped JSON body that says what is wrong; the API server reports
+//! that as a failed webhook call, which is the honest answer for input it should never send.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::FutureExt;
+use http::{HeaderMap, StatusCode, header};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use kube::Resource;
+use kube::core::TypeMeta;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// API group/version of the AdmissionReview kind the API server sends (`admissionReviewVersions:
+/// [v1]`). `v1beta1` is accepted too, as controller-runtime does, and echoed back.
+pub const ADMISSION_V1: &str = "admission.k8s.io/v1";
+/// The legacy review version, accepted for parity with controller-runtime.
+pub const ADMISSION_V1BETA1: &str = "admission.k8s.io/v1beta1";
+
+/// Default limit of a request body: 3 MiB (bytes), the API server's own request size limit.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+/// Default time allowed to receive a whole request body once its headers arrived.
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Decides on admission requests for one object kind.
+///
+/// The envelope has already checked that the review is well formed, that `uid` is not empty and
+/// that `object`/`oldObject` (when present) are of kind [`Validator::Object`], and deserialized
+/// them. The returned response's `uid` is forced to the request's uid.
+pub trait Validator: Send + Sync + 'static {
+    /// The kind this validator admits; `object` and `oldObject` must carry its apiVersion and kind.
+    type Object: DeserializeOwned + Resource<DynamicType = ()> + Send + Sync + 'static;
+
+    /// Returns the decision. Build it with [`allow`] or [`deny`] (403 Forbidden, as
+    /// controller-runtime's `admission.Denied`).
+    fn validate(
+        &self,
+        req: AdmissionRequest<Self::Object>,
+    ) -> impl Future<Output = AdmissionResponse> + Send;
+
+    /// Called when a request is rejected before it reaches [`Validator::validate`] (4xx), e.g. to
+    /// count it in a metric. `operation` is the review's `request.operation` when it could be read.
+    fn rejected(&self, operation: Option<&str>, error: &EnvelopeError) {
+        let _ = (operation, error);
+    }
+}
+
+/// Limits applied while reading a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EnvelopeLimits {
+    /// Largest accepted body in bytes; larger bodies get 413.
+    pub max_body_bytes: usize,
+    /// Time allowed to receive the whole body after the headers; a stalled body gets 408.
+    pub body_read_timeout: Duration,
+}
+
+impl Default for EnvelopeLimits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+        }
+    }
+}
+
+/// Why a request was not a usable AdmissionReview. Each variant maps to one HTTP status
+/// ([`EnvelopeError::status`]); the display text is the message sent to the client.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EnvelopeError {
+    /// The body is larger than [`EnvelopeLimits::max_body_bytes`] (413).
+    #[error("request body exceeds the limit of {limit} bytes")]
+    BodyTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The body did not arrive within [`EnvelopeLimits::body_read_timeout`] (408).
+    #[error("request body not received within {seconds} s")]
+    BodyTimeout {
+        /// The timeout in seconds.
+        seconds: f64,
+    },
+    /// The connection failed while the body was read (400).
+    #[error("cannot read the request body: {0}")]
+    BodyRead(String),
+    /// `Content-Type` is set and is not JSON (400; controller-runtime's wording).
+    #[error("contentType={0}, expected application/json")]
+    ContentType(String),
+    /// The body is not JSON, or not a JSON object (400).
+    #[error("malformed AdmissionReview JSON: {0}")]
+    MalformedJson(String),
+    /// `apiVersion`/`kind` of the review are not an AdmissionReview (400).
+    #[error(
+        "expected kind AdmissionReview with apiVersion {ADMISSION_V1}, got apiVersion {api_version:?} kind {kind:?}"
+    )]
+    WrongReviewType {
+        /// The apiVersion that was sent.
+        api_version: String,
+        /// The kind that was sent.
+        kind: String,
+    },
+    /// The review has no `request` (400).
+    #[error("AdmissionReview has no request")]
+    MissingRequest,
+    /// `request.uid` is missing or empty (400).
+    #[error("request.uid is missing or empty")]
+    EmptyUid,
+    /// `object` or `oldObject` is not of the validator's kind (400; upstream's
+    /// `expected a NodeMaintenance but got a %T`).
+    #[error("expected a {expected} but got a {got} in request.{field}")]
+    WrongObjectKind {
+        /// `object` or `oldObject`.
+        field: &'static str,
+        /// Kind the validator handles.
+        expected: String,
+        /// `apiVersion/kind` found (empty parts when absent).
+        got: String,
+    },
+    /// The request does not deserialize (missing fields, wrong types, invalid object) (400).
+    #[error("invalid admission request: {0}")]
+    InvalidRequest(String),
+}
+
+impl EnvelopeError {
+    /// HTTP status of the rejection: 413, 408 or 400.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            _ => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// `metav1.StatusReason` matching [`EnvelopeError::status`].
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::BodyTooLarge { .. } => "RequestEntityTooLarge",
+            Self::BodyTimeout { .. } => "Timeout",
+            _ => "BadRequest",
+        }
+    }
+}
+
+/// A `metav1.Status` failure body with `code` and `message`.
+fn status_response(code: StatusCode, reason: &str, message: &str) -> Response {
+    let body = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Status",
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code.as_u16(),
+    });
+    (code, axum::Json(body)).into_response()
+}
+
+impl IntoResponse for EnvelopeError {
+    fn into_response(self) -> Response {
+        status_response(self.status(), self.reason(), &self.to_string())
+    }
+}
+
+/// An allowing response for `req` (uid echoed, `status.code` 200 as controller-runtime's
+/// `admission.Allowed`).
+pub fn allow<T: Resource>(req: &AdmissionRequest<T>) -> AdmissionResponse {
+    let mut resp = AdmissionResponse::from(req);
+    resp.result.code = 200;
+    resp
+}
+
+/// A denying response for `req`: allowed=false, `status.code` 403, `status.reason` `Forbidden`,
+/// `status.message` = `msg`, exactly as controller-runtime's `admission.Denied(msg)`; kubectl then
+/// prints `admission webhook "<name>" denied the request: <msg>`.
+pub fn deny<T: Resource>(req: &AdmissionRequest<T>, msg: impl ToString) -> AdmissionResponse {
+    let mut resp = AdmissionResponse::from(req).deny(msg);
+    resp.result.code = 403;
+    resp.result.reason = "Forbidden".to_string();
+    resp
+}
+
+/// Decodes a review body into the request for kind `K`, checking in order: JSON object, review
+/// apiVersion/kind, presence of `request`, non-empty `uid`, kind of `object`/`oldObject`, full
+/// deserialization. The returned request carries the review's TypeMeta so the response echoes it.
+///
+/// # Errors
+/// The first [`EnvelopeError`] found; never panics on any input.
+pub fn decode_review<K>(body: &[u8]) -> Result<AdmissionRequest<K>, EnvelopeError>
+where
+    K: DeserializeOwned + Resource<DynamicType = ()>,
+{
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| EnvelopeError::MalformedJson(e.to_string()))?;
+    let Value::Object(mut review) = value else {
+        return Err(EnvelopeError::MalformedJson(
+            "the body is not a JSON object".into(),
+        ));
+    };
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_string();
+    let api_version = text(review.get("apiVersion"));
+    let kind = text(review.get("kind"));
+    if kind != "AdmissionReview"
+        || (api_version != ADMISSION_V1 && api_version != ADMISSION_V1BETA1)
+    {
+        return Err(EnvelopeError::WrongReviewType { api_version, kind });
+    }
+    let request = match review.remove("request") {
+        None | Some(Value::Null) => return Err(EnvelopeError::MissingRequest),
+        Some(Value::Object(map)) => map,
+        Some(_) => {
+            return Err(EnvelopeError::InvalidRequest(
+                "request is not a JSON object".into(),
+            ));
+        }
+    };
+    if request
+        .get("uid")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        return Err(EnvelopeError::EmptyUid);
+    }
+    let expected_api_version = K::api_version(&());
+    let expected_kind = K::kind(&());
+    for field in ["object", "oldObject"] {
+        match request.get(field) {
+            None | Some(Value::Null) => {}
+            Some(obj) => {
+                let got_av = text(obj.get("apiVersion"));
+                let got_kind = text(obj.get("kind"));
+                if got_av != expected_api_version || got_kind != expected_kind {
+                    return Err(EnvelopeError::WrongObjectKind {
+                        field,
+                        expected: expected_kind.to_string(),
+                        got: format!("{got_av}/{got_kind}"),
+                    });
+                }
+            }
+        }
+    }
+    let mut req: AdmissionRequest<K> = serde_json::from_value(Value::Object(request))
+        .map_err(|e| EnvelopeError::InvalidRequest(e.to_string()))?;
+    req.types = TypeMeta { api_version, kind };
+    Ok(req)
+}
+
+/// Best effort: the `request.operation` of a body that failed to decode, for metrics.
+fn peek_operation(body: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    v.get("request")?
+        .get("operation")?
+        .as_str()
+        .map(str::to_string)
+}
+
+struct RouteState<V> {
+    validator: Arc<V>,
+    limits: EnvelopeLimits,
+}
+
+/// A router serving `POST path` with `validator` and the default [`EnvelopeLimits`], wrapped in
+/// [`with_catch_panic`]. Other methods on `path` get 405.
+pub fn admission_route<V: Validator>(path: &str, validator: Arc<V>) -> Router {
+    admission_route_with(path, validator, EnvelopeLimits::default())
+}
+
+/// As [`admission_route`] with explicit limits.
+pub fn admission_route_with<V: Validator>(
+    path: &str,
+    validator: Arc<V>,
+    limits: EnvelopeLimits,
+) -> Router {
+    let state = Arc::new(RouteState { validator, limits });
+    with_catch_panic(
+        Router::new()
+            .route(path, axum::routing::post(handle::<V>))
+            .with_state(state),
+    )
+}
+
+async fn handle<V: Validator>(
+    State(state): State<Arc<RouteState<V>>>,
+    request: Request,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let bytes = match read_body(&parts.headers, body, state.limits).await {
+        Ok(bytes) => bytes,
+        Err(e) => return reject(&*state.validator, None, e),
+    };
+    let req = match decode_review::<V::Object>(&bytes) {
+        Ok(req) => req,
+        Err(e) => {
+            let op = peek_operation(&bytes);
+            return reject(&*state.validator, op.as_deref(), e);
+        }
+    };
+    let uid = req.uid.clone();
+    let types = req.types.clone();
+    let mut resp = state.validator.validate(req).await;
+    resp.uid = uid;
+    resp.types = types;
+    (StatusCode::OK, axum::Json(resp.into_review())).into_response()
+}
+
+fn reject<V: Validator>(validator: &V, operation: Option<&str>, e: EnvelopeError) -> Response {
+    tracing::warn!(error = %e, status = e.status().as_u16(), "rejected an admission request");
+    validator.rejected(operation, &e);
+    e.into_response()
+}
+
+async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limits: EnvelopeLimits,
+) -> Result<bytes::Bytes, EnvelopeError> {
+    if let Some(ct) = headers.get(header::CONTENT_TYPE) {
+        let ct = String::from_utf8_lossy(ct.as_bytes()).to_string();
+        let essence = ct.split(';').next().unwrap_or_default().trim();
+        if !essence.eq_ignore_ascii_case("application/json") {
+            return Err(EnvelopeError::ContentType(ct));
+        }
+    }
+    // An honest Content-Length over the limit is refused before reading anything.
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limits.max_body_bytes as u64) {
+        return Err(EnvelopeError::BodyTooLarge {
+            limit: limits.max_body_bytes,
+        });
+    }
+    let collect = Limited::new(body, limits.max_body_bytes).collect();
+    match tokio::time::timeout(limits.body_read_timeout, collect).await {
+        Err(_elapsed) => Err(EnvelopeError::BodyTimeout {
+            seconds: limits.body_read_timeout.as_secs_f64(),
+        }),
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            Err(EnvelopeError::BodyTooLarge {
+                limit: limits.max_body_bytes,
+            })
+        }
+        Ok(Err(e)) => Err(EnvelopeError::BodyRead(e.to_string())),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    }
+}
+
+/// Wraps `router` so that a panic in a handler becomes a 500 `metav1.Status` response instead of
+/// a dropped connection. The handlers are written not to panic; this is the backstop.
+pub fn with_catch_panic(router: Router) -> Router {
+    router.layer(axum::middleware::from_fn(catch_panic))
+}
+
+async fn catch_panic(req: Request, next: Next) -> Response {
+    match AssertUnwindSafe(next.run(req)).catch_unwind().await {
+        Ok(resp) => resp,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            tracing::error!(panic = %what, "admission handler panicked");
+            status_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                "internal error while handling the admission request",
+            )
+        }
+    }
+}
