@@ -4,3 +4,6 @@
 
 pub mod api;
 pub mod metrics;
+pub mod config;
+pub mod telemetry;
+pub mod leader;

@@ -1,0 +1,405 @@
+//! Command-line flags of the manager binary.
+//!
+//! Flag names and defaults follow upstream NMO (nmo-compat.md §10) where upstream has the flag, so
+//! the upstream Deployment args (`--health-probe-bind-address=:8081 --leader-elect
+//! --enable-http2=false`) work unchanged. Differences, on purpose:
+//!
+//! - `--metrics-bind-address` defaults to `:8080` and serves plain HTTP (upstream: `:8443`,
+//!   HTTPS with TokenReview/SubjectAccessReview). Restrict access with a NetworkPolicy.
+//! - Go's zap flags (`--zap-*`) are replaced by `--log-level` and `--log-format`.
+//! - The webhook certificate location, the webhook port, the lease namespace and the reconcile
+//!   concurrency are flags here; upstream hard-codes or reads them from the environment.
+//!
+//! Addresses are written the Go way: `:8080` means every interface (`0.0.0.0:8080`),
+//! `127.0.0.1:8080` and `[::1]:8080` are literal, and `0` disables the metrics or probe server.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use clap::{ArgAction, Parser, ValueEnum};
+
+/// Namespace used for the leader-election Lease when neither `--leader-election-namespace`,
+/// `POD_NAMESPACE` nor the in-cluster service-account namespace file gives one. It is the
+/// namespace of the shipped manifests (upstream kustomize default).
+pub const DEFAULT_OPERATOR_NAMESPACE: &str = "node-maintenance-operator-system";
+
+/// The file a pod's service-account token mount puts its namespace in.
+pub const SERVICE_ACCOUNT_NAMESPACE_FILE: &str =
+    "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// A listen address for a plain-HTTP server that may be switched off.
+///
+/// Parsed from Go's `host:port` syntax: `:8080` -> `0.0.0.0:8080`, `localhost:8080` ->
+/// `127.0.0.1:8080`, `[::]:8080` -> IPv6 any, and `0` -> [`BindAddress::Disabled`] (as
+/// controller-runtime's `"0"`). Host names other than `localhost` are rejected: resolving names at
+/// start-up would make start-up depend on DNS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindAddress {
+    /// The server is not started.
+    Disabled,
+    /// Listen on this socket address.
+    Listen(SocketAddr),
+}
+
+impl BindAddress {
+    /// The socket address, or `None` when disabled.
+    pub fn socket(self) -> Option<SocketAddr> {
+        match self {
+            BindAddress::Disabled => None,
+            BindAddress::Listen(a) => Some(a),
+        }
+    }
+}
+
+impl std::fmt::Display for BindAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BindAddress::Disabled => f.write_str("0 (disabled)"),
+            BindAddress::Listen(a) => write!(f, "{a}"),
+        }
+    }
+}
+
+/// Parses a Go-style listen address (`:8080`, `0.0.0.0:8080`, `[::]:8080`, `localhost:8080`)
+/// into a socket address. `0` is not accepted here (see [`parse_bind_address`]).
+///
+/// # Errors
+/// A one-line message naming the expected shape when the text is not `host:port` with an IP
+/// literal (or `localhost`, or empty for all interfaces) and a port in 0..=65535.
+pub fn parse_socket_addr(s: &str) -> Result<SocketAddr, String> {
+    let bad = || {
+        format!(
+            "{s:?} is not a listen address; expected host:port such as :8080, 127.0.0.1:8080 or [::]:8080"
+        )
+    };
+    let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    let ip: IpAddr = match host {
+        "" => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        h if h.starts_with('[') && h.ends_with(']') => {
+            h[1..h.len() - 1].parse().map_err(|_| bad())?
+        }
+        h => h.parse::<Ipv4Addr>().map_err(|_| bad())?.into(),
+    };
+    Ok(SocketAddr::new(ip, port))
+}
+
+/// Parses a Go-style listen address that may be `0` to disable the server
+/// (controller-runtime's convention for `--metrics-bind-address` and
+/// `--health-probe-bind-address`).
+///
+/// # Errors
+/// As [`parse_socket_addr`].
+pub fn parse_bind_address(s: &str) -> Result<BindAddress, String> {
+    if s == "0" {
+        return Ok(BindAddress::Disabled);
+    }
+    parse_socket_addr(s).map(BindAddress::Listen)
+}
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable single lines.
+    Text,
+    /// One JSON object per line, event fields flattened to the top level.
+    Json,
+}
+
+/// All flags of the manager. `--help` lists each with its default and environment variable.
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "manager",
+    version,
+    about = "Node Maintenance Operator: keeps a node cordoned, tainted and drained while a NodeMaintenance exists"
+)]
+pub struct Config {
+    /// Address the plain-HTTP metrics endpoint (GET /metrics) binds to; 0 disables it.
+    #[arg(long, default_value = ":8080", value_parser = parse_bind_address)]
+    pub metrics_bind_address: BindAddress,
+
+    /// Address the probe endpoints (/healthz, /readyz) bind to; 0 disables them.
+    #[arg(long, default_value = ":8081", value_parser = parse_bind_address)]
+    pub health_probe_bind_address: BindAddress,
+
+    /// Enable leader election, so that only one replica runs the controller (the webhook is
+    /// served by every replica).
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", value_name = "BOOL")]
+    pub leader_elect: bool,
+
+    /// Namespace of the leader-election Lease. Unset: the pod's service-account namespace, else
+    /// node-maintenance-operator-system.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+
+    /// Offer HTTP/2 on the webhook server (ALPN h2); off by default, as upstream, so that only
+    /// HTTP/1.1 is negotiated.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", value_name = "BOOL")]
+    pub enable_http2: bool,
+
+    /// Directory of the webhook serving certificate (the OLM-injected location). When the pair is
+    /// not there, <tmp>/k8s-webhook-server/serving-certs/tls.{crt,key} is used.
+    #[arg(long, default_value = "/apiserver.local.config/certificates")]
+    pub webhook_cert_path: PathBuf,
+
+    /// File name of the webhook certificate chain inside --webhook-cert-path.
+    #[arg(long, default_value = "apiserver.crt")]
+    pub webhook_cert_name: String,
+
+    /// File name of the webhook private key inside --webhook-cert-path.
+    #[arg(long, default_value = "apiserver.key")]
+    pub webhook_cert_key: String,
+
+    /// Address the HTTPS admission webhook server binds to.
+    #[arg(long, default_value = ":9443", value_parser = parse_socket_addr)]
+    pub webhook_bind_address: SocketAddr,
+
+    /// Path to a kubeconfig file. Unset: $KUBECONFIG, else the in-cluster service account, else
+    /// ~/.kube/config.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Log filter: a level (error, warn, info, debug, trace) or tracing directives such as
+    /// "info,kube=debug".
+    #[arg(long, env = "RUST_LOG", default_value = "info")]
+    pub log_level: String,
+
+    /// Log line format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Namespace of the medik8s per-node leases (node-<name>), shared with the other medik8s
+    /// operators.
+    #[arg(long, env = "LEASE_NAMESPACE", default_value = "medik8s-leases")]
+    pub lease_namespace: String,
+
+    /// NodeMaintenance objects reconciled in parallel (one object is never reconciled twice at
+    /// once). Upstream is fixed at 1.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_concurrent_reconciles: u16,
+}
+
+impl Config {
+    /// The leader-election namespace: the flag or `POD_NAMESPACE`, else the namespace in
+    /// [`SERVICE_ACCOUNT_NAMESPACE_FILE`], else [`DEFAULT_OPERATOR_NAMESPACE`] (so a developer
+    /// running outside a cluster gets the manifests' namespace). Mirrors controller-runtime, which
+    /// also falls back to the in-cluster namespace file.
+    pub fn operator_namespace(&self) -> String {
+        resolve_namespace(
+            self.leader_election_namespace.as_deref(),
+            std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE_FILE)
+                .ok()
+                .as_deref(),
+        )
+    }
+}
+
+/// Pure part of [`Config::operator_namespace`]: `explicit` wins when non-empty, then the trimmed
+/// content of the service-account namespace file when non-empty, then
+/// [`DEFAULT_OPERATOR_NAMESPACE`].
+pub fn resolve_namespace(explicit: Option<&str>, sa_file: Option<&str>) -> String {
+    explicit
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .or_else(|| sa_file.map(str::trim).filter(|s| !s.is_empty()))
+        .unwrap_or(DEFAULT_OPERATOR_NAMESPACE)
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Config, clap::Error> {
+        Config::try_parse_from(std::iter::once("manager").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Config::command().debug_assert();
+    }
+
+    #[test]
+    fn go_style_addresses() {
+        assert_eq!(
+            parse_bind_address(":8080"),
+            Ok(BindAddress::Listen("0.0.0.0:8080".parse().unwrap()))
+        );
+        assert_eq!(parse_bind_address("0"), Ok(BindAddress::Disabled));
+        assert_eq!(
+            parse_bind_address("127.0.0.1:9"),
+            Ok(BindAddress::Listen("127.0.0.1:9".parse().unwrap()))
+        );
+        assert_eq!(
+            parse_bind_address("[::]:8081"),
+            Ok(BindAddress::Listen("[::]:8081".parse().unwrap()))
+        );
+        assert_eq!(
+            parse_bind_address("localhost:1"),
+            Ok(BindAddress::Listen("127.0.0.1:1".parse().unwrap()))
+        );
+        for bad in [
+            "8080",
+            ":",
+            ":99999",
+            "example.com:80",
+            "::1:80",
+            "1.2.3:80",
+            "",
+            "[::1]",
+        ] {
+            let err = parse_bind_address(bad).expect_err(bad);
+            assert!(!err.contains('\n'), "one line: {err}");
+            assert!(err.contains("listen address"), "{err}");
+        }
+        // The webhook address cannot be disabled.
+        assert!(parse_socket_addr("0").is_err());
+    }
+
+    #[test]
+    fn defaults_match_upstream_and_manifests() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(
+            c.metrics_bind_address,
+            BindAddress::Listen("0.0.0.0:8080".parse().unwrap())
+        );
+        assert_eq!(
+            c.health_probe_bind_address,
+            BindAddress::Listen("0.0.0.0:8081".parse().unwrap())
+        );
+        assert!(!c.leader_elect);
+        assert!(!c.enable_http2);
+        assert_eq!(
+            c.webhook_cert_path,
+            PathBuf::from("/apiserver.local.config/certificates")
+        );
+        assert_eq!(c.webhook_cert_name, "apiserver.crt");
+        assert_eq!(c.webhook_cert_key, "apiserver.key");
+        assert_eq!(c.webhook_bind_address, "0.0.0.0:9443".parse().unwrap());
+        assert_eq!(c.kubeconfig, None);
+        assert_eq!(c.log_format, LogFormat::Text);
+        assert_eq!(c.max_concurrent_reconciles, 4);
+        // Environment-backed flags: only assert when the test environment leaves them unset.
+        if std::env::var_os("RUST_LOG").is_none() {
+            assert_eq!(c.log_level, "info");
+        }
+        if std::env::var_os("LEASE_NAMESPACE").is_none() {
+            assert_eq!(c.lease_namespace, "medik8s-leases");
+        }
+    }
+
+    #[test]
+    fn upstream_deployment_args_parse() {
+        let c = parse(&[
+            "--health-probe-bind-address=:8081",
+            "--metrics-bind-address=:8443",
+            "--leader-elect",
+            "--enable-http2=false",
+        ])
+        .unwrap();
+        assert!(c.leader_elect);
+        assert!(!c.enable_http2);
+        assert_eq!(c.metrics_bind_address.socket().unwrap().port(), 8443);
+
+        let c = parse(&[
+            "--leader-elect=true",
+            "--enable-http2",
+            "--metrics-bind-address",
+            "0",
+        ])
+        .unwrap();
+        assert!(c.leader_elect && c.enable_http2);
+        assert_eq!(c.metrics_bind_address, BindAddress::Disabled);
+        assert!(parse(&["--leader-elect=false"]).is_ok_and(|c| !c.leader_elect));
+    }
+
+    #[test]
+    fn every_flag_is_settable() {
+        let c = parse(&[
+            "--leader-election-namespace=ops",
+            "--webhook-cert-path=/certs",
+            "--webhook-cert-name=tls.crt",
+            "--webhook-cert-key=tls.key",
+            "--webhook-bind-address=127.0.0.1:10443",
+            "--kubeconfig=/kc",
+            "--log-level=debug,kube=info",
+            "--log-format=json",
+            "--lease-namespace=leases",
+            "--max-concurrent-reconciles=9",
+        ])
+        .unwrap();
+        assert_eq!(c.leader_election_namespace.as_deref(), Some("ops"));
+        assert_eq!(c.operator_namespace(), "ops");
+        assert_eq!(c.webhook_cert_path, PathBuf::from("/certs"));
+        assert_eq!(c.webhook_cert_name, "tls.crt");
+        assert_eq!(c.webhook_cert_key, "tls.key");
+        assert_eq!(c.webhook_bind_address, "127.0.0.1:10443".parse().unwrap());
+        assert_eq!(c.kubeconfig, Some(PathBuf::from("/kc")));
+        assert_eq!(c.log_level, "debug,kube=info");
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert_eq!(c.lease_namespace, "leases");
+        assert_eq!(c.max_concurrent_reconciles, 9);
+    }
+
+    #[test]
+    fn bad_input_is_rejected() {
+        for args in [
+            &["--no-such-flag"][..],
+            &["--metrics-bind-address=8080"],
+            &["--webhook-bind-address=0"],
+            &["--log-format=xml"],
+            &["--max-concurrent-reconciles=0"],
+            &["--leader-elect=maybe"],
+        ] {
+            let err = parse(args).expect_err(&format!("{args:?}"));
+            assert_ne!(err.exit_code(), 0, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn help_lists_every_flag_with_its_default() {
+        let help = Config::command().render_long_help().to_string();
+        for needle in [
+            "--metrics-bind-address",
+            "[default: :8080]",
+            "--health-probe-bind-address",
+            "[default: :8081]",
+            "--leader-elect",
+            "--leader-election-namespace",
+            "POD_NAMESPACE",
+            "--enable-http2",
+            "--webhook-cert-path",
+            "[default: /apiserver.local.config/certificates]",
+            "--webhook-cert-name",
+            "[default: apiserver.crt]",
+            "--webhook-cert-key",
+            "[default: apiserver.key]",
+            "--webhook-bind-address",
+            "[default: :9443]",
+            "--kubeconfig",
+            "--log-level",
+            "--log-format",
+            "--lease-namespace",
+            "LEASE_NAMESPACE",
+            "[default: medik8s-leases]",
+            "--max-concurrent-reconciles",
+        ] {
+            assert!(help.contains(needle), "{needle:?} missing from:\n{help}");
+        }
+    }
+
+    #[test]
+    fn namespace_resolution_order() {
+        assert_eq!(resolve_namespace(Some("a"), Some("b")), "a");
+        assert_eq!(resolve_namespace(Some(""), Some("b\n")), "b");
+        assert_eq!(
+            resolve_namespace(None, Some("  ")),
+            DEFAULT_OPERATOR_NAMESPACE
+        );
+        assert_eq!(resolve_namespace(None, None), DEFAULT_OPERATOR_NAMESPACE);
+    }
+}
