@@ -7,3 +7,5 @@ pub mod metrics;
 pub mod config;
 pub mod telemetry;
 pub mod leader;
+pub mod node;
+pub mod lease;

@@ -1,0 +1,744 @@
+//! The medik8s per-node lease: `coordination.k8s.io/v1` Lease `node-<node>` in the lease
+//! namespace (default `medik8s-leases`), held by `node-maintenance` for 3600 s while a node is in
+//! maintenance. NHC and SNR use the same lease name and namespace, so a valid lease held by them
+//! means "remediation in progress" and blocks maintenance, and ours blocks remediation
+//! (nmo-compat.md §4).
+//!
+//! Semantics mirror medik8s `common` `pkg/lease` (`RequestLease`, `InvalidateLease`) with one
+//! change: a valid lease of ours is renewed only when less than 3/4 of [`LEASE_DURATION`] remains
+//! (upstream renews on every call), so a reconcile every few minutes renews well before expiry
+//! without writing on every pass (nmo-compat.md §16 row 5).
+//!
+//! [`plan_request`] is pure; [`NodeLeases`] does the I/O without sleeps: `request` costs one GET
+//! when the lease is current, and a conflicting write is returned to the caller for its retry.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
+use kube::Client;
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+
+/// `spec.holderIdentity` of our leases (upstream NMO's identity).
+pub const LEASE_HOLDER: &str = "node-maintenance";
+/// `spec.leaseDurationSeconds` of our leases: 3600 s.
+pub const LEASE_DURATION: Duration = Duration::from_secs(3600);
+/// Lease namespace when `LEASE_NAMESPACE` is unset (medik8s default).
+pub const DEFAULT_LEASE_NAMESPACE: &str = "medik8s-leases";
+/// Environment variable naming the lease namespace (the one upstream reads).
+pub const LEASE_NAMESPACE_ENV: &str = "LEASE_NAMESPACE";
+/// A valid lease of ours is renewed once this much of [`LEASE_DURATION`] has elapsed since its
+/// last renewal (900 s, i.e. when less than 3/4 of the duration remains). Callers should reconcile
+/// a node in maintenance at least this often.
+pub const RENEW_AFTER: Duration = Duration::from_secs(LEASE_DURATION.as_secs() / 4);
+
+/// The lease namespace from `LEASE_NAMESPACE`, or [`DEFAULT_LEASE_NAMESPACE`] when unset or empty.
+pub fn namespace_from_env() -> String {
+    std::env::var(LEASE_NAMESPACE_ENV)
+        .ok()
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.to_owned())
+}
+
+/// The lease name for `node`: lower-cased `node-<node>`, as medik8s names it (`<kind>-<name>`).
+pub fn lease_name(node: &str) -> String {
+    format!("node-{node}").to_lowercase()
+}
+
+/// Outcome of [`NodeLeases::request`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseOutcome {
+    /// No lease existed; ours was created.
+    Created,
+    /// Our lease was updated: renewed, re-armed after expiry, or completed (missing renew time or
+    /// duration).
+    Renewed,
+    /// A lapsed lease of another holder (e.g. NHC) was taken over; `leaseTransitions` +1.
+    TakenOver,
+    /// Our lease is valid and not due for renewal: nothing was written.
+    Current,
+}
+
+/// What [`plan_request`] decided.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LeasePlan {
+    /// Create the lease with this spec.
+    Create(LeaseSpec),
+    /// Replace the existing lease's spec with `spec` (owner references are set by the caller).
+    Update {
+        /// The full new spec.
+        spec: LeaseSpec,
+        /// [`LeaseOutcome::Renewed`] or [`LeaseOutcome::TakenOver`].
+        outcome: LeaseOutcome,
+    },
+    /// Ours, valid and not due: no write.
+    Current,
+    /// Held by another identity and valid (`unknown` when the holder is unset).
+    AlreadyHeld {
+        /// The other holder's identity.
+        holder: String,
+    },
+}
+
+/// Whether a lease spec is valid at `now`: it has a renew time and a duration, and neither
+/// `renewTime + duration < now` (lapsed) nor `renewTime > now` (renewed in the future, i.e. a
+/// clock jump) holds. Mirrors medik8s common's `isValidLease`.
+pub fn is_valid(spec: &LeaseSpec, now: Timestamp) -> bool {
+    match (&spec.renew_time, spec.lease_duration_seconds) {
+        (Some(MicroTime(renew)), Some(seconds)) => !(expiry(*renew, seconds) < now || *renew > now),
+        _ => false,
+    }
+}
+
+/// Decides what requesting the lease means given the lease found (`None`: no lease) at `now`.
+///
+/// medik8s common's `RequestLease` table (nmo-compat.md §4.1):
+/// - no lease: create (holder, 3600 s, acquire = renew = now, transitions 0);
+/// - ours with renew time or duration unset: update and set acquire time and transitions +1;
+/// - ours and lapsed (`renew + duration < now`): update; acquire time and transitions +1 only if
+///   the acquire time was unset;
+/// - ours and valid: update only when the lease expires before `now + 3/4 × 3600 s` (our change,
+///   see the module doc) or its renew time lies in the future (others would consider it invalid);
+///   otherwise [`LeasePlan::Current`];
+/// - another holder's, valid: [`LeasePlan::AlreadyHeld`];
+/// - another holder's, invalid: take over (acquire = now, transitions +1 or 1).
+///
+/// Every update sets holder `node-maintenance`, duration 3600 and `renewTime = now`.
+pub fn plan_request(existing: Option<&Lease>, now: Timestamp) -> LeasePlan {
+    let Some(lease) = existing else {
+        return LeasePlan::Create(LeaseSpec {
+            holder_identity: Some(LEASE_HOLDER.to_owned()),
+            lease_duration_seconds: Some(duration_seconds()),
+            acquire_time: Some(MicroTime(now)),
+            renew_time: Some(MicroTime(now)),
+            lease_transitions: Some(0),
+            ..LeaseSpec::default()
+        });
+    };
+    let spec = lease.spec.clone().unwrap_or_default();
+    let ours = spec.holder_identity.as_deref() == Some(LEASE_HOLDER);
+    let (set_acquire, outcome) = if ours {
+        match (&spec.renew_time, spec.lease_duration_seconds) {
+            (Some(MicroTime(renew)), Some(seconds)) => {
+                let expires = expiry(*renew, seconds);
+                if expires < now {
+                    (spec.acquire_time.is_none(), LeaseOutcome::Renewed)
+                } else if *renew > now || expires < now + renewal_window() {
+                    (false, LeaseOutcome::Renewed)
+                } else {
+                    return LeasePlan::Current;
+                }
+            }
+            _ => (true, LeaseOutcome::Renewed),
+        }
+    } else if is_valid(&spec, now) {
+        return LeasePlan::AlreadyHeld {
+            holder: spec.holder_identity.unwrap_or_else(|| "unknown".to_owned()),
+        };
+    } else {
+        (true, LeaseOutcome::TakenOver)
+    };
+    let mut spec = spec;
+    if set_acquire {
+        spec.acquire_time = Some(MicroTime(now));
+        spec.lease_transitions = Some(spec.lease_transitions.map_or(1, |t| t.saturating_add(1)));
+    }
+    spec.holder_identity = Some(LEASE_HOLDER.to_owned());
+    spec.lease_duration_seconds = Some(duration_seconds());
+    spec.renew_time = Some(MicroTime(now));
+    LeasePlan::Update { spec, outcome }
+}
+
+fn duration_seconds() -> i32 {
+    LEASE_DURATION.as_secs() as i32
+}
+
+/// 3/4 of the requested duration: a valid lease of ours expiring sooner than this is renewed.
+fn renewal_window() -> SignedDuration {
+    SignedDuration::from_secs((LEASE_DURATION - RENEW_AFTER).as_secs() as i64)
+}
+
+fn expiry(renew: Timestamp, seconds: i32) -> Timestamp {
+    let bound = if seconds >= 0 {
+        Timestamp::MAX
+    } else {
+        Timestamp::MIN
+    };
+    renew
+        .saturating_add(SignedDuration::from_secs(i64::from(seconds)))
+        .unwrap_or(bound)
+}
+
+/// Errors of [`NodeLeases`].
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// Another identity holds a valid lease (request) or holds the lease at all (invalidate).
+    /// Text is medik8s common's `AlreadyHeldError`, which NMO embeds in its `lastError`.
+    #[error("can't update or invalidate the lease because it is held by different owner: {holder}")]
+    AlreadyHeld {
+        /// The other holder's identity (`unknown` when unset).
+        holder: String,
+    },
+    /// Reading the lease namespace failed (upstream's wrap text).
+    #[error("couldn't get lease namespace: {0}")]
+    GetNamespace(#[source] kube::Error),
+    /// Creating the missing lease namespace failed (upstream's wrap text).
+    #[error("couldn't create lease namespace: {0}")]
+    CreateNamespace(#[source] kube::Error),
+    /// Any other API error on the lease (including a 409 Conflict on replace or delete); raw
+    /// text, as upstream reports it.
+    #[error("{0}")]
+    Api(#[source] kube::Error),
+}
+
+impl LeaseError {
+    /// True for [`LeaseError::AlreadyHeld`]: the node is held by remediation (e.g. NHC), which is
+    /// not an API failure.
+    pub fn is_already_held(&self) -> bool {
+        matches!(self, LeaseError::AlreadyHeld { .. })
+    }
+
+    /// True when the error is transient API trouble rather than a decision: a 409 Conflict
+    /// (someone wrote the lease between our read and write), 429, 5xx, or a transport error.
+    /// Such errors should be retried and, unlike upstream, not counted towards failing the
+    /// maintenance (nmo-compat.md §16 row 6).
+    pub fn is_transient(&self) -> bool {
+        let error = match self {
+            LeaseError::AlreadyHeld { .. } => return false,
+            LeaseError::GetNamespace(e) | LeaseError::CreateNamespace(e) | LeaseError::Api(e) => e,
+        };
+        match error {
+            kube::Error::Api(status) => {
+                status.code == 409 || status.code == 429 || status.code >= 500
+            }
+            _ => true,
+        }
+    }
+}
+
+/// Requests and invalidates the per-node medik8s leases in one namespace.
+///
+/// Cheap to clone (shares the client and the "namespace exists" flag).
+#[derive(Clone)]
+pub struct NodeLeases {
+    client: Client,
+    namespace: String,
+    namespace_ready: Arc<AtomicBool>,
+}
+
+impl NodeLeases {
+    /// Leases live in `namespace` (see [`namespace_from_env`]). No I/O until the first request.
+    pub fn new(client: Client, namespace: String) -> Self {
+        Self {
+            client,
+            namespace,
+            namespace_ready: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The lease namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Reads the lease of `node`, if any (for status or diagnostics).
+    pub async fn get(&self, node: &str) -> Result<Option<Lease>, LeaseError> {
+        self.api()
+            .get_opt(&lease_name(node))
+            .await
+            .map_err(LeaseError::Api)
+    }
+
+    /// Requests (creates, renews or takes over) the lease of `node` for `node-maintenance`,
+    /// following [`plan_request`] at the current time. `node_uid` (the Node's `metadata.uid`)
+    /// makes the Node the lease's owner so the lease is garbage-collected with it; pass `None`
+    /// when unknown (existing owner references are then kept).
+    ///
+    /// The lease namespace is read once per process and created when missing (and re-checked
+    /// when a create reports it gone). A replace carries the resourceVersion read, so a
+    /// concurrent writer yields a 409 [`LeaseError::Api`] for the caller to retry; a create that
+    /// races with another creator re-reads and re-plans once.
+    ///
+    /// Errors: [`LeaseError::AlreadyHeld`] (valid foreign lease), [`LeaseError::GetNamespace`],
+    /// [`LeaseError::CreateNamespace`], [`LeaseError::Api`].
+    pub async fn request(
+        &self,
+        node: &str,
+        node_uid: Option<&str>,
+    ) -> Result<LeaseOutcome, LeaseError> {
+        let api = self.api();
+        let name = lease_name(node);
+        let mut retried = false;
+        loop {
+            self.ensure_namespace().await?;
+            let existing = api.get_opt(&name).await.map_err(LeaseError::Api)?;
+            match plan_request(existing.as_ref(), Timestamp::now()) {
+                LeasePlan::Current => return Ok(LeaseOutcome::Current),
+                LeasePlan::AlreadyHeld { holder } => {
+                    return Err(LeaseError::AlreadyHeld { holder });
+                }
+                LeasePlan::Update { spec, outcome } => {
+                    let mut lease = existing.unwrap_or_default();
+                    if let Some(owner) = node_owner(node, node_uid) {
+                        lease.metadata.owner_references = Some(vec![owner]);
+                    }
+                    lease.spec = Some(spec);
+                    api.replace(&name, &PostParams::default(), &lease)
+                        .await
+                        .map_err(LeaseError::Api)?;
+                    return Ok(outcome);
+                }
+                LeasePlan::Create(spec) => {
+                    let lease = Lease {
+                        metadata: ObjectMeta {
+                            name: Some(name.clone()),
+                            namespace: Some(self.namespace.clone()),
+                            owner_references: node_owner(node, node_uid).map(|o| vec![o]),
+                            ..ObjectMeta::default()
+                        },
+                        spec: Some(spec),
+                    };
+                    match api.create(&PostParams::default(), &lease).await {
+                        Ok(_) => return Ok(LeaseOutcome::Created),
+                        Err(kube::Error::Api(status)) if !retried && status.is_already_exists() => {
+                            retried = true;
+                        }
+                        Err(kube::Error::Api(status)) if !retried && status.is_not_found() => {
+                            // The namespace was deleted after we checked it.
+                            self.namespace_ready.store(false, Ordering::Relaxed);
+                            retried = true;
+                        }
+                        Err(e) => return Err(LeaseError::Api(e)),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Gives up the lease of `node` by deleting it (upstream's `InvalidateLease`). A missing lease
+    /// counts as success; a lease whose holder is another identity is left alone and returns
+    /// [`LeaseError::AlreadyHeld`] (upstream logs and ignores this on stop). The delete is
+    /// preconditioned on the uid and resourceVersion read, so a lease taken over in between is
+    /// not deleted (409 [`LeaseError::Api`]; retry).
+    pub async fn invalidate(&self, node: &str) -> Result<(), LeaseError> {
+        let api = self.api();
+        let name = lease_name(node);
+        let Some(lease) = api.get_opt(&name).await.map_err(LeaseError::Api)? else {
+            return Ok(());
+        };
+        if let Some(holder) = lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref())
+            .filter(|h| *h != LEASE_HOLDER)
+        {
+            return Err(LeaseError::AlreadyHeld {
+                holder: holder.to_owned(),
+            });
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: lease.metadata.resource_version.clone(),
+                uid: lease.metadata.uid.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&name, &params).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
+            Err(e) => Err(LeaseError::Api(e)),
+        }
+    }
+
+    fn api(&self) -> Api<Lease> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// GET the namespace; CREATE it if NotFound (medik8s common's bootstrap).
+    async fn ensure_namespace(&self) -> Result<(), LeaseError> {
+        if self.namespace_ready.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let found = api
+            .get_opt(&self.namespace)
+            .await
+            .map_err(LeaseError::GetNamespace)?;
+        if found.is_none() {
+            let namespace = Namespace {
+                metadata: ObjectMeta {
+                    name: Some(self.namespace.clone()),
+                    ..ObjectMeta::default()
+                },
+                ..Namespace::default()
+            };
+            match api.create(&PostParams::default(), &namespace).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.is_already_exists() => {}
+                Err(e) => return Err(LeaseError::CreateNamespace(e)),
+            }
+        }
+        self.namespace_ready.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// `[{apiVersion: v1, kind: Node, name, uid}]`: the Node owns the lease (GC'd with it).
+fn node_owner(node: &str, uid: Option<&str>) -> Option<OwnerReference> {
+    uid.map(|uid| OwnerReference {
+        api_version: "v1".to_owned(),
+        kind: "Node".to_owned(),
+        name: node.to_owned(),
+        uid: uid.to_owned(),
+        ..OwnerReference::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + seconds).unwrap()
+    }
+
+    const NOW: i64 = 10_000;
+
+    fn lease(
+        holder: Option<&str>,
+        renew: Option<i64>,
+        duration: Option<i32>,
+        acquire: Option<i64>,
+        transitions: Option<i32>,
+    ) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some("node-worker-1".into()),
+                resource_version: Some("7".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_owned),
+                renew_time: renew.map(|s| MicroTime(t(s))),
+                lease_duration_seconds: duration,
+                acquire_time: acquire.map(|s| MicroTime(t(s))),
+                lease_transitions: transitions,
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    fn update(plan: LeasePlan) -> (LeaseSpec, LeaseOutcome) {
+        match plan {
+            LeasePlan::Update { spec, outcome } => (spec, outcome),
+            other => panic!("expected Update, got {other:?}"),
+        }
+    }
+
+    /// The fields every update writes: holder, 3600 s and renewTime = now.
+    fn assert_refreshed(spec: &LeaseSpec) {
+        assert_eq!(spec.holder_identity.as_deref(), Some(LEASE_HOLDER));
+        assert_eq!(spec.lease_duration_seconds, Some(3600));
+        assert_eq!(spec.renew_time, Some(MicroTime(t(NOW))));
+    }
+
+    #[test]
+    fn create_a_new_lease() {
+        let LeasePlan::Create(spec) = plan_request(None, t(NOW)) else {
+            panic!("expected Create");
+        };
+        assert_eq!(
+            spec,
+            LeaseSpec {
+                holder_identity: Some("node-maintenance".into()),
+                lease_duration_seconds: Some(3600),
+                acquire_time: Some(MicroTime(t(NOW))),
+                renew_time: Some(MicroTime(t(NOW))),
+                lease_transitions: Some(0),
+                ..LeaseSpec::default()
+            }
+        );
+    }
+
+    #[test]
+    fn fail_to_update_a_valid_lease_with_a_different_holder() {
+        let nhc = lease(
+            Some("NodeHealthCheck-nhc"),
+            Some(NOW - 10),
+            Some(360),
+            Some(NOW - 10),
+            Some(0),
+        );
+        assert_eq!(
+            plan_request(Some(&nhc), t(NOW)),
+            LeasePlan::AlreadyHeld {
+                holder: "NodeHealthCheck-nhc".into()
+            }
+        );
+        let anonymous = lease(None, Some(NOW - 10), Some(360), None, None);
+        assert_eq!(
+            plan_request(Some(&anonymous), t(NOW)),
+            LeasePlan::AlreadyHeld {
+                holder: "unknown".into()
+            }
+        );
+        let text = LeaseError::AlreadyHeld {
+            holder: "NodeHealthCheck-nhc".into(),
+        }
+        .to_string();
+        assert_eq!(
+            text,
+            "can't update or invalidate the lease because it is held by different owner: NodeHealthCheck-nhc"
+        );
+    }
+
+    #[test]
+    fn take_over_a_foreign_lease_with_full_init() {
+        // Nothing but a holder: invalid (no renew time, no duration), so taken over.
+        let bare = lease(Some("other"), None, None, None, None);
+        let (spec, outcome) = update(plan_request(Some(&bare), t(NOW)));
+        assert_eq!(outcome, LeaseOutcome::TakenOver);
+        assert_refreshed(&spec);
+        assert_eq!(spec.acquire_time, Some(MicroTime(t(NOW))));
+        assert_eq!(spec.lease_transitions, Some(1));
+    }
+
+    #[test]
+    fn expired_foreign_lease_is_taken_over_with_a_transition() {
+        let expired = lease(
+            Some("other"),
+            Some(NOW - 400),
+            Some(300),
+            Some(NOW - 900),
+            Some(3),
+        );
+        let (spec, outcome) = update(plan_request(Some(&expired), t(NOW)));
+        assert_eq!(outcome, LeaseOutcome::TakenOver);
+        assert_refreshed(&spec);
+        assert_eq!(spec.acquire_time, Some(MicroTime(t(NOW))));
+        assert_eq!(spec.lease_transitions, Some(4));
+    }
+
+    #[test]
+    fn foreign_lease_renewed_in_the_future_is_invalid_and_taken_over() {
+        let future = lease(
+            Some("other"),
+            Some(NOW + 60),
+            Some(3600),
+            Some(NOW),
+            Some(0),
+        );
+        assert!(!is_valid(future.spec.as_ref().unwrap(), t(NOW)));
+        let (_, outcome) = update(plan_request(Some(&future), t(NOW)));
+        assert_eq!(outcome, LeaseOutcome::TakenOver);
+    }
+
+    #[test]
+    fn validity_boundaries() {
+        let spec = lease(None, Some(NOW - 100), Some(100), None, None)
+            .spec
+            .unwrap();
+        assert!(
+            is_valid(&spec, t(NOW)),
+            "expiring exactly now is still valid"
+        );
+        assert!(!is_valid(&spec, t(NOW + 1)));
+        assert!(is_valid(&spec, t(NOW - 100)), "renewed exactly now");
+        assert!(!is_valid(&spec, t(NOW - 101)), "renewed in the future");
+        let no_duration = lease(None, Some(NOW), None, None, None).spec.unwrap();
+        assert!(!is_valid(&no_duration, t(NOW)));
+    }
+
+    #[test]
+    fn own_lease_with_nil_renew_or_duration_is_updated_with_acquire_and_transition() {
+        for own in [
+            lease(
+                Some(LEASE_HOLDER),
+                None,
+                Some(3600),
+                Some(NOW - 50),
+                Some(2),
+            ),
+            lease(
+                Some(LEASE_HOLDER),
+                Some(NOW - 50),
+                None,
+                Some(NOW - 50),
+                Some(2),
+            ),
+        ] {
+            let (spec, outcome) = update(plan_request(Some(&own), t(NOW)));
+            assert_eq!(outcome, LeaseOutcome::Renewed);
+            assert_refreshed(&spec);
+            assert_eq!(spec.acquire_time, Some(MicroTime(t(NOW))));
+            assert_eq!(spec.lease_transitions, Some(3));
+        }
+    }
+
+    #[test]
+    fn own_lease_with_zero_duration_or_zero_renew_time_is_expired_and_extended() {
+        let zero_duration = lease(
+            Some(LEASE_HOLDER),
+            Some(NOW - 1),
+            Some(0),
+            Some(NOW - 1),
+            Some(0),
+        );
+        let (spec, outcome) = update(plan_request(Some(&zero_duration), t(NOW)));
+        assert_eq!(outcome, LeaseOutcome::Renewed);
+        assert_refreshed(&spec);
+        assert_eq!(
+            spec.acquire_time,
+            Some(MicroTime(t(NOW - 1))),
+            "acquire kept"
+        );
+        assert_eq!(spec.lease_transitions, Some(0));
+
+        // Go's zero time (year 1) as the renew time.
+        let mut zero_renew = lease(Some(LEASE_HOLDER), None, Some(3600), None, None);
+        zero_renew.spec.as_mut().unwrap().renew_time =
+            Some(MicroTime("0001-01-01T00:00:00Z".parse().unwrap()));
+        let (spec, outcome) = update(plan_request(Some(&zero_renew), t(NOW)));
+        assert_eq!(outcome, LeaseOutcome::Renewed);
+        assert_refreshed(&spec);
+        assert_eq!(spec.acquire_time, Some(MicroTime(t(NOW))));
+        assert_eq!(spec.lease_transitions, Some(1));
+    }
+
+    #[test]
+    fn modified_duration_on_an_expired_own_lease_is_reset_to_3600() {
+        let short = lease(
+            Some(LEASE_HOLDER),
+            Some(NOW - 20),
+            Some(10),
+            Some(NOW - 20),
+            Some(1),
+        );
+        let (spec, outcome) = update(plan_request(Some(&short), t(NOW)));
+        assert_eq!(outcome, LeaseOutcome::Renewed);
+        assert_refreshed(&spec);
+        assert_eq!(spec.lease_transitions, Some(1));
+    }
+
+    #[test]
+    fn expired_own_lease_sets_acquire_time_only_when_it_was_nil() {
+        let with_acquire = lease(
+            Some(LEASE_HOLDER),
+            Some(NOW - 4000),
+            Some(3600),
+            Some(NOW - 5000),
+            Some(2),
+        );
+        let (spec, _) = update(plan_request(Some(&with_acquire), t(NOW)));
+        assert_refreshed(&spec);
+        assert_eq!(spec.acquire_time, Some(MicroTime(t(NOW - 5000))));
+        assert_eq!(spec.lease_transitions, Some(2));
+
+        let without_acquire = lease(Some(LEASE_HOLDER), Some(NOW - 4000), Some(3600), None, None);
+        let (spec, outcome) = update(plan_request(Some(&without_acquire), t(NOW)));
+        assert_eq!(outcome, LeaseOutcome::Renewed);
+        assert_refreshed(&spec);
+        assert_eq!(spec.acquire_time, Some(MicroTime(t(NOW))));
+        assert_eq!(spec.lease_transitions, Some(1));
+    }
+
+    #[test]
+    fn own_valid_lease_is_renewed_only_when_less_than_three_quarters_remain() {
+        // Renewed 900 s ago: exactly 2700 s (3/4) remain -> not yet due.
+        let fresh = lease(
+            Some(LEASE_HOLDER),
+            Some(NOW - 900),
+            Some(3600),
+            Some(NOW - 900),
+            Some(0),
+        );
+        assert_eq!(plan_request(Some(&fresh), t(NOW)), LeasePlan::Current);
+        let just_renewed = lease(
+            Some(LEASE_HOLDER),
+            Some(NOW),
+            Some(3600),
+            Some(NOW),
+            Some(0),
+        );
+        assert_eq!(
+            plan_request(Some(&just_renewed), t(NOW)),
+            LeasePlan::Current
+        );
+
+        // Renewed 901 s ago: less than 3/4 remain -> renew, keep acquire and transitions.
+        let due = lease(
+            Some(LEASE_HOLDER),
+            Some(NOW - 901),
+            Some(3600),
+            Some(NOW - 5000),
+            Some(2),
+        );
+        let (spec, outcome) = update(plan_request(Some(&due), t(NOW)));
+        assert_eq!(outcome, LeaseOutcome::Renewed);
+        assert_refreshed(&spec);
+        assert_eq!(spec.acquire_time, Some(MicroTime(t(NOW - 5000))));
+        assert_eq!(spec.lease_transitions, Some(2));
+
+        // A shortened but still valid own lease expiring within the window is renewed too.
+        let short = lease(
+            Some(LEASE_HOLDER),
+            Some(NOW - 10),
+            Some(60),
+            Some(NOW - 10),
+            Some(0),
+        );
+        let (spec, _) = update(plan_request(Some(&short), t(NOW)));
+        assert_refreshed(&spec);
+
+        // A long own lease that still covers the window is left alone, like upstream.
+        let long = lease(
+            Some(LEASE_HOLDER),
+            Some(NOW - 1000),
+            Some(7200),
+            Some(NOW - 1000),
+            Some(0),
+        );
+        assert_eq!(plan_request(Some(&long), t(NOW)), LeasePlan::Current);
+    }
+
+    #[test]
+    fn own_lease_renewed_in_the_future_is_refreshed() {
+        let future = lease(
+            Some(LEASE_HOLDER),
+            Some(NOW + 30),
+            Some(3600),
+            Some(NOW - 100),
+            Some(0),
+        );
+        let (spec, outcome) = update(plan_request(Some(&future), t(NOW)));
+        assert_eq!(outcome, LeaseOutcome::Renewed);
+        assert_refreshed(&spec);
+        assert_eq!(
+            spec.acquire_time,
+            Some(MicroTime(t(NOW - 100))),
+            "acquire kept"
+        );
+        assert_eq!(spec.lease_transitions, Some(0));
+    }
+
+    #[test]
+    fn lease_name_and_namespace_defaults() {
+        assert_eq!(lease_name("Worker-1"), "node-worker-1");
+        assert_eq!(RENEW_AFTER, Duration::from_secs(900));
+        assert_eq!(DEFAULT_LEASE_NAMESPACE, "medik8s-leases");
+    }
+
+    #[test]
+    fn node_owner_reference_names_the_node() {
+        assert_eq!(node_owner("w", None), None);
+        let owner = node_owner("w", Some("uid-1")).unwrap();
+        assert_eq!(
+            serde_json::to_value(&owner).unwrap(),
+            serde_json::json!({"apiVersion": "v1", "kind": "Node", "name": "w", "uid": "uid-1"})
+        );
+    }
+}

@@ -1,0 +1,1136 @@
+//! Node changes for maintenance: cordon, the two maintenance taints, the exclude-from-remediation
+//! label, and the annotations that record who holds the node and what it looked like before.
+//!
+//! Upstream NMO makes these changes in three separate writes (label merge patch, taint JSON patch
+//! with a `test` op on the whole taint list, cordon strategic-merge patch) and on stop removes them
+//! unconditionally (nmo-compat.md §3, §5.3). We instead make every change in ONE JSON merge patch
+//! that carries `metadata.resourceVersion`, which the API server enforces as a precondition (409 on
+//! a concurrent change; we re-read and re-plan), and we record the prior state on the node so that
+//! stopping restores exactly what was there before (nmo-compat.md §16 rows 7, 8, 16, 19).
+//!
+//! The planning functions (`observe`, `plan_enter`, `plan_exit`, `plan_transfer`) are pure; the
+//! async functions (`enter`, `exit`, `transfer`) do one GET per attempt plus at most one PATCH,
+//! never sleep, and retry only on 409 (at most [`MAX_ATTEMPTS`] attempts).
+
+use k8s_openapi::api::core::v1::{Node, Taint};
+use kube::api::{Api, Patch, PatchParams};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Annotation naming the `NodeMaintenance` that holds the node (value: its name).
+pub const HOLDER_ANNOTATION: &str = "nodemaintenance.medik8s.io/holder";
+/// Annotation with the node's state before the first entry, as JSON [`PriorState`].
+pub const PRIOR_STATE_ANNOTATION: &str = "nodemaintenance.medik8s.io/prior-state";
+/// Annotation surfacing the `NodeMaintenance`'s `spec.reason` on the node (nmo-compat.md §16 row 19).
+pub const REASON_ANNOTATION: &str = "nodemaintenance.medik8s.io/reason";
+/// Label read by NHC and SNR: a node labelled `"true"` is not remediated (nmo-compat.md §4.5).
+pub const EXCLUDE_LABEL: &str = "remediation.medik8s.io/exclude-from-remediation";
+/// Key of NMO's own taint, `medik8s.io/drain:NoSchedule`.
+pub const DRAIN_TAINT_KEY: &str = "medik8s.io/drain";
+/// Key of the cordon taint, `node.kubernetes.io/unschedulable:NoSchedule` (also added by the node
+/// lifecycle controller for a cordoned node).
+pub const UNSCHEDULABLE_TAINT_KEY: &str = "node.kubernetes.io/unschedulable";
+/// Effect of both maintenance taints.
+pub const NO_SCHEDULE: &str = "NoSchedule";
+/// Attempts (GET + PATCH) made by [`enter`], [`exit`] and [`transfer`] before a 409 Conflict is
+/// returned to the caller.
+pub const MAX_ATTEMPTS: usize = 5;
+
+/// `repaired` entry: `spec.unschedulable` had been reset while we held the node.
+pub const REPAIRED_CORDON: &str = "cordon";
+/// `repaired` entry: the `medik8s.io/drain:NoSchedule` taint had been removed.
+pub const REPAIRED_DRAIN_TAINT: &str = "medik8s.io/drain taint";
+/// `repaired` entry: the `node.kubernetes.io/unschedulable:NoSchedule` taint had been removed.
+pub const REPAIRED_UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable taint";
+/// `repaired` entry: the exclude-from-remediation label was missing or not `"true"`.
+pub const REPAIRED_EXCLUDE_LABEL: &str = "exclude-from-remediation label";
+
+/// The maintenance taints in upstream's order: they go first in `spec.taints`, in this order.
+const MAINTENANCE_TAINT_KEYS: [&str; 2] = [UNSCHEDULABLE_TAINT_KEY, DRAIN_TAINT_KEY];
+
+/// A taint identified the way upstream and its tests compare taints: key and effect only.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaintRef {
+    /// Taint key, e.g. `node.kubernetes.io/unschedulable`.
+    pub key: String,
+    /// Taint effect, e.g. `NoSchedule`.
+    pub effect: String,
+}
+
+/// What the node looked like before our first entry, stored as JSON in
+/// [`PRIOR_STATE_ANNOTATION`]: `{"unschedulable":bool,"taints":[{"key":..,"effect":..}],"excludeLabel":bool}`.
+///
+/// `taints` lists only the maintenance taints that were already there (so exit keeps them);
+/// `excludeLabel` is true when the label was already `"true"`. `excludeLabelValue` is our
+/// addition, written only when the label existed with another value, so exit can put that value
+/// back. Every field defaults when absent, so a hand-edited annotation still parses.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PriorState {
+    /// `spec.unschedulable` before entry (an admin cordon).
+    #[serde(default)]
+    pub unschedulable: bool,
+    /// Maintenance taints present before entry (key and effect).
+    #[serde(default)]
+    pub taints: Vec<TaintRef>,
+    /// Whether the exclude-from-remediation label was already `"true"`.
+    #[serde(default)]
+    pub exclude_label: bool,
+    /// The exclude-from-remediation label's earlier value when it existed and was not `"true"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclude_label_value: Option<String>,
+}
+
+impl PriorState {
+    fn had_taint(&self, key: &str, effect: &str) -> bool {
+        self.taints
+            .iter()
+            .any(|t| t.key == key && t.effect == effect)
+    }
+}
+
+/// The maintenance-relevant state of a node, read from the object alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeMaintenanceState {
+    /// Value of [`HOLDER_ANNOTATION`]: the `NodeMaintenance` holding the node, if any.
+    pub holder: Option<String>,
+    /// `spec.unschedulable == true`.
+    pub cordoned: bool,
+    /// Carries `medik8s.io/drain:NoSchedule` (key and effect).
+    pub drain_taint: bool,
+    /// Carries `node.kubernetes.io/unschedulable:NoSchedule` (key and effect).
+    pub unschedulable_taint: bool,
+    /// Label `remediation.medik8s.io/exclude-from-remediation` is `"true"`.
+    pub excluded: bool,
+}
+
+impl NodeMaintenanceState {
+    /// True when a holder is recorded and the node is cordoned, carries both maintenance taints
+    /// and is excluded from remediation, i.e. entry needs no node change except possibly the
+    /// reason annotation.
+    pub fn complete(&self) -> bool {
+        self.holder.is_some()
+            && self.cordoned
+            && self.drain_taint
+            && self.unschedulable_taint
+            && self.excluded
+    }
+}
+
+/// Reads the maintenance-relevant state of `node` (no I/O).
+pub fn observe(node: &Node) -> NodeMaintenanceState {
+    NodeMaintenanceState {
+        holder: annotation(node, HOLDER_ANNOTATION).map(str::to_owned),
+        cordoned: is_cordoned(node),
+        drain_taint: has_taint(node, DRAIN_TAINT_KEY, NO_SCHEDULE),
+        unschedulable_taint: has_taint(node, UNSCHEDULABLE_TAINT_KEY, NO_SCHEDULE),
+        excluded: label(node, EXCLUDE_LABEL) == Some("true"),
+    }
+}
+
+/// Parses [`PRIOR_STATE_ANNOTATION`]; `None` when it is absent or not valid JSON.
+pub fn prior_state(node: &Node) -> Option<PriorState> {
+    let raw = annotation(node, PRIOR_STATE_ANNOTATION)?;
+    match serde_json::from_str(raw) {
+        Ok(prior) => Some(prior),
+        Err(error) => {
+            tracing::warn!(node = node_name(node), %error, "ignoring unparseable prior-state annotation");
+            None
+        }
+    }
+}
+
+/// True when `taint` is one of the two maintenance taints (key and effect, like upstream's
+/// `MatchTaint`).
+pub fn is_maintenance_taint(taint: &Taint) -> bool {
+    taint.effect == NO_SCHEDULE && MAINTENANCE_TAINT_KEYS.contains(&taint.key.as_str())
+}
+
+/// What [`plan_enter`] decided.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EnterPlan {
+    /// The node is already in maintenance for this holder with the wanted reason: no write.
+    Unchanged,
+    /// Send `patch` as a JSON merge patch. It always carries `metadata.resourceVersion`.
+    Apply {
+        /// The merge patch.
+        patch: Value,
+        /// What had drifted while we held the node ([`REPAIRED_CORDON`],
+        /// [`REPAIRED_DRAIN_TAINT`], [`REPAIRED_UNSCHEDULABLE_TAINT`], [`REPAIRED_EXCLUDE_LABEL`],
+        /// in that order). Empty on first entry and when only the reason annotation changes.
+        repaired: Vec<&'static str>,
+    },
+    /// Another `NodeMaintenance` (named here) holds the node: nothing is written.
+    HeldBy(String),
+}
+
+/// Plans entering (or re-asserting) maintenance on `node` for the `NodeMaintenance` `holder`.
+///
+/// The patch sets `spec.unschedulable: true`; when a maintenance taint is missing it rewrites
+/// `spec.taints` as both maintenance taints first (`node.kubernetes.io/unschedulable`, then
+/// `medik8s.io/drain`, effect `NoSchedule`, no value, no timeAdded) followed by every other
+/// existing taint in its order (upstream's `AddOrRemoveTaint`; when both are present the list is
+/// left alone, as upstream does); sets the exclude label to `"true"`; sets the holder annotation;
+/// sets the reason annotation to `reason` (removed when `None` or empty).
+///
+/// The prior state is recorded only on first entry (no holder annotation). On re-entry it is
+/// kept as it is, and whatever had drifted is listed in `repaired` (nmo-compat.md §16 row 7).
+///
+/// Adoption: a node that carries `medik8s.io/drain:NoSchedule` but no holder annotation was put
+/// into maintenance by upstream NMO (we never write the taint without the holder). Its true
+/// prior state is unknown, so we record "nothing was there before", which makes exit behave like
+/// upstream's stop (uncordon, untaint, unlabel) instead of freezing the maintenance state in.
+pub fn plan_enter(node: &Node, holder: &str, reason: Option<&str>) -> EnterPlan {
+    decide_enter(node, holder, reason).plan
+}
+
+struct EnterDecision {
+    plan: EnterPlan,
+    first: bool,
+    adopted: bool,
+    cordons: bool,
+}
+
+fn decide_enter(node: &Node, holder: &str, reason: Option<&str>) -> EnterDecision {
+    let state = observe(node);
+    if let Some(other) = state.holder.as_deref().filter(|h| *h != holder) {
+        return EnterDecision {
+            plan: EnterPlan::HeldBy(other.to_owned()),
+            first: false,
+            adopted: false,
+            cordons: false,
+        };
+    }
+    let first = state.holder.is_none();
+    let adopted = first && state.drain_taint;
+    let mut spec = Map::new();
+    let mut labels = Map::new();
+    let mut annotations = Map::new();
+    let mut repaired = Vec::new();
+
+    if !state.cordoned {
+        spec.insert("unschedulable".into(), Value::Bool(true));
+        repaired.push(REPAIRED_CORDON);
+    }
+    if !state.drain_taint || !state.unschedulable_taint {
+        spec.insert("taints".into(), taints_value(&entered_taints(node)));
+        if !state.drain_taint {
+            repaired.push(REPAIRED_DRAIN_TAINT);
+        }
+        if !state.unschedulable_taint {
+            repaired.push(REPAIRED_UNSCHEDULABLE_TAINT);
+        }
+    }
+    if !state.excluded {
+        labels.insert(EXCLUDE_LABEL.into(), Value::from("true"));
+        repaired.push(REPAIRED_EXCLUDE_LABEL);
+    }
+    if first {
+        repaired.clear();
+        let prior = if adopted {
+            PriorState::default()
+        } else {
+            PriorState {
+                unschedulable: state.cordoned,
+                taints: MAINTENANCE_TAINT_KEYS
+                    .iter()
+                    .filter(|key| has_taint(node, key, NO_SCHEDULE))
+                    .map(|key| TaintRef {
+                        key: (*key).to_owned(),
+                        effect: NO_SCHEDULE.to_owned(),
+                    })
+                    .collect(),
+                exclude_label: state.excluded,
+                exclude_label_value: label(node, EXCLUDE_LABEL)
+                    .filter(|v| *v != "true")
+                    .map(str::to_owned),
+            }
+        };
+        annotations.insert(HOLDER_ANNOTATION.into(), Value::from(holder));
+        annotations.insert(
+            PRIOR_STATE_ANNOTATION.into(),
+            Value::from(serde_json::to_string(&prior).unwrap_or_default()),
+        );
+    }
+    let wanted_reason = reason.filter(|r| !r.is_empty());
+    if annotation(node, REASON_ANNOTATION) != wanted_reason {
+        annotations.insert(
+            REASON_ANNOTATION.into(),
+            wanted_reason.map_or(Value::Null, Value::from),
+        );
+    }
+
+    let cordons = spec.contains_key("unschedulable");
+    let plan = if spec.is_empty() && labels.is_empty() && annotations.is_empty() {
+        EnterPlan::Unchanged
+    } else {
+        EnterPlan::Apply {
+            patch: build_patch(node, labels, annotations, spec),
+            repaired,
+        }
+    };
+    EnterDecision {
+        plan,
+        first,
+        adopted,
+        cordons,
+    }
+}
+
+/// What [`plan_exit`] decided.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ExitPlan {
+    /// The node is not held by the caller: `Some(other)` when another `NodeMaintenance` holds
+    /// it, `None` when no holder is recorded. Nothing is written, because we can't prove what we
+    /// added.
+    NotHeld(Option<String>),
+    /// Send `patch` as a JSON merge patch (it always carries `metadata.resourceVersion`).
+    Apply {
+        /// The merge patch.
+        patch: Value,
+        /// True only when the patch sets `spec.unschedulable` back to false, i.e. we had
+        /// cordoned the node (upstream emits `UncordonNode` for this).
+        uncordon: bool,
+    },
+}
+
+/// Plans leaving maintenance on `node` held by `holder`, restoring only what we added.
+///
+/// From the prior state: maintenance taints not recorded there are removed (key and effect;
+/// other taints keep their order and content); the node is uncordoned only if it was not cordoned
+/// before (an admin's cordon stays; exit never cordons); the exclude label is removed only if it
+/// was not `"true"` before and is `"true"` now (upstream's rule), or set back to its earlier other
+/// value; our three annotations are deleted. A node that still carries our holder annotation but
+/// no usable prior state is treated as "nothing was there before". Upstream always uncordons and
+/// removes both taints and the label (nmo-compat.md §5.3); we improve on that per §16 row 8.
+pub fn plan_exit(node: &Node, holder: &str) -> ExitPlan {
+    let state = observe(node);
+    match state.holder.as_deref() {
+        None => return ExitPlan::NotHeld(None),
+        Some(other) if other != holder => return ExitPlan::NotHeld(Some(other.to_owned())),
+        Some(_) => {}
+    }
+    let prior = prior_state(node).unwrap_or_default();
+    let mut spec = Map::new();
+    let mut labels = Map::new();
+    let mut annotations = Map::new();
+
+    let taints = node_taints(node);
+    let kept: Vec<Taint> = taints
+        .iter()
+        .filter(|t| !is_maintenance_taint(t) || prior.had_taint(&t.key, &t.effect))
+        .cloned()
+        .collect();
+    if kept.len() != taints.len() {
+        let value = if kept.is_empty() {
+            Value::Null
+        } else {
+            taints_value(&kept)
+        };
+        spec.insert("taints".into(), value);
+    }
+    let uncordon = state.cordoned && !prior.unschedulable;
+    if uncordon {
+        spec.insert("unschedulable".into(), Value::Bool(false));
+    }
+    if !prior.exclude_label && state.excluded {
+        labels.insert(
+            EXCLUDE_LABEL.into(),
+            prior
+                .exclude_label_value
+                .clone()
+                .map_or(Value::Null, Value::from),
+        );
+    }
+    for key in [HOLDER_ANNOTATION, PRIOR_STATE_ANNOTATION, REASON_ANNOTATION] {
+        if annotation(node, key).is_some() {
+            annotations.insert(key.into(), Value::Null);
+        }
+    }
+    ExitPlan::Apply {
+        patch: build_patch(node, labels, annotations, spec),
+        uncordon,
+    }
+}
+
+/// Plans handing the node from the `NodeMaintenance` `from` to `to` without touching its state:
+/// a merge patch (with `metadata.resourceVersion`) that rewrites only the holder annotation.
+/// `None` when `from` does not hold the node or `from == to`. The caller runs [`enter`] for `to`
+/// afterwards to bring the reason annotation up to date.
+pub fn plan_transfer(node: &Node, from: &str, to: &str) -> Option<Value> {
+    if from == to || annotation(node, HOLDER_ANNOTATION) != Some(from) {
+        return None;
+    }
+    let mut annotations = Map::new();
+    annotations.insert(HOLDER_ANNOTATION.into(), Value::from(to));
+    Some(build_patch(node, Map::new(), annotations, Map::new()))
+}
+
+/// Errors of [`enter`], [`exit`] and [`transfer`].
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The node does not exist (on GET or PATCH). Displays exactly `nodes "<name>" not found`,
+    /// upstream's `lastError`, which upstream compares to decide not to requeue.
+    #[error("nodes \"{0}\" not found")]
+    NotFound(String),
+    /// Reading the node failed; displays the raw API error, like upstream.
+    #[error("{0}")]
+    Get(#[source] kube::Error),
+    /// The patch failed, including a 409 Conflict still seen after [`MAX_ATTEMPTS`] attempts.
+    /// Displays upstream's `patching node taints failed: <err>`.
+    #[error("patching node taints failed: {0}")]
+    Patch(#[source] kube::Error),
+}
+
+impl NodeError {
+    /// True for a 409 Conflict that outlived the retries (a busy node, worth a quick requeue).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, NodeError::Patch(e) if api_code(e) == Some(409))
+    }
+}
+
+/// Result of [`enter`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EnterOutcome {
+    /// First entry: the node was cordoned, tainted, labelled and annotated in one patch.
+    Entered {
+        /// We set `spec.unschedulable` (false when an admin had cordoned it already).
+        cordoned: bool,
+        /// The node was already in maintenance by upstream NMO (see [`plan_enter`]).
+        adopted: bool,
+    },
+    /// Re-entry that repaired drift; lists what (see [`EnterPlan::Apply`]).
+    Repaired(Vec<&'static str>),
+    /// Re-entry that only changed the reason annotation.
+    ReasonUpdated,
+    /// Already in maintenance for this holder: only a GET was made.
+    Unchanged,
+    /// Another `NodeMaintenance` (named) holds the node; nothing was written.
+    HeldBy(String),
+}
+
+/// Result of [`exit`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExitOutcome {
+    /// The node was restored; `uncordoned` is true only when we set `spec.unschedulable` false.
+    Restored {
+        /// We uncordoned the node (emit `UncordonNode`).
+        uncordoned: bool,
+    },
+    /// Not held by the caller (see [`ExitPlan::NotHeld`]); nothing was written.
+    NotHeld(Option<String>),
+}
+
+/// Result of [`transfer`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TransferOutcome {
+    /// The holder annotation now names `to` (also when it already did).
+    Transferred,
+    /// Neither `from` nor `to` holds the node: `Some(other)` or `None` (no holder). Nothing written.
+    NotHeld(Option<String>),
+}
+
+/// Puts node `node` into maintenance for `holder` (see [`plan_enter`]): GET the node, plan, send
+/// the merge patch; on 409 re-read and re-plan, at most [`MAX_ATTEMPTS`] times. Cheap when the
+/// node is already in maintenance (`Unchanged`: one GET). Errors: [`NodeError::NotFound`],
+/// [`NodeError::Get`], [`NodeError::Patch`].
+pub async fn enter(
+    api: &Api<Node>,
+    node: &str,
+    holder: &str,
+    reason: Option<&str>,
+) -> Result<EnterOutcome, NodeError> {
+    let mut attempt = 1;
+    loop {
+        let current = get_node(api, node).await?;
+        let decision = decide_enter(&current, holder, reason);
+        let (patch, outcome) = match decision.plan {
+            EnterPlan::Unchanged => return Ok(EnterOutcome::Unchanged),
+            EnterPlan::HeldBy(other) => return Ok(EnterOutcome::HeldBy(other)),
+            EnterPlan::Apply { patch, repaired } => {
+                let outcome = if decision.first {
+                    EnterOutcome::Entered {
+                        cordoned: decision.cordons,
+                        adopted: decision.adopted,
+                    }
+                } else if repaired.is_empty() {
+                    EnterOutcome::ReasonUpdated
+                } else {
+                    EnterOutcome::Repaired(repaired)
+                };
+                (patch, outcome)
+            }
+        };
+        match patch_node(api, node, &patch, attempt).await? {
+            Patched::Done => return Ok(outcome),
+            Patched::Conflict => attempt += 1,
+        }
+    }
+}
+
+/// Takes node `node` out of maintenance held by `holder` (see [`plan_exit`]), with the same
+/// read/plan/patch/retry loop as [`enter`]. Errors: [`NodeError::NotFound`], [`NodeError::Get`],
+/// [`NodeError::Patch`].
+pub async fn exit(api: &Api<Node>, node: &str, holder: &str) -> Result<ExitOutcome, NodeError> {
+    let mut attempt = 1;
+    loop {
+        let current = get_node(api, node).await?;
+        let (patch, uncordon) = match plan_exit(&current, holder) {
+            ExitPlan::NotHeld(other) => return Ok(ExitOutcome::NotHeld(other)),
+            ExitPlan::Apply { patch, uncordon } => (patch, uncordon),
+        };
+        match patch_node(api, node, &patch, attempt).await? {
+            Patched::Done => {
+                return Ok(ExitOutcome::Restored {
+                    uncordoned: uncordon,
+                });
+            }
+            Patched::Conflict => attempt += 1,
+        }
+    }
+}
+
+/// Hands node `node` from `from` to `to` (see [`plan_transfer`]), with the same read/plan/patch/
+/// retry loop as [`enter`]. Used when one of two `NodeMaintenance`s for a node goes away while
+/// the other stays, so the node stays in maintenance (nmo-compat.md §16 row 9).
+pub async fn transfer(
+    api: &Api<Node>,
+    node: &str,
+    from: &str,
+    to: &str,
+) -> Result<TransferOutcome, NodeError> {
+    let mut attempt = 1;
+    loop {
+        let current = get_node(api, node).await?;
+        let holder = annotation(&current, HOLDER_ANNOTATION);
+        if holder == Some(to) {
+            return Ok(TransferOutcome::Transferred);
+        }
+        let Some(patch) = plan_transfer(&current, from, to) else {
+            return Ok(TransferOutcome::NotHeld(holder.map(str::to_owned)));
+        };
+        match patch_node(api, node, &patch, attempt).await? {
+            Patched::Done => return Ok(TransferOutcome::Transferred),
+            Patched::Conflict => attempt += 1,
+        }
+    }
+}
+
+enum Patched {
+    Done,
+    Conflict,
+}
+
+async fn get_node(api: &Api<Node>, name: &str) -> Result<Node, NodeError> {
+    api.get(name).await.map_err(|e| match api_code(&e) {
+        Some(404) => NodeError::NotFound(name.to_owned()),
+        _ => NodeError::Get(e),
+    })
+}
+
+/// Sends the merge patch; a 409 before the last attempt asks the caller to re-read and re-plan.
+async fn patch_node(
+    api: &Api<Node>,
+    name: &str,
+    patch: &Value,
+    attempt: usize,
+) -> Result<Patched, NodeError> {
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        Ok(_) => Ok(Patched::Done),
+        Err(e) => match api_code(&e) {
+            Some(409) if attempt < MAX_ATTEMPTS => {
+                tracing::debug!(
+                    node = name,
+                    attempt,
+                    "node changed concurrently, re-reading"
+                );
+                Ok(Patched::Conflict)
+            }
+            Some(404) => Err(NodeError::NotFound(name.to_owned())),
+            _ => Err(NodeError::Patch(e)),
+        },
+    }
+}
+
+fn api_code(error: &kube::Error) -> Option<u16> {
+    match error {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+fn build_patch(
+    node: &Node,
+    labels: Map<String, Value>,
+    annotations: Map<String, Value>,
+    spec: Map<String, Value>,
+) -> Value {
+    let mut metadata = Map::new();
+    if let Some(rv) = &node.metadata.resource_version {
+        metadata.insert("resourceVersion".into(), Value::from(rv.as_str()));
+    }
+    if !labels.is_empty() {
+        metadata.insert("labels".into(), Value::Object(labels));
+    }
+    if !annotations.is_empty() {
+        metadata.insert("annotations".into(), Value::Object(annotations));
+    }
+    let mut patch = Map::new();
+    patch.insert("metadata".into(), Value::Object(metadata));
+    if !spec.is_empty() {
+        patch.insert("spec".into(), Value::Object(spec));
+    }
+    Value::Object(patch)
+}
+
+/// Both maintenance taints first, then every other existing taint in its order.
+fn entered_taints(node: &Node) -> Vec<Taint> {
+    MAINTENANCE_TAINT_KEYS
+        .iter()
+        .map(|key| Taint {
+            key: (*key).to_owned(),
+            effect: NO_SCHEDULE.to_owned(),
+            ..Taint::default()
+        })
+        .chain(
+            node_taints(node)
+                .iter()
+                .filter(|t| !is_maintenance_taint(t))
+                .cloned(),
+        )
+        .collect()
+}
+
+fn taints_value(taints: &[Taint]) -> Value {
+    // Serializing a k8s-openapi Taint cannot fail; Null would only drop the list.
+    serde_json::to_value(taints).unwrap_or(Value::Null)
+}
+
+fn node_taints(node: &Node) -> &[Taint] {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or(&[])
+}
+
+fn has_taint(node: &Node, key: &str, effect: &str) -> bool {
+    node_taints(node)
+        .iter()
+        .any(|t| t.key == key && t.effect == effect)
+}
+
+fn is_cordoned(node: &Node) -> bool {
+    node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+}
+
+fn annotation<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
+    node.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+fn label<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map(String::as_str)
+}
+
+fn node_name(node: &Node) -> &str {
+    node.metadata.name.as_deref().unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const NM: &str = "nm-1";
+
+    fn node(value: Value) -> Node {
+        let mut base = json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "worker-1", "resourceVersion": "100"},
+        });
+        json_patch::merge(&mut base, &value);
+        serde_json::from_value(base).expect("valid node")
+    }
+
+    /// Applies a merge patch the way the API server does (RFC 7386) and bumps resourceVersion.
+    fn apply(n: &Node, patch: &Value) -> Node {
+        let mut doc = serde_json::to_value(n).unwrap();
+        json_patch::merge(&mut doc, patch);
+        let rv: u64 = n
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap()
+            .parse()
+            .unwrap();
+        doc["metadata"]["resourceVersion"] = json!((rv + 1).to_string());
+        serde_json::from_value(doc).unwrap()
+    }
+
+    fn enter_patch(n: &Node, holder: &str, reason: Option<&str>) -> (Value, Vec<&'static str>) {
+        match plan_enter(n, holder, reason) {
+            EnterPlan::Apply { patch, repaired } => (patch, repaired),
+            other => panic!("expected Apply, got {other:?}"),
+        }
+    }
+
+    fn exit_patch(n: &Node, holder: &str) -> (Value, bool) {
+        match plan_exit(n, holder) {
+            ExitPlan::Apply { patch, uncordon } => (patch, uncordon),
+            other => panic!("expected Apply, got {other:?}"),
+        }
+    }
+
+    fn taint_refs(n: &Node) -> Vec<(String, String)> {
+        node_taints(n)
+            .iter()
+            .map(|t| (t.key.clone(), t.effect.clone()))
+            .collect()
+    }
+
+    fn pair(key: &str, effect: &str) -> (String, String) {
+        (key.to_owned(), effect.to_owned())
+    }
+
+    #[test]
+    fn first_entry_on_clean_node_writes_everything_in_one_patch() {
+        let clean = node(json!({"spec": {}}));
+        let (patch, repaired) = enter_patch(&clean, NM, Some("kernel upgrade"));
+        assert!(
+            repaired.is_empty(),
+            "first entry repairs nothing: {repaired:?}"
+        );
+        assert_eq!(
+            patch,
+            json!({
+                "metadata": {
+                    "resourceVersion": "100",
+                    "labels": {EXCLUDE_LABEL: "true"},
+                    "annotations": {
+                        HOLDER_ANNOTATION: NM,
+                        PRIOR_STATE_ANNOTATION:
+                            r#"{"unschedulable":false,"taints":[],"excludeLabel":false}"#,
+                        REASON_ANNOTATION: "kernel upgrade",
+                    },
+                },
+                "spec": {
+                    "unschedulable": true,
+                    "taints": [
+                        {"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"},
+                        {"key": DRAIN_TAINT_KEY, "effect": "NoSchedule"},
+                    ],
+                },
+            })
+        );
+        let entered = apply(&clean, &patch);
+        let state = observe(&entered);
+        assert!(state.complete(), "{state:?}");
+        assert_eq!(state.holder.as_deref(), Some(NM));
+        assert_eq!(
+            plan_enter(&entered, NM, Some("kernel upgrade")),
+            EnterPlan::Unchanged
+        );
+        let d = decide_enter(&clean, NM, None);
+        assert!(d.first && d.cordons && !d.adopted);
+    }
+
+    #[test]
+    fn upstream_taint_order_maintenance_taints_first_then_others_in_order() {
+        let n = node(json!({"spec": {"taints": [
+            {"key": "a", "effect": "NoExecute", "value": "x"},
+            {"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule", "timeAdded": "2024-01-01T00:00:00Z"},
+            {"key": "b", "effect": "PreferNoSchedule"},
+            {"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoExecute"},
+        ]}}));
+        let (patch, _) = enter_patch(&n, NM, None);
+        assert_eq!(
+            patch["spec"]["taints"],
+            json!([
+                {"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"},
+                {"key": DRAIN_TAINT_KEY, "effect": "NoSchedule"},
+                {"key": "a", "effect": "NoExecute", "value": "x"},
+                {"key": "b", "effect": "PreferNoSchedule"},
+                {"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoExecute"},
+            ])
+        );
+    }
+
+    #[test]
+    fn entry_over_admin_cordon_and_exit_keeps_cordon_and_preexisting_taints() {
+        let original = node(json!({
+            "metadata": {"labels": {"kubernetes.io/hostname": "worker-1"}},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": "dummy-key", "effect": "PreferNoSchedule", "value": "dummy"},
+                {"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"},
+            ]},
+        }));
+        let (patch, repaired) = enter_patch(&original, NM, None);
+        assert!(repaired.is_empty());
+        assert!(
+            patch["spec"].get("unschedulable").is_none(),
+            "already cordoned: {patch}"
+        );
+        assert!(!decide_enter(&original, NM, None).cordons);
+        let prior: PriorState = serde_json::from_str(
+            patch["metadata"]["annotations"][PRIOR_STATE_ANNOTATION]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            prior,
+            PriorState {
+                unschedulable: true,
+                taints: vec![TaintRef {
+                    key: UNSCHEDULABLE_TAINT_KEY.into(),
+                    effect: "NoSchedule".into()
+                }],
+                exclude_label: false,
+                exclude_label_value: None,
+            }
+        );
+        let entered = apply(&original, &patch);
+        assert!(observe(&entered).complete());
+
+        let (patch, uncordon) = exit_patch(&entered, NM);
+        assert!(!uncordon, "admin cordon must survive exit");
+        assert!(patch["spec"].get("unschedulable").is_none(), "{patch}");
+        let exited = apply(&entered, &patch);
+        let state = observe(&exited);
+        assert!(state.cordoned);
+        assert!(state.unschedulable_taint);
+        assert!(!state.drain_taint);
+        assert!(!state.excluded);
+        assert_eq!(state.holder, None);
+        assert_eq!(
+            taint_refs(&exited),
+            vec![
+                pair(UNSCHEDULABLE_TAINT_KEY, "NoSchedule"),
+                pair("dummy-key", "PreferNoSchedule"),
+            ]
+        );
+        assert_eq!(node_taints(&exited)[1].value.as_deref(), Some("dummy"));
+        assert_eq!(
+            exited
+                .metadata
+                .annotations
+                .as_ref()
+                .map(|a| a.len())
+                .unwrap_or(0),
+            0
+        );
+        assert_eq!(
+            exited.metadata.labels, original.metadata.labels,
+            "only the exclude label we added is removed"
+        );
+    }
+
+    #[test]
+    fn drift_repair_lists_what_was_repaired_and_keeps_prior_state() {
+        let original = node(json!({"spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}}));
+        let (patch, _) = enter_patch(&original, NM, Some("r"));
+        let entered = apply(&original, &patch);
+        let prior_before = annotation(&entered, PRIOR_STATE_ANNOTATION)
+            .unwrap()
+            .to_owned();
+
+        // An admin uncordons, strips our drain taint and the label.
+        let drifted = apply(
+            &entered,
+            &json!({
+                "metadata": {"labels": {EXCLUDE_LABEL: null}},
+                "spec": {"unschedulable": false, "taints": [
+                    {"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"},
+                    {"key": "x", "effect": "NoSchedule"},
+                ]},
+            }),
+        );
+        let (patch, repaired) = enter_patch(&drifted, NM, Some("r"));
+        assert_eq!(
+            repaired,
+            vec![
+                REPAIRED_CORDON,
+                REPAIRED_DRAIN_TAINT,
+                REPAIRED_EXCLUDE_LABEL
+            ]
+        );
+        assert!(
+            patch["metadata"].get("annotations").is_none(),
+            "prior state untouched: {patch}"
+        );
+        assert_eq!(
+            patch["metadata"]["resourceVersion"],
+            json!("102"),
+            "the re-read version"
+        );
+        let repaired_node = apply(&drifted, &patch);
+        assert!(observe(&repaired_node).complete());
+        assert_eq!(
+            annotation(&repaired_node, PRIOR_STATE_ANNOTATION),
+            Some(prior_before.as_str())
+        );
+        assert!(!decide_enter(&drifted, NM, Some("r")).first);
+
+        // Only the taint list drifted.
+        let untainted = apply(
+            &entered,
+            &json!({"spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}}),
+        );
+        let (_, repaired) = enter_patch(&untainted, NM, Some("r"));
+        assert_eq!(
+            repaired,
+            vec![REPAIRED_DRAIN_TAINT, REPAIRED_UNSCHEDULABLE_TAINT]
+        );
+    }
+
+    #[test]
+    fn reason_change_alone_updates_only_the_annotation() {
+        let original = node(json!({}));
+        let (patch, _) = enter_patch(&original, NM, Some("old"));
+        let entered = apply(&original, &patch);
+        let (patch, repaired) = enter_patch(&entered, NM, Some("new"));
+        assert!(repaired.is_empty());
+        assert_eq!(
+            patch,
+            json!({"metadata": {"resourceVersion": "101", "annotations": {REASON_ANNOTATION: "new"}}})
+        );
+        let (patch, _) = enter_patch(&entered, NM, None);
+        assert_eq!(
+            patch["metadata"]["annotations"],
+            json!({REASON_ANNOTATION: null})
+        );
+        assert_eq!(plan_enter(&entered, NM, Some("old")), EnterPlan::Unchanged);
+    }
+
+    #[test]
+    fn node_held_by_another_maintenance_is_left_alone() {
+        let n = node(json!({"metadata": {"annotations": {HOLDER_ANNOTATION: "other-nm"}}}));
+        assert_eq!(
+            plan_enter(&n, NM, None),
+            EnterPlan::HeldBy("other-nm".into())
+        );
+        assert_eq!(
+            plan_exit(&n, NM),
+            ExitPlan::NotHeld(Some("other-nm".into()))
+        );
+    }
+
+    #[test]
+    fn exit_when_not_held_writes_nothing() {
+        // Looks like maintenance but carries no holder: we can't prove we added any of it.
+        let n = node(json!({
+            "metadata": {
+                "labels": {EXCLUDE_LABEL: "true"},
+                "annotations": {PRIOR_STATE_ANNOTATION: r#"{"unschedulable":false,"taints":[],"excludeLabel":false}"#},
+            },
+            "spec": {"unschedulable": true, "taints": [{"key": DRAIN_TAINT_KEY, "effect": "NoSchedule"}]},
+        }));
+        assert_eq!(plan_exit(&n, NM), ExitPlan::NotHeld(None));
+        assert_eq!(plan_exit(&node(json!({})), NM), ExitPlan::NotHeld(None));
+    }
+
+    #[test]
+    fn exit_without_prior_state_but_with_our_holder_removes_everything() {
+        let n = node(json!({
+            "metadata": {
+                "labels": {EXCLUDE_LABEL: "true"},
+                "annotations": {HOLDER_ANNOTATION: NM, PRIOR_STATE_ANNOTATION: "{not json"},
+            },
+            "spec": {"unschedulable": true, "taints": [
+                {"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"},
+                {"key": DRAIN_TAINT_KEY, "effect": "NoSchedule"},
+            ]},
+        }));
+        let (patch, uncordon) = exit_patch(&n, NM);
+        assert!(uncordon);
+        assert_eq!(
+            patch,
+            json!({
+                "metadata": {
+                    "resourceVersion": "100",
+                    "labels": {EXCLUDE_LABEL: null},
+                    "annotations": {HOLDER_ANNOTATION: null, PRIOR_STATE_ANNOTATION: null},
+                },
+                "spec": {"unschedulable": false, "taints": null},
+            })
+        );
+    }
+
+    #[test]
+    fn exit_removes_the_label_only_when_we_added_it() {
+        let labelled = node(json!({"metadata": {"labels": {EXCLUDE_LABEL: "true"}}}));
+        let entered = apply(&labelled, &enter_patch(&labelled, NM, None).0);
+        let (patch, uncordon) = exit_patch(&entered, NM);
+        assert!(uncordon);
+        assert!(patch["metadata"].get("labels").is_none(), "{patch}");
+        assert!(observe(&apply(&entered, &patch)).excluded);
+
+        let unlabelled = node(json!({}));
+        let entered = apply(&unlabelled, &enter_patch(&unlabelled, NM, None).0);
+        let (patch, _) = exit_patch(&entered, NM);
+        assert_eq!(patch["metadata"]["labels"], json!({EXCLUDE_LABEL: null}));
+
+        let other_value = node(json!({"metadata": {"labels": {EXCLUDE_LABEL: "false"}}}));
+        let entered = apply(&other_value, &enter_patch(&other_value, NM, None).0);
+        assert!(observe(&entered).excluded);
+        let (patch, _) = exit_patch(&entered, NM);
+        assert_eq!(patch["metadata"]["labels"], json!({EXCLUDE_LABEL: "false"}));
+
+        // Someone changed the label during maintenance: not ours to remove any more.
+        let changed = apply(
+            &entered,
+            &json!({"metadata": {"labels": {EXCLUDE_LABEL: "custom"}}}),
+        );
+        let (patch, _) = exit_patch(&changed, NM);
+        assert!(patch["metadata"].get("labels").is_none(), "{patch}");
+    }
+
+    #[test]
+    fn node_left_in_maintenance_by_upstream_nmo_is_adopted_and_exit_restores_like_upstream() {
+        let upstream = node(json!({
+            "metadata": {"labels": {EXCLUDE_LABEL: "true"}},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"},
+                {"key": DRAIN_TAINT_KEY, "effect": "NoSchedule"},
+                {"key": "keep", "effect": "NoExecute"},
+            ]},
+        }));
+        let decision = decide_enter(&upstream, NM, None);
+        assert!(decision.first && decision.adopted && !decision.cordons);
+        let EnterPlan::Apply { patch, repaired } = decision.plan else {
+            panic!("expected Apply");
+        };
+        assert!(repaired.is_empty());
+        assert!(
+            patch.get("spec").is_none(),
+            "nothing to change on the node: {patch}"
+        );
+        let entered = apply(&upstream, &patch);
+        let (patch, uncordon) = exit_patch(&entered, NM);
+        assert!(uncordon);
+        let exited = apply(&entered, &patch);
+        let state = observe(&exited);
+        assert!(
+            !state.cordoned && !state.drain_taint && !state.unschedulable_taint && !state.excluded
+        );
+        assert_eq!(taint_refs(&exited), vec![pair("keep", "NoExecute")]);
+    }
+
+    #[test]
+    fn every_patch_carries_the_resource_version() {
+        let n = node(json!({"metadata": {"resourceVersion": "4711"}}));
+        let (p, _) = enter_patch(&n, NM, None);
+        assert_eq!(p["metadata"]["resourceVersion"], json!("4711"));
+        let entered = apply(&n, &p);
+        let (p, _) = enter_patch(&entered, NM, Some("why"));
+        assert_eq!(p["metadata"]["resourceVersion"], json!("4712"));
+        let (p, _) = exit_patch(&entered, NM);
+        assert_eq!(p["metadata"]["resourceVersion"], json!("4712"));
+        let p = plan_transfer(&entered, NM, "nm-2").unwrap();
+        assert_eq!(p["metadata"]["resourceVersion"], json!("4712"));
+    }
+
+    #[test]
+    fn transfer_rewrites_only_the_holder() {
+        let original = node(json!({"spec": {"unschedulable": true}}));
+        let entered = apply(&original, &enter_patch(&original, NM, Some("r")).0);
+        let patch = plan_transfer(&entered, NM, "nm-2").unwrap();
+        assert_eq!(
+            patch,
+            json!({"metadata": {"resourceVersion": "101", "annotations": {HOLDER_ANNOTATION: "nm-2"}}})
+        );
+        let moved = apply(&entered, &patch);
+        assert_eq!(
+            plan_enter(&moved, NM, Some("r")),
+            EnterPlan::HeldBy("nm-2".into())
+        );
+        assert_eq!(plan_enter(&moved, "nm-2", Some("r")), EnterPlan::Unchanged);
+        // The prior state travels with the node: the admin cordon still survives exit.
+        let (_, uncordon) = exit_patch(&moved, "nm-2");
+        assert!(!uncordon);
+        assert_eq!(plan_transfer(&moved, NM, "nm-3"), None);
+        assert_eq!(plan_transfer(&moved, "nm-2", "nm-2"), None);
+    }
+
+    /// Enter then exit restores every combination of prior cordon, pre-existing unschedulable
+    /// taint, exclude label value and foreign taint placement (compared on key and effect; the
+    /// pre-existing maintenance taint may move to the front, as upstream's entry puts it there).
+    #[test]
+    fn enter_then_exit_restores_the_prior_state_for_every_combination() {
+        let labels = [None, Some("true"), Some("false"), Some("")];
+        for cordoned in [false, true] {
+            for unsched_taint in [false, true] {
+                for label_value in labels {
+                    for foreign_first in [false, true] {
+                        let mut taints = Vec::new();
+                        let foreign = json!({"key": "f", "effect": "NoExecute", "value": "v"});
+                        if foreign_first {
+                            taints.push(foreign.clone());
+                        }
+                        if unsched_taint {
+                            taints.push(
+                                json!({"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"}),
+                            );
+                        }
+                        if !foreign_first {
+                            taints.push(foreign);
+                        }
+                        let mut labels = Map::new();
+                        labels.insert("keep".into(), json!("me"));
+                        if let Some(v) = label_value {
+                            labels.insert(EXCLUDE_LABEL.into(), json!(v));
+                        }
+                        let original = node(json!({
+                            "metadata": {"labels": labels, "annotations": {"other": "x"}},
+                            "spec": {"unschedulable": cordoned, "taints": taints},
+                        }));
+                        let case = format!(
+                            "cordoned={cordoned} unsched_taint={unsched_taint} label={label_value:?} foreign_first={foreign_first}"
+                        );
+                        let (patch, _) = enter_patch(&original, NM, Some("r"));
+                        let entered = apply(&original, &patch);
+                        assert!(observe(&entered).complete(), "{case}");
+                        assert_eq!(
+                            plan_enter(&entered, NM, Some("r")),
+                            EnterPlan::Unchanged,
+                            "{case}"
+                        );
+                        let (patch, uncordon) = exit_patch(&entered, NM);
+                        assert_eq!(uncordon, !cordoned, "{case}");
+                        let exited = apply(&entered, &patch);
+                        assert_eq!(observe(&exited).cordoned, cordoned, "{case}");
+                        let mut before = taint_refs(&original);
+                        let mut after = taint_refs(&exited);
+                        before.sort();
+                        after.sort();
+                        assert_eq!(after, before, "{case}");
+                        assert_eq!(exited.metadata.labels, original.metadata.labels, "{case}");
+                        assert_eq!(
+                            exited.metadata.annotations, original.metadata.annotations,
+                            "{case}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn not_found_error_text_matches_upstream_last_error() {
+        assert_eq!(
+            NodeError::NotFound("worker-1".into()).to_string(),
+            r#"nodes "worker-1" not found"#
+        );
+    }
+}
