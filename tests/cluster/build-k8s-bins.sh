@@ -23,6 +23,12 @@ complete() {
 }
 if complete; then echo "$OUT"; exit 0; fi
 
+mkdir -p "$CACHE_ROOT"
+# One builder at a time per machine: a second caller waits, then finds the cache complete.
+exec 9>"$CACHE_ROOT/.lock"
+flock 9
+if complete; then echo "$OUT"; exit 0; fi
+
 command -v go >/dev/null 2>&1 || die "Go is missing: install a Go toolchain >= 1.26 (it is used only to build the test control plane)"
 
 export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-modcacherw

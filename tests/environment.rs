@@ -1,0 +1,241 @@
+//! The test control plane behaves like a cluster: the facts every other end-to-end test relies
+//! on, and `kubectl drain` as the yardstick our drain is compared with.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, EvictParams, PostParams};
+use serde_json::json;
+
+#[tokio::test]
+async fn nodes_are_ready_and_one_is_control_plane() {
+    let cluster = Cluster::shared();
+    let client = cluster.client().await;
+    let nodes = Api::<Node>::all(client)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    for name in cluster.nodes() {
+        let node = nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(name.as_str()))
+            .expect("node exists");
+        let ready = node.status.as_ref().unwrap().conditions.as_ref().unwrap();
+        assert!(
+            ready
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True"),
+            "{name} not Ready: {ready:?}"
+        );
+    }
+    let control_planes: Vec<_> = nodes
+        .iter()
+        .filter(|n| {
+            n.metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(nmo_devcluster::CONTROL_PLANE_LABEL))
+        })
+        .collect();
+    assert_eq!(
+        control_planes.len(),
+        1,
+        "exactly one control-plane node at start"
+    );
+    let version = cluster
+        .kubectl_run(&["version", "-o", "json"], None)
+        .unwrap();
+    assert!(
+        version.contains("\"gitVersion\": \"v1.36."),
+        "stamped version: {version}"
+    );
+}
+
+#[tokio::test]
+async fn deployment_spreads_and_pdb_status_is_computed() {
+    let cluster = Cluster::shared();
+    let client = cluster.client().await;
+    let group = unique("spread");
+    let nodes = worker_nodes(cluster, &client, &group, 3).await;
+    let ns = namespace(&client, "spread").await;
+    // Required anti-affinity makes "spread over nodes" a scheduler fact, not luck.
+    let d: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "nodeSelector": {"nmo-test": group},
+                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+                    ]}},
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]
+                }
+            }
+        }
+    }))
+    .unwrap();
+    Api::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &d)
+        .await
+        .unwrap();
+    let running = wait_running(&client, &ns, "web", 3, Duration::from_secs(60)).await;
+    let placed: BTreeSet<&str> = running.iter().map(node_of).collect();
+    assert_eq!(
+        placed,
+        nodes.iter().map(String::as_str).collect(),
+        "one pod per node"
+    );
+
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns);
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    wait_for(
+        "the disruption controller to compute the budget",
+        Duration::from_secs(60),
+        || async {
+            let s = pdbs
+                .get("web")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            if s.disruptions_allowed == Some(1)
+                && s.current_healthy == Some(3)
+                && s.desired_healthy == Some(2)
+            {
+                Ok(())
+            } else {
+                Err(format!("{s:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn eviction_blocked_by_pdb_is_429_naming_the_budget() {
+    let cluster = Cluster::shared();
+    let client = cluster.client().await;
+    let group = unique("pdb429");
+    worker_nodes(cluster, &client, &group, 1).await;
+    let ns = namespace(&client, "pdb429").await;
+    deployment(&client, &ns, "db", &group, 2, 0).await;
+    let running = wait_running(&client, &ns, "db", 2, Duration::from_secs(60)).await;
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns);
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "db-guard"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "db"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    wait_for(
+        "the budget to be observed",
+        Duration::from_secs(60),
+        || async {
+            let p = pdbs.get("db-guard").await.map_err(|e| e.to_string())?;
+            let s = p.status.clone().unwrap_or_default();
+            if s.observed_generation == p.metadata.generation && s.current_healthy == Some(2) {
+                Ok(())
+            } else {
+                Err(format!("{s:?}"))
+            }
+        },
+    )
+    .await;
+
+    let no_retry = no_retry_client(cluster).await;
+    let pod = running[0].metadata.name.clone().unwrap();
+    let err = Api::<Pod>::namespaced(no_retry, &ns)
+        .evict(&pod, &EvictParams::default())
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("expected an API error, got {err:?}")
+    };
+    assert_eq!(status.code, 429, "{status:?}");
+    let causes = status
+        .details
+        .as_ref()
+        .map(|d| d.causes.clone())
+        .unwrap_or_default();
+    assert!(
+        causes.iter().any(|c| c.reason == "DisruptionBudget"
+            && c.message.contains("db-guard")
+            && c.message
+                .contains("needs 2 healthy pods and has 2 currently")),
+        "cause names the budget: {causes:?}"
+    );
+}
+
+/// `kubectl drain` empties a node of all but DaemonSet pods; the Deployment's pods come back on
+/// the other node. This is the behaviour the operator's drain is measured against.
+#[tokio::test]
+async fn kubectl_drain_is_the_yardstick() {
+    let cluster = Cluster::shared();
+    let client = cluster.client().await;
+    let group = unique("kdrain");
+    let nodes = worker_nodes(cluster, &client, &group, 2).await;
+    let ns = namespace(&client, "kdrain").await;
+    // Only the first node is schedulable while the workload lands, so it hosts every pod.
+    cluster.kubectl_run(&["cordon", &nodes[1]], None).unwrap();
+    deployment(&client, &ns, "web", &group, 4, 1).await;
+    daemonset(&client, &ns, "agent", &group).await;
+    let web = wait_running(&client, &ns, "web", 4, Duration::from_secs(60)).await;
+    assert!(
+        web.iter().all(|p| node_of(p) == nodes[0]),
+        "all on {}",
+        nodes[0]
+    );
+    wait_running(&client, &ns, "agent", 2, Duration::from_secs(60)).await;
+    cluster.kubectl_run(&["uncordon", &nodes[1]], None).unwrap();
+
+    let out = cluster
+        .kubectl_run(
+            &[
+                "drain",
+                &nodes[0],
+                "--ignore-daemonsets",
+                "--delete-emptydir-data",
+                "--force",
+                "--timeout=120s",
+            ],
+            None,
+        )
+        .unwrap();
+    assert!(out.contains(&format!("node/{} drained", nodes[0])), "{out}");
+
+    let on_drained: Vec<Pod> = Api::<Pod>::all(client.clone())
+        .list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={}", nodes[0])))
+        .await
+        .unwrap()
+        .items;
+    assert!(
+        on_drained
+            .iter()
+            .all(|p| p.metadata.labels.as_ref().unwrap()["app"] == "agent"),
+        "only DaemonSet pods stay: {:?}",
+        on_drained
+            .iter()
+            .map(|p| p.metadata.name.clone())
+            .collect::<Vec<_>>()
+    );
+    let web = wait_running(&client, &ns, "web", 4, Duration::from_secs(60)).await;
+    assert!(
+        web.iter().all(|p| node_of(p) == nodes[1]),
+        "rescheduled on {}",
+        nodes[1]
+    );
+}
