@@ -9,3 +9,5 @@ pub mod telemetry;
 pub mod leader;
 pub mod node;
 pub mod lease;
+pub mod drain;
+pub mod controller;

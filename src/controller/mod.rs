@@ -1,0 +1,297 @@
+//! The NodeMaintenance controller: a kube-runtime `Controller` over NodeMaintenances that also
+//! watches Nodes, so drift on a node in maintenance (an uncordon, a removed taint or label, the
+//! node re-appearing) is corrected at once rather than at the next resync (upstream has no Node
+//! watch, nmo-compat.md §16 row 7).
+//!
+//! Many NodeMaintenances progress at once ([`ControllerConfig::concurrency`]); the drain never
+//! holds a worker: one pass evicts what it can and the reconcile returns a requeue (upstream
+//! blocks its single worker for up to 30 s per pass, §16 row 1).
+//!
+//! - `plan.rs`: the pure state machine (statuses, events, requeues), unit-tested.
+//! - `reconcile.rs`: the reconcile steps and their I/O.
+
+pub mod plan;
+mod reconcile;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+
+use crate::api::NodeMaintenance;
+use crate::drain::{DrainError, DrainOptions, Drainer};
+use crate::lease::{DEFAULT_LEASE_NAMESPACE, LeaseError, NodeLeases};
+use crate::metrics::Metrics;
+use crate::node::NodeError;
+
+pub use reconcile::{error_policy, reconcile};
+
+/// The events' reporting controller (upstream's recorder name, nmo-compat.md §6).
+pub const REPORTER: &str = "NodeMaintenance";
+/// Longest back-off after repeated reconcile errors of one object.
+pub const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(300);
+
+/// Settings of the controller.
+#[derive(Clone, Debug)]
+pub struct ControllerConfig {
+    /// Namespace of the medik8s per-node leases (`LEASE_NAMESPACE`, default `medik8s-leases`).
+    pub lease_namespace: String,
+    /// NodeMaintenances reconciled at once; 0 means unbounded. One object is never reconciled
+    /// concurrently with itself.
+    pub concurrency: usize,
+    /// Drain settings (the operator's own pod is never evicted).
+    pub drain: DrainOptions,
+    /// `reportingInstance` of events; the pod name when known.
+    pub reporter_instance: Option<String>,
+}
+
+impl Default for ControllerConfig {
+    /// `medik8s-leases` (or `LEASE_NAMESPACE`), concurrency 32, the own pod from
+    /// `POD_NAME`/`POD_NAMESPACE`, reporter instance `POD_NAME`.
+    fn default() -> Self {
+        Self {
+            lease_namespace: std::env::var(crate::lease::LEASE_NAMESPACE_ENV)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.to_string()),
+            concurrency: 32,
+            drain: DrainOptions::from_env(),
+            reporter_instance: std::env::var("POD_NAME").ok().filter(|v| !v.is_empty()),
+        }
+    }
+}
+
+/// Errors of one reconcile. Each displays the text written to `status.lastError`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Entering, leaving or handing over the node failed (`nodes "<n>" not found`,
+    /// `patching node taints failed: <err>`, or the raw GET error).
+    #[error("{0}")]
+    Node(#[from] NodeError),
+    /// Leaving maintenance after the lease was lost for good failed (upstream's text).
+    #[error("failed to uncordon upon failure to obtain owned lease: {0}")]
+    StopAfterLeaseLoss(#[source] NodeError),
+    /// Reading the node failed.
+    #[error("{0}")]
+    GetNode(#[source] kube::Error),
+    /// Requesting or invalidating the lease failed with an API error (not AlreadyHeld).
+    #[error("{0}")]
+    Lease(#[from] LeaseError),
+    /// A drain pass could not list the node's pods or look up a DaemonSet.
+    #[error("{0}")]
+    Drain(#[from] DrainError),
+    /// Counting the pods for the status initialisation failed (upstream's text plus the cause).
+    #[error("failed to get pods for eviction while initializing status: {0}")]
+    InitStatus(#[source] DrainError),
+    /// Adding the finalizer failed (409 when the object changed meanwhile).
+    #[error("failed to add finalizer foregroundDeleteNodeMaintenance: {0}")]
+    AddFinalizer(#[source] kube::Error),
+    /// Removing the finalizer failed.
+    #[error("failed to remove finalizer foregroundDeleteNodeMaintenance: {0}")]
+    RemoveFinalizer(#[source] kube::Error),
+    /// Writing the status failed (409 when the object changed since it was read).
+    #[error("failed to update NodeMaintenance status: {0}")]
+    Status(#[source] kube::Error),
+}
+
+fn kube_code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+impl Error {
+    /// Bounded label for `nmo_reconcile_failures`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Node(NodeError::NotFound(_)) => "node_not_found",
+            Error::Node(_) | Error::GetNode(_) => "node",
+            Error::StopAfterLeaseLoss(_) => "stop_after_lease_loss",
+            Error::Lease(_) => "lease",
+            Error::Drain(_) | Error::InitStatus(_) => "drain",
+            Error::AddFinalizer(_) | Error::RemoveFinalizer(_) => "finalizer",
+            Error::Status(_) => "status",
+        }
+    }
+
+    /// A 409 on the NodeMaintenance itself: our copy was stale. The watch delivers the new
+    /// version at once, so a quick retry is right and there is nothing to tell the user.
+    pub fn is_stale_object(&self) -> bool {
+        match self {
+            Error::Status(e) | Error::AddFinalizer(e) | Error::RemoveFinalizer(e) => {
+                kube_code(e) == Some(409) || kube_code(e) == Some(422)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Shared state of all reconciles.
+pub struct Context {
+    /// All NodeMaintenances.
+    pub nms: Api<NodeMaintenance>,
+    /// All Nodes.
+    pub nodes: Api<Node>,
+    /// The drain.
+    pub drainer: Drainer,
+    /// The medik8s leases.
+    pub leases: NodeLeases,
+    /// Event recorder (reporting controller `NodeMaintenance`).
+    pub recorder: Recorder,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// The controller's NodeMaintenance cache.
+    pub store: Store<NodeMaintenance>,
+    /// Consecutive reconcile failures per object, for exponential back-off; reset on success.
+    pub failures: Mutex<HashMap<String, u32>>,
+    /// Consecutive waits for a lease we never held, per object; reset when the lease is ours.
+    pub lease_waits: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    /// Sets `nmo_maintenances{phase}` from the cache.
+    fn update_phase_gauges(&self) {
+        let mut counts: HashMap<&'static str, i64> =
+            [("Running", 0), ("Succeeded", 0), ("Failed", 0), ("", 0)].into();
+        for nm in self.store.state() {
+            let phase = match nm.status.as_ref().and_then(|s| s.phase) {
+                Some(crate::api::MaintenancePhase::Running) => "Running",
+                Some(crate::api::MaintenancePhase::Succeeded) => "Succeeded",
+                Some(crate::api::MaintenancePhase::Failed) => "Failed",
+                None => "",
+            };
+            *counts.entry(phase).or_default() += 1;
+        }
+        for (phase, count) in counts {
+            self.metrics.set_maintenances(phase, count);
+        }
+    }
+}
+
+/// The NodeMaintenances in `store` whose `spec.nodeName` is `node` (the Node watch's mapper).
+pub fn maintenances_of_node(
+    store: &Store<NodeMaintenance>,
+    node: &str,
+) -> Vec<ObjectRef<NodeMaintenance>> {
+    store
+        .state()
+        .iter()
+        .filter(|nm| nm.spec.node_name == node)
+        .map(|nm| ObjectRef::from_obj(nm.as_ref()))
+        .collect()
+}
+
+/// Runs the controller until `shutdown` completes; in-flight reconciles finish first.
+///
+/// `client` serves reads, watches and writes; `eviction_client` must be built with
+/// `default_retry = false` (a PodDisruptionBudget refusal must come back as a 429 at once).
+/// `ready` is set to true once the NodeMaintenance and Node watches have listed everything
+/// (readiness probe). Returns when shut down; watch errors are logged and retried with back-off.
+pub async fn run(
+    client: Client,
+    eviction_client: Client,
+    config: ControllerConfig,
+    metrics: Arc<Metrics>,
+    ready: tokio::sync::watch::Sender<bool>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let nms: Api<NodeMaintenance> = Api::all(client.clone());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let controller = Controller::new(nms.clone(), watcher::Config::default());
+    let store = controller.store();
+
+    // Node watch: metadata only (names are all the mapper needs; any change, spec included,
+    // bumps resourceVersion and arrives here), no debounce, so a manual uncordon is seen at once.
+    let nodes_synced = Arc::new(AtomicBool::new(false));
+    let nodes_synced_notify = Arc::new(tokio::sync::Notify::new());
+    let node_events = {
+        let synced = nodes_synced.clone();
+        let notify = nodes_synced_notify.clone();
+        watcher(
+            Api::<PartialObjectMeta<Node>>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .inspect(move |ev| {
+            if matches!(ev, Ok(watcher::Event::InitDone)) && !synced.swap(true, Ordering::SeqCst) {
+                notify.notify_waiters();
+            }
+        })
+        .touched_objects()
+    };
+    let mapper_store = store.clone();
+    let controller = controller
+        .watches_stream(node_events, move |node| {
+            maintenances_of_node(&mapper_store, &node.name_any())
+        })
+        .with_config(
+            controller::Config::default()
+                .concurrency(u16::try_from(config.concurrency).unwrap_or(u16::MAX)),
+        )
+        .graceful_shutdown_on(shutdown);
+
+    {
+        let store = store.clone();
+        let (synced, notify) = (nodes_synced.clone(), nodes_synced_notify.clone());
+        tokio::spawn(async move {
+            if store.wait_until_ready().await.is_err() {
+                return;
+            }
+            loop {
+                let notified = notify.notified();
+                if synced.load(Ordering::SeqCst) {
+                    break;
+                }
+                notified.await;
+            }
+            tracing::info!("NodeMaintenance and Node watches synced");
+            ready.send_replace(true);
+        });
+    }
+
+    let ctx = Arc::new(Context {
+        nms,
+        nodes,
+        drainer: Drainer::new(client.clone(), eviction_client, config.drain.clone()),
+        leases: NodeLeases::new(client.clone(), config.lease_namespace.clone()),
+        recorder: Recorder::new(
+            client,
+            Reporter {
+                controller: REPORTER.to_string(),
+                instance: config.reporter_instance.clone(),
+            },
+        ),
+        metrics,
+        store,
+        failures: Mutex::default(),
+        lease_waits: Mutex::default(),
+    });
+    tracing::info!(concurrency = config.concurrency, lease_namespace = %config.lease_namespace, "starting NodeMaintenance controller");
+    controller
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            match res {
+                Ok(_) => {}
+                Err(controller::Error::ObjectNotFound(obj)) => {
+                    tracing::debug!(object = %obj, "NodeMaintenance not found");
+                }
+                Err(controller::Error::ReconcilerFailed(err, obj)) => {
+                    tracing::debug!(object = %obj, error = %err, "reconcile failed");
+                }
+                Err(err) => tracing::warn!(error = %err, "controller error"),
+            }
+        })
+        .await;
+    tracing::info!("NodeMaintenance controller stopped");
+}

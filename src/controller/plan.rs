@@ -1,0 +1,1392 @@
+//! The maintenance state machine, without I/O: given a NodeMaintenance's status and what a step
+//! observed (the node, the lease, the drain), the new status, the events to emit and when to come
+//! back. The reconciler (`reconcile.rs`) runs the steps in upstream's order and does the I/O.
+//!
+//! Upstream's observable contract (nmo-compat.md §5–§7: phases, events, lastError texts, the
+//! errorOnLeaseCount rules) is kept, with the improvements of §16: events only on transitions, no
+//! status write when nothing changed, lastError cleared on success, drainProgress never negative,
+//! lease ownership tracked explicitly (the `LeaseHeld` condition) instead of `drainProgress > 0`.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::ResourceExt;
+
+use crate::api::{
+    FINALIZER, MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus, PodReference,
+};
+use crate::drain::{self, DrainReport, Survey};
+
+/// Next pass while evicted pods are only terminating.
+pub const REQUEUE_TERMINATING: Duration = Duration::from_secs(1);
+/// Next pass while an eviction is refused (upstream's `waitDurationOnDrainError`).
+pub const REQUEUE_BLOCKED: Duration = Duration::from_secs(5);
+/// Re-check of a Succeeded maintenance: renews the 3600 s lease well before it expires and
+/// corrects drift the Node watch might have missed.
+pub const REQUEUE_SUCCEEDED: Duration = Duration::from_secs(300);
+/// Re-check while the node does not exist (the Node watch usually comes first).
+pub const REQUEUE_NODE_MISSING: Duration = Duration::from_secs(30);
+/// Re-check while another NodeMaintenance holds the node.
+pub const REQUEUE_HELD_BY_OTHER: Duration = Duration::from_secs(30);
+/// Re-check after a lease we held was found held by someone else.
+pub const REQUEUE_LEASE_LOST: Duration = Duration::from_secs(5);
+/// First wait for a lease we never held; doubles per attempt up to [`LEASE_WAIT_MAX`].
+pub const LEASE_WAIT_INITIAL: Duration = Duration::from_secs(2);
+/// Longest wait for a lease we never held.
+pub const LEASE_WAIT_MAX: Duration = Duration::from_secs(30);
+/// Re-check of a NodeMaintenance with an invalid nodeName (the webhook forbids editing it, so
+/// this is only a safety net).
+pub const REQUEUE_INVALID: Duration = Duration::from_secs(300);
+/// Upstream's `maxAllowedErrorToUpdateOwnedLease`: a count above this fails the maintenance.
+pub const MAX_LEASE_ERRORS: i32 = 3;
+
+/// Condition types in `status.conditions`.
+pub mod condition {
+    /// The node is cordoned, tainted and labelled for this maintenance.
+    pub const CORDONED: &str = "Cordoned";
+    /// Every evictable pod is gone.
+    pub const DRAINED: &str = "Drained";
+    /// The medik8s lease of the node is ours. `False` with reason [`LEASE_LOST`] remembers that
+    /// it used to be ours (upstream used `drainProgress > 0` as a proxy for this).
+    pub const LEASE_HELD: &str = "LeaseHeld";
+    /// Reason of `LeaseHeld=False` after we held the lease.
+    pub const LEASE_LOST: &str = "LeaseLost";
+    /// Reason of `LeaseHeld=False` when we never held it.
+    pub const HELD_BY_OTHER: &str = "HeldByOther";
+}
+
+/// Upstream's event reasons and exact messages (nmo-compat.md §6), plus ours.
+pub mod event {
+    /// Normal, on the NodeMaintenance, after the finalizer was added.
+    pub const BEGIN: (&str, &str) = ("BeginMaintenance", "Begin a node maintenance");
+    /// Normal, on the NodeMaintenance, on the transition to Succeeded.
+    pub const SUCCEED: (&str, &str) = ("SucceedMaintenance", "Node maintenance was succeeded");
+    /// Warning, on the NodeMaintenance, on the transition to Failed.
+    pub const FAILED: (&str, &str) = ("FailedMaintenance", "Failed a node maintenance");
+    /// Normal, on the Node, when leaving maintenance uncordoned it.
+    pub const UNCORDON: (&str, &str) = ("UncordonNode", "Uncordon a node");
+    /// Normal, on the NodeMaintenance, after the finalizer was removed.
+    pub const REMOVED: (&str, &str) = ("RemovedMaintenance", "Removed a node maintenance");
+    /// Warning, on the NodeMaintenance, when someone undid part of the maintenance (ours).
+    pub const REAPPLIED: &str = "MaintenanceReapplied";
+}
+
+/// The object an event is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventTarget {
+    /// The NodeMaintenance being reconciled.
+    Maintenance,
+    /// Its Node.
+    Node,
+}
+
+/// An event to publish after the status write it belongs to succeeded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedEvent {
+    /// What it is about.
+    pub target: EventTarget,
+    /// Warning (true) or Normal.
+    pub warning: bool,
+    /// Event reason.
+    pub reason: &'static str,
+    /// Event message (note).
+    pub message: String,
+}
+
+impl PlannedEvent {
+    /// A Normal event.
+    pub fn normal(target: EventTarget, (reason, message): (&'static str, &str)) -> Self {
+        Self {
+            target,
+            warning: false,
+            reason,
+            message: message.to_string(),
+        }
+    }
+    /// A Warning event.
+    pub fn warning(target: EventTarget, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            target,
+            warning: true,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// When to reconcile again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Requeue {
+    /// After this long.
+    After(Duration),
+    /// After this long; the reconciler logs upstream's `Reconciling with fixed duration`.
+    Fixed(Duration),
+    /// After the per-object wait for a lease we never held ([`lease_wait`]).
+    LeaseWait,
+    /// Only when the object changes.
+    Never,
+}
+
+/// The outcome of one step: the status to record, the events to emit once it is recorded, and
+/// when to come back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// The new status.
+    pub status: NodeMaintenanceStatus,
+    /// Events to publish after the status write succeeded.
+    pub events: Vec<PlannedEvent>,
+    /// Next reconcile.
+    pub requeue: Requeue,
+}
+
+/// What to do with a NodeMaintenance before looking at its node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// Being deleted with our finalizer: restore the node, then remove the finalizer.
+    Cleanup,
+    /// Being deleted without our finalizer: nothing to do, and never fall through to
+    /// maintenance (upstream bug #154).
+    Ignore,
+    /// Add the finalizer (then emit BeginMaintenance and continue).
+    AddFinalizer,
+    /// Failed for good (the lease could not be recovered): no writes, no events.
+    Terminal,
+    /// `spec.nodeName` is unusable; the text says why. No node is touched.
+    InvalidNodeName(String),
+    /// Carry on with the maintenance.
+    Maintain,
+}
+
+/// The first decision of every reconcile. Deletion comes first.
+pub fn entry(nm: &NodeMaintenance) -> Entry {
+    let has_finalizer = nm.finalizers().iter().any(|f| f == FINALIZER);
+    if nm.metadata.deletion_timestamp.is_some() {
+        return if has_finalizer {
+            Entry::Cleanup
+        } else {
+            Entry::Ignore
+        };
+    }
+    if !has_finalizer {
+        return Entry::AddFinalizer;
+    }
+    if let Some(status) = &nm.status
+        && is_terminal(status)
+    {
+        return Entry::Terminal;
+    }
+    match validate_node_name(&nm.spec.node_name) {
+        Err(why) => Entry::InvalidNodeName(why),
+        Ok(()) => Entry::Maintain,
+    }
+}
+
+/// A node name must be a DNS subdomain (RFC 1123): at most 253 characters of lower-case letters,
+/// digits, `-` and `.`, starting and ending with a letter or digit. Returns the reason otherwise.
+pub fn validate_node_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("it is empty".to_string());
+    }
+    if name.len() > 253 {
+        return Err("it is longer than 253 characters".to_string());
+    }
+    let valid_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    if !name.chars().all(valid_char)
+        || !name.starts_with(alnum)
+        || !name.ends_with(alnum)
+        || name
+            .split('.')
+            .any(|label| label.is_empty() || label.starts_with('-') || label.ends_with('-'))
+    {
+        return Err(
+            "it is not a valid node name (lower-case letters, digits, '-' and '.', starting and \
+             ending with a letter or digit)"
+                .to_string(),
+        );
+    }
+    Ok(())
+}
+
+/// Failed for good: the lease could not be recovered and the node was restored.
+pub fn is_terminal(status: &NodeMaintenanceStatus) -> bool {
+    status.phase == Some(MaintenancePhase::Failed)
+        && status.error_on_lease_count.unwrap_or(0) > MAX_LEASE_ERRORS
+}
+
+/// `now` with the 1 s precision of `metav1.Time`, so a value read back compares equal.
+pub fn now_time(now: jiff::Timestamp) -> Time {
+    Time(jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
+}
+
+/// Sets condition `type_` on `status`, keeping `lastTransitionTime` when its status is unchanged.
+pub fn set_condition(
+    status: &mut NodeMaintenanceStatus,
+    type_: &str,
+    value: bool,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) {
+    let value = if value { "True" } else { "False" }.to_string();
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    let message = message.into();
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != value {
+                c.last_transition_time = now_time(now);
+                c.status = value;
+            }
+            c.reason = reason.to_string();
+            c.message = message;
+            c.observed_generation = generation;
+        }
+        None => conditions.push(Condition {
+            type_: type_.to_string(),
+            status: value,
+            reason: reason.to_string(),
+            message,
+            observed_generation: generation,
+            last_transition_time: now_time(now),
+        }),
+    }
+}
+
+fn condition<'a>(status: &'a NodeMaintenanceStatus, type_: &str) -> Option<&'a Condition> {
+    status
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// Whether the lease was ours at some point: `LeaseHeld` is True, or False because it was lost.
+pub fn held_lease_before(status: &NodeMaintenanceStatus) -> bool {
+    condition(status, condition::LEASE_HELD)
+        .is_some_and(|c| c.status == "True" || c.reason == condition::LEASE_LOST)
+}
+
+/// `(evictionPods - pending) * 100 / evictionPods`, clamped to 0..=100; 0 when nothing was up
+/// for eviction (upstream leaves it unset then and can go negative).
+pub fn drain_progress(eviction_pods: i32, pending: usize) -> i32 {
+    if eviction_pods <= 0 {
+        return 0;
+    }
+    let pending = i64::try_from(pending).unwrap_or(i64::MAX);
+    ((i64::from(eviction_pods) - pending) * 100 / i64::from(eviction_pods)).clamp(0, 100) as i32
+}
+
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+fn names(refs: &[PodReference]) -> Vec<String> {
+    refs.iter().map(|r| r.name.clone()).collect()
+}
+
+fn non_empty<T>(v: Vec<T>) -> Option<Vec<T>> {
+    (!v.is_empty()).then_some(v)
+}
+
+fn touch(status: &mut NodeMaintenanceStatus, generation: Option<i64>, now: jiff::Timestamp) {
+    status.last_update = Some(now_time(now));
+    status.observed_generation = generation;
+}
+
+fn to_failed(
+    old: &NodeMaintenanceStatus,
+    status: &mut NodeMaintenanceStatus,
+    events: &mut Vec<PlannedEvent>,
+) {
+    if old.phase != Some(MaintenancePhase::Failed) {
+        let (reason, message) = event::FAILED;
+        events.push(PlannedEvent::warning(
+            EventTarget::Maintenance,
+            reason,
+            message,
+        ));
+    }
+    status.phase = Some(MaintenancePhase::Failed);
+}
+
+/// Status initialisation (upstream's `initMaintenanceStatus`), only while `phase` is unset:
+/// phase Running, `totalpods`, `evictionPods`, pending pods, drainStartTime, lastUpdate,
+/// observedGeneration. `None` when the phase is already set (upstream test "Should not modify
+/// the CR after initalization").
+pub fn init_status(
+    old: &NodeMaintenanceStatus,
+    survey: &Survey,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Option<NodeMaintenanceStatus> {
+    if old.phase.is_some() {
+        return None;
+    }
+    let mut s = old.clone();
+    s.phase = Some(MaintenancePhase::Running);
+    s.total_pods = Some(count(survey.total_pods));
+    s.eviction_pods = Some(count(survey.evictable.len()));
+    s.pending_pods = non_empty(names(&survey.evictable));
+    s.pending_pods_refs = non_empty(survey.evictable.clone());
+    s.drain_progress = Some(0);
+    s.drain_start_time = Some(now_time(now));
+    touch(&mut s, generation, now);
+    Some(s)
+}
+
+/// The NodeMaintenance names an invalid node: phase Failed, a lastError that says so, Warning
+/// `FailedMaintenance` on the transition; no node or lease is touched.
+pub fn invalid_node_name(
+    old: &NodeMaintenanceStatus,
+    node: &str,
+    why: &str,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Step {
+    let mut s = old.clone();
+    let mut events = Vec::new();
+    to_failed(old, &mut s, &mut events);
+    s.last_error = Some(format!(
+        "invalid nodeName {node:?}: {why}; no node was changed"
+    ));
+    set_condition(
+        &mut s,
+        condition::CORDONED,
+        false,
+        "InvalidNodeName",
+        "spec.nodeName is invalid",
+        generation,
+        now,
+    );
+    touch(&mut s, generation, now);
+    Step {
+        status: s,
+        events,
+        requeue: Requeue::After(REQUEUE_INVALID),
+    }
+}
+
+/// The node does not exist: phase Failed, lastError `nodes "<n>" not found`, Warning
+/// `FailedMaintenance` on the transition only. The maintenance resumes when the node appears
+/// (the Node watch, or the slow requeue).
+pub fn node_missing(
+    old: &NodeMaintenanceStatus,
+    node: &str,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Step {
+    let mut s = old.clone();
+    let mut events = Vec::new();
+    to_failed(old, &mut s, &mut events);
+    s.last_error = Some(format!("nodes \"{node}\" not found"));
+    set_condition(
+        &mut s,
+        condition::CORDONED,
+        false,
+        "NodeNotFound",
+        format!("node {node} does not exist; maintenance resumes when it appears"),
+        generation,
+        now,
+    );
+    touch(&mut s, generation, now);
+    Step {
+        status: s,
+        events,
+        requeue: Requeue::After(REQUEUE_NODE_MISSING),
+    }
+}
+
+/// The node exists: a maintenance that failed because it was missing is Running again.
+pub fn node_present(status: &NodeMaintenanceStatus) -> NodeMaintenanceStatus {
+    let mut s = status.clone();
+    if s.phase == Some(MaintenancePhase::Failed) && !is_terminal(&s) {
+        s.phase = Some(MaintenancePhase::Running);
+    }
+    s
+}
+
+/// What requesting the medik8s lease returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseObservation {
+    /// Ours (created, renewed, taken over or still current).
+    Held,
+    /// Held by another holder; the error text
+    /// (`can't update or invalidate the lease because it is held by different owner: <holder>`).
+    AlreadyHeld(String),
+}
+
+/// What to do after the lease request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LeaseStep {
+    /// Carry on with this status (record it first if it differs from the old one: it may carry
+    /// the `LeaseHeld` ownership that later counting depends on).
+    Proceed(NodeMaintenanceStatus),
+    /// Don't touch the node now; record the step and come back.
+    Wait(Step),
+    /// The lease is lost for good: record the step's status, take the node out of maintenance
+    /// (emitting `UncordonNode` if it was uncordoned), invalidate the lease, then mark the
+    /// maintenance Failed with [`lease_failed`].
+    Stop(Step),
+}
+
+/// Upstream's errorOnLeaseCount rules (nmo-compat.md §4.3), with ownership tracked by the
+/// `LeaseHeld` condition: AlreadyHeld for a lease we never held is not counted (lastError
+/// `failed to obtain a lease that is not owned by us : <err> errorOnLeaseCount <n>`, wait with
+/// backoff); AlreadyHeld for a lease we held counts (lastError
+/// `failed to extend a lease that used to be owned by us, incrementing error on lease count: <err>, errorOnLeaseCount: <n>`),
+/// and a count above [`MAX_LEASE_ERRORS`] stops the maintenance. Success resets the count.
+pub fn lease_result(
+    old: &NodeMaintenanceStatus,
+    observed: &LeaseObservation,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> LeaseStep {
+    let mut s = old.clone();
+    let n = old.error_on_lease_count.unwrap_or(0);
+    match observed {
+        LeaseObservation::Held => {
+            s.error_on_lease_count = None;
+            set_condition(
+                &mut s,
+                condition::LEASE_HELD,
+                true,
+                "LeaseObtained",
+                "the medik8s lease of the node is held by node-maintenance",
+                generation,
+                now,
+            );
+            LeaseStep::Proceed(s)
+        }
+        LeaseObservation::AlreadyHeld(err) if !held_lease_before(old) => {
+            s.last_error = Some(format!(
+                "failed to obtain a lease that is not owned by us : {err} errorOnLeaseCount {n}"
+            ));
+            set_condition(
+                &mut s,
+                condition::LEASE_HELD,
+                false,
+                condition::HELD_BY_OTHER,
+                err.clone(),
+                generation,
+                now,
+            );
+            touch(&mut s, generation, now);
+            LeaseStep::Wait(Step {
+                status: s,
+                events: Vec::new(),
+                requeue: Requeue::LeaseWait,
+            })
+        }
+        LeaseObservation::AlreadyHeld(err) => {
+            let n = n.saturating_add(1);
+            s.error_on_lease_count = Some(n);
+            set_condition(
+                &mut s,
+                condition::LEASE_HELD,
+                false,
+                condition::LEASE_LOST,
+                err.clone(),
+                generation,
+                now,
+            );
+            touch(&mut s, generation, now);
+            if n > MAX_LEASE_ERRORS {
+                s.last_error = Some(format!(
+                    "maintenance failed: lease could not be extended after {n} attempts"
+                ));
+                LeaseStep::Stop(Step {
+                    status: s,
+                    events: Vec::new(),
+                    requeue: Requeue::Never,
+                })
+            } else {
+                s.last_error = Some(format!(
+                    "failed to extend a lease that used to be owned by us, incrementing error on lease count: {err}, errorOnLeaseCount: {n}"
+                ));
+                LeaseStep::Wait(Step {
+                    status: s,
+                    events: Vec::new(),
+                    requeue: Requeue::Fixed(REQUEUE_LEASE_LOST),
+                })
+            }
+        }
+    }
+}
+
+/// After the node was taken out of maintenance because the lease was lost for good: phase
+/// Failed (terminal), Warning `FailedMaintenance` on the transition, `UncordonNode` on the Node
+/// when the node was uncordoned.
+pub fn lease_failed(
+    recorded: &NodeMaintenanceStatus,
+    uncordoned: bool,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Step {
+    let mut s = recorded.clone();
+    let mut events = Vec::new();
+    if uncordoned {
+        events.push(PlannedEvent::normal(EventTarget::Node, event::UNCORDON));
+    }
+    to_failed(recorded, &mut s, &mut events);
+    set_condition(
+        &mut s,
+        condition::CORDONED,
+        false,
+        condition::LEASE_LOST,
+        "the node was taken out of maintenance because the medik8s lease could not be extended",
+        generation,
+        now,
+    );
+    touch(&mut s, generation, now);
+    Step {
+        status: s,
+        events,
+        requeue: Requeue::Never,
+    }
+}
+
+/// Retry delay for a lease we never held, after `attempt` earlier waits: 2 s doubling to 30 s.
+pub fn lease_wait(attempt: u32) -> Duration {
+    LEASE_WAIT_INITIAL
+        .saturating_mul(2u32.saturating_pow(attempt.min(16)))
+        .min(LEASE_WAIT_MAX)
+}
+
+/// Another NodeMaintenance holds the node: this one does not drain; its status names the holder.
+pub fn held_by_other(
+    old: &NodeMaintenanceStatus,
+    node: &str,
+    other: &str,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Step {
+    let mut s = old.clone();
+    let msg = format!(
+        "node {node} is held by NodeMaintenance {other}; this one takes over when that one is deleted"
+    );
+    s.last_error = Some(msg.clone());
+    set_condition(
+        &mut s,
+        condition::CORDONED,
+        false,
+        "HeldByOtherMaintenance",
+        msg,
+        generation,
+        now,
+    );
+    touch(&mut s, generation, now);
+    Step {
+        status: s,
+        events: Vec::new(),
+        requeue: Requeue::After(REQUEUE_HELD_BY_OTHER),
+    }
+}
+
+/// The node is in maintenance for us. `repaired` lists what someone had undone and we re-applied
+/// (a Warning `MaintenanceReapplied` event names it).
+pub fn entered(
+    old: &NodeMaintenanceStatus,
+    node: &str,
+    repaired: &[&str],
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> (NodeMaintenanceStatus, Vec<PlannedEvent>) {
+    let mut s = old.clone();
+    set_condition(
+        &mut s,
+        condition::CORDONED,
+        true,
+        "NodeCordoned",
+        "the node is cordoned, tainted medik8s.io/drain:NoSchedule and \
+         node.kubernetes.io/unschedulable:NoSchedule, and excluded from remediation",
+        generation,
+        now,
+    );
+    let mut events = Vec::new();
+    if !repaired.is_empty() {
+        events.push(PlannedEvent::warning(
+            EventTarget::Maintenance,
+            event::REAPPLIED,
+            format!(
+                "Re-applied maintenance to node {node}: {} had been removed",
+                repaired.join(", ")
+            ),
+        ));
+    }
+    (s, events)
+}
+
+fn pending_summary(report: &DrainReport) -> String {
+    let mut by_reason: std::collections::BTreeMap<&str, usize> = Default::default();
+    for b in &report.pending {
+        *by_reason.entry(b.reason.as_str()).or_default() += 1;
+    }
+    let parts: Vec<String> = by_reason.iter().map(|(r, n)| format!("{n} {r}")).collect();
+    format!(
+        "{} pods still on the node: {}",
+        report.pending.len(),
+        parts.join(", ")
+    )
+}
+
+/// After a drain pass. Nothing pending: phase Succeeded, drainProgress 100, pending lists and
+/// lastError cleared, `SucceedMaintenance` on the transition only, next check in 5 min.
+/// Otherwise: phase Running, pending pods with their blockers, drainProgress, the pass's
+/// aggregated error as lastError (cleared when the pods are only terminating), next pass in 1 s
+/// (only terminating) or 5 s (blocked, logged as upstream's fixed-duration requeue).
+pub fn drained(
+    old: &NodeMaintenanceStatus,
+    report: &DrainReport,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Step {
+    let mut s = old.clone();
+    let mut events = Vec::new();
+    // A maintenance initialised while its node was missing counted nothing; count now.
+    if s.eviction_pods.unwrap_or(0) == 0 && !report.evictable.is_empty() {
+        s.eviction_pods = Some(count(report.evictable.len()));
+    }
+    if s.total_pods.unwrap_or(0) == 0 && report.total_pods > 0 {
+        s.total_pods = Some(count(report.total_pods));
+    }
+    s.drain_start_time.get_or_insert_with(|| now_time(now));
+    let requeue;
+    if report.done() {
+        if old.phase != Some(MaintenancePhase::Succeeded) {
+            events.push(PlannedEvent::normal(
+                EventTarget::Maintenance,
+                event::SUCCEED,
+            ));
+        }
+        s.phase = Some(MaintenancePhase::Succeeded);
+        s.drain_progress = Some(100);
+        s.pending_pods = None;
+        s.pending_pods_refs = None;
+        s.blockers = None;
+        s.last_error = None;
+        set_condition(
+            &mut s,
+            condition::DRAINED,
+            true,
+            "AllPodsEvicted",
+            "all pods were evicted",
+            generation,
+            now,
+        );
+        requeue = Requeue::After(REQUEUE_SUCCEEDED);
+    } else {
+        let refs = drain::refs(&report.pending);
+        s.phase = Some(MaintenancePhase::Running);
+        s.drain_progress = Some(drain_progress(s.eviction_pods.unwrap_or(0), refs.len()));
+        s.pending_pods = non_empty(names(&refs));
+        s.pending_pods_refs = non_empty(refs);
+        s.blockers = non_empty(report.pending.clone());
+        s.last_error = report.last_error();
+        let blocked = report.blocked();
+        set_condition(
+            &mut s,
+            condition::DRAINED,
+            false,
+            if blocked {
+                "EvictionBlocked"
+            } else {
+                "PodsTerminating"
+            },
+            pending_summary(report),
+            generation,
+            now,
+        );
+        requeue = if blocked {
+            Requeue::Fixed(REQUEUE_BLOCKED)
+        } else {
+            Requeue::After(REQUEUE_TERMINATING)
+        };
+    }
+    touch(&mut s, generation, now);
+    Step {
+        status: s,
+        events,
+        requeue,
+    }
+}
+
+/// Whether `new` differs from `old` in anything but `lastUpdate` (which every step bumps), i.e.
+/// whether a status write is due.
+pub fn needs_write(old: &NodeMaintenanceStatus, new: &NodeMaintenanceStatus) -> bool {
+    let strip = |s: &NodeMaintenanceStatus| NodeMaintenanceStatus {
+        last_update: None,
+        ..s.clone()
+    };
+    strip(old) != strip(new)
+}
+
+/// Every status field's JSON name, for explicit nulls in a merge patch (kept in step with
+/// `NodeMaintenanceStatus` by a unit test).
+const STATUS_FIELDS: [&str; 13] = [
+    "phase",
+    "drainProgress",
+    "lastUpdate",
+    "lastError",
+    "pendingPods",
+    "pendingPodsRefs",
+    "totalpods",
+    "evictionPods",
+    "errorOnLeaseCount",
+    "blockers",
+    "drainStartTime",
+    "observedGeneration",
+    "conditions",
+];
+
+/// The JSON merge patch for the status subresource that makes the stored status equal `status`:
+/// unset fields are sent as explicit `null` (a merge patch otherwise leaves them), lists are
+/// replaced whole. With `resource_version`, the API server rejects the write with 409 when the
+/// object changed since it was read (optimistic concurrency).
+pub fn status_patch(
+    status: &NodeMaintenanceStatus,
+    resource_version: Option<&str>,
+) -> serde_json::Value {
+    let mut body = serde_json::to_value(status).unwrap_or_else(|_| serde_json::json!({}));
+    if let Some(map) = body.as_object_mut() {
+        for f in STATUS_FIELDS {
+            map.entry(f).or_insert(serde_json::Value::Null);
+        }
+    }
+    let mut patch = serde_json::json!({ "status": body });
+    if let Some(rv) = resource_version {
+        patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
+    }
+    patch
+}
+
+/// How the node looked when its NodeMaintenance is being deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeSeen<'a> {
+    /// The node does not exist.
+    Missing,
+    /// The node exists; its holder annotation.
+    Holder(Option<&'a str>),
+}
+
+/// What deleting a NodeMaintenance does to its node and lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeletionPlan {
+    /// Take the node out of maintenance and invalidate the lease (emit `UncordonNode` when it was
+    /// uncordoned).
+    Exit,
+    /// Another live NodeMaintenance for the node takes it over; node and lease stay.
+    Transfer {
+        /// The successor.
+        to: String,
+    },
+    /// Nobody holds the node (it is missing, or we never got to enter it): invalidate the lease
+    /// by name, which we may have taken.
+    InvalidateLease,
+    /// Someone else holds the node (or will): leave node and lease alone.
+    Nothing,
+}
+
+/// Decides the cleanup of NodeMaintenance `me` (upstream's stop-on-deletion, §5.3, plus the
+/// handover of §16 row 9): only the holder restores the node, and not while another live
+/// NodeMaintenance for the same node (`successor`) still wants it.
+pub fn deletion_plan(node: NodeSeen<'_>, me: &str, successor: Option<&str>) -> DeletionPlan {
+    match (node, successor) {
+        (NodeSeen::Holder(Some(h)), Some(to)) if h == me => {
+            DeletionPlan::Transfer { to: to.to_string() }
+        }
+        (NodeSeen::Holder(Some(h)), None) if h == me => DeletionPlan::Exit,
+        (NodeSeen::Holder(Some(_)), _) => DeletionPlan::Nothing,
+        (NodeSeen::Missing | NodeSeen::Holder(None), None) => DeletionPlan::InvalidateLease,
+        (NodeSeen::Missing | NodeSeen::Holder(None), Some(_)) => DeletionPlan::Nothing,
+    }
+}
+
+/// The live NodeMaintenance (not being deleted, same node, another name) that should hold the
+/// node after `me` goes: the oldest, then by name.
+pub fn successor<'a>(
+    me: &NodeMaintenance,
+    all: impl IntoIterator<Item = &'a NodeMaintenance>,
+) -> Option<String> {
+    let me_name = me.name_any();
+    all.into_iter()
+        .filter(|o| {
+            o.spec.node_name == me.spec.node_name
+                && o.metadata.deletion_timestamp.is_none()
+                && o.name_any() != me_name
+        })
+        .min_by(|a, b| {
+            let key = |o: &NodeMaintenance| {
+                (
+                    o.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                    o.name_any(),
+                )
+            };
+            key(a).cmp(&key(b))
+        })
+        .map(|o| o.name_any())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{NodeMaintenanceSpec, PodBlocker};
+    use crate::drain::reason;
+
+    fn t(s: i64) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(1_800_000_000 + s).unwrap()
+    }
+    const GEN: Option<i64> = Some(1);
+    fn pods(names: &[&str]) -> Vec<PodReference> {
+        names
+            .iter()
+            .map(|n| PodReference {
+                namespace: "test-namespace".into(),
+                name: n.to_string(),
+            })
+            .collect()
+    }
+    fn survey(names: &[&str]) -> Survey {
+        Survey {
+            total_pods: names.len(),
+            evictable: pods(names),
+        }
+    }
+    fn report(evictable: &[&str], pending: &[(&str, &str)], errors: &[&str]) -> DrainReport {
+        DrainReport {
+            total_pods: evictable.len(),
+            evictable: pods(evictable),
+            pending: pending
+                .iter()
+                .map(|(n, r)| PodBlocker {
+                    namespace: "test-namespace".into(),
+                    name: n.to_string(),
+                    reason: r.to_string(),
+                    ..PodBlocker::default()
+                })
+                .collect(),
+            errors: errors.iter().map(|e| e.to_string()).collect(),
+            ..DrainReport::default()
+        }
+    }
+    fn nm(name: &str, node: &str) -> NodeMaintenance {
+        let mut nm = NodeMaintenance::new(
+            name,
+            NodeMaintenanceSpec {
+                node_name: node.into(),
+                reason: None,
+            },
+        );
+        nm.metadata.finalizers = Some(vec![FINALIZER.into()]);
+        nm
+    }
+    const HELD_ERR: &str = "can't update or invalidate the lease because it is held by different owner: NodeHealthCheck-x";
+    fn already_held() -> LeaseObservation {
+        LeaseObservation::AlreadyHeld(HELD_ERR.into())
+    }
+    fn reasons(events: &[PlannedEvent]) -> Vec<&str> {
+        events.iter().map(|e| e.reason).collect()
+    }
+
+    /// One maintenance reconcile as the reconciler runs it, for a node that exists and is ours to
+    /// enter: lease, enter, drain. Returns the new status and the events of this pass.
+    fn pass(
+        old: &NodeMaintenanceStatus,
+        lease: LeaseObservation,
+        drain: &DrainReport,
+        now: jiff::Timestamp,
+    ) -> (NodeMaintenanceStatus, Vec<PlannedEvent>, Requeue) {
+        if is_terminal(old) {
+            return (old.clone(), vec![], Requeue::Never);
+        }
+        let s = node_present(old);
+        match lease_result(&s, &lease, GEN, now) {
+            LeaseStep::Wait(step) => (step.status, step.events, step.requeue),
+            LeaseStep::Stop(step) => {
+                let failed = lease_failed(&step.status, true, GEN, now);
+                (failed.status, failed.events, failed.requeue)
+            }
+            LeaseStep::Proceed(s) => {
+                let (s, mut events) = entered(&s, "node01", &[], GEN, now);
+                let step = drained(&s, drain, GEN, now);
+                events.extend(step.events);
+                (step.status, events, step.requeue)
+            }
+        }
+    }
+    fn running_with_two() -> NodeMaintenanceStatus {
+        init_status(
+            &NodeMaintenanceStatus::default(),
+            &survey(&["test-pod-1", "test-pod-2"]),
+            GEN,
+            t(0),
+        )
+        .unwrap()
+    }
+
+    // Upstream §15.1 #1: initialisation with 2 pods to drain.
+    #[test]
+    fn init_sets_running_with_the_pods_to_drain() {
+        let s = running_with_two();
+        assert_eq!(s.phase, Some(MaintenancePhase::Running));
+        assert_eq!(s.pending_pods.as_ref().unwrap().len(), 2);
+        assert_eq!(s.pending_pods_refs.as_ref().unwrap().len(), 2);
+        assert_eq!(
+            (s.eviction_pods, s.total_pods, s.drain_progress),
+            (Some(2), Some(2), Some(0))
+        );
+        assert!(s.last_update.is_some() && s.drain_start_time.is_some());
+        assert_eq!(s.observed_generation, GEN);
+    }
+
+    // Upstream §15.1 #3: no re-initialisation once a phase is set.
+    #[test]
+    fn init_leaves_a_set_phase_alone() {
+        let failed = NodeMaintenanceStatus {
+            phase: Some(MaintenancePhase::Failed),
+            ..Default::default()
+        };
+        assert_eq!(init_status(&failed, &survey(&["a"]), GEN, t(0)), None);
+    }
+
+    // Upstream §15.1 #6: a valid maintenance drains and succeeds once.
+    #[test]
+    fn valid_maintenance_succeeds_once_and_then_stays_quiet() {
+        let s0 = running_with_two();
+        let (s1, ev1, rq1) = pass(
+            &s0,
+            LeaseObservation::Held,
+            &report(&["test-pod-1", "test-pod-2"], &[], &[]),
+            t(1),
+        );
+        assert_eq!(s1.phase, Some(MaintenancePhase::Succeeded));
+        assert_eq!(
+            (s1.pending_pods.as_ref(), s1.pending_pods_refs.as_ref()),
+            (None, None)
+        );
+        assert_eq!(
+            (s1.eviction_pods, s1.total_pods, s1.drain_progress),
+            (Some(2), Some(2), Some(100))
+        );
+        assert_eq!(s1.last_error, None);
+        assert_eq!(s1.error_on_lease_count.unwrap_or(0), 0);
+        assert_eq!(reasons(&ev1), vec!["SucceedMaintenance"]);
+        assert_eq!(ev1[0].message, "Node maintenance was succeeded");
+        assert!(!ev1[0].warning);
+        assert_eq!(rq1, Requeue::After(REQUEUE_SUCCEEDED));
+        // Re-reconciled later with nothing changed: no write, no event.
+        let (s2, ev2, _) = pass(&s1, LeaseObservation::Held, &report(&[], &[], &[]), t(400));
+        assert!(ev2.is_empty());
+        assert!(!needs_write(&s1, &s2), "{s1:?}\n{s2:?}");
+    }
+
+    // Upstream §15.1 #7: a node that does not exist.
+    #[test]
+    fn missing_node_fails_once_and_resumes_when_it_appears() {
+        let s0 = init_status(&NodeMaintenanceStatus::default(), &survey(&[]), GEN, t(0)).unwrap();
+        let step = node_missing(&s0, "non-existing", GEN, t(1));
+        let s = &step.status;
+        assert_eq!(s.phase, Some(MaintenancePhase::Failed));
+        assert_eq!(
+            s.last_error.as_deref(),
+            Some("nodes \"non-existing\" not found")
+        );
+        assert_eq!(
+            (s.eviction_pods, s.total_pods, s.drain_progress),
+            (Some(0), Some(0), Some(0))
+        );
+        assert_eq!(s.error_on_lease_count.unwrap_or(0), 0);
+        assert_eq!(reasons(&step.events), vec!["FailedMaintenance"]);
+        assert!(step.events[0].warning);
+        assert_eq!(step.events[0].message, "Failed a node maintenance");
+        // Still missing: no second event, no write.
+        let again = node_missing(s, "non-existing", GEN, t(31));
+        assert!(again.events.is_empty());
+        assert!(!needs_write(s, &again.status));
+        // The node appears with a pod: Running, counted, drained.
+        let (s2, ev, _) = pass(
+            s,
+            LeaseObservation::Held,
+            &report(&["p"], &[("p", reason::TERMINATING)], &[]),
+            t(60),
+        );
+        assert_eq!(s2.phase, Some(MaintenancePhase::Running));
+        assert_eq!(s2.eviction_pods, Some(1));
+        assert_eq!(s2.last_error, None);
+        assert!(ev.is_empty());
+    }
+
+    // Upstream §15.1 #8: a lease held by someone else from the start is waited for, not counted.
+    #[test]
+    fn foreign_lease_from_the_start_is_not_counted() {
+        let mut s = running_with_two();
+        for i in 0..6 {
+            let (next, ev, rq) = pass(&s, already_held(), &report(&[], &[], &[]), t(i));
+            assert_eq!(rq, Requeue::LeaseWait);
+            assert!(ev.is_empty());
+            s = next;
+        }
+        assert!(s.last_error.as_deref().unwrap().starts_with(&format!(
+            "failed to obtain a lease that is not owned by us : {HELD_ERR} errorOnLeaseCount 0"
+        )));
+        assert_eq!(s.error_on_lease_count.unwrap_or(0), 0);
+        assert_eq!(s.drain_progress, Some(0));
+        assert_eq!(s.phase, Some(MaintenancePhase::Running));
+    }
+
+    // Upstream §15.1 #9: held 5 times, then released: succeeds without ever failing.
+    #[test]
+    fn lease_released_later_leads_straight_to_success() {
+        let mut s = running_with_two();
+        let mut all = Vec::new();
+        for i in 0..5 {
+            let (next, ev, _) = pass(&s, already_held(), &report(&[], &[], &[]), t(i));
+            all.extend(ev);
+            s = next;
+        }
+        assert!(
+            s.last_error
+                .as_deref()
+                .unwrap()
+                .contains("failed to obtain a lease that is not owned by us")
+        );
+        let (s, ev, _) = pass(&s, LeaseObservation::Held, &report(&[], &[], &[]), t(10));
+        all.extend(ev);
+        assert_eq!(s.phase, Some(MaintenancePhase::Succeeded));
+        assert_eq!(
+            (s.error_on_lease_count.unwrap_or(0), s.drain_progress),
+            (0, Some(100))
+        );
+        assert_eq!(reasons(&all), vec!["SucceedMaintenance"]);
+    }
+
+    // Upstream §15.1 #10: lease lost twice during the drain, then recovered.
+    #[test]
+    fn transiently_lost_lease_is_counted_then_reset() {
+        let s0 = running_with_two();
+        let blocked = report(
+            &["test-pod-1", "test-pod-2"],
+            &[("test-pod-1", reason::PDB)],
+            &["e"],
+        );
+        let (s1, _, _) = pass(&s0, LeaseObservation::Held, &blocked, t(1));
+        let (s2, _, rq) = pass(&s1, already_held(), &blocked, t(2));
+        assert_eq!(rq, Requeue::Fixed(REQUEUE_LEASE_LOST));
+        let (s3, _, _) = pass(&s2, already_held(), &blocked, t(3));
+        assert_eq!(s3.error_on_lease_count, Some(2));
+        assert_eq!(
+            s3.last_error.as_deref(),
+            Some(&*format!(
+                "failed to extend a lease that used to be owned by us, incrementing error on lease count: {HELD_ERR}, errorOnLeaseCount: 2"
+            ))
+        );
+        let (s4, ev, _) = pass(&s3, LeaseObservation::Held, &report(&[], &[], &[]), t(4));
+        assert_eq!(s4.phase, Some(MaintenancePhase::Succeeded));
+        assert_eq!(
+            (s4.error_on_lease_count.unwrap_or(0), s4.drain_progress),
+            (0, Some(100))
+        );
+        assert_eq!(reasons(&ev), vec!["SucceedMaintenance"]);
+    }
+
+    // Upstream §15.1 #12: lease lost for good: Failed after more than 3 counted errors, then quiet.
+    #[test]
+    fn permanently_lost_lease_fails_the_maintenance_once() {
+        let s0 = running_with_two();
+        let (mut s, _, _) = pass(
+            &s0,
+            LeaseObservation::Held,
+            &report(&["test-pod-1"], &[("test-pod-1", reason::PDB)], &[]),
+            t(1),
+        );
+        assert!(s.drain_progress.unwrap() > 0);
+        let mut all = Vec::new();
+        for i in 0..4 {
+            let (next, ev, _) = pass(&s, already_held(), &report(&[], &[], &[]), t(2 + i));
+            all.extend(ev);
+            s = next;
+        }
+        assert_eq!(s.phase, Some(MaintenancePhase::Failed));
+        assert!(s.error_on_lease_count.unwrap() > 3);
+        assert!(is_terminal(&s));
+        assert_eq!(
+            s.last_error.as_deref(),
+            Some("maintenance failed: lease could not be extended after 4 attempts")
+        );
+        assert_eq!(reasons(&all), vec!["UncordonNode", "FailedMaintenance"]);
+        assert_eq!(all[0].target, EventTarget::Node);
+        // Terminal: later reconciles neither write nor emit.
+        let (s2, ev, rq) = pass(&s, already_held(), &report(&[], &[], &[]), t(100));
+        assert!(ev.is_empty() && !needs_write(&s, &s2) && rq == Requeue::Never);
+        let mut obj = nm("nm", "node01");
+        obj.status = Some(s);
+        assert_eq!(entry(&obj), Entry::Terminal);
+    }
+
+    // Upstream §15.1 #11 / bug #154: a deleting object never falls through to maintenance.
+    #[test]
+    fn deletion_comes_first_and_never_falls_through() {
+        let mut obj = nm("nm", "node01");
+        obj.metadata.deletion_timestamp = Some(now_time(t(0)));
+        assert_eq!(entry(&obj), Entry::Cleanup);
+        obj.metadata.finalizers = Some(vec!["test/blocker".into()]);
+        assert_eq!(entry(&obj), Entry::Ignore);
+        obj.spec.node_name = String::new();
+        assert_eq!(entry(&obj), Entry::Ignore);
+        let mut fresh = nm("nm", "node01");
+        fresh.metadata.finalizers = None;
+        assert_eq!(entry(&fresh), Entry::AddFinalizer);
+        assert_eq!(entry(&nm("nm", "node01")), Entry::Maintain);
+    }
+
+    #[test]
+    fn deletion_restores_only_what_this_maintenance_holds() {
+        assert_eq!(
+            deletion_plan(NodeSeen::Holder(Some("a")), "a", None),
+            DeletionPlan::Exit
+        );
+        assert_eq!(
+            deletion_plan(NodeSeen::Holder(Some("a")), "a", Some("b")),
+            DeletionPlan::Transfer { to: "b".into() }
+        );
+        assert_eq!(
+            deletion_plan(NodeSeen::Holder(Some("b")), "a", None),
+            DeletionPlan::Nothing
+        );
+        assert_eq!(
+            deletion_plan(NodeSeen::Holder(None), "a", None),
+            DeletionPlan::InvalidateLease
+        );
+        assert_eq!(
+            deletion_plan(NodeSeen::Missing, "a", None),
+            DeletionPlan::InvalidateLease
+        );
+        assert_eq!(
+            deletion_plan(NodeSeen::Missing, "a", Some("b")),
+            DeletionPlan::Nothing
+        );
+    }
+
+    #[test]
+    fn successor_is_the_oldest_live_maintenance_of_the_same_node() {
+        let me = nm("a", "n1");
+        let mut b = nm("b", "n1");
+        b.metadata.creation_timestamp = Some(now_time(t(5)));
+        let mut c = nm("c", "n1");
+        c.metadata.creation_timestamp = Some(now_time(t(1)));
+        let mut deleting = nm("d", "n1");
+        deleting.metadata.creation_timestamp = Some(now_time(t(0)));
+        deleting.metadata.deletion_timestamp = Some(now_time(t(9)));
+        let other_node = nm("e", "n2");
+        let all = [me.clone(), b, c, deleting, other_node];
+        assert_eq!(successor(&me, all.iter()), Some("c".into()));
+        assert_eq!(successor(&me, [me.clone()].iter()), None);
+    }
+
+    #[test]
+    fn invalid_node_names_fail_without_touching_anything() {
+        assert!(validate_node_name("").unwrap_err().contains("empty"));
+        assert!(validate_node_name("Node_1").is_err());
+        assert!(validate_node_name("-a").is_err());
+        assert!(validate_node_name("a..b").is_err());
+        assert!(validate_node_name(&"a".repeat(254)).is_err());
+        assert!(validate_node_name("worker-1.example.com").is_ok());
+        let mut obj = nm("nm", "");
+        assert!(matches!(entry(&obj), Entry::InvalidNodeName(_)));
+        obj.spec.node_name = "ok".into();
+        assert_eq!(entry(&obj), Entry::Maintain);
+        let step = invalid_node_name(
+            &NodeMaintenanceStatus::default(),
+            "",
+            "it is empty",
+            GEN,
+            t(0),
+        );
+        assert_eq!(step.status.phase, Some(MaintenancePhase::Failed));
+        assert_eq!(
+            step.status.last_error.as_deref(),
+            Some("invalid nodeName \"\": it is empty; no node was changed")
+        );
+        assert_eq!(reasons(&step.events), vec!["FailedMaintenance"]);
+        assert!(
+            invalid_node_name(&step.status, "", "it is empty", GEN, t(5))
+                .events
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn drain_progress_is_clamped_and_never_negative() {
+        assert_eq!(drain_progress(2, 1), 50);
+        assert_eq!(drain_progress(3, 1), 66);
+        assert_eq!(drain_progress(2, 5), 0);
+        assert_eq!(drain_progress(0, 3), 0);
+        assert_eq!(drain_progress(2, 0), 100);
+        // And through a pass where more pods are pending than were counted at the start.
+        let s0 = init_status(
+            &NodeMaintenanceStatus::default(),
+            &survey(&["a"]),
+            GEN,
+            t(0),
+        )
+        .unwrap();
+        let rep = report(
+            &["a", "b", "c"],
+            &[("a", reason::PDB), ("b", reason::PDB), ("c", reason::PDB)],
+            &[],
+        );
+        let (s, _, _) = pass(&s0, LeaseObservation::Held, &rep, t(1));
+        assert_eq!(s.drain_progress, Some(0));
+    }
+
+    #[test]
+    fn blocked_pass_records_blockers_and_requeues_with_the_fixed_duration() {
+        let s0 = running_with_two();
+        let rep = report(
+            &["test-pod-1", "test-pod-2"],
+            &[
+                ("test-pod-1", reason::PDB),
+                ("test-pod-2", reason::TERMINATING),
+            ],
+            &[
+                "error when evicting pods/\"test-pod-1\" -n \"test-namespace\": Cannot evict pod as it would violate the pod's disruption budget.",
+            ],
+        );
+        let (s, ev, rq) = pass(&s0, LeaseObservation::Held, &rep, t(1));
+        assert!(ev.is_empty());
+        assert_eq!(rq, Requeue::Fixed(REQUEUE_BLOCKED));
+        assert_eq!(s.phase, Some(MaintenancePhase::Running));
+        assert_eq!(
+            s.pending_pods,
+            Some(vec!["test-pod-1".to_string(), "test-pod-2".to_string()])
+        );
+        assert_eq!(s.blockers.as_ref().unwrap().len(), 2);
+        assert_eq!(s.drain_progress, Some(0));
+        assert!(
+            s.last_error
+                .as_deref()
+                .unwrap()
+                .starts_with("error when evicting pods/\"test-pod-1\"")
+        );
+        let drained_cond = s
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == condition::DRAINED)
+            .unwrap();
+        assert_eq!(
+            (drained_cond.status.as_str(), drained_cond.reason.as_str()),
+            ("False", "EvictionBlocked")
+        );
+        // Only terminating left: short requeue, lastError cleared.
+        let rep = report(&["test-pod-2"], &[("test-pod-2", reason::TERMINATING)], &[]);
+        let (s, _, rq) = pass(&s, LeaseObservation::Held, &rep, t(2));
+        assert_eq!(rq, Requeue::After(REQUEUE_TERMINATING));
+        assert_eq!((s.drain_progress, s.last_error.as_ref()), (Some(50), None));
+    }
+
+    #[test]
+    fn lease_ownership_comes_from_the_condition_not_the_progress() {
+        // drainProgress > 0 without ever holding the lease (e.g. pods left on their own): not counted.
+        let mut s = running_with_two();
+        s.drain_progress = Some(50);
+        let LeaseStep::Wait(step) = lease_result(&s, &already_held(), GEN, t(1)) else {
+            panic!()
+        };
+        assert_eq!(step.status.error_on_lease_count.unwrap_or(0), 0);
+        // Held with drainProgress 0 (nothing evicted yet), then lost: counted.
+        let LeaseStep::Proceed(held) =
+            lease_result(&running_with_two(), &LeaseObservation::Held, GEN, t(1))
+        else {
+            panic!()
+        };
+        assert!(held_lease_before(&held));
+        let LeaseStep::Wait(step) = lease_result(&held, &already_held(), GEN, t(2)) else {
+            panic!()
+        };
+        assert_eq!(step.status.error_on_lease_count, Some(1));
+        assert!(held_lease_before(&step.status));
+    }
+
+    #[test]
+    fn lease_wait_doubles_up_to_thirty_seconds() {
+        assert_eq!(lease_wait(0), Duration::from_secs(2));
+        assert_eq!(lease_wait(1), Duration::from_secs(4));
+        assert_eq!(lease_wait(3), Duration::from_secs(16));
+        assert_eq!(lease_wait(4), Duration::from_secs(30));
+        assert_eq!(lease_wait(100), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn reapplied_maintenance_is_reported_with_what_was_undone() {
+        let (s, ev) = entered(
+            &running_with_two(),
+            "node01",
+            &["cordon", "medik8s.io/drain taint"],
+            GEN,
+            t(1),
+        );
+        assert_eq!(ev.len(), 1);
+        assert!(ev[0].warning);
+        assert_eq!(ev[0].reason, "MaintenanceReapplied");
+        assert_eq!(
+            ev[0].message,
+            "Re-applied maintenance to node node01: cordon, medik8s.io/drain taint had been removed"
+        );
+        let (_, ev) = entered(&s, "node01", &[], GEN, t(2));
+        assert!(ev.is_empty());
+    }
+
+    #[test]
+    fn conditions_keep_their_transition_time_until_the_status_flips() {
+        let mut s = NodeMaintenanceStatus::default();
+        set_condition(&mut s, "Drained", false, "A", "m", GEN, t(0));
+        set_condition(&mut s, "Drained", false, "B", "m2", GEN, t(10));
+        let c = &s.conditions.as_ref().unwrap()[0];
+        assert_eq!((c.last_transition_time.0, c.reason.as_str()), (t(0), "B"));
+        set_condition(&mut s, "Drained", true, "C", "m3", GEN, t(20));
+        assert_eq!(
+            s.conditions.as_ref().unwrap()[0].last_transition_time.0,
+            t(20)
+        );
+    }
+
+    #[test]
+    fn status_patch_nulls_every_cleared_field() {
+        let s = NodeMaintenanceStatus {
+            phase: Some(MaintenancePhase::Succeeded),
+            drain_progress: Some(100),
+            ..Default::default()
+        };
+        let p = status_patch(&s, Some("42"));
+        assert_eq!(p["metadata"]["resourceVersion"], "42");
+        assert_eq!(p["status"]["phase"], "Succeeded");
+        assert_eq!(p["status"]["lastError"], serde_json::Value::Null);
+        assert!(p["status"].as_object().unwrap().contains_key("pendingPods"));
+        // Every field of the type is covered.
+        let full = serde_json::to_value(NodeMaintenanceStatus {
+            phase: Some(MaintenancePhase::Running),
+            drain_progress: Some(1),
+            last_update: Some(now_time(t(0))),
+            last_error: Some("e".into()),
+            pending_pods: Some(vec![]),
+            pending_pods_refs: Some(vec![]),
+            total_pods: Some(1),
+            eviction_pods: Some(1),
+            error_on_lease_count: Some(1),
+            blockers: Some(vec![]),
+            drain_start_time: Some(now_time(t(0))),
+            observed_generation: Some(1),
+            conditions: Some(vec![]),
+        })
+        .unwrap();
+        for k in full.as_object().unwrap().keys() {
+            assert!(
+                STATUS_FIELDS.contains(&k.as_str()),
+                "{k} missing from STATUS_FIELDS"
+            );
+        }
+        assert_eq!(status_patch(&s, None).get("metadata"), None);
+    }
+}

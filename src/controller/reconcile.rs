@@ -1,0 +1,507 @@
+//! One reconcile of a NodeMaintenance: the steps of upstream's reconcile (nmo-compat.md §5.1) in
+//! their order, with the decisions taken by `plan` and the I/O done here.
+//!
+//! Every status change is recorded before acting on the node where it matters (status
+//! initialised to Running before the node is touched, lease ownership before entering, the lease
+//! error count before leaving), so a failed reconcile never leaves a node changed without the
+//! status saying so. Status writes are JSON merge patches on the status subresource carrying
+//! `metadata.resourceVersion` (a stale copy gets a 409 and is retried from the watch's newer
+//! one) and explicit nulls for cleared fields; nothing is written when only `lastUpdate` would
+//! change. Events are published after the write they belong to.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use tracing::Instrument;
+
+use super::plan::{
+    self, DeletionPlan, Entry, EventTarget, LeaseObservation, LeaseStep, NodeSeen, PlannedEvent,
+    Requeue, Step,
+};
+use super::{Context, Error, MAX_ERROR_BACKOFF};
+use crate::api::{FINALIZER, MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
+use crate::lease::LeaseError;
+use crate::node::{self, EnterOutcome, ExitOutcome, NodeError};
+
+/// Reconciles one NodeMaintenance (kube-runtime reconciler). On error, the error text is written
+/// to `status.lastError` (best effort) before returning, since `error_policy` cannot do I/O.
+///
+/// # Errors
+/// [`Error`]: node, lease, drain, finalizer or status API failures.
+pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let _timer = ctx.metrics.reconcile();
+    let name = nm.name_any();
+    let span = tracing::info_span!("reconcile", nodemaintenance = %name, node = %nm.spec.node_name);
+    let result = async {
+        tracing::debug!("Reconciling NodeMaintenance");
+        let result = reconcile_inner(&nm, &ctx).await;
+        tracing::debug!("Reconcile completed");
+        result
+    }
+    .instrument(span)
+    .await;
+    match &result {
+        Ok(_) => {
+            ctx.failures
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&name);
+        }
+        Err(err) => {
+            ctx.metrics.reconcile_failure(err.metric_label());
+            if !err.is_stale_object() && nm.metadata.deletion_timestamp.is_none() {
+                record_error(&nm, &ctx, err).await;
+            }
+        }
+    }
+    ctx.update_phase_gauges();
+    result
+}
+
+/// Back-off after a failed reconcile: 1 s for a stale copy of the object (the watch brings the
+/// new one), otherwise 1 s doubling per consecutive failure of this object up to 5 min.
+pub fn error_policy(nm: Arc<NodeMaintenance>, err: &Error, ctx: Arc<Context>) -> Action {
+    if err.is_stale_object() {
+        tracing::debug!(nodemaintenance = %nm.name_any(), error = %err, "stale NodeMaintenance, retrying");
+        return Action::requeue(Duration::from_secs(1));
+    }
+    let mut failures = ctx.failures.lock().unwrap_or_else(|e| e.into_inner());
+    let n = failures.entry(nm.name_any()).or_default();
+    *n = n.saturating_add(1);
+    let delay = Duration::from_secs(1)
+        .saturating_mul(2u32.saturating_pow((*n - 1).min(16)))
+        .min(MAX_ERROR_BACKOFF);
+    tracing::warn!(nodemaintenance = %nm.name_any(), error = %err, retry_in = ?delay, "Reconciling with exponential duration");
+    Action::requeue(delay)
+}
+
+async fn reconcile_inner(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
+    let mut current = nm.clone();
+    loop {
+        match plan::entry(&current) {
+            Entry::Ignore => return Ok(Action::await_change()),
+            Entry::Cleanup => return cleanup(&current, ctx).await,
+            Entry::AddFinalizer => {
+                current = add_finalizer(&current, ctx).await?;
+                publish(
+                    ctx,
+                    &current,
+                    None,
+                    &PlannedEvent::normal(EventTarget::Maintenance, plan::event::BEGIN),
+                )
+                .await;
+                // Continue in the same pass, as upstream does.
+            }
+            Entry::Terminal => return Ok(Action::await_change()),
+            Entry::InvalidNodeName(why) => {
+                tracing::warn!(why = %why, "invalid nodeName, not touching any node");
+                let old = status_of(&current);
+                let step = plan::invalid_node_name(
+                    &old,
+                    &current.spec.node_name,
+                    &why,
+                    current.metadata.generation,
+                    now(),
+                );
+                return finish(&mut current, ctx, None, step, Vec::new()).await;
+            }
+            Entry::Maintain => return maintain(current, ctx).await,
+        }
+    }
+}
+
+fn now() -> jiff::Timestamp {
+    jiff::Timestamp::now()
+}
+
+fn status_of(nm: &NodeMaintenance) -> NodeMaintenanceStatus {
+    nm.status.clone().unwrap_or_default()
+}
+
+async fn maintain(mut current: NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
+    let name = current.name_any();
+    let node_name = current.spec.node_name.clone();
+    let generation = current.metadata.generation;
+
+    // Status initialisation, recorded before the node is touched.
+    let old = status_of(&current);
+    if old.phase.is_none() {
+        tracing::info!(
+            reason = current.spec.reason.as_deref().unwrap_or_default(),
+            "Applying maintenance mode"
+        );
+        let survey = ctx
+            .drainer
+            .survey(&node_name)
+            .await
+            .map_err(Error::InitStatus)?;
+        if let Some(s) = plan::init_status(&old, &survey, generation, now()) {
+            write_status(&mut current, ctx, &s).await?;
+        }
+    }
+
+    // The node, read directly (not from a cache).
+    let Some(node) = ctx
+        .nodes
+        .get_opt(&node_name)
+        .await
+        .map_err(Error::GetNode)?
+    else {
+        tracing::info!("Didn't find a node matching the NodeName field");
+        let step = plan::node_missing(&status_of(&current), &node_name, generation, now());
+        return finish(&mut current, ctx, None, step, Vec::new()).await;
+    };
+    let status = plan::node_present(&status_of(&current));
+
+    // The medik8s lease.
+    let observed = match ctx
+        .leases
+        .request(&node_name, node.metadata.uid.as_deref())
+        .await
+    {
+        Ok(outcome) => {
+            tracing::debug!(?outcome, "lease obtained successfully");
+            ctx.lease_waits
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&name);
+            LeaseObservation::Held
+        }
+        Err(err @ LeaseError::AlreadyHeld { .. }) => LeaseObservation::AlreadyHeld(err.to_string()),
+        Err(err) => return Err(err.into()),
+    };
+    let status = match plan::lease_result(&status, &observed, generation, now()) {
+        LeaseStep::Proceed(s) => {
+            // Record ownership (and a phase back from Failed) before touching the node.
+            write_status(&mut current, ctx, &s).await?;
+            s
+        }
+        LeaseStep::Wait(step) => {
+            tracing::info!(error = %step.status.last_error.as_deref().unwrap_or_default(), "lease is held by another entity");
+            return finish(&mut current, ctx, Some(&node), step, Vec::new()).await;
+        }
+        LeaseStep::Stop(step) => {
+            tracing::warn!("lease could not be extended, failing maintenance");
+            write_status(&mut current, ctx, &step.status).await?;
+            let uncordoned = match node::exit(&ctx.nodes, &node_name, &name).await {
+                Ok(ExitOutcome::Restored { uncordoned }) => uncordoned,
+                Ok(ExitOutcome::NotHeld(_)) | Err(NodeError::NotFound(_)) => false,
+                Err(e) => return Err(Error::StopAfterLeaseLoss(e)),
+            };
+            invalidate_lease(ctx, &node_name).await?;
+            let failed = plan::lease_failed(&step.status, uncordoned, generation, now());
+            return finish(&mut current, ctx, Some(&node), failed, Vec::new()).await;
+        }
+    };
+
+    // Cordon, taint, label (one patch; re-applied when someone undid part of it).
+    let reason = current.spec.reason.clone();
+    let mut outcome = node::enter(&ctx.nodes, &node_name, &name, reason.as_deref()).await;
+    if let Ok(EnterOutcome::HeldBy(other)) = &outcome
+        && is_stale_holder(ctx, other)
+    {
+        // The holder annotation names a NodeMaintenance that no longer exists (e.g. its
+        // finalizer was removed by hand): take the node over rather than wait forever.
+        tracing::warn!(stale_holder = %other, "node is held by a NodeMaintenance that no longer exists, taking it over");
+        node::transfer(&ctx.nodes, &node_name, other, &name).await?;
+        outcome = node::enter(&ctx.nodes, &node_name, &name, reason.as_deref()).await;
+    }
+    let repaired = match outcome {
+        Ok(EnterOutcome::HeldBy(other)) => {
+            let step = plan::held_by_other(&status, &node_name, &other, generation, now());
+            return finish(&mut current, ctx, Some(&node), step, Vec::new()).await;
+        }
+        Ok(EnterOutcome::Repaired(what)) => {
+            tracing::warn!(repaired = ?what, "maintenance had been partly undone on the node, re-applied");
+            what
+        }
+        Ok(EnterOutcome::Entered { cordoned, adopted }) => {
+            tracing::info!(
+                cordoned,
+                adopted,
+                "Maintenance taints will be added to node {node_name}"
+            );
+            Vec::new()
+        }
+        Ok(EnterOutcome::ReasonUpdated | EnterOutcome::Unchanged) => Vec::new(),
+        Err(NodeError::NotFound(_)) => {
+            let step = plan::node_missing(&status, &node_name, generation, now());
+            return finish(&mut current, ctx, None, step, Vec::new()).await;
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let (status, enter_events) = plan::entered(&status, &node_name, &repaired, generation, now());
+
+    // One drain pass.
+    tracing::debug!("Evict all Pods from Node");
+    let report = ctx.drainer.pass(&node_name, now()).await?;
+    for (result, n) in &report.evictions.by_result {
+        for _ in 0..*n {
+            ctx.metrics.eviction(result);
+        }
+    }
+    let step = plan::drained(&status, &report, generation, now());
+    if step.status.phase == Some(MaintenancePhase::Succeeded)
+        && status.phase != Some(MaintenancePhase::Succeeded)
+    {
+        if let Some(start) = &step.status.drain_start_time {
+            ctx.metrics
+                .drain_duration(now().duration_since(start.0).as_secs_f64().max(0.0));
+        }
+        tracing::info!("Maintenance was completed - all pods were evicted");
+    } else if !report.done() {
+        tracing::info!(pending = report.pending.len(), "Not all pods evicted");
+    }
+    finish(&mut current, ctx, Some(&node), step, enter_events).await
+}
+
+/// A holder that is neither in the cache nor plausibly just created: the cache is complete
+/// once synced, and the holder annotation is only ever written for objects in it.
+fn is_stale_holder(ctx: &Context, holder: &str) -> bool {
+    futures::FutureExt::now_or_never(ctx.store.wait_until_ready()).is_some_and(|r| r.is_ok())
+        && ctx.store.get(&ObjectRef::new(holder)).is_none()
+}
+
+/// Records `step`'s status (when it changed), publishes its events and turns its requeue into an
+/// action.
+async fn finish(
+    current: &mut NodeMaintenance,
+    ctx: &Context,
+    node: Option<&Node>,
+    step: Step,
+    mut events: Vec<PlannedEvent>,
+) -> Result<Action, Error> {
+    write_status(current, ctx, &step.status).await?;
+    events.extend(step.events);
+    for e in &events {
+        publish(ctx, current, node, e).await;
+    }
+    Ok(match step.requeue {
+        Requeue::After(d) => Action::requeue(d),
+        Requeue::Fixed(d) => {
+            tracing::info!(duration = ?d, "Reconciling with fixed duration");
+            Action::requeue(d)
+        }
+        Requeue::LeaseWait => {
+            let mut waits = ctx.lease_waits.lock().unwrap_or_else(|e| e.into_inner());
+            let n = waits.entry(current.name_any()).or_default();
+            let d = plan::lease_wait(*n);
+            *n = n.saturating_add(1);
+            Action::requeue(d)
+        }
+        Requeue::Never => Action::await_change(),
+    })
+}
+
+/// Writes `new` as the status when it differs from the stored one in more than `lastUpdate`, and
+/// keeps `current` up to date (resourceVersion included) for the next write.
+async fn write_status(
+    current: &mut NodeMaintenance,
+    ctx: &Context,
+    new: &NodeMaintenanceStatus,
+) -> Result<(), Error> {
+    if !plan::needs_write(&status_of(current), new) {
+        return Ok(());
+    }
+    let patch = plan::status_patch(new, current.resource_version().as_deref());
+    let updated = ctx
+        .nms
+        .patch_status(
+            &current.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(Error::Status)?;
+    *current = updated;
+    Ok(())
+}
+
+/// Best effort: say in `status.lastError` what went wrong (the next successful pass replaces it).
+async fn record_error(nm: &NodeMaintenance, ctx: &Context, err: &Error) {
+    let text = err.to_string();
+    if nm.status.as_ref().and_then(|s| s.last_error.as_deref()) == Some(text.as_str()) {
+        return;
+    }
+    let patch =
+        serde_json::json!({"status": {"lastError": text, "lastUpdate": plan::now_time(now())}});
+    if let Err(e) = ctx
+        .nms
+        .patch_status(
+            &nm.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        tracing::warn!(error = %e, "Failed to update NodeMaintenance with the last error");
+    }
+}
+
+async fn add_finalizer(nm: &NodeMaintenance, ctx: &Context) -> Result<NodeMaintenance, Error> {
+    let patch = match &nm.metadata.finalizers {
+        None => serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+        ]),
+        Some(list) => serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": list},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
+        ]),
+    };
+    json_patch(ctx, nm, patch)
+        .await
+        .map_err(Error::AddFinalizer)
+}
+
+async fn remove_finalizer(nm: &NodeMaintenance, ctx: &Context) -> Result<(), Error> {
+    let Some(i) = nm.finalizers().iter().position(|f| f == FINALIZER) else {
+        return Ok(());
+    };
+    let path = format!("/metadata/finalizers/{i}");
+    let patch = serde_json::json!([
+        {"op": "test", "path": path, "value": FINALIZER},
+        {"op": "remove", "path": path},
+    ]);
+    match json_patch(ctx, nm, patch).await {
+        Ok(_) => Ok(()),
+        // Already gone (someone removed the finalizer and the object with it).
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(Error::RemoveFinalizer(e)),
+    }
+}
+
+async fn json_patch(
+    ctx: &Context,
+    nm: &NodeMaintenance,
+    ops: serde_json::Value,
+) -> Result<NodeMaintenance, kube::Error> {
+    let patch: json_patch::Patch = serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
+    ctx.nms
+        .patch(
+            &nm.name_any(),
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        )
+        .await
+}
+
+/// Invalidates the lease of `node`; a lease held by another holder (remediation) is left alone.
+async fn invalidate_lease(ctx: &Context, node: &str) -> Result<(), Error> {
+    match ctx.leases.invalidate(node).await {
+        Ok(()) => Ok(()),
+        Err(LeaseError::AlreadyHeld { .. }) => {
+            tracing::info!(
+                "lease is held by another entity, then skipping invalidation when stopping node maintenance"
+            );
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The deletion path (nmo-compat.md §5.3 and the handover of §16 row 9): restore the node if we
+/// hold it and nobody else wants it, invalidate the lease, then remove the finalizer.
+async fn cleanup(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
+    let name = nm.name_any();
+    let node_name = &nm.spec.node_name;
+    if plan::validate_node_name(node_name).is_ok() {
+        let node = ctx.nodes.get_opt(node_name).await.map_err(Error::GetNode)?;
+        let holder = node.as_ref().and_then(|n| node::observe(n).holder);
+        let seen = match &node {
+            None => NodeSeen::Missing,
+            Some(_) => NodeSeen::Holder(holder.as_deref()),
+        };
+        let all = ctx.store.state();
+        let successor = plan::successor(nm, all.iter().map(|o| o.as_ref()));
+        match plan::deletion_plan(seen, &name, successor.as_deref()) {
+            DeletionPlan::Exit => {
+                tracing::info!("Maintenance taints  will be removed from node {node_name}");
+                match node::exit(&ctx.nodes, node_name, &name).await {
+                    Ok(ExitOutcome::Restored { uncordoned: true }) => {
+                        let e = PlannedEvent::normal(EventTarget::Node, plan::event::UNCORDON);
+                        publish(ctx, nm, node.as_ref(), &e).await;
+                    }
+                    Ok(_) | Err(NodeError::NotFound(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                invalidate_lease(ctx, node_name).await?;
+            }
+            DeletionPlan::Transfer { to } => {
+                tracing::info!(successor = %to, "handing the node over to the next NodeMaintenance");
+                match node::transfer(&ctx.nodes, node_name, &name, &to).await {
+                    Ok(_) | Err(NodeError::NotFound(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            DeletionPlan::InvalidateLease => {
+                if node.is_none() {
+                    tracing::info!("node not found, invalidating its lease by name");
+                }
+                match ctx.leases.invalidate(node_name).await {
+                    Ok(()) => {}
+                    Err(LeaseError::AlreadyHeld { .. }) => {
+                        tracing::info!(
+                            "lease is held by another entity, skipping invalidation during deletion cleanup"
+                        );
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            DeletionPlan::Nothing => {
+                tracing::info!(holder = ?holder, "node is held by another NodeMaintenance, leaving it alone");
+            }
+        }
+    }
+    remove_finalizer(nm, ctx).await?;
+    publish(
+        ctx,
+        nm,
+        None,
+        &PlannedEvent::normal(EventTarget::Maintenance, plan::event::REMOVED),
+    )
+    .await;
+    ctx.lease_waits
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&name);
+    Ok(Action::await_change())
+}
+
+fn node_ref(nm: &NodeMaintenance, node: Option<&Node>) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(nm.spec.node_name.clone()),
+        uid: node.and_then(|n| n.metadata.uid.clone()),
+        ..ObjectReference::default()
+    }
+}
+
+/// Publishes an event; a failure is logged, never fails the reconcile.
+async fn publish(ctx: &Context, nm: &NodeMaintenance, node: Option<&Node>, e: &PlannedEvent) {
+    let reference = match e.target {
+        EventTarget::Maintenance => nm.object_ref(&()),
+        EventTarget::Node => node_ref(nm, node),
+    };
+    let event = Event {
+        type_: if e.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: e.reason.to_string(),
+        note: Some(e.message.clone()),
+        action: e.reason.to_string(),
+        secondary: None,
+    };
+    if let Err(err) = ctx.recorder.publish(&event, &reference).await {
+        tracing::warn!(reason = e.reason, error = %err, "failed to publish event");
+    }
+}

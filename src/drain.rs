@@ -1,0 +1,1061 @@
+//! The drain: which pods leave a node in maintenance, and one non-blocking eviction pass.
+//!
+//! The pod selection mirrors upstream NMO's settings of the kubectl drain library
+//! (`k8s.io/kubectl/pkg/drain`: `Force`, `DeleteEmptyDirData`, `IgnoreAllDaemonSets`, grace period
+//! -1, eviction API only), applied in kubectl's filter order. What differs is the shape: upstream
+//! blocks its only worker for up to 30 s per pass, retrying 429s in a tight loop; a pass here
+//! evicts what it can, records why every other pod is still on the node, and returns. The
+//! controller requeues and runs the next pass.
+//!
+//! Pure parts ([`classify`], [`classify_eviction`], [`terminating_blocker`], [`selector_matches`],
+//! [`aggregate_errors`]) are unit-tested below; [`Drainer`] does the API calls.
+//!
+//! Defaults, documented because kubectl's own defaults are different (each would abort the drain):
+//! DaemonSet-managed pods stay (the DaemonSet would recreate them anyway, and they tolerate the
+//! cordon); a DaemonSet pod whose DaemonSet is gone is evicted; mirror (static) pods stay, since
+//! the API server cannot delete them; pods using emptyDir, pods without a controller and finished
+//! pods are evicted. The operator's own pod (`POD_NAME`/`POD_NAMESPACE` in the environment) is
+//! never evicted, so a maintenance of the node the operator runs on cannot kill the operator
+//! half-way; Kubernetes reschedules it when it is deleted by other means.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::ListParams;
+use kube::core::Status;
+use kube::{Api, Client, ResourceExt};
+
+use crate::api::{PodBlocker, PodReference};
+
+/// Annotation that marks a mirror pod: the API server's copy of a kubelet static pod, which an
+/// eviction cannot remove (kubectl's `mirror` filter).
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// How long a pod may stay after its deletion was due (`metadata.deletionTimestamp`, which the
+/// API server sets to the eviction time plus the pod's grace period) before it is reported as
+/// `StuckTerminating`: 60 s, Karpenter's threshold for the same situation.
+pub const STUCK_TERMINATING_MARGIN: Duration = Duration::from_secs(60);
+/// Evictions in flight at once within one pass (kubectl starts one goroutine per pod, unbounded).
+pub const EVICTION_PARALLELISM: usize = 32;
+/// Page size of the pod list (kubectl's `--chunk-size` default).
+pub const LIST_PAGE_SIZE: u32 = 500;
+
+/// Reasons a pod can still be on the node, as written to `status.blockers[].reason`.
+pub mod reason {
+    /// A PodDisruptionBudget refused the eviction (429 with a `DisruptionBudget` cause).
+    pub const PDB: &str = "PodDisruptionBudget";
+    /// More than one PodDisruptionBudget selects the pod; the API server refuses with 500.
+    pub const MULTIPLE_PDBS: &str = "MultiplePodDisruptionBudgets";
+    /// The pod's namespace is being deleted (403 with a `NamespaceTerminating` cause).
+    pub const NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
+    /// Evicted (now or earlier); waiting for the kubelet to stop it.
+    pub const TERMINATING: &str = "Terminating";
+    /// Still on the node more than [`super::STUCK_TERMINATING_MARGIN`] after its deletion was due.
+    pub const STUCK_TERMINATING: &str = "StuckTerminating";
+    /// Another 429, e.g. KubeVirt live-migrating the VM behind a virt-launcher pod.
+    pub const TOO_MANY_REQUESTS: &str = "TooManyRequests";
+    /// Any other eviction failure.
+    pub const EVICTION_ERROR: &str = "EvictionError";
+}
+
+/// Result labels of an eviction request, as counted by `Metrics::eviction`.
+pub mod result {
+    /// 2xx: the API server accepted the eviction.
+    pub const EVICTED: &str = "evicted";
+    /// 404, or the pod was replaced by a same-named one (UID precondition failed).
+    pub const GONE: &str = "gone";
+    /// 429 from a PodDisruptionBudget.
+    pub const BLOCKED_PDB: &str = "blocked_pdb";
+    /// 429 for another reason.
+    pub const TOO_MANY_REQUESTS: &str = "too_many_requests";
+    /// Anything else.
+    pub const ERROR: &str = "error";
+}
+
+/// Settings of the drain beyond upstream's fixed ones.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DrainOptions {
+    /// The operator's own pod, never evicted. `None` when `POD_NAME`/`POD_NAMESPACE` are unset.
+    pub own_pod: Option<PodReference>,
+}
+
+impl DrainOptions {
+    /// Reads the operator's own pod from `POD_NAME` and `POD_NAMESPACE` (downward API); both must
+    /// be set and non-empty, otherwise no pod is excluded.
+    pub fn from_env() -> Self {
+        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let own_pod = match (get("POD_NAMESPACE"), get("POD_NAME")) {
+            (Some(namespace), Some(name)) => Some(PodReference { namespace, name }),
+            _ => None,
+        };
+        Self { own_pod }
+    }
+}
+
+/// What the drain does with one pod on the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    /// Evict it. `warnings` are kubectl's warning texts for pods it deletes only under
+    /// `--force` / `--delete-emptydir-data` (logged, not an error).
+    Evict {
+        /// kubectl's warnings: `deleting Pods with local storage`,
+        /// `deleting Pods that declare no controller`, or the DaemonSet NotFound text for an
+        /// orphaned DaemonSet pod.
+        warnings: Vec<String>,
+    },
+    /// Managed by an existing DaemonSet: left alone (`IgnoreAllDaemonSets`).
+    SkipDaemonSet,
+    /// A mirror pod of a static pod: left alone, silently.
+    SkipMirror,
+    /// The operator's own pod.
+    SkipOwnPod,
+}
+
+impl Disposition {
+    /// Whether the pod is up for eviction.
+    pub fn evicts(&self) -> bool {
+        matches!(self, Self::Evict { .. })
+    }
+}
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded") | Some("Failed")
+    )
+}
+
+fn controller_ref(
+    pod: &Pod,
+) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    pod.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))
+}
+
+/// The DaemonSet whose existence decides this pod's fate: `Some(name)` for a pod that is not
+/// finished and whose controller reference has kind `DaemonSet` (kubectl checks the kind only).
+/// The caller GETs that DaemonSet in the pod's namespace and passes the answer to [`classify`].
+pub fn daemonset_owner(pod: &Pod) -> Option<&str> {
+    if is_terminal(pod) {
+        return None;
+    }
+    controller_ref(pod)
+        .filter(|o| o.kind == "DaemonSet")
+        .map(|o| o.name.as_str())
+}
+
+/// Decides what the drain does with `pod`, in kubectl's filter order (DaemonSet, mirror, local
+/// storage, unreplicated) with upstream NMO's flags (force, delete emptyDir data, ignore all
+/// DaemonSets). `daemonset_exists` is the answer for [`daemonset_owner`]'s DaemonSet and is
+/// ignored for other pods. The operator's own pod (`options.own_pod`) is skipped before anything
+/// else.
+pub fn classify(pod: &Pod, daemonset_exists: bool, options: &DrainOptions) -> Disposition {
+    if let Some(own) = &options.own_pod
+        && pod.metadata.namespace.as_deref() == Some(own.namespace.as_str())
+        && pod.metadata.name.as_deref() == Some(own.name.as_str())
+    {
+        return Disposition::SkipOwnPod;
+    }
+    let mut warnings = Vec::new();
+    if let Some(ds) = daemonset_owner(pod) {
+        if daemonset_exists {
+            return Disposition::SkipDaemonSet;
+        }
+        // kubectl with --force evicts the orphan and warns with the NotFound error text.
+        warnings.push(format!("daemonsets.apps \"{ds}\" not found"));
+    }
+    if pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
+    {
+        return Disposition::SkipMirror;
+    }
+    let terminal = is_terminal(pod);
+    let has_empty_dir = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .is_some_and(|v| v.iter().any(|v| v.empty_dir.is_some()));
+    if !terminal && has_empty_dir {
+        warnings.push("deleting Pods with local storage".to_string());
+    }
+    if !terminal && controller_ref(pod).is_none() {
+        warnings.push("deleting Pods that declare no controller".to_string());
+    }
+    Disposition::Evict { warnings }
+}
+
+/// How one eviction request ended, decided from the API server's answer alone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EvictionOutcome {
+    /// Metrics label, one of [`result`]'s constants.
+    pub result: &'static str,
+    /// Why the pod stays, when it does (namespace and name filled from the pod). For an accepted
+    /// eviction this is a `Terminating` blocker: the pod is gone only once it is no longer listed.
+    pub blocker: Option<PodBlocker>,
+    /// Upstream's lastError text for a failed eviction:
+    /// `error when evicting pods/"<pod>" -n "<ns>": <err>`.
+    pub error: Option<String>,
+}
+
+/// Go's `err.Error()` for an API error is the Status message; other errors print as kube prints
+/// them.
+pub fn error_text(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(s) if !s.message.is_empty() => s.message.clone(),
+        kube::Error::Api(s) => format!("{} ({})", s.reason, s.code),
+        other => other.to_string(),
+    }
+}
+
+fn cause<'a>(status: &'a Status, kind: &str) -> Option<&'a str> {
+    status
+        .details
+        .as_ref()?
+        .causes
+        .iter()
+        .find(|c| c.reason == kind)
+        .map(|c| c.message.as_str())
+}
+
+/// Parsed `DisruptionBudget` cause of a 429: the budget's name and, in the
+/// `The disruption budget <pdb> needs <desired> healthy pods and has <current> currently` form,
+/// the healthy pods it needs and has. Also accepts `… is still being processed by the server.`
+/// and `… does not allow evicting pods currently …` (no counts).
+pub fn parse_pdb_cause(message: &str) -> Option<(String, Option<i32>, Option<i32>)> {
+    let rest = message.strip_prefix("The disruption budget ")?;
+    let (name, rest) = rest.split_once(' ')?;
+    let counts = rest
+        .strip_prefix("needs ")
+        .and_then(|r| r.split_once(" healthy pods and has "))
+        .and_then(|(desired, r)| {
+            let current = r.split_whitespace().next()?;
+            Some((desired.parse().ok()?, current.parse().ok()?))
+        });
+    Some((name.to_string(), counts.map(|c| c.0), counts.map(|c| c.1)))
+}
+
+/// Classifies the answer to an eviction of `pod` (drain-semantics.md §9): 2xx evicted, 404 gone,
+/// 409 from the UID precondition gone (a same-named pod replaced it), 429 with a
+/// `DisruptionBudget` cause `PodDisruptionBudget`, other 429 `TooManyRequests`, 500 "more than
+/// one PodDisruptionBudget" `MultiplePodDisruptionBudgets`, 403 with a `NamespaceTerminating`
+/// cause `NamespaceTerminating`, anything else `EvictionError`. Never retries: the next pass does.
+pub fn classify_eviction(pod: &PodReference, answer: Result<(), &kube::Error>) -> EvictionOutcome {
+    let blocker = |reason: &str, message: String| PodBlocker {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        reason: reason.to_string(),
+        message: Some(message),
+        ..PodBlocker::default()
+    };
+    let err = match answer {
+        Ok(()) => {
+            return EvictionOutcome {
+                result: result::EVICTED,
+                blocker: Some(blocker(
+                    reason::TERMINATING,
+                    "evicted; waiting for the pod to terminate".to_string(),
+                )),
+                error: None,
+            };
+        }
+        Err(err) => err,
+    };
+    let error = Some(format!(
+        "error when evicting pods/\"{}\" -n \"{}\": {}",
+        pod.name,
+        pod.namespace,
+        error_text(err)
+    ));
+    let gone = EvictionOutcome {
+        result: result::GONE,
+        blocker: None,
+        error: None,
+    };
+    let kube::Error::Api(status) = err else {
+        return EvictionOutcome {
+            result: result::ERROR,
+            blocker: Some(blocker(reason::EVICTION_ERROR, error_text(err))),
+            error,
+        };
+    };
+    match status.code {
+        404 => gone,
+        409 if status.message.contains("Precondition failed") => gone,
+        429 => match cause(status, "DisruptionBudget") {
+            Some(msg) => {
+                let mut b = blocker(reason::PDB, format!("{}: {msg}", status.message));
+                if let Some((pdb, desired, current)) = parse_pdb_cause(msg) {
+                    b.pod_disruption_budget = Some(pdb);
+                    b.desired_healthy = desired;
+                    b.current_healthy = current;
+                }
+                EvictionOutcome {
+                    result: result::BLOCKED_PDB,
+                    blocker: Some(b),
+                    error,
+                }
+            }
+            None => EvictionOutcome {
+                result: result::TOO_MANY_REQUESTS,
+                blocker: Some(blocker(reason::TOO_MANY_REQUESTS, status.message.clone())),
+                error,
+            },
+        },
+        500 if status.message.contains("more than one PodDisruptionBudget") => EvictionOutcome {
+            result: result::ERROR,
+            blocker: Some(blocker(reason::MULTIPLE_PDBS, status.message.clone())),
+            error,
+        },
+        403 if cause(status, "NamespaceTerminating").is_some() => EvictionOutcome {
+            result: result::ERROR,
+            blocker: Some(blocker(
+                reason::NAMESPACE_TERMINATING,
+                status.message.clone(),
+            )),
+            error,
+        },
+        _ => EvictionOutcome {
+            result: result::ERROR,
+            blocker: Some(blocker(reason::EVICTION_ERROR, error_text(err))),
+            error,
+        },
+    }
+}
+
+/// The blocker of a pod that is already terminating (deletionTimestamp set): `Terminating`, or
+/// `StuckTerminating` once `now` is more than [`STUCK_TERMINATING_MARGIN`] past its
+/// deletionTimestamp. The API server sets deletionTimestamp to the deletion time plus the grace
+/// period, so this is "terminating for longer than its grace period plus 60 s". `None` when the
+/// pod is not terminating.
+pub fn terminating_blocker(pod: &Pod, now: jiff::Timestamp) -> Option<PodBlocker> {
+    let due = pod.metadata.deletion_timestamp.as_ref()?.0;
+    let grace = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .or_else(|| pod.spec.as_ref()?.termination_grace_period_seconds)
+        .unwrap_or(30);
+    let overdue = now.duration_since(due).as_secs();
+    let mut b = PodBlocker {
+        namespace: pod.namespace().unwrap_or_default(),
+        name: pod.name_any(),
+        reason: reason::TERMINATING.to_string(),
+        message: Some(format!("terminating (grace period {grace}s, due at {due})")),
+        ..PodBlocker::default()
+    };
+    if overdue > STUCK_TERMINATING_MARGIN.as_secs() as i64 {
+        let finalizers = pod.finalizers();
+        let mut msg = format!(
+            "stuck terminating: still on the node {overdue}s after its grace period of {grace}s \
+             ended (more than {}s); is the node's kubelet running?",
+            STUCK_TERMINATING_MARGIN.as_secs()
+        );
+        if !finalizers.is_empty() {
+            msg.push_str(&format!(" finalizers: {}", finalizers.join(", ")));
+        }
+        b.reason = reason::STUCK_TERMINATING.to_string();
+        b.message = Some(msg);
+    }
+    Some(b)
+}
+
+/// Whether a label selector selects a pod with `labels` (policy/v1 semantics: an empty selector
+/// selects everything, an absent one nothing; the caller handles the absent case).
+pub fn selector_matches(
+    selector: &LabelSelector,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> bool {
+    let labels_ok = selector
+        .match_labels
+        .as_ref()
+        .is_none_or(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)));
+    let exprs_ok = selector.match_expressions.as_ref().is_none_or(|exprs| {
+        exprs.iter().all(|e| {
+            let values = e.values.as_deref().unwrap_or_default();
+            let value = labels.get(&e.key);
+            match e.operator.as_str() {
+                "In" => value.is_some_and(|v| values.contains(v)),
+                "NotIn" => value.is_none_or(|v| !values.contains(v)),
+                "Exists" => value.is_some(),
+                "DoesNotExist" => value.is_none(),
+                _ => false,
+            }
+        })
+    });
+    labels_ok && exprs_ok
+}
+
+/// `utilerrors.NewAggregate(errs).Error()`: `None` for none, the text itself for one,
+/// `[e1, e2]` for several (duplicates dropped, order kept).
+pub fn aggregate_errors(errors: &[String]) -> Option<String> {
+    let mut seen = std::collections::HashSet::new();
+    let unique: Vec<&str> = errors
+        .iter()
+        .filter(|e| seen.insert(e.as_str()))
+        .map(String::as_str)
+        .collect();
+    match unique.as_slice() {
+        [] => None,
+        [one] => Some(one.to_string()),
+        many => Some(format!("[{}]", many.join(", "))),
+    }
+}
+
+/// Eviction requests of one pass, by result.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EvictionCounts {
+    /// Label -> number of requests.
+    pub by_result: std::collections::BTreeMap<&'static str, u32>,
+}
+
+impl EvictionCounts {
+    fn record(&mut self, result: &'static str) {
+        *self.by_result.entry(result).or_default() += 1;
+    }
+    /// Requests with this result label.
+    pub fn get(&self, result: &str) -> u32 {
+        self.by_result.get(result).copied().unwrap_or(0)
+    }
+}
+
+/// The pods on a node as the drain sees them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Survey {
+    /// Every pod on the node, DaemonSet, mirror and finished ones included (upstream `totalpods`).
+    pub total_pods: usize,
+    /// The pods up for eviction (upstream's `GetPodsForDeletion` list).
+    pub evictable: Vec<PodReference>,
+}
+
+/// What one drain pass did and found.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DrainReport {
+    /// Every pod on the node at the start of the pass.
+    pub total_pods: usize,
+    /// The pods up for eviction at the start of the pass.
+    pub evictable: Vec<PodReference>,
+    /// The evictable pods still on the node, each with why.
+    pub pending: Vec<PodBlocker>,
+    /// Eviction requests sent in this pass, by result.
+    pub evictions: EvictionCounts,
+    /// Upstream-format error texts of this pass (failed evictions, stuck terminating pods).
+    pub errors: Vec<String>,
+}
+
+impl DrainReport {
+    /// Nothing evictable is left on the node.
+    pub fn done(&self) -> bool {
+        self.pending.is_empty()
+    }
+    /// Some pending pod waits for something other than its own termination (a budget, an error),
+    /// so the next pass should come later (5 s) rather than soon (1 s).
+    pub fn blocked(&self) -> bool {
+        self.pending.iter().any(|b| b.reason != reason::TERMINATING)
+    }
+    /// The aggregated lastError of this pass, `None` when nothing failed.
+    pub fn last_error(&self) -> Option<String> {
+        aggregate_errors(&self.errors)
+    }
+}
+
+/// Failure of a whole pass (the pod list or a DaemonSet lookup failed); single evictions never
+/// fail a pass.
+#[derive(Debug, thiserror::Error)]
+pub enum DrainError {
+    /// Listing the pods of the node failed.
+    #[error("failed to list pods on node {node}: {source}")]
+    ListPods {
+        /// The node.
+        node: String,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// Looking up a pod's DaemonSet failed with something other than NotFound (kubectl aborts
+    /// the drain in this case too).
+    #[error("failed to get DaemonSet {namespace}/{name}: {source}")]
+    DaemonSet {
+        /// Namespace of the DaemonSet.
+        namespace: String,
+        /// Name of the DaemonSet.
+        name: String,
+        /// The API error.
+        source: kube::Error,
+    },
+}
+
+/// Runs drain passes. Cheap to clone; holds two clients: `client` for reads, `eviction_client`
+/// (built with kube's default 429 retry disabled) for evictions, so that a PodDisruptionBudget
+/// refusal comes back at once instead of being retried inside the client for minutes.
+#[derive(Clone)]
+pub struct Drainer {
+    client: Client,
+    eviction_client: Client,
+    options: DrainOptions,
+}
+
+fn pod_ref(pod: &Pod) -> PodReference {
+    PodReference {
+        namespace: pod.namespace().unwrap_or_default(),
+        name: pod.name_any(),
+    }
+}
+
+impl Drainer {
+    /// A drainer; `eviction_client` must have `default_retry = false`.
+    pub fn new(client: Client, eviction_client: Client, options: DrainOptions) -> Self {
+        Self {
+            client,
+            eviction_client,
+            options,
+        }
+    }
+
+    /// All pods bound to `node`: a field-selected, paginated list (never a cluster-wide cache).
+    async fn list_pods(&self, node: &str) -> Result<Vec<Pod>, DrainError> {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let mut lp = ListParams::default()
+            .fields(&format!("spec.nodeName={node}"))
+            .limit(LIST_PAGE_SIZE);
+        let mut pods = Vec::new();
+        loop {
+            let page = api.list(&lp).await.map_err(|source| DrainError::ListPods {
+                node: node.to_string(),
+                source,
+            })?;
+            pods.extend(page.items);
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => lp = lp.continue_token(&token),
+                _ => return Ok(pods),
+            }
+        }
+    }
+
+    /// Lists the node's pods and classifies each, looking up each DaemonSet once.
+    async fn classified(&self, node: &str) -> Result<Vec<(Pod, Disposition)>, DrainError> {
+        let pods = self.list_pods(node).await?;
+        let mut daemonsets: HashMap<(String, String), bool> = HashMap::new();
+        let mut out = Vec::with_capacity(pods.len());
+        for pod in pods {
+            let exists = match daemonset_owner(&pod) {
+                None => false,
+                Some(ds) => {
+                    let namespace = pod.namespace().unwrap_or_default();
+                    let key = (namespace.clone(), ds.to_string());
+                    match daemonsets.get(&key) {
+                        Some(e) => *e,
+                        None => {
+                            let api: Api<DaemonSet> =
+                                Api::namespaced(self.client.clone(), &namespace);
+                            let e = api
+                                .get_metadata_opt(ds)
+                                .await
+                                .map_err(|source| DrainError::DaemonSet {
+                                    namespace,
+                                    name: ds.to_string(),
+                                    source,
+                                })?
+                                .is_some();
+                            daemonsets.insert(key, e);
+                            e
+                        }
+                    }
+                }
+            };
+            let disposition = classify(&pod, exists, &self.options);
+            out.push((pod, disposition));
+        }
+        Ok(out)
+    }
+
+    /// Counts the node's pods without evicting anything (status initialisation: `totalpods`,
+    /// `evictionPods`, `pendingPods`).
+    ///
+    /// # Errors
+    /// [`DrainError`] when the pod list or a DaemonSet lookup fails.
+    pub async fn survey(&self, node: &str) -> Result<Survey, DrainError> {
+        let pods = self.classified(node).await?;
+        Ok(Survey {
+            total_pods: pods.len(),
+            evictable: pods
+                .iter()
+                .filter(|(_, d)| d.evicts())
+                .map(|(p, _)| pod_ref(p))
+                .collect(),
+        })
+    }
+
+    /// One drain pass over `node`: lists its pods, evicts every evictable pod that is not already
+    /// terminating (at most [`EVICTION_PARALLELISM`] requests at once, each with a UID
+    /// precondition and no grace period override, so the pod's own applies), and reports what is
+    /// left. Never sleeps or waits for pods to go: a pod counts as gone once a later pass no
+    /// longer lists it on the node.
+    ///
+    /// # Errors
+    /// [`DrainError`] when the pod list or a DaemonSet lookup fails; eviction failures are
+    /// reported per pod in [`DrainReport::pending`] and [`DrainReport::errors`].
+    pub async fn pass(&self, node: &str, now: jiff::Timestamp) -> Result<DrainReport, DrainError> {
+        let pods = self.classified(node).await?;
+        let mut report = DrainReport {
+            total_pods: pods.len(),
+            ..DrainReport::default()
+        };
+        let mut to_evict = Vec::new();
+        for (pod, disposition) in pods {
+            let Disposition::Evict { warnings } = disposition else {
+                continue;
+            };
+            let r = pod_ref(&pod);
+            if !warnings.is_empty() {
+                tracing::debug!(pod = %format!("{}/{}", r.namespace, r.name), warnings = %warnings.join("; "), "evicting despite kubectl warnings");
+            }
+            report.evictable.push(r.clone());
+            if let Some(b) = terminating_blocker(&pod, now) {
+                if b.reason == reason::STUCK_TERMINATING {
+                    report.errors.push(format!(
+                        "error when waiting for pod \"{}\" in namespace \"{}\" to terminate: {}",
+                        r.name,
+                        r.namespace,
+                        b.message.as_deref().unwrap_or_default()
+                    ));
+                }
+                report.pending.push(b);
+                continue;
+            }
+            to_evict.push((r, pod.metadata.uid.clone()));
+        }
+        let outcomes: Vec<EvictionOutcome> = stream::iter(to_evict)
+            .map(|(r, uid)| async move {
+                let answer = self.evict(&r, uid.as_deref()).await;
+                if answer.is_ok() {
+                    tracing::info!("pod: {}:{} Evicted from node: {node}", r.namespace, r.name);
+                }
+                let outcome = classify_eviction(&r, answer.as_ref().map(|_| ()));
+                if outcome.result != result::EVICTED && outcome.result != result::GONE {
+                    tracing::info!(error = %outcome.error.as_deref().unwrap_or_default(), "eviction refused");
+                }
+                outcome
+            })
+            .buffer_unordered(EVICTION_PARALLELISM)
+            .collect()
+            .await;
+        for o in outcomes {
+            report.evictions.record(o.result);
+            if let Some(b) = o.blocker {
+                report.pending.push(b);
+            }
+            if let Some(e) = o.error {
+                report.errors.push(e);
+            }
+        }
+        self.name_overlapping_budgets(&mut report.pending).await;
+        report
+            .pending
+            .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        report.errors.sort();
+        Ok(report)
+    }
+
+    /// POST `pods/<name>/eviction` (policy/v1) with a UID precondition. Written by hand because
+    /// kube's `Api::evict` sends its delete options under a `delete_options` key the API server
+    /// does not know, so a precondition would be dropped silently.
+    async fn evict(&self, pod: &PodReference, uid: Option<&str>) -> Result<(), kube::Error> {
+        let mut body = serde_json::json!({
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace},
+        });
+        if let Some(uid) = uid {
+            body["deleteOptions"] = serde_json::json!({"preconditions": {"uid": uid}});
+        }
+        let url = format!(
+            "/api/v1/namespaces/{}/pods/{}/eviction",
+            pod.namespace, pod.name
+        );
+        let req = http::Request::post(url)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(&body).map_err(kube::Error::SerdeError)?)
+            .map_err(kube::Error::HttpError)?;
+        self.eviction_client.request_text(req).await.map(|_| ())
+    }
+
+    /// For pods refused because several budgets select them, names those budgets (the API
+    /// server's 500 names none). Best effort: a failed PDB list leaves the message as it was.
+    async fn name_overlapping_budgets(&self, pending: &mut [PodBlocker]) {
+        let mut by_namespace: HashMap<String, Vec<PodDisruptionBudget>> = HashMap::new();
+        for b in pending
+            .iter_mut()
+            .filter(|b| b.reason == reason::MULTIPLE_PDBS)
+        {
+            if !by_namespace.contains_key(&b.namespace) {
+                let api: Api<PodDisruptionBudget> =
+                    Api::namespaced(self.client.clone(), &b.namespace);
+                let Ok(list) = api.list(&ListParams::default()).await else {
+                    continue;
+                };
+                by_namespace.insert(b.namespace.clone(), list.items);
+            }
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &b.namespace);
+            let Ok(Some(pod)) = api.get_metadata_opt(&b.name).await else {
+                continue;
+            };
+            let labels = pod.metadata.labels.unwrap_or_default();
+            let names: Vec<String> = by_namespace[&b.namespace]
+                .iter()
+                .filter(|pdb| {
+                    pdb.spec
+                        .as_ref()
+                        .and_then(|s| s.selector.as_ref())
+                        .is_some_and(|s| selector_matches(s, &labels))
+                })
+                .map(|pdb| pdb.name_any())
+                .collect();
+            if !names.is_empty() {
+                let msg = b.message.take().unwrap_or_default();
+                b.message = Some(format!(
+                    "{msg} (budgets selecting the pod: {})",
+                    names.join(", ")
+                ));
+                b.pod_disruption_budget = Some(names.join(","));
+            }
+        }
+    }
+}
+
+/// Convenience for callers that only need the pod references of blockers.
+pub fn refs(blockers: &[PodBlocker]) -> Vec<PodReference> {
+    blockers
+        .iter()
+        .map(|b| PodReference {
+            namespace: b.namespace.clone(),
+            name: b.name.clone(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PodSpec, PodStatus, Volume};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+        LabelSelectorRequirement, OwnerReference, Time,
+    };
+    use kube::core::response::{StatusCause, StatusDetails};
+
+    fn pod(name: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some(name.into());
+        p.metadata.namespace = Some("ns".into());
+        p.metadata.uid = Some(format!("uid-{name}"));
+        p.spec = Some(PodSpec::default());
+        p
+    }
+    fn owned(mut p: Pod, kind: &str, name: &str) -> Pod {
+        p.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: "x".into(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        }]);
+        p
+    }
+    fn phase(mut p: Pod, phase: &str) -> Pod {
+        p.status = Some(PodStatus {
+            phase: Some(phase.into()),
+            ..PodStatus::default()
+        });
+        p
+    }
+    fn evict_warnings(d: Disposition) -> Vec<String> {
+        match d {
+            Disposition::Evict { warnings } => warnings,
+            other => panic!("expected Evict, got {other:?}"),
+        }
+    }
+    fn api_err(code: u16, message: &str, causes: &[(&str, &str)]) -> kube::Error {
+        let mut s = Status::failure(message, "").with_code(code);
+        if !causes.is_empty() {
+            s.details = Some(StatusDetails {
+                name: String::new(),
+                group: String::new(),
+                kind: String::new(),
+                uid: String::new(),
+                causes: causes
+                    .iter()
+                    .map(|(r, m)| StatusCause {
+                        reason: r.to_string(),
+                        message: m.to_string(),
+                        field: String::new(),
+                    })
+                    .collect(),
+                retry_after_seconds: 0,
+            });
+        }
+        kube::Error::Api(s.boxed())
+    }
+    fn r(name: &str) -> PodReference {
+        PodReference {
+            namespace: "ns".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn daemonset_pods_stay_while_their_daemonset_exists() {
+        let p = owned(pod("ds-1"), "DaemonSet", "agent");
+        assert_eq!(daemonset_owner(&p), Some("agent"));
+        assert_eq!(
+            classify(&p, true, &DrainOptions::default()),
+            Disposition::SkipDaemonSet
+        );
+    }
+
+    #[test]
+    fn orphaned_daemonset_pods_are_evicted_with_kubectls_notfound_warning() {
+        let p = owned(pod("ds-1"), "DaemonSet", "agent");
+        let w = evict_warnings(classify(&p, false, &DrainOptions::default()));
+        assert_eq!(w, vec!["daemonsets.apps \"agent\" not found".to_string()]);
+    }
+
+    #[test]
+    fn finished_daemonset_pods_are_evicted_without_a_lookup() {
+        let p = phase(owned(pod("ds-1"), "DaemonSet", "agent"), "Succeeded");
+        assert_eq!(daemonset_owner(&p), None);
+        assert_eq!(
+            evict_warnings(classify(&p, true, &DrainOptions::default())),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn mirror_pods_are_skipped_even_when_finished() {
+        let mut p = phase(pod("etcd-node1"), "Failed");
+        p.metadata.annotations = Some([(MIRROR_ANNOTATION.to_string(), "abc".to_string())].into());
+        assert_eq!(
+            classify(&p, false, &DrainOptions::default()),
+            Disposition::SkipMirror
+        );
+    }
+
+    #[test]
+    fn emptydir_and_bare_pods_are_evicted_with_kubectls_warnings() {
+        let mut p = pod("bare");
+        p.spec.as_mut().unwrap().volumes = Some(vec![Volume {
+            name: "scratch".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        }]);
+        assert_eq!(
+            evict_warnings(classify(&p, false, &DrainOptions::default())),
+            vec![
+                "deleting Pods with local storage",
+                "deleting Pods that declare no controller"
+            ]
+        );
+        let managed = owned(pod("rs-pod"), "ReplicaSet", "web-123");
+        assert!(evict_warnings(classify(&managed, false, &DrainOptions::default())).is_empty());
+        let done = phase(pod("job-pod"), "Succeeded");
+        assert!(evict_warnings(classify(&done, false, &DrainOptions::default())).is_empty());
+    }
+
+    #[test]
+    fn the_operators_own_pod_is_never_evicted() {
+        let opts = DrainOptions {
+            own_pod: Some(r("nmo")),
+        };
+        assert_eq!(classify(&pod("nmo"), false, &opts), Disposition::SkipOwnPod);
+        assert!(classify(&pod("other"), false, &opts).evicts());
+        let mut elsewhere = pod("nmo");
+        elsewhere.metadata.namespace = Some("other-ns".into());
+        assert!(classify(&elsewhere, false, &opts).evicts());
+    }
+
+    #[test]
+    fn accepted_eviction_leaves_the_pod_pending_as_terminating() {
+        let o = classify_eviction(&r("p"), Ok(()));
+        assert_eq!(o.result, result::EVICTED);
+        assert_eq!(o.blocker.unwrap().reason, reason::TERMINATING);
+        assert_eq!(o.error, None);
+    }
+
+    #[test]
+    fn not_found_and_failed_uid_precondition_mean_gone() {
+        let e = api_err(404, "pods \"p\" not found", &[]);
+        let o = classify_eviction(&r("p"), Err(&e));
+        assert_eq!((o.result, o.blocker, o.error), (result::GONE, None, None));
+        let e = api_err(
+            409,
+            "Operation cannot be fulfilled on Pod \"p\": Precondition failed: UID in precondition: a, UID in object meta: b",
+            &[],
+        );
+        assert_eq!(classify_eviction(&r("p"), Err(&e)).result, result::GONE);
+    }
+
+    #[test]
+    fn pdb_refusal_names_the_budget_and_its_healthy_counts() {
+        let e = api_err(
+            429,
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+            &[(
+                "DisruptionBudget",
+                "The disruption budget web-pdb needs 2 healthy pods and has 2 currently",
+            )],
+        );
+        let o = classify_eviction(&r("web-1"), Err(&e));
+        assert_eq!(o.result, result::BLOCKED_PDB);
+        let b = o.blocker.unwrap();
+        assert_eq!(b.reason, reason::PDB);
+        assert_eq!(b.pod_disruption_budget.as_deref(), Some("web-pdb"));
+        assert_eq!((b.desired_healthy, b.current_healthy), (Some(2), Some(2)));
+        assert_eq!(
+            o.error.as_deref(),
+            Some(
+                "error when evicting pods/\"web-1\" -n \"ns\": Cannot evict pod as it would violate the pod's disruption budget."
+            )
+        );
+    }
+
+    #[test]
+    fn pdb_cause_forms_without_counts_still_name_the_budget() {
+        assert_eq!(
+            parse_pdb_cause("The disruption budget db is still being processed by the server."),
+            Some(("db".to_string(), None, None))
+        );
+        assert_eq!(
+            parse_pdb_cause(
+                "The disruption budget db does not allow evicting pods currently because it failed sync: x"
+            ),
+            Some(("db".to_string(), None, None))
+        );
+        assert_eq!(parse_pdb_cause("something else"), None);
+    }
+
+    #[test]
+    fn other_429s_are_too_many_requests() {
+        let e = api_err(429, "Eviction triggered evacuation of VMI \"ns/vm\"", &[]);
+        let o = classify_eviction(&r("virt-launcher"), Err(&e));
+        assert_eq!(o.result, result::TOO_MANY_REQUESTS);
+        let b = o.blocker.unwrap();
+        assert_eq!(b.reason, reason::TOO_MANY_REQUESTS);
+        assert_eq!(
+            b.message.as_deref(),
+            Some("Eviction triggered evacuation of VMI \"ns/vm\"")
+        );
+    }
+
+    #[test]
+    fn multiple_budgets_namespace_terminating_and_other_errors() {
+        let e = api_err(
+            500,
+            "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+            &[],
+        );
+        assert_eq!(
+            classify_eviction(&r("p"), Err(&e)).blocker.unwrap().reason,
+            reason::MULTIPLE_PDBS
+        );
+        let e = api_err(
+            403,
+            "namespace ns is being terminated",
+            &[("NamespaceTerminating", "ns")],
+        );
+        assert_eq!(
+            classify_eviction(&r("p"), Err(&e)).blocker.unwrap().reason,
+            reason::NAMESPACE_TERMINATING
+        );
+        let e = api_err(403, "pdb disruptions allowed is negative", &[]);
+        let o = classify_eviction(&r("p"), Err(&e));
+        assert_eq!(o.result, result::ERROR);
+        assert_eq!(o.blocker.unwrap().reason, reason::EVICTION_ERROR);
+        assert_eq!(
+            o.error.as_deref(),
+            Some("error when evicting pods/\"p\" -n \"ns\": pdb disruptions allowed is negative")
+        );
+    }
+
+    #[test]
+    fn terminating_turns_stuck_sixty_seconds_after_the_deletion_was_due() {
+        let due: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let mut p = pod("p");
+        assert!(terminating_blocker(&p, due).is_none());
+        p.metadata.deletion_timestamp = Some(Time(due));
+        p.metadata.deletion_grace_period_seconds = Some(80);
+        let at = |s: i64| due + jiff::SignedDuration::from_secs(s);
+        assert_eq!(
+            terminating_blocker(&p, at(-10)).unwrap().reason,
+            reason::TERMINATING
+        );
+        assert_eq!(
+            terminating_blocker(&p, at(60)).unwrap().reason,
+            reason::TERMINATING
+        );
+        let stuck = terminating_blocker(&p, at(61)).unwrap();
+        assert_eq!(stuck.reason, reason::STUCK_TERMINATING);
+        let msg = stuck.message.unwrap();
+        assert!(
+            msg.contains("grace period of 80s") && msg.contains("more than 60s"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn selectors_match_like_the_api_server() {
+        let labels = [
+            ("app".to_string(), "web".to_string()),
+            ("tier".to_string(), "fe".to_string()),
+        ]
+        .into();
+        assert!(selector_matches(&LabelSelector::default(), &labels));
+        let s = LabelSelector {
+            match_labels: Some([("app".to_string(), "web".to_string())].into()),
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "tier".into(),
+                operator: "In".into(),
+                values: Some(vec!["fe".into(), "be".into()]),
+            }]),
+        };
+        assert!(selector_matches(&s, &labels));
+        let s2 = LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "app".into(),
+                operator: "DoesNotExist".into(),
+                values: None,
+            }]),
+            ..LabelSelector::default()
+        };
+        assert!(!selector_matches(&s2, &labels));
+    }
+
+    #[test]
+    fn errors_aggregate_like_utilerrors() {
+        assert_eq!(aggregate_errors(&[]), None);
+        assert_eq!(aggregate_errors(&["a".into()]).as_deref(), Some("a"));
+        assert_eq!(
+            aggregate_errors(&["a".into(), "b".into(), "a".into()]).as_deref(),
+            Some("[a, b]")
+        );
+    }
+
+    #[test]
+    fn report_is_blocked_only_by_something_other_than_termination() {
+        let mut rep = DrainReport::default();
+        assert!(rep.done() && !rep.blocked());
+        rep.pending
+            .push(classify_eviction(&r("p"), Ok(())).blocker.unwrap());
+        assert!(!rep.done() && !rep.blocked());
+        let e = api_err(429, "x", &[]);
+        rep.pending
+            .push(classify_eviction(&r("q"), Err(&e)).blocker.unwrap());
+        assert!(rep.blocked());
+    }
+}
