@@ -235,3 +235,295 @@ pub async fn no_retry_client(cluster: &Cluster) -> Client {
     config.default_retry = false;
     Client::try_from(config).unwrap()
 }
+
+/// The operator under test, running against [`Cluster::shared`] as the ServiceAccount from
+/// `manifests/` (so every end-to-end test also proves the RBAC), with its webhook registered.
+pub struct OperatorEnv {
+    /// The cluster.
+    pub cluster: &'static Cluster,
+    /// The operator process.
+    pub operator: std::sync::Mutex<nmo_devcluster::operator::Operator>,
+    /// The ServiceAccount it runs as.
+    pub account: nmo_devcluster::operator::ServiceAccountRef,
+    /// A kubeconfig for that ServiceAccount.
+    pub kubeconfig: std::path::PathBuf,
+}
+
+/// Where the repository's `manifests/` directory is.
+pub fn manifests_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests")
+}
+
+/// Options to start the operator binary of this package as `account`.
+pub fn operator_options(
+    name: &str,
+    account: &nmo_devcluster::operator::ServiceAccountRef,
+    kubeconfig: &std::path::Path,
+) -> nmo_devcluster::operator::OperatorOptions {
+    let mut opts = nmo_devcluster::operator::OperatorOptions::new(env!(
+        "CARGO_BIN_EXE_node-maintenance-operator"
+    ));
+    opts.name = name.to_string();
+    opts.kubeconfig = Some(kubeconfig.to_path_buf());
+    opts.env
+        .push(("POD_NAMESPACE".into(), account.namespace.clone()));
+    opts
+}
+
+/// Installs the manifests once per test binary, starts one operator and registers its webhook.
+pub fn operator_env() -> &'static OperatorEnv {
+    static ENV: std::sync::OnceLock<OperatorEnv> = std::sync::OnceLock::new();
+    ENV.get_or_init(|| {
+        let cluster = Cluster::shared();
+        let account =
+            nmo_devcluster::operator::install_manifests(cluster, &manifests_dir()).unwrap();
+        let kubeconfig =
+            nmo_devcluster::operator::service_account_kubeconfig(cluster, &account).unwrap();
+        let operator = nmo_devcluster::operator::Operator::start(
+            cluster,
+            &operator_options("operator", &account, &kubeconfig),
+        )
+        .unwrap_or_else(|e| panic!("operator did not start: {e}"));
+        nmo_devcluster::operator::register_webhook(cluster, operator.webhook_port).unwrap();
+        wait_for_webhook(cluster);
+        OperatorEnv {
+            cluster,
+            operator: std::sync::Mutex::new(operator),
+            account,
+            kubeconfig,
+        }
+    })
+}
+
+/// Waits until the API server calls the webhook (a create for a node that does not exist is
+/// denied with upstream's message), as upstream's e2e BeforeSuite does.
+pub fn wait_for_webhook(cluster: &Cluster) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let manifest = r#"{"apiVersion":"nodemaintenance.medik8s.io/v1beta1","kind":"NodeMaintenance",
+        "metadata":{"name":"webhook-probe"},"spec":{"nodeName":"webhook-probe-no-such-node"}}"#;
+    loop {
+        let err =
+            match cluster.kubectl_run(&["create", "--dry-run=server", "-f", "-"], Some(manifest)) {
+                Ok(out) => format!("unexpectedly admitted: {out}"),
+                Err(e) => e.to_string(),
+            };
+        if err.contains("no node with name webhook-probe-no-such-node found") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the webhook never answered; last: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// NodeMaintenance helpers for end-to-end tests.
+pub mod nm {
+    use super::*;
+    use k8s_openapi::api::core::v1::Event;
+    use node_maintenance_operator::api::{
+        MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus,
+    };
+
+    /// Builds a NodeMaintenance `name` for `node`.
+    pub fn new(name: &str, node: &str, reason: &str) -> NodeMaintenance {
+        serde_json::from_value(json!({
+            "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
+            "kind": "NodeMaintenance",
+            "metadata": {"name": name},
+            "spec": {"nodeName": node, "reason": reason}
+        }))
+        .unwrap()
+    }
+
+    /// Creates a NodeMaintenance and returns it.
+    pub async fn create(client: &Client, name: &str, node: &str) -> NodeMaintenance {
+        Api::<NodeMaintenance>::all(client.clone())
+            .create(&PostParams::default(), &new(name, node, "e2e"))
+            .await
+            .unwrap_or_else(|e| panic!("creating NodeMaintenance {name} for {node}: {e}"))
+    }
+
+    /// Waits until `check` accepts the NodeMaintenance's status; returns the object.
+    pub async fn wait_status(
+        client: &Client,
+        name: &str,
+        what: &str,
+        limit: Duration,
+        check: impl Fn(&NodeMaintenanceStatus) -> bool,
+    ) -> NodeMaintenance {
+        let api = Api::<NodeMaintenance>::all(client.clone());
+        wait_for(
+            &format!("NodeMaintenance {name}: {what}"),
+            limit,
+            || async {
+                let nm = api.get(name).await.map_err(|e| e.to_string())?;
+                let status = nm.status.clone().unwrap_or_default();
+                if check(&status) {
+                    Ok(nm)
+                } else {
+                    Err(format!("{status:?}"))
+                }
+            },
+        )
+        .await
+    }
+
+    /// Waits for a phase.
+    pub async fn wait_phase(
+        client: &Client,
+        name: &str,
+        phase: MaintenancePhase,
+        limit: Duration,
+    ) -> NodeMaintenance {
+        wait_status(client, name, &format!("phase {phase}"), limit, |s| {
+            s.phase == Some(phase)
+        })
+        .await
+    }
+
+    /// Events about object `name` of `kind` (read through core/v1, as upstream's e2e does).
+    pub async fn events(client: &Client, kind: &str, name: &str) -> Vec<Event> {
+        Api::<Event>::namespaced(client.clone(), "default")
+            .list(&ListParams::default().fields(&format!(
+                "involvedObject.kind={kind},involvedObject.name={name}"
+            )))
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// `(type, reason, message, count)` of each event about a NodeMaintenance, for assertions.
+    pub async fn event_summary(client: &Client, name: &str) -> Vec<(String, String, String, i32)> {
+        events(client, "NodeMaintenance", name)
+            .await
+            .into_iter()
+            .map(|e| {
+                let count = e
+                    .series
+                    .as_ref()
+                    .and_then(|s| s.count)
+                    .or(e.count)
+                    .unwrap_or(1);
+                (
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.message.unwrap_or_default(),
+                    count,
+                )
+            })
+            .collect()
+    }
+
+    /// Waits until an event with `reason` about NodeMaintenance `name` exists.
+    pub async fn wait_event(client: &Client, name: &str, reason: &str) {
+        wait_for(
+            &format!("event {reason} about {name}"),
+            Duration::from_secs(30),
+            || async {
+                let seen = event_summary(client, name).await;
+                if seen.iter().any(|e| e.1 == reason) {
+                    Ok(())
+                } else {
+                    Err(format!("{seen:?}"))
+                }
+            },
+        )
+        .await
+    }
+
+    /// Deletes a NodeMaintenance (background).
+    pub async fn delete(client: &Client, name: &str) {
+        Api::<NodeMaintenance>::all(client.clone())
+            .delete(name, &Default::default())
+            .await
+            .unwrap();
+    }
+
+    /// Waits until the NodeMaintenance is gone.
+    pub async fn wait_gone(client: &Client, name: &str, limit: Duration) {
+        let api = Api::<NodeMaintenance>::all(client.clone());
+        wait_for(
+            &format!("NodeMaintenance {name} to be deleted"),
+            limit,
+            || async {
+                match api.get_opt(name).await.map_err(|e| e.to_string())? {
+                    None => Ok(()),
+                    Some(nm) => Err(format!(
+                        "finalizers {:?}, status {:?}",
+                        nm.metadata.finalizers, nm.status
+                    )),
+                }
+            },
+        )
+        .await
+    }
+}
+
+/// Node helpers for end-to-end tests.
+pub mod node {
+    use super::*;
+    use k8s_openapi::api::core::v1::Taint;
+
+    /// The node's `(cordoned, taints as key:effect, labels)`.
+    pub async fn state(
+        client: &Client,
+        name: &str,
+    ) -> (
+        bool,
+        Vec<String>,
+        std::collections::BTreeMap<String, String>,
+    ) {
+        let n = Api::<Node>::all(client.clone()).get(name).await.unwrap();
+        let spec = n.spec.unwrap_or_default();
+        let taints = spec
+            .taints
+            .unwrap_or_default()
+            .iter()
+            .map(|t: &Taint| format!("{}:{}", t.key, t.effect))
+            .collect();
+        (
+            spec.unschedulable.unwrap_or(false),
+            taints,
+            n.metadata.labels.unwrap_or_default(),
+        )
+    }
+
+    /// Whether the node is in maintenance: cordoned, both taints, the exclude label.
+    pub async fn in_maintenance(client: &Client, name: &str) -> Result<(), String> {
+        let (cordoned, taints, labels) = state(client, name).await;
+        let ok = cordoned
+            && taints.contains(&"medik8s.io/drain:NoSchedule".to_string())
+            && taints.contains(&"node.kubernetes.io/unschedulable:NoSchedule".to_string())
+            && labels
+                .get("remediation.medik8s.io/exclude-from-remediation")
+                .map(String::as_str)
+                == Some("true");
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "cordoned={cordoned} taints={taints:?} labels={labels:?}"
+            ))
+        }
+    }
+
+    /// Whether the node is back to schedulable with neither maintenance taint nor the label.
+    pub async fn restored(client: &Client, name: &str) -> Result<(), String> {
+        let (cordoned, taints, labels) = state(client, name).await;
+        let ok = !cordoned
+            && !taints.iter().any(|t| {
+                t.starts_with("medik8s.io/drain")
+                    || t.starts_with("node.kubernetes.io/unschedulable")
+            })
+            && !labels.contains_key("remediation.medik8s.io/exclude-from-remediation");
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "cordoned={cordoned} taints={taints:?} labels={labels:?}"
+            ))
+        }
+    }
+}

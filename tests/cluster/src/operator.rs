@@ -167,34 +167,6 @@ impl Operator {
     }
 }
 
-/// Applies `manifests/crd.yaml` and waits for the CRD to be Established.
-///
-/// # Errors
-/// kubectl's error.
-pub fn install_crd(cluster: &Cluster, manifests: &Path) -> Result<(), ClusterError> {
-    let crd = manifests.join("crd.yaml");
-    cluster.kubectl_run(
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-f",
-            &crd.display().to_string(),
-        ],
-        None,
-    )?;
-    cluster.kubectl_run(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/nodemaintenances.nodemaintenance.medik8s.io",
-        ],
-        None,
-    )?;
-    Ok(())
-}
-
 /// Registers the validating webhook `vnodemaintenance.kb.io` at
 /// `https://127.0.0.1:<port>` + [`WEBHOOK_PATH`], trusting the cluster's CA, with upstream's
 /// settings (failurePolicy Fail, sideEffects None, timeoutSeconds 15, CREATE and UPDATE).
@@ -227,4 +199,105 @@ webhooks:
     );
     cluster.kubectl_run(&["apply", "-f", "-"], Some(&manifest))?;
     Ok(())
+}
+
+/// The kinds of `manifests/` that the tests install: everything the operator needs to run as
+/// its ServiceAccount, but not the Deployment, Services or webhook configuration, which the
+/// tests replace with a local process and a URL registration.
+pub const INSTALLED_KINDS: &[&str] = &[
+    "Namespace",
+    "CustomResourceDefinition",
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+];
+
+/// The ServiceAccount the manifests declare: `(namespace, name)`.
+#[derive(Clone, Debug)]
+pub struct ServiceAccountRef {
+    /// Namespace of the ServiceAccount (the operator's namespace).
+    pub namespace: String,
+    /// Name of the ServiceAccount.
+    pub name: String,
+}
+
+/// Renders `manifests/` with `kubectl kustomize`, applies the [`INSTALLED_KINDS`], waits for the
+/// CRD, and returns the ServiceAccount the operator runs as.
+///
+/// # Errors
+/// kubectl's errors; a rendering without exactly one ServiceAccount.
+pub fn install_manifests(
+    cluster: &Cluster,
+    manifests: &Path,
+) -> Result<ServiceAccountRef, ClusterError> {
+    let rendered = cluster.kubectl_run(&["kustomize", &manifests.display().to_string()], None)?;
+    let mut keep = Vec::new();
+    let mut accounts = Vec::new();
+    for doc in rendered.split("\n---\n") {
+        let kind = doc
+            .lines()
+            .find_map(|l| l.strip_prefix("kind: "))
+            .unwrap_or("")
+            .trim();
+        if !INSTALLED_KINDS.contains(&kind) {
+            continue;
+        }
+        if kind == "ServiceAccount" {
+            let meta = |key: &str| {
+                doc.lines()
+                    .skip_while(|l| !l.starts_with("metadata:"))
+                    .find_map(|l| {
+                        l.strip_prefix(&format!("  {key}: "))
+                            .map(|v| v.trim().to_string())
+                    })
+                    .unwrap_or_default()
+            };
+            accounts.push(ServiceAccountRef {
+                namespace: meta("namespace"),
+                name: meta("name"),
+            });
+        }
+        keep.push(doc.trim_start_matches("---\n").to_string());
+    }
+    let [account] =
+        <[ServiceAccountRef; 1]>::try_from(accounts).map_err(|found| ClusterError::Kubectl {
+            args: format!("kustomize {}", manifests.display()),
+            stderr: format!("expected exactly one ServiceAccount, found {found:?}"),
+        })?;
+    cluster.kubectl_run(
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        Some(&keep.join("\n---\n")),
+    )?;
+    cluster.kubectl_run(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/nodemaintenances.nodemaintenance.medik8s.io",
+        ],
+        None,
+    )?;
+    Ok(account)
+}
+
+/// A kubeconfig that authenticates as `account` (a client certificate for
+/// `system:serviceaccount:<ns>:<name>` in group `system:serviceaccounts`, which RBAC treats exactly
+/// as the ServiceAccount), so the operator has only what the manifests grant.
+///
+/// # Errors
+/// Certificate or file errors.
+pub fn service_account_kubeconfig(
+    cluster: &Cluster,
+    account: &ServiceAccountRef,
+) -> Result<PathBuf, ClusterError> {
+    cluster.write_user_kubeconfig(
+        &format!("sa-{}", account.name),
+        &format!(
+            "system:serviceaccount:{}:{}",
+            account.namespace, account.name
+        ),
+        "system:serviceaccounts",
+    )
 }

@@ -1,0 +1,778 @@
+//! The maintenance lifecycle end to end: the operator binary, acting as the ServiceAccount from
+//! `manifests/`, against a real control plane whose kwok nodes run and terminate pods.
+//!
+//! Upstream's controller cases (nmo-compat.md §15.1) come first, then our improvements.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
+use serde_json::json;
+
+const LIMIT: Duration = Duration::from_secs(60);
+const LEASE_NS: &str = "medik8s-leases";
+
+fn leases(client: &kube::Client) -> Api<Lease> {
+    Api::namespaced(client.clone(), LEASE_NS)
+}
+
+async fn pods_on(client: &kube::Client, node: &str) -> Vec<Pod> {
+    Api::<Pod>::all(client.clone())
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .unwrap()
+        .items
+}
+
+/// Changes an annotation of the NodeMaintenance: a watch event, hence a reconcile, without
+/// changing what the maintenance asks for.
+async fn touch(client: &kube::Client, name: &str, value: &str) {
+    Api::<NodeMaintenance>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": value}}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// A valid lease of another holder (NodeHealthCheck's naming), as remediation would take it.
+async fn foreign_lease(client: &kube::Client, node: &str) {
+    ensure_lease_namespace(client).await;
+    let now = jiff::Timestamp::now();
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": format!("node-{node}")},
+        "spec": {
+            "holderIdentity": "NodeHealthCheck-e2e",
+            "leaseDurationSeconds": 3600,
+            "acquireTime": now.to_string(),
+            "renewTime": now.to_string(),
+        }
+    }))
+    .unwrap();
+    leases(client)
+        .create(&PostParams::default(), &lease)
+        .await
+        .unwrap();
+}
+
+async fn ensure_lease_namespace(client: &kube::Client) {
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": LEASE_NS}})).unwrap();
+    let _ = Api::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await;
+}
+
+/// Upstream #6: a valid NodeMaintenance cordons and taints the node, labels it, takes the lease,
+/// evicts the Deployment's pods (which come back elsewhere), leaves DaemonSet pods, reports
+/// Succeeded with upstream's counts and events; deletion restores the node and deletes the lease.
+#[tokio::test]
+async fn success_with_pods_then_restore() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("ok");
+    let nodes = worker_nodes(env.cluster, &client, &group, 2).await;
+    let ns = namespace(&client, "ok").await;
+    env.cluster
+        .kubectl_run(&["cordon", &nodes[1]], None)
+        .unwrap();
+    deployment(&client, &ns, "web", &group, 3, 1).await;
+    daemonset(&client, &ns, "agent", &group).await;
+    wait_running(&client, &ns, "web", 3, LIMIT).await;
+    wait_running(&client, &ns, "agent", 2, LIMIT).await;
+    env.cluster
+        .kubectl_run(&["uncordon", &nodes[1]], None)
+        .unwrap();
+
+    let started = jiff::Timestamp::now();
+    let name = unique("nm-ok");
+    nm::create(&client, &name, &nodes[0]).await;
+    let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let s = done.status.unwrap();
+    assert_eq!(s.drain_progress, Some(100));
+    assert_eq!(
+        s.eviction_pods,
+        Some(3),
+        "the Deployment's pods, not the DaemonSet's"
+    );
+    assert_eq!(s.total_pods, Some(4), "every pod on the node at the start");
+    assert!(s.pending_pods.unwrap_or_default().is_empty());
+    assert!(s.pending_pods_refs.unwrap_or_default().is_empty());
+    assert_eq!(s.last_error, None);
+    assert_eq!(s.error_on_lease_count.unwrap_or(0), 0);
+    assert!(s.last_update.is_some());
+    assert_eq!(
+        done.metadata.finalizers,
+        Some(vec!["foregroundDeleteNodeMaintenance".to_string()])
+    );
+
+    wait_for("node in maintenance", LIMIT, || {
+        node::in_maintenance(&client, &nodes[0])
+    })
+    .await;
+    let left: Vec<String> = pods_on(&client, &nodes[0])
+        .await
+        .iter()
+        .map(|p| p.metadata.labels.as_ref().unwrap()["app"].clone())
+        .collect();
+    assert_eq!(
+        left,
+        vec!["agent".to_string()],
+        "only the DaemonSet pod stays"
+    );
+    let web = wait_running(&client, &ns, "web", 3, LIMIT).await;
+    assert!(
+        web.iter().all(|p| node_of(p) == nodes[1]),
+        "rescheduled on the other node"
+    );
+
+    let lease = leases(&client)
+        .get(&format!("node-{}", nodes[0]))
+        .await
+        .unwrap();
+    let spec = lease.spec.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some("node-maintenance"));
+    assert_eq!(spec.lease_duration_seconds, Some(3600));
+    let renew = spec.renew_time.unwrap().0;
+    assert!(
+        renew
+            >= started
+                .checked_sub(jiff::SignedDuration::from_secs(1))
+                .unwrap()
+            && renew <= jiff::Timestamp::now()
+    );
+
+    nm::wait_event(&client, &name, "BeginMaintenance").await;
+    nm::wait_event(&client, &name, "SucceedMaintenance").await;
+    let events = nm::event_summary(&client, &name).await;
+    assert!(
+        events.contains(&(
+            "Normal".into(),
+            "BeginMaintenance".into(),
+            "Begin a node maintenance".into(),
+            1
+        )),
+        "{events:?}"
+    );
+    assert!(
+        events.contains(&(
+            "Normal".into(),
+            "SucceedMaintenance".into(),
+            "Node maintenance was succeeded".into(),
+            1
+        )),
+        "{events:?}"
+    );
+
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+    wait_for("node restored", LIMIT, || {
+        node::restored(&client, &nodes[0])
+    })
+    .await;
+    assert!(
+        leases(&client)
+            .get_opt(&format!("node-{}", nodes[0]))
+            .await
+            .unwrap()
+            .is_none(),
+        "lease deleted"
+    );
+    nm::wait_event(&client, &name, "RemovedMaintenance").await;
+    wait_for("UncordonNode event on the Node", LIMIT, || async {
+        let e = nm::events(&client, "Node", &nodes[0]).await;
+        if e.iter()
+            .any(|e| e.reason.as_deref() == Some("UncordonNode"))
+        {
+            Ok(())
+        } else {
+            Err(format!("{e:?}"))
+        }
+    })
+    .await;
+}
+
+/// Upstream #7, with our recovery: the node disappears during maintenance -> Failed with
+/// upstream's lastError; the node comes back -> the maintenance resumes and succeeds.
+#[tokio::test]
+async fn missing_node_fails_then_resumes_when_it_returns() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("gone");
+    let nodes = worker_nodes(env.cluster, &client, &group, 1).await;
+    let name = unique("nm-gone");
+    // The webhook refuses a maintenance for a node that does not exist, so the node goes after.
+    nm::create(&client, &name, &nodes[0]).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    Api::<Node>::all(client.clone())
+        .delete(&nodes[0], &Default::default())
+        .await
+        .unwrap();
+    let failed = nm::wait_phase(&client, &name, MaintenancePhase::Failed, LIMIT).await;
+    assert_eq!(
+        failed.status.unwrap().last_error,
+        Some(format!("nodes \"{}\" not found", nodes[0]))
+    );
+    nm::wait_event(&client, &name, "FailedMaintenance").await;
+
+    worker_nodes(env.cluster, &client, &group, 1).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    wait_for("node in maintenance again", LIMIT, || {
+        node::in_maintenance(&client, &nodes[0])
+    })
+    .await;
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+    wait_for("node restored", LIMIT, || {
+        node::restored(&client, &nodes[0])
+    })
+    .await;
+}
+
+/// Upstream #8 and #9: a lease held by another holder is retried without counting, the node is
+/// not touched meanwhile, and once it is released the maintenance succeeds without Failed.
+#[tokio::test]
+async fn lease_held_by_another_is_retried_then_succeeds_when_released() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("held");
+    let nodes = worker_nodes(env.cluster, &client, &group, 1).await;
+    foreign_lease(&client, &nodes[0]).await;
+    let name = unique("nm-held");
+    nm::create(&client, &name, &nodes[0]).await;
+    let waiting = nm::wait_status(&client, &name, "waiting for the lease", LIMIT, |s| {
+        s.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("failed to obtain a lease that is not owned by us"))
+    })
+    .await;
+    let s = waiting.status.unwrap();
+    assert_eq!(s.phase, Some(MaintenancePhase::Running));
+    assert_eq!(s.error_on_lease_count.unwrap_or(0), 0, "not counted");
+    assert_eq!(s.drain_progress.unwrap_or(0), 0);
+    let (cordoned, _, _) = node::state(&client, &nodes[0]).await;
+    assert!(!cordoned, "no node change without the lease");
+
+    leases(&client)
+        .delete(&format!("node-{}", nodes[0]), &Default::default())
+        .await
+        .unwrap();
+    let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    assert_eq!(done.status.unwrap().error_on_lease_count.unwrap_or(0), 0);
+    wait_for("node in maintenance", LIMIT, || {
+        node::in_maintenance(&client, &nodes[0])
+    })
+    .await;
+    let events = nm::event_summary(&client, &name).await;
+    assert!(
+        !events.iter().any(|e| e.1 == "FailedMaintenance"),
+        "{events:?}"
+    );
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+}
+
+/// Upstream #10: the lease is lost for a while during maintenance (counted), then recovered:
+/// back to Succeeded with the count reset, never Failed.
+#[tokio::test]
+async fn lease_lost_for_a_while_recovers() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("blip");
+    let nodes = worker_nodes(env.cluster, &client, &group, 1).await;
+    let name = unique("nm-blip");
+    nm::create(&client, &name, &nodes[0]).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+
+    let lease_name = format!("node-{}", nodes[0]);
+    leases(&client)
+        .patch(
+            &lease_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"holderIdentity": "NodeHealthCheck-e2e"}})),
+        )
+        .await
+        .unwrap();
+    touch(&client, &name, "lease-lost").await;
+    nm::wait_status(&client, &name, "lease loss counted", LIMIT, |s| {
+        s.error_on_lease_count.unwrap_or(0) >= 1
+            && s.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("failed to extend a lease that used to be owned by us"))
+    })
+    .await;
+    leases(&client)
+        .delete(&lease_name, &Default::default())
+        .await
+        .unwrap();
+    let done = nm::wait_status(&client, &name, "recovered", LIMIT, |s| {
+        s.phase == Some(MaintenancePhase::Succeeded) && s.error_on_lease_count.unwrap_or(0) == 0
+    })
+    .await;
+    assert_eq!(done.status.unwrap().drain_progress, Some(100));
+    let events = nm::event_summary(&client, &name).await;
+    assert!(
+        !events.iter().any(|e| e.1 == "FailedMaintenance"),
+        "{events:?}"
+    );
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+}
+
+/// Upstream #12: the lease is lost for good: Failed after more than 3 counted attempts, the
+/// node is released (uncordoned), one FailedMaintenance.
+#[tokio::test]
+async fn lease_lost_for_good_fails_and_uncordons() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("lost");
+    let nodes = worker_nodes(env.cluster, &client, &group, 1).await;
+    let name = unique("nm-lost");
+    nm::create(&client, &name, &nodes[0]).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    leases(&client)
+        .patch(
+            &format!("node-{}", nodes[0]),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"holderIdentity": "NodeHealthCheck-e2e"}})),
+        )
+        .await
+        .unwrap();
+    touch(&client, &name, "lease-lost").await;
+    let failed = nm::wait_phase(
+        &client,
+        &name,
+        MaintenancePhase::Failed,
+        Duration::from_secs(90),
+    )
+    .await;
+    let s = failed.status.unwrap();
+    assert!(s.error_on_lease_count.unwrap_or(0) > 3, "{s:?}");
+    assert!(
+        s.last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("maintenance failed: lease could not be extended"),
+        "{s:?}"
+    );
+    wait_for("node released", LIMIT, || {
+        node::restored(&client, &nodes[0])
+    })
+    .await;
+    nm::wait_event(&client, &name, "FailedMaintenance").await;
+    let failures = nm::event_summary(&client, &name)
+        .await
+        .into_iter()
+        .filter(|e| e.1 == "FailedMaintenance")
+        .count();
+    assert_eq!(failures, 1, "one event on the transition");
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+    let lease = leases(&client)
+        .get(&format!("node-{}", nodes[0]))
+        .await
+        .unwrap();
+    assert_eq!(
+        lease.spec.unwrap().holder_identity.as_deref(),
+        Some("NodeHealthCheck-e2e"),
+        "another holder's lease is kept"
+    );
+}
+
+/// Upstream #11: deleted while another finalizer blocks the object: our cleanup runs once, our
+/// finalizer goes, and maintenance is not re-applied while the object lingers.
+#[tokio::test]
+async fn deleted_with_extra_finalizer_is_not_reapplied() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("blocker");
+    let nodes = worker_nodes(env.cluster, &client, &group, 1).await;
+    let name = unique("nm-blocker");
+    let mut obj = nm::new(&name, &nodes[0], "e2e");
+    obj.metadata.finalizers = Some(vec!["test/blocker".into()]);
+    let api = Api::<NodeMaintenance>::all(client.clone());
+    api.create(&PostParams::default(), &obj).await.unwrap();
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    nm::delete(&client, &name).await;
+    wait_for("our finalizer removed", LIMIT, || async {
+        let f = api
+            .get(&name)
+            .await
+            .map_err(|e| e.to_string())?
+            .metadata
+            .finalizers
+            .unwrap_or_default();
+        if f == vec!["test/blocker".to_string()] {
+            Ok(())
+        } else {
+            Err(format!("{f:?}"))
+        }
+    })
+    .await;
+    wait_for("node restored", LIMIT, || {
+        node::restored(&client, &nodes[0])
+    })
+    .await;
+    // Consistently, for 3 s: nothing puts the node back into maintenance.
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < until {
+        if let Err(seen) = node::restored(&client, &nodes[0]).await {
+            panic!("maintenance re-applied to a deleted NodeMaintenance's node: {seen}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    nm::wait_gone(&client, &name, LIMIT).await;
+}
+
+/// A PodDisruptionBudget with maxUnavailable 0 blocks the drain; the status names the budget
+/// with the healthy pods it needs and has; relaxing it lets the drain finish.
+#[tokio::test]
+async fn pdb_blocks_status_names_it_and_relaxing_finishes() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("pdb");
+    let nodes = worker_nodes(env.cluster, &client, &group, 2).await;
+    let ns = namespace(&client, "pdb").await;
+    env.cluster
+        .kubectl_run(&["cordon", &nodes[1]], None)
+        .unwrap();
+    deployment(&client, &ns, "db", &group, 2, 0).await;
+    wait_running(&client, &ns, "db", 2, LIMIT).await;
+    env.cluster
+        .kubectl_run(&["uncordon", &nodes[1]], None)
+        .unwrap();
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns);
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "db-guard"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "db"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    wait_for("budget observed", LIMIT, || async {
+        let p = pdbs.get("db-guard").await.map_err(|e| e.to_string())?;
+        let s = p.status.clone().unwrap_or_default();
+        if s.observed_generation == p.metadata.generation && s.current_healthy == Some(2) {
+            Ok(())
+        } else {
+            Err(format!("{s:?}"))
+        }
+    })
+    .await;
+
+    let name = unique("nm-pdb");
+    nm::create(&client, &name, &nodes[0]).await;
+    let blocked = nm::wait_status(&client, &name, "blocked by the budget", LIMIT, |s| {
+        s.blockers.as_ref().is_some_and(|b| {
+            b.len() == 2
+                && b.iter().all(|b| {
+                    b.reason == "PodDisruptionBudget"
+                        && b.pod_disruption_budget.as_deref() == Some("db-guard")
+                        && b.desired_healthy == Some(2)
+                        && b.current_healthy == Some(2)
+                })
+        })
+    })
+    .await;
+    let s = blocked.status.unwrap();
+    assert_eq!(s.phase, Some(MaintenancePhase::Running));
+    assert_eq!(s.pending_pods.as_ref().map(Vec::len), Some(2));
+    assert_eq!(s.drain_progress, Some(0));
+
+    pdbs.patch(
+        "db-guard",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"maxUnavailable": 2}})),
+    )
+    .await
+    .unwrap();
+    let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let s = done.status.unwrap();
+    assert_eq!(s.last_error, None, "cleared on success");
+    assert!(s.blockers.unwrap_or_default().is_empty());
+    assert!(
+        env.operator
+            .lock()
+            .unwrap()
+            .log()
+            .contains("Reconciling with fixed duration")
+    );
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+}
+
+/// The drain never holds a reconcile worker: 20 maintenances on 20 nodes, each blocked by its own
+/// budget, all report their blocker at the same time (one blocked drain per worker could not).
+#[tokio::test]
+async fn twenty_maintenances_progress_at_once() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("many");
+    let nodes = worker_nodes(env.cluster, &client, &group, 20).await;
+    let ns = namespace(&client, "many").await;
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns);
+    for (i, n) in nodes.iter().enumerate() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("p{i}"), "labels": {"app": format!("p{i}")}},
+            "spec": {"nodeName": n, "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": format!("p{i}")},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": format!("p{i}")}}}
+        }))
+        .unwrap();
+        pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    }
+    for i in 0..nodes.len() {
+        wait_running(&client, &ns, &format!("p{i}"), 1, LIMIT).await;
+        let name = format!("p{i}");
+        wait_for("budget observed", LIMIT, || async {
+            let p = pdbs.get(&name).await.map_err(|e| e.to_string())?;
+            let s = p.status.clone().unwrap_or_default();
+            if s.observed_generation == p.metadata.generation && s.current_healthy == Some(1) {
+                Ok(())
+            } else {
+                Err(format!("{s:?}"))
+            }
+        })
+        .await;
+    }
+    let names: Vec<String> = (0..nodes.len()).map(|i| format!("{group}-nm{i}")).collect();
+    for (name, n) in names.iter().zip(&nodes) {
+        nm::create(&client, name, n).await;
+    }
+    for name in &names {
+        nm::wait_status(&client, name, "blocked by its budget", LIMIT, |s| {
+            s.blockers
+                .as_ref()
+                .is_some_and(|b| b.iter().any(|b| b.reason == "PodDisruptionBudget"))
+        })
+        .await;
+    }
+    // All twenty are blocked right now, each in its own status.
+    let all = Api::<NodeMaintenance>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    let blocked = all
+        .iter()
+        .filter(|nm| names.contains(nm.metadata.name.as_ref().unwrap()))
+        .filter(|nm| {
+            nm.status
+                .as_ref()
+                .and_then(|s| s.blockers.as_ref())
+                .is_some_and(|b| !b.is_empty())
+        })
+        .count();
+    assert_eq!(blocked, 20);
+    for i in 0..nodes.len() {
+        pdbs.delete(&format!("p{i}"), &Default::default())
+            .await
+            .unwrap();
+    }
+    for name in &names {
+        nm::wait_phase(&client, name, MaintenancePhase::Succeeded, LIMIT).await;
+        nm::delete(&client, name).await;
+    }
+    for name in &names {
+        nm::wait_gone(&client, name, LIMIT).await;
+    }
+}
+
+/// Nodes are watched: an uncordon or a removed maintenance taint during maintenance is
+/// re-applied, with a Warning event saying what.
+#[tokio::test]
+async fn drift_is_reapplied_with_an_event() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("drift");
+    let nodes = worker_nodes(env.cluster, &client, &group, 1).await;
+    let name = unique("nm-drift");
+    nm::create(&client, &name, &nodes[0]).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    wait_for("node in maintenance", LIMIT, || {
+        node::in_maintenance(&client, &nodes[0])
+    })
+    .await;
+
+    env.cluster
+        .kubectl_run(&["uncordon", &nodes[0]], None)
+        .unwrap();
+    env.cluster
+        .kubectl_run(
+            &["taint", "node", &nodes[0], "medik8s.io/drain:NoSchedule-"],
+            None,
+        )
+        .unwrap();
+    wait_for("maintenance re-applied", LIMIT, || {
+        node::in_maintenance(&client, &nodes[0])
+    })
+    .await;
+    nm::wait_event(&client, &name, "MaintenanceReapplied").await;
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+    wait_for("node restored", LIMIT, || {
+        node::restored(&client, &nodes[0])
+    })
+    .await;
+}
+
+/// Ending maintenance restores the earlier state: a node an admin had cordoned stays cordoned,
+/// and a taint and the exclude label that were there before are untouched.
+#[tokio::test]
+async fn restores_the_earlier_state_not_a_blank_one() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("prior");
+    let nodes = worker_nodes(env.cluster, &client, &group, 1).await;
+    let n = &nodes[0];
+    env.cluster.kubectl_run(&["cordon", n], None).unwrap();
+    env.cluster
+        .kubectl_run(&["taint", "node", n, "dummy-key=x:PreferNoSchedule"], None)
+        .unwrap();
+    env.cluster
+        .kubectl_run(
+            &[
+                "label",
+                "node",
+                n,
+                "remediation.medik8s.io/exclude-from-remediation=true",
+                "dummy=true",
+            ],
+            None,
+        )
+        .unwrap();
+    // node-lifecycle adds this one for a cordoned node; it predates the maintenance too.
+    wait_for(
+        "the unschedulable taint of a cordoned node",
+        LIMIT,
+        || async {
+            let (_, taints, _) = node::state(&client, n).await;
+            if taints.contains(&"node.kubernetes.io/unschedulable:NoSchedule".to_string()) {
+                Ok(())
+            } else {
+                Err(format!("{taints:?}"))
+            }
+        },
+    )
+    .await;
+
+    let name = unique("nm-prior");
+    nm::create(&client, &name, n).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    wait_for("node in maintenance", LIMIT, || {
+        node::in_maintenance(&client, n)
+    })
+    .await;
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+
+    let (cordoned, taints, labels) = node::state(&client, n).await;
+    assert!(cordoned, "the admin's cordon stays");
+    assert!(
+        taints.contains(&"dummy-key:PreferNoSchedule".to_string()),
+        "{taints:?}"
+    );
+    assert!(
+        !taints.contains(&"medik8s.io/drain:NoSchedule".to_string()),
+        "{taints:?}"
+    );
+    assert_eq!(
+        labels
+            .get("remediation.medik8s.io/exclude-from-remediation")
+            .map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(labels.get("dummy").map(String::as_str), Some("true"));
+    let events = nm::events(&client, "Node", n).await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("UncordonNode")),
+        "nothing was uncordoned"
+    );
+}
+
+/// A finished maintenance stays quiet: re-reconciles neither re-emit events nor rewrite status,
+/// and its lease is renewed before it expires.
+#[tokio::test]
+async fn finished_maintenance_is_quiet_and_keeps_its_lease() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("quiet");
+    let nodes = worker_nodes(env.cluster, &client, &group, 1).await;
+    let name = unique("nm-quiet");
+    nm::create(&client, &name, &nodes[0]).await;
+    let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let last_update = done.status.unwrap().last_update;
+
+    // An old renewTime: three quarters of the hour have passed since the last renewal.
+    let lease_name = format!("node-{}", nodes[0]);
+    let old = jiff::Timestamp::now()
+        .checked_sub(jiff::SignedDuration::from_secs(3000))
+        .unwrap();
+    leases(&client)
+        .patch(
+            &lease_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"renewTime": old.to_string()}})),
+        )
+        .await
+        .unwrap();
+    for i in 0..3 {
+        touch(&client, &name, &i.to_string()).await;
+    }
+    wait_for("lease renewed", LIMIT, || async {
+        let l = leases(&client)
+            .get(&lease_name)
+            .await
+            .map_err(|e| e.to_string())?;
+        let renew = l.spec.and_then(|s| s.renew_time).map(|t| t.0);
+        if renew.is_some_and(|r| {
+            r > old
+                .checked_add(jiff::SignedDuration::from_secs(60))
+                .unwrap()
+        }) {
+            Ok(())
+        } else {
+            Err(format!("{renew:?}"))
+        }
+    })
+    .await;
+    let after = Api::<NodeMaintenance>::all(client.clone())
+        .get(&name)
+        .await
+        .unwrap();
+    assert_eq!(
+        after.status.unwrap().last_update,
+        last_update,
+        "status not rewritten"
+    );
+    let events = nm::event_summary(&client, &name).await;
+    let succeeded: i32 = events
+        .iter()
+        .filter(|e| e.1 == "SucceedMaintenance")
+        .map(|e| e.3)
+        .sum();
+    assert_eq!(succeeded, 1, "{events:?}");
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+}
