@@ -1,0 +1,212 @@
+//! The validating webhook end to end: the real kube-apiserver calls the operator's TLS service at
+//! `https://127.0.0.1:<port>` with a `caBundle`, and kubectl prints what users see.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use node_maintenance_operator::api::NodeMaintenance;
+use serde_json::json;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn manifest(name: &str, node: &str) -> String {
+    json!({
+        "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
+        "kind": "NodeMaintenance",
+        "metadata": {"name": name},
+        "spec": {"nodeName": node, "reason": "e2e"}
+    })
+    .to_string()
+}
+
+fn kubectl_create(cluster: &Cluster, name: &str, node: &str) -> Result<String, String> {
+    cluster
+        .kubectl_run(&["create", "-f", "-"], Some(&manifest(name, node)))
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test]
+async fn missing_node_is_denied_with_upstreams_message() {
+    let env = operator_env();
+    let err = kubectl_create(env.cluster, &unique("nm-missing"), "no-such-node").unwrap_err();
+    assert!(
+        err.contains(
+            "admission webhook \"vnodemaintenance.kb.io\" denied the request: invalid nodeName, no node with name no-such-node found"
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn duplicate_denied_nodename_immutable_reason_editable() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("dup");
+    let nodes = worker_nodes(env.cluster, &client, &group, 2).await;
+    let first = unique("nm-first");
+    kubectl_create(env.cluster, &first, &nodes[0]).unwrap();
+
+    let err = kubectl_create(env.cluster, &unique("nm-second"), &nodes[0]).unwrap_err();
+    assert!(
+        err.contains(&format!(
+            "invalid nodeName, a NodeMaintenance for node {} already exists",
+            nodes[0]
+        )),
+        "{err}"
+    );
+
+    let api = Api::<NodeMaintenance>::all(client.clone());
+    let err = api
+        .patch(
+            &first,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"nodeName": nodes[1]}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("updating spec.NodeName isn't allowed"),
+        "{err}"
+    );
+    let kube::Error::Api(status) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        status.code, 403,
+        "denials are Forbidden, as controller-runtime's"
+    );
+
+    api.patch(
+        &first,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"reason": "edited"}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        api.get(&first).await.unwrap().spec.reason.as_deref(),
+        Some("edited")
+    );
+    api.delete(&first, &Default::default()).await.unwrap();
+    nm::wait_gone(&client, &first, LIMIT).await;
+}
+
+/// Dry-run creates get the same answers and leave nothing behind: after an admitted dry run,
+/// a real create for the same node is still admitted.
+#[tokio::test]
+async fn dry_run_has_the_same_answer_and_no_side_effect() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("dry");
+    let nodes = worker_nodes(env.cluster, &client, &group, 1).await;
+    let err = env
+        .cluster
+        .kubectl_run(
+            &["create", "--dry-run=server", "-f", "-"],
+            Some(&manifest("dry-missing", "no-such-node")),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("no node with name no-such-node found"),
+        "{err}"
+    );
+    for _ in 0..3 {
+        env.cluster
+            .kubectl_run(
+                &["create", "--dry-run=server", "-f", "-"],
+                Some(&manifest(&unique("dry"), &nodes[0])),
+            )
+            .unwrap();
+    }
+    let name = unique("nm-dry");
+    kubectl_create(env.cluster, &name, &nodes[0]).unwrap();
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+}
+
+/// Ten concurrent creates for one node: exactly one is admitted.
+#[tokio::test]
+async fn ten_concurrent_creates_admit_exactly_one() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("race");
+    let nodes = worker_nodes(env.cluster, &client, &group, 1).await;
+    let api = Api::<NodeMaintenance>::all(client.clone());
+    let attempts = (0..10).map(|i| {
+        let api = api.clone();
+        let obj = nm::new(&format!("{group}-{i}"), &nodes[0], "race");
+        async move { api.create(&PostParams::default(), &obj).await }
+    });
+    let results = futures::future::join_all(attempts).await;
+    let admitted: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    let denied: Vec<String> = results
+        .iter()
+        .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
+        .collect();
+    assert_eq!(
+        admitted.len(),
+        1,
+        "admitted {admitted:?}; denied {denied:?}"
+    );
+    assert!(
+        denied.iter().all(|e| e.contains("already exists")),
+        "{denied:?}"
+    );
+    let name = admitted[0].metadata.name.clone().unwrap();
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+}
+
+/// Control-plane quorum on a non-OpenShift cluster: with one control-plane node its maintenance
+/// would lose etcd quorum; with three, one may go, a second may not while the first is out.
+#[tokio::test]
+async fn control_plane_quorum() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let quorum =
+        "can not put master/control-plane node into maintenance at this moment, disrupting node";
+    let err = kubectl_create(env.cluster, &unique("nm-cp"), "kwok-control-plane-0").unwrap_err();
+    assert!(
+        err.contains(&format!(
+            "{quorum} kwok-control-plane-0 will violate etcd quorum"
+        )),
+        "{err}"
+    );
+
+    for i in 1..3 {
+        env.cluster
+            .create_node(&format!("kwok-control-plane-{i}"), true)
+            .unwrap();
+    }
+    wait_for("three Ready control-plane nodes", LIMIT, || async {
+        let ready = (0..3)
+            .filter(|i| env.cluster.node_ready(&format!("kwok-control-plane-{i}")))
+            .count();
+        if ready == 3 {
+            Ok(())
+        } else {
+            Err(format!("{ready} ready"))
+        }
+    })
+    .await;
+    let first = unique("nm-cp0");
+    kubectl_create(env.cluster, &first, "kwok-control-plane-0").unwrap();
+    let err = kubectl_create(env.cluster, &unique("nm-cp1"), "kwok-control-plane-1").unwrap_err();
+    assert!(
+        err.contains(&format!(
+            "{quorum} kwok-control-plane-1 will violate etcd quorum"
+        )),
+        "{err}"
+    );
+    nm::delete(&client, &first).await;
+    nm::wait_gone(&client, &first, LIMIT).await;
+    let again = unique("nm-cp1");
+    kubectl_create(env.cluster, &again, "kwok-control-plane-1").unwrap();
+    nm::delete(&client, &again).await;
+    nm::wait_gone(&client, &again, LIMIT).await;
+}

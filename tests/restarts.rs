@@ -1,0 +1,272 @@
+//! The operator process dies, restarts, runs twice: maintenance still completes and nodes are
+//! still restored. No webhook is registered in this binary, which also lets a duplicate
+//! NodeMaintenance "slip past" it. Each test runs its own operator processes, one test at a time.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use nmo_devcluster::operator::{
+    Operator, ServiceAccountRef, install_manifests, service_account_kubeconfig,
+};
+use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
+use serde_json::json;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// One test at a time: each starts and kills its own operators.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn setup() -> (&'static Cluster, ServiceAccountRef, std::path::PathBuf) {
+    static SETUP: std::sync::OnceLock<(ServiceAccountRef, std::path::PathBuf)> =
+        std::sync::OnceLock::new();
+    let cluster = Cluster::shared();
+    let (account, kubeconfig) = SETUP.get_or_init(|| {
+        let account = install_manifests(cluster, &manifests_dir()).unwrap();
+        let kubeconfig = service_account_kubeconfig(cluster, &account).unwrap();
+        (account, kubeconfig)
+    });
+    (cluster, account.clone(), kubeconfig.clone())
+}
+
+fn start(
+    cluster: &Cluster,
+    account: &ServiceAccountRef,
+    kubeconfig: &std::path::Path,
+    name: &str,
+    leader: bool,
+) -> Operator {
+    let mut opts = operator_options(name, account, kubeconfig);
+    opts.leader_elect = leader;
+    Operator::start(cluster, &opts).unwrap_or_else(|e| panic!("{name} did not start: {e}"))
+}
+
+/// A Deployment of two pods on `nodes[0]` guarded by a budget that allows no disruption, so a
+/// drain of that node stays in progress until the test relaxes it.
+async fn blocked_workload(
+    cluster: &Cluster,
+    client: &kube::Client,
+    group: &str,
+    nodes: &[String],
+) -> (String, Api<PodDisruptionBudget>) {
+    let ns = namespace(client, group).await;
+    cluster.kubectl_run(&["cordon", &nodes[1]], None).unwrap();
+    deployment(client, &ns, "db", group, 2, 0).await;
+    wait_running(client, &ns, "db", 2, LIMIT).await;
+    cluster.kubectl_run(&["uncordon", &nodes[1]], None).unwrap();
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns);
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "db-guard"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "db"}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    wait_for("budget observed", LIMIT, || async {
+        let p = pdbs.get("db-guard").await.map_err(|e| e.to_string())?;
+        let s = p.status.clone().unwrap_or_default();
+        if s.observed_generation == p.metadata.generation && s.current_healthy == Some(2) {
+            Ok(())
+        } else {
+            Err(format!("{s:?}"))
+        }
+    })
+    .await;
+    (ns, pdbs)
+}
+
+async fn relax(pdbs: &Api<PodDisruptionBudget>) {
+    pdbs.patch(
+        "db-guard",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"maxUnavailable": 2}})),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn sigkill_mid_drain_then_restart_completes() {
+    let _serial = SERIAL.lock().await;
+    let (cluster, account, kubeconfig) = setup();
+    let client = cluster.client().await;
+    let group = unique("kill");
+    let nodes = worker_nodes(cluster, &client, &group, 2).await;
+    let (_ns, pdbs) = blocked_workload(cluster, &client, &group, &nodes).await;
+
+    let mut op = start(cluster, &account, &kubeconfig, "op-kill", false);
+    let name = unique("nm-kill");
+    nm::create(&client, &name, &nodes[0]).await;
+    nm::wait_status(&client, &name, "drain in progress", LIMIT, |s| {
+        s.blockers.as_ref().is_some_and(|b| !b.is_empty())
+    })
+    .await;
+    op.process().kill();
+    relax(&pdbs).await;
+
+    let _op = start(cluster, &account, &kubeconfig, "op-kill-2", false);
+    let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    assert_eq!(done.status.unwrap().drain_progress, Some(100));
+    let begins = nm::event_summary(&client, &name)
+        .await
+        .into_iter()
+        .filter(|e| e.1 == "BeginMaintenance")
+        .count();
+    assert_eq!(
+        begins, 1,
+        "the restart does not begin the maintenance again"
+    );
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+    wait_for("node restored", LIMIT, || {
+        node::restored(&client, &nodes[0])
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn deleted_while_operator_down_is_restored_on_start() {
+    let _serial = SERIAL.lock().await;
+    let (cluster, account, kubeconfig) = setup();
+    let client = cluster.client().await;
+    let group = unique("down");
+    let nodes = worker_nodes(cluster, &client, &group, 1).await;
+    let mut op = start(cluster, &account, &kubeconfig, "op-down", false);
+    let name = unique("nm-down");
+    nm::create(&client, &name, &nodes[0]).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    op.process().stop(Duration::from_secs(10));
+
+    nm::delete(&client, &name).await;
+    let lingering = Api::<NodeMaintenance>::all(client.clone())
+        .get(&name)
+        .await
+        .unwrap();
+    assert!(
+        lingering.metadata.deletion_timestamp.is_some(),
+        "held by the finalizer while the operator is down"
+    );
+    node::in_maintenance(&client, &nodes[0]).await.unwrap();
+
+    let _op = start(cluster, &account, &kubeconfig, "op-down-2", false);
+    nm::wait_gone(&client, &name, LIMIT).await;
+    wait_for("node fully restored", LIMIT, || {
+        node::restored(&client, &nodes[0])
+    })
+    .await;
+    let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        client.clone(),
+        "medik8s-leases",
+    )
+    .get_opt(&format!("node-{}", nodes[0]))
+    .await
+    .unwrap();
+    assert!(lease.is_none(), "lease deleted");
+}
+
+/// A second NodeMaintenance for a node that is already held does not drain again, says who holds
+/// the node, and deleting it leaves the first one's maintenance in place.
+#[tokio::test]
+async fn duplicate_that_slipped_past_the_webhook_is_harmless() {
+    let _serial = SERIAL.lock().await;
+    let (cluster, account, kubeconfig) = setup();
+    let client = cluster.client().await;
+    let group = unique("dup");
+    let nodes = worker_nodes(cluster, &client, &group, 1).await;
+    let _op = start(cluster, &account, &kubeconfig, "op-dup", false);
+    let first = unique("nm-first");
+    nm::create(&client, &first, &nodes[0]).await;
+    nm::wait_phase(&client, &first, MaintenancePhase::Succeeded, LIMIT).await;
+
+    let second = unique("nm-second");
+    nm::create(&client, &second, &nodes[0]).await;
+    let held = nm::wait_status(&client, &second, "says who holds the node", LIMIT, |s| {
+        s.last_error.as_deref().is_some_and(|e| e.contains(&first))
+    })
+    .await;
+    assert_ne!(
+        held.status.unwrap().phase,
+        Some(MaintenancePhase::Succeeded)
+    );
+
+    nm::delete(&client, &second).await;
+    nm::wait_gone(&client, &second, LIMIT).await;
+    node::in_maintenance(&client, &nodes[0])
+        .await
+        .expect("the first maintenance goes on");
+    let first_now = Api::<NodeMaintenance>::all(client.clone())
+        .get(&first)
+        .await
+        .unwrap();
+    assert_eq!(
+        first_now.status.unwrap().phase,
+        Some(MaintenancePhase::Succeeded)
+    );
+
+    nm::delete(&client, &first).await;
+    nm::wait_gone(&client, &first, LIMIT).await;
+    wait_for("node restored", LIMIT, || {
+        node::restored(&client, &nodes[0])
+    })
+    .await;
+}
+
+/// Two replicas with leader election: one reconciles; kill it mid-drain and the other completes
+/// the maintenance.
+#[tokio::test]
+async fn leader_killed_mid_drain_standby_completes() {
+    let _serial = SERIAL.lock().await;
+    let (cluster, account, kubeconfig) = setup();
+    let client = cluster.client().await;
+    let group = unique("leader");
+    let nodes = worker_nodes(cluster, &client, &group, 2).await;
+    let (_ns, pdbs) = blocked_workload(cluster, &client, &group, &nodes).await;
+
+    let mut a = start(cluster, &account, &kubeconfig, "replica-a", true);
+    let mut b = start(cluster, &account, &kubeconfig, "replica-b", true);
+    let name = unique("nm-leader");
+    nm::create(&client, &name, &nodes[0]).await;
+    nm::wait_status(&client, &name, "drain in progress", LIMIT, |s| {
+        s.blockers.as_ref().is_some_and(|b| !b.is_empty())
+    })
+    .await;
+    let leader_lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        client.clone(),
+        &account.namespace,
+    )
+    .get("135b1886.medik8s.io")
+    .await
+    .unwrap();
+    let holder = leader_lease
+        .spec
+        .unwrap()
+        .holder_identity
+        .unwrap_or_default();
+    let a_leads = a.log().contains("Reconciling") && !b.log().contains("Reconciling");
+    let b_leads = b.log().contains("Reconciling") && !a.log().contains("Reconciling");
+    assert!(
+        a_leads ^ b_leads,
+        "exactly one replica reconciles (holder {holder})"
+    );
+    let (leader, standby) = if a_leads {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    leader.process().kill();
+    relax(&pdbs).await;
+
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    assert!(
+        standby.log().contains("Reconciling"),
+        "the standby took over"
+    );
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+    wait_for("node restored", LIMIT, || {
+        node::restored(&client, &nodes[0])
+    })
+    .await;
+}
