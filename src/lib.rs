@@ -2,12 +2,14 @@
 //! `NodeMaintenance` exists, and restores it when the object is deleted. A drop-in replacement for
 //! the medik8s Node Maintenance Operator: same API, names and strings.
 
+pub mod admission;
 pub mod api;
 pub mod metrics;
+pub mod node;
+pub mod drain;
+pub mod lease;
 pub mod config;
 pub mod telemetry;
 pub mod leader;
-pub mod node;
-pub mod lease;
-pub mod drain;
+pub mod run;
 pub mod controller;
