@@ -341,7 +341,9 @@ impl PendingCreates {
     pub fn reserved_nodes(&self, nm_name: &str) -> impl Iterator<Item = &String> {
         self.entries
             .iter()
-            .filter(move |(_, (nm, _))| nm != nm_name)
+            // An empty name (generateName not yet resolved) identifies nothing, so it never
+            // exempts itself.
+            .filter(move |(_, (nm, _))| nm_name.is_empty() || nm != nm_name)
             .map(|(node, _)| node)
     }
 
@@ -972,6 +974,9 @@ mod tests {
         assert_eq!(p.reserved_nodes("nm-2").collect::<Vec<_>>(), vec!["node-a"]);
         // The same object retried is not refused by its own reservation.
         assert_eq!(p.reserved_nodes("nm-1").count(), 0);
+        let mut unnamed = PendingCreates::default();
+        unnamed.record("node-c", "", t0);
+        assert_eq!(unnamed.reserved_nodes("").count(), 1);
         // Listed: the LIST speaks for it now.
         p.prune(&["nm-1".to_string()].into(), t0 + Duration::from_secs(2));
         assert_eq!(p.reserved_nodes("nm-2").count(), 0);
