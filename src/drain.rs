@@ -354,9 +354,11 @@ pub fn terminating_blocker(pod: &Pod, now: jiff::Timestamp) -> Option<PodBlocker
     };
     if overdue > STUCK_TERMINATING_MARGIN.as_secs() as i64 {
         let finalizers = pod.finalizers();
+        // No live counter in the text: the status is rewritten only when it changes, and every
+        // write triggers another reconcile.
         let mut msg = format!(
-            "stuck terminating: still on the node {overdue}s after its grace period of {grace}s \
-             ended (more than {}s); is the node's kubelet running?",
+            "stuck terminating: still on the node more than {}s after its grace period of \
+             {grace}s ended at {due}; is the node's kubelet running?",
             STUCK_TERMINATING_MARGIN.as_secs()
         );
         if !finalizers.is_empty() {
@@ -1001,6 +1003,8 @@ mod tests {
         );
         let stuck = terminating_blocker(&p, at(61)).unwrap();
         assert_eq!(stuck.reason, reason::STUCK_TERMINATING);
+        // The blocker does not change while the pod stays stuck (no status rewrite per pass).
+        assert_eq!(terminating_blocker(&p, at(3600)).unwrap(), stuck);
         let msg = stuck.message.unwrap();
         assert!(
             msg.contains("grace period of 80s") && msg.contains("more than 60s"),

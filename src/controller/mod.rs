@@ -15,7 +15,6 @@ mod reconcile;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,7 +23,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
@@ -153,6 +152,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// The controller's NodeMaintenance cache.
     pub store: Store<NodeMaintenance>,
+    /// True once the NodeMaintenance watch has listed everything (the cache is complete).
+    pub nms_synced: tokio::sync::watch::Receiver<bool>,
     /// Consecutive reconcile failures per object, for exponential back-off; reset on success.
     pub failures: Mutex<HashMap<String, u32>>,
     /// Consecutive waits for a lease we never held, per object; reset when the lease is ours.
@@ -208,28 +209,37 @@ pub async fn run(
 ) {
     let nms: Api<NodeMaintenance> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client.clone());
-    let controller = Controller::new(nms.clone(), watcher::Config::default());
-    let store = controller.store();
+    // Our own NodeMaintenance reflector (rather than `Controller::new`'s) so that we see its
+    // InitDone: `Store::wait_until_ready` wakes only one of several concurrent waiters (kube 5's
+    // `DelayedInit` keeps a single waker), and the controller's applier is already one.
+    let (store, writer) = reflector::store::<NodeMaintenance>();
+    let (nms_synced_tx, nms_synced) = tokio::sync::watch::channel(false);
+    let nm_events = watcher(nms.clone(), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .inspect(move |ev| {
+            if matches!(ev, Ok(watcher::Event::InitDone)) {
+                nms_synced_tx.send_replace(true);
+            }
+        })
+        .applied_objects();
+    let controller = Controller::for_stream(nm_events, store.clone());
 
     // Node watch: metadata only (names are all the mapper needs; any change, spec included,
     // bumps resourceVersion and arrives here), no debounce, so a manual uncordon is seen at once.
-    let nodes_synced = Arc::new(AtomicBool::new(false));
-    let nodes_synced_notify = Arc::new(tokio::sync::Notify::new());
-    let node_events = {
-        let synced = nodes_synced.clone();
-        let notify = nodes_synced_notify.clone();
-        watcher(
-            Api::<PartialObjectMeta<Node>>::all(client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .inspect(move |ev| {
-            if matches!(ev, Ok(watcher::Event::InitDone)) && !synced.swap(true, Ordering::SeqCst) {
-                notify.notify_waiters();
-            }
-        })
-        .touched_objects()
-    };
+    let (nodes_synced_tx, mut nodes_synced) = tokio::sync::watch::channel(false);
+    let node_events = watcher(
+        Api::<PartialObjectMeta<Node>>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .inspect(move |ev| {
+        if matches!(ev, Ok(watcher::Event::InitDone)) {
+            tracing::debug!("Node watch listed all nodes");
+            nodes_synced_tx.send_replace(true);
+        }
+    })
+    .touched_objects();
     let mapper_store = store.clone();
     let controller = controller
         .watches_stream(node_events, move |node| {
@@ -242,18 +252,12 @@ pub async fn run(
         .graceful_shutdown_on(shutdown);
 
     {
-        let store = store.clone();
-        let (synced, notify) = (nodes_synced.clone(), nodes_synced_notify.clone());
+        let mut nms_synced = nms_synced.clone();
         tokio::spawn(async move {
-            if store.wait_until_ready().await.is_err() {
+            if nms_synced.wait_for(|v| *v).await.is_err()
+                || nodes_synced.wait_for(|v| *v).await.is_err()
+            {
                 return;
-            }
-            loop {
-                let notified = notify.notified();
-                if synced.load(Ordering::SeqCst) {
-                    break;
-                }
-                notified.await;
             }
             tracing::info!("NodeMaintenance and Node watches synced");
             ready.send_replace(true);
@@ -274,6 +278,7 @@ pub async fn run(
         ),
         metrics,
         store,
+        nms_synced,
         failures: Mutex::default(),
         lease_waits: Mutex::default(),
     });

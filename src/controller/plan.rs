@@ -17,7 +17,7 @@ use crate::api::{
 };
 use crate::drain::{self, DrainReport, Survey};
 
-/// Next pass while evicted pods are only terminating.
+/// Next pass while evicted pods are only terminating (the pass is cheap: one pod list).
 pub const REQUEUE_TERMINATING: Duration = Duration::from_secs(1);
 /// Next pass while an eviction is refused (upstream's `waitDurationOnDrainError`).
 pub const REQUEUE_BLOCKED: Duration = Duration::from_secs(5);
@@ -634,7 +634,9 @@ fn pending_summary(report: &DrainReport) -> String {
 /// lastError cleared, `SucceedMaintenance` on the transition only, next check in 5 min.
 /// Otherwise: phase Running, pending pods with their blockers, drainProgress, the pass's
 /// aggregated error as lastError (cleared when the pods are only terminating), next pass in 1 s
-/// (only terminating) or 5 s (blocked, logged as upstream's fixed-duration requeue).
+/// (only terminating) or 5 s (blocked). Both are logged as upstream's `Reconciling with fixed
+/// duration`: upstream logs it whenever a pass ends with pods left (its e2e test greps for it),
+/// and a drain whose pods only take long to terminate is such a pass.
 pub fn drained(
     old: &NodeMaintenanceStatus,
     report: &DrainReport,
@@ -700,7 +702,7 @@ pub fn drained(
         requeue = if blocked {
             Requeue::Fixed(REQUEUE_BLOCKED)
         } else {
-            Requeue::After(REQUEUE_TERMINATING)
+            Requeue::Fixed(REQUEUE_TERMINATING)
         };
     }
     touch(&mut s, generation, now);
@@ -1282,7 +1284,7 @@ mod tests {
         // Only terminating left: short requeue, lastError cleared.
         let rep = report(&["test-pod-2"], &[("test-pod-2", reason::TERMINATING)], &[]);
         let (s, _, rq) = pass(&s, LeaseObservation::Held, &rep, t(2));
-        assert_eq!(rq, Requeue::After(REQUEUE_TERMINATING));
+        assert_eq!(rq, Requeue::Fixed(REQUEUE_TERMINATING));
         assert_eq!((s.drain_progress, s.last_error.as_ref()), (Some(50), None));
     }
 

@@ -264,8 +264,7 @@ async fn maintain(mut current: NodeMaintenance, ctx: &Context) -> Result<Action,
 /// A holder that is neither in the cache nor plausibly just created: the cache is complete
 /// once synced, and the holder annotation is only ever written for objects in it.
 fn is_stale_holder(ctx: &Context, holder: &str) -> bool {
-    futures::FutureExt::now_or_never(ctx.store.wait_until_ready()).is_some_and(|r| r.is_ok())
-        && ctx.store.get(&ObjectRef::new(holder)).is_none()
+    *ctx.nms_synced.borrow() && ctx.store.get(&ObjectRef::new(holder)).is_none()
 }
 
 /// Records `step`'s status (when it changed), publishes its events and turns its requeue into an
@@ -345,15 +344,19 @@ async fn record_error(nm: &NodeMaintenance, ctx: &Context, err: &Error) {
 }
 
 async fn add_finalizer(nm: &NodeMaintenance, ctx: &Context) -> Result<NodeMaintenance, Error> {
-    let patch = match &nm.metadata.finalizers {
-        None => serde_json::json!([
+    // The `test` op makes the add optimistic: it fails (and is retried) if someone changed the
+    // finalizers meanwhile, since the API server does not deduplicate them.
+    let list = nm.finalizers();
+    let patch = if list.is_empty() {
+        serde_json::json!([
             {"op": "test", "path": "/metadata/finalizers", "value": null},
             {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
-        ]),
-        Some(list) => serde_json::json!([
+        ])
+    } else {
+        serde_json::json!([
             {"op": "test", "path": "/metadata/finalizers", "value": list},
             {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
-        ]),
+        ])
     };
     json_patch(ctx, nm, patch)
         .await
