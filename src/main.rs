@@ -1,3 +1,76 @@
-fn main() {
-    println!("node-maintenance-operator: not wired yet");
+//! The manager binary: parses flags, sets up logging and runs the operator.
+//!
+//! Exit status: 0 after a graceful shutdown (SIGTERM/SIGINT) and for `--help`/`--version`; 2 for
+//! bad flags; 1 for any start-up failure or loss of leadership. Every failure is reported as one
+//! line on stderr.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use node_maintenance_operator::config::Config;
+use node_maintenance_operator::{run, telemetry};
+
+fn main() -> ExitCode {
+    // Exactly one rustls provider, before any TLS config or kube client is built
+    // (rust-stack.md §5). Err only means one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+
+    let config = match Config::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            // clap adds usage and tips on further lines; the first line says what is wrong.
+            let text = e.to_string();
+            eprintln!(
+                "{}",
+                text.lines().next().unwrap_or("error: invalid arguments")
+            );
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = telemetry::init(&config.log_level, config.log_format) {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        metrics_bind_address = %config.metrics_bind_address,
+        health_probe_bind_address = %config.health_probe_bind_address,
+        webhook_bind_address = %config.webhook_bind_address,
+        webhook_cert_path = %config.webhook_cert_path.display(),
+        webhook_cert_name = %config.webhook_cert_name,
+        webhook_cert_key = %config.webhook_cert_key,
+        leader_elect = config.leader_elect,
+        enable_http2 = config.enable_http2,
+        lease_namespace = %config.lease_namespace,
+        max_concurrent_reconciles = config.max_concurrent_reconciles,
+        "Operator Version"
+    );
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run::run(config)) {
+        Ok(()) => {
+            tracing::info!("stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            // A plain line rather than a log event, so that the reason is the one line an operator
+            // sees in `kubectl logs --previous` whatever the log format.
+            eprintln!("error: {}", e.to_string().replace('\n', " "));
+            ExitCode::from(1)
+        }
+    }
 }

@@ -3,6 +3,8 @@
 //! JSON lines carry the event's fields at the top level (`flatten_event`), next to `timestamp`,
 //! `level`, `target` and the current span, so log pipelines can index `node` or `name` directly.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -48,7 +50,9 @@ pub fn init(level: &str, format: LogFormat) -> Result<(), TelemetryError> {
     let filter = filter(level)?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour only on a terminal: container logs must not carry escape codes.
+        .with_ansi(std::io::stderr().is_terminal());
     match format {
         LogFormat::Text => builder.finish().try_init()?,
         LogFormat::Json => builder
