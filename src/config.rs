@@ -178,7 +178,7 @@ pub struct Config {
 
     /// NodeMaintenance objects reconciled in parallel (one object is never reconciled twice at
     /// once). Upstream is fixed at 1.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_concurrent_reconciles: u16,
 }
 
@@ -282,7 +282,7 @@ mod tests {
         assert_eq!(c.webhook_bind_address, "0.0.0.0:9443".parse().unwrap());
         assert_eq!(c.kubeconfig, None);
         assert_eq!(c.log_format, LogFormat::Text);
-        assert_eq!(c.max_concurrent_reconciles, 4);
+        assert_eq!(c.max_concurrent_reconciles, 32);
         // Environment-backed flags: only assert when the test environment leaves them unset.
         if std::env::var_os("RUST_LOG").is_none() {
             assert_eq!(c.log_level, "info");

@@ -73,6 +73,9 @@ pub enum RunError {
         "leader election lost: {0}; exiting so that Kubernetes restarts this replica as a standby"
     )]
     LeadershipLost(String),
+    /// The admission handler could not be set up (API discovery failed).
+    #[error("cannot set up admission: {0}")]
+    Admission(#[source] crate::admission::AdmissionError),
     /// An essential task ended on its own.
     #[error("{0} stopped unexpectedly")]
     TaskEnded(&'static str),
@@ -294,7 +297,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             bind: config.webhook_bind_address,
             enable_http2: config.enable_http2,
         },
-        wiring::admission_router(client.clone(), metrics.clone()),
+        wiring::admission_router(client.clone(), metrics.clone()).await?,
         stopped(stop_rx.clone()),
     )
     .await?;
@@ -444,34 +447,38 @@ fn webhook_end(r: Result<Result<(), nmo_webhook::ServeError>, tokio::task::JoinE
 /// The seams to the controller and the admission handler.
 mod wiring {
     use super::*;
+    use crate::admission::{self, Admission};
+    use crate::controller::{self, ControllerConfig};
 
-    /// The admission routes served by the webhook server.
-    // TODO(wire): replace with `crate::admission::router(Arc::new(Admission::new(client,
-    // metrics)))` once `src/admission.rs` is merged; until then the webhook answers 404.
-    pub(super) fn admission_router(_client: Client, _metrics: Arc<Metrics>) -> Router {
-        Router::new()
+    /// The admission routes served by the webhook server. Detects OpenShift once (one discovery
+    /// call, as upstream does at start-up).
+    pub(super) async fn admission_router(
+        client: Client,
+        metrics: Arc<Metrics>,
+    ) -> Result<Router, RunError> {
+        let admission = Admission::new(client, metrics)
+            .await
+            .map_err(RunError::Admission)?;
+        Ok(admission::router(Arc::new(admission)))
     }
 
-    /// Runs the controller until `shutdown` completes.
-    // TODO(wire): replace with `crate::controller::run(client, eviction_client, ControllerConfig
-    // { lease_namespace, concurrency, ..Default::default() }, metrics, synced, shutdown)` once
-    // `src/controller/` is merged. Until then nothing is reconciled and `/readyz` stays 503 on
-    // the replica that would run the controller.
+    /// Runs the controller until `shutdown` completes; `synced` turns true once its watches
+    /// have synced.
     pub(super) async fn run_controller(
-        _client: Client,
-        _eviction_client: Client,
+        client: Client,
+        eviction_client: Client,
         lease_namespace: String,
         concurrency: usize,
-        _metrics: Arc<Metrics>,
-        _synced: watch::Sender<bool>,
+        metrics: Arc<Metrics>,
+        synced: watch::Sender<bool>,
         shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     ) {
-        tracing::warn!(
-            %lease_namespace,
+        let config = ControllerConfig {
+            lease_namespace,
             concurrency,
-            "controller not wired yet"
-        );
-        shutdown.await;
+            ..ControllerConfig::default()
+        };
+        controller::run(client, eviction_client, config, metrics, synced, shutdown).await;
     }
 }
 
