@@ -1,0 +1,287 @@
+//! Static checks of `manifests/base/`: the Deployment's hardening and probes, that its args are
+//! flags the binary accepts, the webhook registration, and that the RBAC has no wildcard and
+//! exactly the rules the code's API calls need (nmo-compat.md §14.3). The end-to-end suite proves
+//! the same RBAC is sufficient by running the operator as the ServiceAccount.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use clap::Parser;
+use node_maintenance_operator::config::{BindAddress, Config};
+use serde::Deserialize;
+use serde_yaml::Value;
+
+fn docs(file: &str) -> Vec<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("manifests/base")
+        .join(file);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{file}: {e}")))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn by_kind(file: &str, kind: &str) -> Vec<Value> {
+    docs(file)
+        .into_iter()
+        .filter(|d| d["kind"].as_str() == Some(kind))
+        .collect()
+}
+
+fn strs(v: &Value) -> Vec<String> {
+    v.as_sequence()
+        .map(|s| {
+            s.iter()
+                .map(|x| x.as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn deployment_is_hardened_and_probed() {
+    let [dep] = <[Value; 1]>::try_from(by_kind("manager.yaml", "Deployment")).unwrap();
+    let pod = &dep["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["serviceAccountName"].as_str(),
+        Some("controller-manager")
+    );
+    assert_eq!(pod["securityContext"]["runAsNonRoot"].as_bool(), Some(true));
+    let [c] = <[Value; 1]>::try_from(pod["containers"].as_sequence().unwrap().clone()).unwrap();
+    assert_eq!(c["name"].as_str(), Some("manager"));
+    let sc = &c["securityContext"];
+    assert_eq!(sc["runAsUser"].as_u64(), Some(65532));
+    assert_eq!(sc["runAsNonRoot"].as_bool(), Some(true));
+    assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true));
+    assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false));
+    assert_eq!(strs(&sc["capabilities"]["drop"]), ["ALL"]);
+    assert_eq!(
+        sc["seccompProfile"]["type"].as_str(),
+        Some("RuntimeDefault")
+    );
+
+    assert_eq!(
+        c["livenessProbe"]["httpGet"]["path"].as_str(),
+        Some("/healthz")
+    );
+    assert_eq!(
+        c["readinessProbe"]["httpGet"]["path"].as_str(),
+        Some("/readyz")
+    );
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert_eq!(c[probe]["httpGet"]["port"].as_u64(), Some(8081), "{probe}");
+    }
+    let r = &c["resources"];
+    assert_eq!(r["requests"]["cpu"].as_str(), Some("100m"));
+    assert_eq!(r["requests"]["memory"].as_str(), Some("20Mi"));
+    assert_eq!(r["limits"]["cpu"].as_str(), Some("200m"));
+    assert_eq!(r["limits"]["memory"].as_str(), Some("64Mi"));
+
+    let env: BTreeSet<String> = c["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_string())
+        .collect();
+    for name in ["POD_NAME", "POD_NAMESPACE", "LEASE_NAMESPACE"] {
+        assert!(env.contains(name), "env {name} missing: {env:?}");
+    }
+
+    // The args are flags the binary accepts, and the probe port matches them.
+    let args = strs(&c["args"]);
+    let config = Config::try_parse_from(std::iter::once("manager".to_string()).chain(args))
+        .unwrap_or_else(|e| panic!("Deployment args rejected: {e}"));
+    assert!(config.leader_elect);
+    assert_eq!(
+        config.health_probe_bind_address,
+        BindAddress::Listen("0.0.0.0:8081".parse().unwrap())
+    );
+    assert_eq!(config.webhook_bind_address.port(), 9443);
+
+    // The certificate Secret is mounted whole (no subPath, so rotations show up) at the
+    // operator's fallback directory.
+    let mounts = c["volumeMounts"].as_sequence().unwrap();
+    let cert = mounts
+        .iter()
+        .find(|m| m["name"].as_str() == Some("cert"))
+        .expect("cert mount");
+    assert_eq!(
+        cert["mountPath"].as_str(),
+        Some("/tmp/k8s-webhook-server/serving-certs")
+    );
+    assert!(cert.get("subPath").is_none(), "{cert:?}");
+    let volumes = pod["volumes"].as_sequence().unwrap();
+    let secret = volumes
+        .iter()
+        .find(|v| v["name"].as_str() == Some("cert"))
+        .expect("cert volume");
+    assert_eq!(
+        secret["secret"]["secretName"].as_str(),
+        Some("webhook-server-cert")
+    );
+}
+
+#[test]
+fn webhook_registration_matches_upstream() {
+    let [vwc] =
+        <[Value; 1]>::try_from(by_kind("webhook.yaml", "ValidatingWebhookConfiguration")).unwrap();
+    let [w] = <[Value; 1]>::try_from(vwc["webhooks"].as_sequence().unwrap().clone()).unwrap();
+    assert_eq!(w["name"].as_str(), Some("vnodemaintenance.kb.io"));
+    assert_eq!(w["failurePolicy"].as_str(), Some("Fail"));
+    assert_eq!(w["sideEffects"].as_str(), Some("None"));
+    assert_eq!(w["timeoutSeconds"].as_u64(), Some(15));
+    assert_eq!(strs(&w["admissionReviewVersions"]), ["v1"]);
+    let svc = &w["clientConfig"]["service"];
+    assert_eq!(svc["name"].as_str(), Some("webhook-service"));
+    assert_eq!(
+        svc["path"].as_str(),
+        Some(node_maintenance_operator::admission::WEBHOOK_PATH)
+    );
+    let [rule] = <[Value; 1]>::try_from(w["rules"].as_sequence().unwrap().clone()).unwrap();
+    assert_eq!(strs(&rule["operations"]), ["CREATE", "UPDATE"]);
+    assert_eq!(strs(&rule["resources"]), ["nodemaintenances"]);
+    assert_eq!(strs(&rule["apiGroups"]), ["nodemaintenance.medik8s.io"]);
+
+    let services = by_kind("services.yaml", "Service");
+    let webhook = services
+        .iter()
+        .find(|s| s["metadata"]["name"].as_str() == Some("webhook-service"))
+        .expect("webhook-service");
+    let [port] =
+        <[Value; 1]>::try_from(webhook["spec"]["ports"].as_sequence().unwrap().clone()).unwrap();
+    assert_eq!(port["port"].as_u64(), Some(443));
+    assert_eq!(port["targetPort"].as_u64(), Some(9443));
+}
+
+/// `(namespace or "*cluster*", apiGroup, resource, verb)` for every rule of the Roles and
+/// ClusterRoles in rbac.yaml.
+fn grants() -> BTreeSet<(String, String, String, String)> {
+    let mut out = BTreeSet::new();
+    for d in docs("rbac.yaml") {
+        let scope = match d["kind"].as_str() {
+            Some("ClusterRole") => "*cluster*".to_string(),
+            Some("Role") => d["metadata"]["namespace"].as_str().unwrap().to_string(),
+            _ => continue,
+        };
+        for rule in d["rules"].as_sequence().unwrap() {
+            for g in strs(&rule["apiGroups"]) {
+                for r in strs(&rule["resources"]) {
+                    for v in strs(&rule["verbs"]) {
+                        out.insert((scope.clone(), g.clone(), r.clone(), v));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn rbac_has_no_wildcard_and_exactly_the_needed_rules() {
+    let g = grants();
+    assert!(
+        !g.iter()
+            .any(|(_, a, b, c)| a == "*" || b == "*" || c == "*"),
+        "wildcard in {g:?}"
+    );
+    let cluster = "*cluster*";
+    let mut want = BTreeSet::new();
+    let mut add = |scope: &str, group: &str, res: &str, verbs: &[&str]| {
+        for v in verbs {
+            want.insert((
+                scope.to_string(),
+                group.to_string(),
+                res.to_string(),
+                v.to_string(),
+            ));
+        }
+    };
+    let nm = "nodemaintenance.medik8s.io";
+    add(
+        cluster,
+        nm,
+        "nodemaintenances",
+        &["get", "list", "watch", "update", "patch"],
+    );
+    add(
+        cluster,
+        nm,
+        "nodemaintenances/status",
+        &["get", "update", "patch"],
+    );
+    add(cluster, nm, "nodemaintenances/finalizers", &["update"]);
+    add(cluster, "", "nodes", &["get", "list", "watch", "patch"]);
+    add(cluster, "", "pods", &["get", "list", "watch"]);
+    add(cluster, "", "pods/eviction", &["create"]);
+    add(cluster, "apps", "daemonsets", &["get"]);
+    add(
+        cluster,
+        "policy",
+        "poddisruptionbudgets",
+        &["get", "list", "watch"],
+    );
+    add(cluster, "", "namespaces", &["get", "create"]);
+    add(
+        "node-maintenance-operator-system",
+        "coordination.k8s.io",
+        "leases",
+        &["get", "create", "patch", "delete"],
+    );
+    add(
+        "medik8s-leases",
+        "coordination.k8s.io",
+        "leases",
+        &["get", "create", "update", "delete"],
+    );
+    for group in ["", "events.k8s.io"] {
+        add("default", group, "events", &["create", "patch"]);
+    }
+    let missing: Vec<_> = want.difference(&g).collect();
+    let extra: Vec<_> = g.difference(&want).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "missing {missing:?}\nextra {extra:?}"
+    );
+}
+
+#[test]
+fn every_role_is_bound_to_the_service_account() {
+    let d = docs("rbac.yaml");
+    let roles: BTreeSet<(String, String)> = d
+        .iter()
+        .filter(|x| matches!(x["kind"].as_str(), Some("Role" | "ClusterRole")))
+        .map(|x| {
+            (
+                x["kind"].as_str().unwrap().to_string(),
+                x["metadata"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let bound: BTreeSet<(String, String)> = d
+        .iter()
+        .filter(|x| {
+            matches!(
+                x["kind"].as_str(),
+                Some("RoleBinding" | "ClusterRoleBinding")
+            )
+        })
+        .inspect(|b| {
+            let [s] = <[Value; 1]>::try_from(b["subjects"].as_sequence().unwrap().clone()).unwrap();
+            assert_eq!(s["kind"].as_str(), Some("ServiceAccount"));
+            assert_eq!(s["name"].as_str(), Some("controller-manager"));
+            assert_eq!(
+                s["namespace"].as_str(),
+                Some("node-maintenance-operator-system")
+            );
+        })
+        .map(|b| {
+            (
+                b["roleRef"]["kind"].as_str().unwrap().to_string(),
+                b["roleRef"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(roles, bound);
+}
