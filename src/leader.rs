@@ -12,14 +12,15 @@
 //! A renewal error while leading counts as lost: the process cannot prove it still holds the
 //! Lease, and another replica may take it over once 15 s have passed since the last renewal.
 //!
-//! On shutdown the Lease is released (holder cleared), so a standby can take over without
-//! waiting for the lease to expire.
+//! On shutdown the Lease is released (holder cleared), and a standby, which re-reads the Lease
+//! every 2 s, takes over within one retry period instead of waiting for the lease to expire.
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
-use kube::Client;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder, LeaseManagerError};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -181,9 +182,41 @@ pub async fn start(
     identity: String,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<LeaderElection, LeaderError> {
-    let manager = LeaseManagerBuilder::new(client, LEADER_ELECTION_ID)
+    let manager = build(&client, namespace, &identity).await?;
+    let (tx, rx) = watch::channel(false);
+    let lease = Api::<Lease>::namespaced(client.clone(), namespace);
+    let rebuild = {
+        let namespace = namespace.to_string();
+        let identity = identity.clone();
+        move || {
+            let (client, namespace, identity) =
+                (client.clone(), namespace.clone(), identity.clone());
+            async move { build(&client, &namespace, &identity).await }
+        }
+    };
+    let task = tokio::spawn(campaign(
+        manager,
+        rebuild,
+        lease,
+        tx,
+        identity.clone(),
+        shutdown,
+    ));
+    Ok(LeaderElection {
+        leader: rx,
+        task,
+        identity,
+    })
+}
+
+async fn build(
+    client: &Client,
+    namespace: &str,
+    identity: &str,
+) -> Result<LeaseManager, LeaderError> {
+    LeaseManagerBuilder::new(client.clone(), LEADER_ELECTION_ID)
         .with_namespace(namespace)
-        .with_identity(identity.clone())
+        .with_identity(identity)
         .with_duration(LEASE_DURATION_SECONDS)
         .with_grace(LEASE_DURATION_SECONDS - RETRY_PERIOD_SECONDS)
         .with_field_manager(FIELD_MANAGER)
@@ -193,29 +226,79 @@ pub async fn start(
             namespace: namespace.to_string(),
             name: LEADER_ELECTION_ID.to_string(),
             source,
-        })?;
-    let (tx, rx) = watch::channel(false);
-    let task = tokio::spawn(campaign(manager, tx, identity.clone(), shutdown));
-    Ok(LeaderElection {
-        leader: rx,
-        task,
-        identity,
-    })
+        })
 }
 
-async fn campaign(
-    manager: LeaseManager,
+/// Whether a Lease read by a standby is free to take: no holder (released on shutdown), or
+/// not renewed within its duration. Pure, for the standby's handover check.
+fn takeable(lease: &Lease, now: jiff::Timestamp) -> bool {
+    let Some(spec) = &lease.spec else { return true };
+    if spec.holder_identity.as_deref().is_none_or(str::is_empty) {
+        return true;
+    }
+    match (&spec.renew_time, spec.lease_duration_seconds) {
+        (Some(renew), Some(secs)) => {
+            renew.0 + jiff::SignedDuration::from_secs(i64::from(secs)) < now
+        }
+        _ => true,
+    }
+}
+
+/// Polls the Lease every [`RETRY_PERIOD_SECONDS`] and returns once it is free to take.
+/// kube-lease-manager's standby sleeps until the holder's lease would expire and so does not see
+/// a release; this check lets a standby take over within one retry period of the leader
+/// stepping down (controller-runtime's standby also retries every 2 s).
+async fn handover(lease: &Api<Lease>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(RETRY_PERIOD_SECONDS)).await;
+        if let Ok(Some(l)) = lease.get_opt(LEADER_ELECTION_ID).await
+            && takeable(&l, jiff::Timestamp::now())
+        {
+            return;
+        }
+    }
+}
+
+enum Wake {
+    Shutdown,
+    Changed(Result<bool, String>),
+    Handover,
+}
+
+async fn campaign<R, F>(
+    mut manager: LeaseManager,
+    rebuild: R,
+    lease: Api<Lease>,
     tx: watch::Sender<bool>,
     identity: String,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), LeaderError> {
+) -> Result<(), LeaderError>
+where
+    R: Fn() -> F,
+    F: Future<Output = Result<LeaseManager, LeaderError>>,
+{
     let mut shutdown = std::pin::pin!(shutdown);
     let mut leading = false;
     loop {
-        let outcome = tokio::select! {
+        let wake = tokio::select! {
             biased;
-            () = &mut shutdown => break,
-            r = manager.changed() => r.map_err(|e| e.to_string()),
+            () = &mut shutdown => Wake::Shutdown,
+            r = manager.changed() => Wake::Changed(r.map_err(|e| e.to_string())),
+            () = handover(&lease), if !leading => Wake::Handover,
+        };
+        let outcome = match wake {
+            Wake::Shutdown => break,
+            Wake::Changed(outcome) => outcome,
+            Wake::Handover => {
+                // A fresh manager reads the Lease on its first `changed()` and claims it.
+                match rebuild().await {
+                    Ok(m) => manager = m,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "leader election: re-reading the released Lease failed")
+                    }
+                }
+                continue;
+            }
         };
         match step(leading, outcome) {
             Step::Publish(now) => {
@@ -284,6 +367,27 @@ mod tests {
         assert_eq!(step(false, Ok(true)), Step::Publish(true));
         assert_eq!(step(false, Ok(false)), Step::Publish(false));
         assert_eq!(step(true, Ok(true)), Step::Publish(true));
+    }
+
+    #[test]
+    fn standby_takes_released_or_expired_leases_only() {
+        use k8s_openapi::api::coordination::v1::LeaseSpec;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        let now: jiff::Timestamp = "2026-01-01T00:00:30Z".parse().unwrap();
+        let lease = |holder: Option<&str>, renewed: &str| Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_string),
+                renew_time: Some(MicroTime(renewed.parse().unwrap())),
+                lease_duration_seconds: Some(15),
+                ..LeaseSpec::default()
+            }),
+            ..Lease::default()
+        };
+        assert!(!takeable(&lease(Some("a_1"), "2026-01-01T00:00:20Z"), now));
+        assert!(takeable(&lease(Some("a_1"), "2026-01-01T00:00:10Z"), now));
+        assert!(takeable(&lease(None, "2026-01-01T00:00:29Z"), now));
+        assert!(takeable(&lease(Some(""), "2026-01-01T00:00:29Z"), now));
+        assert!(takeable(&Lease::default(), now));
     }
 
     #[test]

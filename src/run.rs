@@ -349,11 +349,12 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let mut leader_wait = is_leader.clone();
     let mut stop_wait = stop_rx.clone();
     let outcome: Result<(), RunError> = tokio::select! {
+        biased;
+        _ = stop_wait.wait_for(|v| *v) => Ok(()),
         r = leader_wait.wait_for(|v| *v) => match r {
             Ok(_) => Ok(()),
             Err(_) => Err(RunError::TaskEnded("leader election")),
         },
-        _ = stop_wait.wait_for(|v| *v) => Ok(()),
         r = &mut webhook_task => {
             webhook_done = true;
             Err(webhook_end(r))
@@ -391,6 +392,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         let mut stop_wait = stop_rx.clone();
         let ctrl = controller.as_mut().expect("just set");
         result = tokio::select! {
+            biased;
             _ = stop_wait.wait_for(|v| *v) => Ok(()),
             _ = leader_loss.wait_for(|v| !*v) => Err(RunError::LeadershipLost(
                 "this replica no longer holds the Lease".to_string(),
@@ -404,6 +406,12 @@ pub async fn run(config: Config) -> Result<(), RunError> {
                 Err(RunError::TaskEnded("the controller"))
             }
         };
+    }
+
+    // A task that ended because shutdown was already under way (it reacts to the same signal)
+    // did not fail.
+    if matches!(result, Err(RunError::TaskEnded(_))) && *stop_rx.borrow() {
+        result = Ok(());
     }
 
     // Shutdown, in order: the webhook and the plain servers stop accepting and drain (the same
