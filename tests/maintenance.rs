@@ -43,6 +43,11 @@ async fn touch(client: &kube::Client, name: &str, value: &str) {
         .unwrap();
 }
 
+/// A Lease time as the API server's MicroTime wants it: exactly six fractional digits.
+fn micro(t: jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string()
+}
+
 /// A valid lease of another holder (NodeHealthCheck's naming), as remediation would take it.
 async fn foreign_lease(client: &kube::Client, node: &str) {
     ensure_lease_namespace(client).await;
@@ -52,8 +57,8 @@ async fn foreign_lease(client: &kube::Client, node: &str) {
         "spec": {
             "holderIdentity": "NodeHealthCheck-e2e",
             "leaseDurationSeconds": 3600,
-            "acquireTime": now.to_string(),
-            "renewTime": now.to_string(),
+            "acquireTime": micro(now),
+            "renewTime": micro(now),
         }
     }))
     .unwrap();
@@ -223,7 +228,8 @@ async fn missing_node_fails_then_resumes_when_it_returns() {
     );
     nm::wait_event(&client, &name, "FailedMaintenance").await;
 
-    worker_nodes(env.cluster, &client, &group, 1).await;
+    // The node returns: the Node watch brings the maintenance back at once.
+    create_worker_node(&client, &nodes[0], &group).await;
     nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
     wait_for("node in maintenance again", LIMIT, || {
         node::in_maintenance(&client, &nodes[0])
@@ -733,7 +739,7 @@ async fn finished_maintenance_is_quiet_and_keeps_its_lease() {
         .patch(
             &lease_name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"renewTime": old.to_string()}})),
+            &Patch::Merge(json!({"spec": {"renewTime": micro(old)}})),
         )
         .await
         .unwrap();

@@ -479,6 +479,27 @@ pub fn lease_result(
             })
         }
         LeaseObservation::AlreadyHeld(err) => {
+            // Our own status write wakes the controller at once; without spacing, the four
+            // strikes would be spent in well under a second (upstream's tight loop). A strike
+            // counts only once REQUEUE_LEASE_LOST has passed since the last one (lastUpdate has
+            // one-second precision, hence the second of slack).
+            if n > 0
+                && let Some(last) = &old.last_update
+            {
+                let spacing = jiff::SignedDuration::try_from(REQUEUE_LEASE_LOST)
+                    .unwrap_or_default()
+                    .saturating_sub(jiff::SignedDuration::from_secs(1));
+                let elapsed = now.duration_since(last.0);
+                if elapsed < spacing {
+                    let remaining = Duration::try_from(spacing.saturating_sub(elapsed))
+                        .unwrap_or(REQUEUE_LEASE_LOST);
+                    return LeaseStep::Wait(Step {
+                        status: old.clone(),
+                        events: Vec::new(),
+                        requeue: Requeue::After(remaining.max(Duration::from_millis(100))),
+                    });
+                }
+            }
             let n = n.saturating_add(1);
             s.error_on_lease_count = Some(n);
             set_condition(
@@ -1074,7 +1095,11 @@ mod tests {
         let (s1, _, _) = pass(&s0, LeaseObservation::Held, &blocked, t(1));
         let (s2, _, rq) = pass(&s1, already_held(), &blocked, t(2));
         assert_eq!(rq, Requeue::Fixed(REQUEUE_LEASE_LOST));
-        let (s3, _, _) = pass(&s2, already_held(), &blocked, t(3));
+        // Woken at once by its own status write: not a new strike, come back when one is due.
+        let (again, ev, rq) = pass(&s2, already_held(), &blocked, t(3));
+        assert_eq!((&again, ev.len()), (&s2, 0));
+        assert!(matches!(rq, Requeue::After(d) if d <= REQUEUE_LEASE_LOST));
+        let (s3, _, _) = pass(&s2, already_held(), &blocked, t(8));
         assert_eq!(s3.error_on_lease_count, Some(2));
         assert_eq!(
             s3.last_error.as_deref(),
@@ -1082,7 +1107,7 @@ mod tests {
                 "failed to extend a lease that used to be owned by us, incrementing error on lease count: {HELD_ERR}, errorOnLeaseCount: 2"
             ))
         );
-        let (s4, ev, _) = pass(&s3, LeaseObservation::Held, &report(&[], &[], &[]), t(4));
+        let (s4, ev, _) = pass(&s3, LeaseObservation::Held, &report(&[], &[], &[]), t(9));
         assert_eq!(s4.phase, Some(MaintenancePhase::Succeeded));
         assert_eq!(
             (s4.error_on_lease_count.unwrap_or(0), s4.drain_progress),
@@ -1104,7 +1129,7 @@ mod tests {
         assert!(s.drain_progress.unwrap() > 0);
         let mut all = Vec::new();
         for i in 0..4 {
-            let (next, ev, _) = pass(&s, already_held(), &report(&[], &[], &[]), t(2 + i));
+            let (next, ev, _) = pass(&s, already_held(), &report(&[], &[], &[]), t(2 + 5 * i));
             all.extend(ev);
             s = next;
         }

@@ -66,22 +66,10 @@ pub async fn worker_nodes(
     n: usize,
 ) -> Vec<String> {
     let names: Vec<String> = (0..n).map(|i| format!("{group}-n{i}")).collect();
-    let nodes = Api::<Node>::all(client.clone());
     for name in &names {
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {
-                "name": name,
-                "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                "labels": {"kubernetes.io/hostname": name, "type": "kwok", "nmo-test": group}
-            },
-            "status": {
-                "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "1000"},
-                "capacity": {"cpu": "64", "memory": "256Gi", "pods": "1000"}
-            }
-        }))
-        .unwrap();
-        nodes.create(&PostParams::default(), &node).await.unwrap();
+        create_worker_node(client, name, group).await;
     }
+    let nodes = Api::<Node>::all(client.clone());
     for name in &names {
         wait_for(
             &format!("node {name} Ready and schedulable"),
@@ -110,6 +98,26 @@ pub async fn worker_nodes(
     }
     let _ = cluster;
     names
+}
+
+/// Creates one kwok worker node `name` labelled `nmo-test=<group>`, without waiting for it.
+pub async fn create_worker_node(client: &Client, name: &str, group: &str) {
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {"kubernetes.io/hostname": name, "type": "kwok", "nmo-test": group}
+        },
+        "status": {
+            "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "1000"},
+            "capacity": {"cpu": "64", "memory": "256Gi", "pods": "1000"}
+        }
+    }))
+    .unwrap();
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
 }
 
 /// A Deployment `name` of `replicas` pods pinned to the nodes labelled `nmo-test=<group>`, with
