@@ -22,6 +22,18 @@ use prometheus_client::registry::{Registry, Unit};
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// The `error` label values of `nmo_reconcile_failures_total`: the controller's
+/// `Error::metric_label` kinds, created at zero so the family is scraped before the first failure.
+pub const RECONCILE_ERRORS: &[&str] = &[
+    "node_not_found",
+    "node",
+    "stop_after_lease_loss",
+    "lease",
+    "drain",
+    "finalizer",
+    "status",
+];
+
 /// The `result` label values of `nmo_evictions_total`.
 pub const EVICTION_RESULTS: [&str; 5] = [
     "evicted",
@@ -176,6 +188,9 @@ impl Metrics {
         // bounded label set start at zero so dashboards and `rate()` see them from the start.
         for result in EVICTION_RESULTS {
             let _ = evictions.get_or_create(&ResultLabels { result });
+        }
+        for error in RECONCILE_ERRORS {
+            let _ = reconcile_failures.get_or_create(&ErrorLabels { error });
         }
         for phase in ["Running", "Succeeded", "Failed"] {
             let _ = maintenances.get_or_create(&PhaseLabels {

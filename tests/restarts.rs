@@ -270,3 +270,71 @@ async fn leader_killed_mid_drain_standby_completes() {
     })
     .await;
 }
+
+/// Upgrading from upstream NMO: a node it left in maintenance (cordon, both taints, the label, no
+/// annotations of ours) whose NodeMaintenance is deleted before this operator ever entered it is
+/// handed back as upstream would have.
+#[tokio::test]
+async fn node_left_by_upstream_is_restored_on_deletion() {
+    let _serial = SERIAL.lock().await;
+    let (cluster, account, kubeconfig) = setup();
+    let client = cluster.client().await;
+    let group = unique("upgrade");
+    let nodes = worker_nodes(cluster, &client, &group, 1).await;
+    let n = &nodes[0];
+    cluster.kubectl_run(&["cordon", n], None).unwrap();
+    cluster
+        .kubectl_run(&["taint", "node", n, "medik8s.io/drain:NoSchedule"], None)
+        .unwrap();
+    cluster
+        .kubectl_run(
+            &[
+                "label",
+                "node",
+                n,
+                "remediation.medik8s.io/exclude-from-remediation=true",
+            ],
+            None,
+        )
+        .unwrap();
+    let name = unique("nm-upstream");
+    let mut obj = nm::new(&name, n, "left by upstream");
+    obj.metadata.finalizers = Some(vec!["foregroundDeleteNodeMaintenance".into()]);
+    let api = Api::<NodeMaintenance>::all(client.clone());
+    api.create(&PostParams::default(), &obj).await.unwrap();
+    api.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Succeeded", "drainProgress": 100}})),
+    )
+    .await
+    .unwrap();
+    node::in_maintenance(&client, n)
+        .await
+        .expect("looks like upstream's maintenance");
+    nm::delete(&client, &name).await;
+
+    let _op = start(cluster, &account, &kubeconfig, "op-upgrade", false);
+    nm::wait_gone(&client, &name, LIMIT).await;
+    wait_for("node restored", LIMIT, || node::restored(&client, n)).await;
+}
+
+/// A malformed nodeName that slipped past the webhook: the status says so in plain words, and no
+/// node is touched.
+#[tokio::test]
+async fn malformed_node_name_is_reported_and_touches_nothing() {
+    let _serial = SERIAL.lock().await;
+    let (cluster, account, kubeconfig) = setup();
+    let client = cluster.client().await;
+    let _op = start(cluster, &account, &kubeconfig, "op-badname", false);
+    let name = unique("nm-badname");
+    nm::create(&client, &name, "Not_A/Node").await;
+    let failed = nm::wait_phase(&client, &name, MaintenancePhase::Failed, LIMIT).await;
+    let err = failed.status.unwrap().last_error.unwrap_or_default();
+    assert!(
+        err.contains("invalid nodeName") && err.contains("no node was changed"),
+        "{err}"
+    );
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+}

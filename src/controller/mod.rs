@@ -111,7 +111,8 @@ fn kube_code(e: &kube::Error) -> Option<u16> {
 }
 
 impl Error {
-    /// Bounded label for `nmo_reconcile_failures`.
+    /// Bounded label for `nmo_reconcile_failures`; every value is listed in
+    /// [`crate::metrics::RECONCILE_ERRORS`], which creates the series at zero.
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::Node(NodeError::NotFound(_)) => "node_not_found",

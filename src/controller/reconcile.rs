@@ -444,6 +444,34 @@ async fn cleanup(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
                 }
             }
             DeletionPlan::InvalidateLease => {
+                // A node left in maintenance by upstream NMO (its drain taint, none of our
+                // annotations) whose NodeMaintenance is deleted before we ever entered it: hand it
+                // back as upstream would have, by adopting it and exiting at once.
+                if node.as_ref().is_some_and(|n| node::observe(n).drain_taint)
+                    && nm.status.as_ref().and_then(|s| s.phase).is_some()
+                {
+                    tracing::info!(
+                        "adopting a node left in maintenance by upstream NMO, to restore it"
+                    );
+                    match node::enter(&ctx.nodes, node_name, &name, None).await {
+                        // Whatever `enter` recorded, what it entered must be exited.
+                        Ok(node::EnterOutcome::Entered { .. }) => {
+                            match node::exit(&ctx.nodes, node_name, &name).await {
+                                Ok(ExitOutcome::Restored { uncordoned: true }) => {
+                                    let e = PlannedEvent::normal(
+                                        EventTarget::Node,
+                                        plan::event::UNCORDON,
+                                    );
+                                    publish(ctx, nm, node.as_ref(), &e).await;
+                                }
+                                Ok(_) | Err(NodeError::NotFound(_)) => {}
+                                Err(e) => return Err(e.into()),
+                            }
+                        }
+                        Ok(_) | Err(NodeError::NotFound(_)) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
                 if node.is_none() {
                     tracing::info!("node not found, invalidating its lease by name");
                 }

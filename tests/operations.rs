@@ -1,0 +1,271 @@
+//! Running it like an operator: metrics, probes, kubectl's view, the manifests against the real
+//! API server, graceful shutdown, and one clear line for each bad start.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use node_maintenance_operator::api::MaintenancePhase;
+
+const LIMIT: Duration = Duration::from_secs(60);
+const BIN: &str = env!("CARGO_BIN_EXE_node-maintenance-operator");
+
+/// The value of the first sample line starting with `prefix` (e.g. `nmo_evictions_total{result="evicted"}`).
+fn sample(metrics: &str, prefix: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn metrics_families_move_during_a_maintenance_and_kubectl_shows_it() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let before = env
+        .operator
+        .lock()
+        .unwrap()
+        .metrics()
+        .expect("metrics answer");
+    for family in [
+        "nmo_reconciles counter",
+        "nmo_reconcile_failures counter",
+        "nmo_reconcile_duration_seconds histogram",
+        "nmo_maintenances gauge",
+        "nmo_evictions counter",
+        "nmo_drain_duration_seconds histogram",
+        "nmo_admission_requests counter",
+        "nmo_admission_duration_seconds histogram",
+    ] {
+        assert!(
+            before.contains(&format!("# TYPE {family}")),
+            "family {family} missing from:\n{before}"
+        );
+    }
+
+    let group = unique("ops");
+    let nodes = worker_nodes(env.cluster, &client, &group, 2).await;
+    let ns = namespace(&client, "ops").await;
+    env.cluster
+        .kubectl_run(&["cordon", &nodes[1]], None)
+        .unwrap();
+    deployment(&client, &ns, "web", &group, 3, 0).await;
+    wait_running(&client, &ns, "web", 3, LIMIT).await;
+    env.cluster
+        .kubectl_run(&["uncordon", &nodes[1]], None)
+        .unwrap();
+    let name = unique("nm-ops");
+    env.cluster
+        .kubectl_run(
+            &["create", "-f", "-"],
+            Some(&serde_json::to_string(&nm::new(&name, &nodes[0], "kernel upgrade")).unwrap()),
+        )
+        .unwrap();
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+
+    let after = env.operator.lock().unwrap().metrics().unwrap();
+    for moved in [
+        "nmo_reconciles_total",
+        "nmo_evictions_total{result=\"evicted\"}",
+        "nmo_drain_duration_seconds_count",
+        "nmo_admission_requests_total{operation=\"CREATE\",result=\"allowed\"}",
+    ] {
+        assert!(
+            sample(&after, moved) > sample(&before, moved),
+            "{moved} did not move:\n{after}"
+        );
+    }
+    assert!(
+        sample(&after, "nmo_evictions_total{result=\"evicted\"}")
+            - sample(&before, "nmo_evictions_total{result=\"evicted\"}")
+            >= 3.0
+    );
+    assert!(
+        sample(&after, "nmo_maintenances{phase=\"Succeeded\"}") >= 1.0,
+        "{after}"
+    );
+
+    let table = env
+        .cluster
+        .kubectl_run(&["get", "nm", &name], None)
+        .unwrap();
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "NODE", "PHASE", "PROGRESS", "AGE"],
+        "{table}"
+    );
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        &row[..4],
+        [name.as_str(), nodes[0].as_str(), "Succeeded", "100"],
+        "{table}"
+    );
+    let wide = env
+        .cluster
+        .kubectl_run(&["get", "nm", &name, "-o", "wide"], None)
+        .unwrap();
+    assert!(
+        wide.lines().next().unwrap().contains("REASON") && wide.contains("kernel upgrade"),
+        "{wide}"
+    );
+    let described = env
+        .cluster
+        .kubectl_run(&["describe", "nm", &name], None)
+        .unwrap();
+    for event in [
+        "BeginMaintenance",
+        "SucceedMaintenance",
+        "Node maintenance was succeeded",
+    ] {
+        assert!(
+            described.contains(event),
+            "describe lacks {event}:\n{described}"
+        );
+    }
+    let explained = env
+        .cluster
+        .kubectl_run(&["explain", "nm.spec"], None)
+        .unwrap();
+    assert!(
+        explained.contains("Node name to apply maintanance on/off"),
+        "{explained}"
+    );
+
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+}
+
+#[tokio::test]
+async fn probes_answer() {
+    let env = operator_env();
+    let op = env.operator.lock().unwrap();
+    for path in ["/healthz", "/readyz"] {
+        let answer = op.probe(path).unwrap();
+        assert!(
+            answer.lines().next().unwrap().contains(" 200 "),
+            "{path}: {answer}"
+        );
+    }
+}
+
+/// The manifests as a cluster admin would apply them, judged by the real API server.
+#[tokio::test]
+async fn manifests_are_accepted_by_the_api_server() {
+    let env = operator_env();
+    let out = env
+        .cluster
+        .kubectl_run(
+            &[
+                "apply",
+                "-k",
+                &manifests_dir().display().to_string(),
+                "--dry-run=server",
+            ],
+            None,
+        )
+        .unwrap();
+    for kind in [
+        "deployment.apps/",
+        "validatingwebhookconfiguration.admissionregistration.k8s.io/",
+        "clusterrole.rbac.authorization.k8s.io/",
+        "service/",
+    ] {
+        assert!(out.contains(kind), "{kind} not applied:\n{out}");
+    }
+}
+
+/// SIGTERM: in-flight work finishes, leadership is released, exit code 0.
+#[tokio::test]
+async fn sigterm_shuts_down_cleanly() {
+    let env = operator_env();
+    let mut opts = operator_options("op-sigterm", &env.account, &env.kubeconfig);
+    opts.leader_elect = true;
+    let mut op = nmo_devcluster::operator::Operator::start(env.cluster, &opts).unwrap();
+    let status = op
+        .process()
+        .stop(Duration::from_secs(30))
+        .expect("exits by itself on SIGTERM");
+    assert!(status.success(), "exit status {status}; log:\n{}", op.log());
+}
+
+/// Runs the binary with `args`, no `KUBECONFIG`, and an empty temporary directory (so the
+/// webhook's fallback certificate directory cannot exist); its exit code and stderr.
+fn run_bad(args: &[&str]) -> (i32, String) {
+    let (code, stderr) = run_bad_raw(args);
+    // Start-up log lines share stderr; the failure itself is one line starting with `error:`.
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("error:") || l.starts_with("error "))
+        .collect();
+    assert_eq!(errors.len(), 1, "one error line in:\n{stderr}");
+    (code, errors[0].to_string())
+}
+
+fn run_bad_raw(args: &[&str]) -> (i32, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    (out.status.code().unwrap_or(-1), stderr)
+}
+
+#[test]
+fn bad_starts_exit_non_zero_with_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, err) = run_bad(&["--no-such-flag"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--no-such-flag"), "{err}");
+
+    let missing = dir.path().join("missing.kubeconfig");
+    let (code, err) = run_bad(&["--kubeconfig", missing.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(err.contains("missing.kubeconfig"), "{err}");
+
+    let garbage = dir.path().join("garbage.kubeconfig");
+    std::fs::write(&garbage, "this: [is not a kubeconfig").unwrap();
+    let (code, err) = run_bad(&["--kubeconfig", garbage.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(err.contains("garbage.kubeconfig"), "{err}");
+
+    // A port in use and an unreadable certificate directory, with a kubeconfig that parses.
+    let cluster = Cluster::shared();
+    let kc = cluster.kubeconfig().to_str().unwrap().to_string();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let (code, err) = run_bad(&[
+        "--kubeconfig",
+        &kc,
+        &format!("--health-probe-bind-address=127.0.0.1:{port}"),
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains(&port.to_string()) && err.to_lowercase().contains("in use"),
+        "{err}"
+    );
+
+    let empty = dir.path().join("no-certs-here");
+    std::fs::create_dir(&empty).unwrap();
+    let (code, err) = run_bad(&[
+        "--kubeconfig",
+        &kc,
+        "--health-probe-bind-address=127.0.0.1:0",
+        "--metrics-bind-address=0",
+        "--webhook-bind-address=127.0.0.1:0",
+        &format!("--webhook-cert-path={}", empty.display()),
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("no-certs-here") || err.contains("serving-certs"),
+        "{err}"
+    );
+}
