@@ -1,0 +1,850 @@
+//! Benchmarks of the operator binary on the real local control plane (`nmo-devcluster`): how fast
+//! a NodeMaintenance drains compared with `kubectl drain`, how it scales to many nodes at once,
+//! how many API requests one maintenance costs, and how much memory the operator uses.
+//!
+//! # Command
+//!
+//! ```text
+//! cargo bench --bench maintenance                      # every scenario (about 6-10 min on 2 cores)
+//! cargo bench --bench maintenance -- drain200 many     # only these (any of drain200 many api rss)
+//! ```
+//!
+//! The operator is the release build of this package (`CARGO_BIN_EXE_node-maintenance-operator`),
+//! running as the ServiceAccount of `manifests/` (RBAC as deployed), leader election off, with
+//! its validating webhook registered; every scenario starts a fresh operator process and a fresh
+//! set of kwok nodes, and removes its nodes and namespace afterwards. Progress goes to stderr;
+//! the results table goes to stdout and to `target/bench-maintenance.txt`. Time figures are wall
+//! clock seconds measured by this harness, polling the API every 100 ms (so ±0.1 s).
+//!
+//! # Figures and targets
+//!
+//! - **drain200**: two identical fresh nodes, 200 Running pods each (one Deployment pinned to each
+//!   node by `kubernetes.io/hostname`). `ours` = from the `NodeMaintenance` create call to phase
+//!   `Succeeded` on node A; `kubectl drain` = wall time of
+//!   `kubectl drain B --ignore-daemonsets --delete-emptydir-data --force` (admin identity) on node
+//!   B, run after A's replacement pods are all recreated (Pending) so both drains start from the
+//!   same quiet state. Pods/s = 200 / time. Target: ours no slower than kubectl drain.
+//! - **many**: `1 node` = one fresh node with 20 pods, create to `Succeeded`; `20 nodes` = 20 fresh
+//!   nodes x 20 pods, 20 NodeMaintenances created at once, first create to the last `Succeeded`
+//!   (median and slowest single maintenance shown too). Target: 20 nodes at most 2x one node.
+//! - **api**: the requests one isolated lifecycle (create -> `Succeeded` -> delete -> gone) of a
+//!   20-pod node makes the operator send, by verb and resource. Source: the operator's own HTTP
+//!   client trace (it runs with `--log-format=json` and `RUST_LOG=info,kube_client=debug`, and
+//!   kube's client logs one `requesting` event per HTTP request, retries included), counted from
+//!   the create to 2 s after the object is gone. Cross-check from the server side: the
+//!   kube-apiserver's `apiserver_flowcontrol_dispatched_requests_total` for FlowSchema
+//!   `service-accounts`, which in this cluster only the operator uses (every other component is
+//!   `system:masters`, i.e. FlowSchema `exempt`). `apiserver_request_total` has no user label, so
+//!   it cannot separate the operator from the controller-manager, scheduler and kwok.
+//! - **rss**: `VmRSS` of the operator (from `/proc/<pid>/status`) idle (3 s after ready, nothing
+//!   to do) and the highest value sampled every 50 ms during a 200-pod drain, plus `VmHWM` (the
+//!   process's lifetime peak) after it, in a cluster of 10 worker nodes / 500 pods and then of 50
+//!   nodes / 2,000 pods (pods spread by Deployments; a fresh operator per size). Target: at most
+//!   30 MiB, and flat as the cluster grows. Start-up: spawn of the process to `/readyz` answering
+//!   200 (the webhook serves and the NodeMaintenance and Node watches have synced), polled every
+//!   2 ms, median of 5 starts. Target 200 ms excluding API latency; the API share is estimated
+//!   as the time a fresh client (same ServiceAccount kubeconfig) takes to LIST NodeMaintenances
+//!   and Nodes in parallel, and `own start-up` = start-up minus that floor.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use nmo_devcluster::operator::{self, Operator, OperatorOptions, ServiceAccountRef};
+use nmo_devcluster::{Cluster, Options, free_ports, http_get};
+use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
+use serde_json::json;
+
+/// Scenarios in the order they run.
+const SCENARIOS: [&str; 4] = ["drain200", "many", "api", "rss"];
+const OPERATOR_BIN: &str = env!("CARGO_BIN_EXE_node-maintenance-operator");
+/// Label every bench node carries, `bench-group=<group>`, for spreading Deployments.
+const GROUP_LABEL: &str = "bench-group";
+const LIMIT: Duration = Duration::from_secs(300);
+const MIB: f64 = 1024.0 * 1024.0;
+
+struct Row {
+    scenario: &'static str,
+    figure: String,
+    value: String,
+    target: String,
+}
+
+struct Bench {
+    // Declared first so it is dropped (stopped) before the cluster.
+    operator: Option<Operator>,
+    operator_name: String,
+    cluster: Cluster,
+    account: ServiceAccountRef,
+    sa_kubeconfig: PathBuf,
+    client: kube::Client,
+    rows: Vec<Row>,
+    notes: Vec<String>,
+    started: Instant,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let mut chosen: Vec<&str> = Vec::new();
+    for arg in std::env::args().skip(1).filter(|a| !a.starts_with("--")) {
+        let Some(s) = SCENARIOS.iter().find(|s| **s == arg) else {
+            bail!("unknown scenario {arg:?}; choose from {SCENARIOS:?}");
+        };
+        chosen.push(s);
+    }
+    if chosen.is_empty() {
+        chosen = SCENARIOS.to_vec();
+    }
+    let mut bench = Bench::new().await?;
+    for s in SCENARIOS.iter().filter(|s| chosen.contains(s)) {
+        bench.progress(&format!("scenario {s}"));
+        match *s {
+            "drain200" => bench.drain200().await?,
+            "many" => bench.many().await?,
+            "api" => bench.api().await?,
+            _ => bench.rss().await?,
+        }
+    }
+    let report = bench.report();
+    print!("{report}");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/target")));
+    let out = target.join("bench-maintenance.txt");
+    std::fs::write(&out, &report).with_context(|| format!("writing {}", out.display()))?;
+    bench.progress(&format!("done; table written to {}", out.display()));
+    Ok(())
+}
+
+impl Bench {
+    async fn new() -> Result<Bench> {
+        let started = Instant::now();
+        let cluster = Cluster::start(Options {
+            workers: 0,
+            control_planes: 1,
+        })?;
+        let manifests = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests"));
+        let account = operator::install_manifests(&cluster, &manifests)?;
+        let sa_kubeconfig = operator::service_account_kubeconfig(&cluster, &account)?;
+        let client = cluster.client().await;
+        Ok(Bench {
+            operator: None,
+            operator_name: String::new(),
+            cluster,
+            account,
+            sa_kubeconfig,
+            client,
+            rows: Vec::new(),
+            notes: Vec::new(),
+            started,
+        })
+    }
+
+    fn progress(&self, msg: &str) {
+        eprintln!("[{:6.1} s] {msg}", self.started.elapsed().as_secs_f64());
+    }
+
+    fn row(&mut self, scenario: &'static str, figure: &str, value: String, target: &str) {
+        self.progress(&format!("{scenario}: {figure} = {value}"));
+        self.rows.push(Row {
+            scenario,
+            figure: figure.into(),
+            value,
+            target: target.into(),
+        });
+    }
+
+    /// Stops the running operator (only one controller may act at a time), starts a fresh one
+    /// named `name` with `env` and `args`, registers its webhook and waits until it answers.
+    fn restart_operator(&mut self, name: &str, env: &[(&str, &str)], args: &[&str]) -> Result<()> {
+        self.operator = None;
+        let mut opts = OperatorOptions::new(OPERATOR_BIN);
+        opts.name = name.into();
+        opts.kubeconfig = Some(self.sa_kubeconfig.clone());
+        opts.env
+            .push(("POD_NAMESPACE".into(), self.account.namespace.clone()));
+        opts.env
+            .extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        opts.extra_args = args.iter().map(|a| a.to_string()).collect();
+        let op = Operator::start(&self.cluster, &opts)?;
+        operator::register_webhook(&self.cluster, op.webhook_port)?;
+        self.operator = Some(op);
+        self.operator_name = name.into();
+        self.wait_for_webhook()
+    }
+
+    /// Until the API server calls the new webhook: a dry-run create for a missing node is
+    /// denied with upstream's message only by our webhook.
+    fn wait_for_webhook(&self) -> Result<()> {
+        let nm = r#"{"apiVersion":"nodemaintenance.medik8s.io/v1beta1","kind":"NodeMaintenance",
+            "metadata":{"name":"webhook-probe"},"spec":{"nodeName":"webhook-probe-missing"}}"#;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let seen = match self
+                .cluster
+                .kubectl_run(&["create", "--dry-run=server", "-f", "-"], Some(nm))
+            {
+                Ok(out) => format!("admitted: {out}"),
+                Err(e) => e.to_string(),
+            };
+            if seen.contains("no node with name webhook-probe-missing found") {
+                return Ok(());
+            }
+            ensure!(Instant::now() < deadline, "webhook never answered: {seen}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn operator_pid(&mut self) -> u32 {
+        self.operator
+            .as_mut()
+            .expect("operator running")
+            .process()
+            .pid()
+    }
+
+    /// Creates kwok nodes `<group>-<i>` for `i` in `range`, labelled `bench-group=<group>`, and
+    /// waits until they are Ready without taints.
+    async fn add_nodes(&self, group: &str, range: std::ops::Range<usize>) -> Result<Vec<String>> {
+        let names: Vec<String> = range.map(|i| format!("{group}-{i}")).collect();
+        for n in &names {
+            self.cluster.create_node(n, false)?;
+        }
+        let mut args = vec!["label", "node", "--overwrite"];
+        args.extend(names.iter().map(String::as_str));
+        let label = format!("{GROUP_LABEL}={group}");
+        args.push(&label);
+        self.cluster.kubectl_run(&args, None)?;
+        let nodes = Api::<Node>::all(self.client.clone());
+        let lp = ListParams::default().labels(&label);
+        self.wait(
+            &format!("{} nodes of {group} Ready", names.len()),
+            || async {
+                let list = nodes.list(&lp).await?;
+                let ready = list
+                    .items
+                    .iter()
+                    .filter(|n| names.contains(n.metadata.name.as_ref().unwrap()))
+                    .filter(|n| {
+                        let s = n.spec.as_ref();
+                        let st = n.status.as_ref().and_then(|s| s.conditions.as_ref());
+                        s.and_then(|s| s.taints.as_ref()).is_none_or(Vec::is_empty)
+                            && st.is_some_and(|c| {
+                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            })
+                    })
+                    .count();
+                Ok((ready == names.len())
+                    .then_some(())
+                    .ok_or(format!("{ready} ready")))
+            },
+        )
+        .await?;
+        Ok(names)
+    }
+
+    async fn namespace(&self, name: &str) -> Result<()> {
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+        Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &ns)
+            .await?;
+        Ok(())
+    }
+
+    /// A Deployment `name` of `replicas` pause pods (label `app=<name>`) restricted to the nodes
+    /// with label `key=value`.
+    async fn deployment(
+        &self,
+        ns: &str,
+        name: &str,
+        replicas: i32,
+        key: &str,
+        value: &str,
+    ) -> Result<()> {
+        let d: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {
+                        "nodeSelector": {key: value},
+                        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]
+                    }
+                }
+            }
+        }))?;
+        Api::<Deployment>::namespaced(self.client.clone(), ns)
+            .create(&PostParams::default(), &d)
+            .await?;
+        Ok(())
+    }
+
+    /// Waits until namespace `ns` has `n` Running pods not being deleted.
+    async fn wait_running(&self, ns: &str, n: usize) -> Result<()> {
+        let pods = Api::<Pod>::namespaced(self.client.clone(), ns);
+        self.wait(&format!("{n} Running pods in {ns}"), || async {
+            let running = pods
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .filter(|p| {
+                    p.metadata.deletion_timestamp.is_none()
+                        && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                })
+                .count();
+            Ok((running == n)
+                .then_some(())
+                .ok_or(format!("{running} Running")))
+        })
+        .await
+    }
+
+    /// Polls `check` every 500 ms until `Ok(Ok(v))`; fails after [`LIMIT`] with the last
+    /// `Ok(Err(seen))`, printing it to stderr every 10 s meanwhile.
+    async fn wait<T, F, Fut>(&self, what: &str, mut check: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Result<T, String>, kube::Error>>,
+    {
+        let start = Instant::now();
+        let mut last_print = start;
+        loop {
+            let seen = match check().await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(seen)) => seen,
+                Err(e) => e.to_string(),
+            };
+            ensure!(
+                start.elapsed() < LIMIT,
+                "timed out waiting for {what}; last seen: {seen}"
+            );
+            if last_print.elapsed() > Duration::from_secs(10) {
+                self.progress(&format!("waiting for {what}: {seen}"));
+                last_print = Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    async fn create_nm(&self, node: &str) -> Result<()> {
+        let nm: NodeMaintenance = serde_json::from_value(json!({
+            "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
+            "kind": "NodeMaintenance",
+            "metadata": {"name": format!("nm-{node}")},
+            "spec": {"nodeName": node, "reason": "bench"}
+        }))?;
+        Api::<NodeMaintenance>::all(self.client.clone())
+            .create(&PostParams::default(), &nm)
+            .await
+            .with_context(|| format!("creating the NodeMaintenance for {node}"))?;
+        Ok(())
+    }
+
+    /// Creates one NodeMaintenance per node at once and returns, per node, the time from just
+    /// before the creates to phase `Succeeded` (polled every 100 ms).
+    async fn maintain(&self, nodes: &[String]) -> Result<Vec<f64>> {
+        let t0 = Instant::now();
+        futures::future::try_join_all(nodes.iter().map(|n| self.create_nm(n))).await?;
+        let api = Api::<NodeMaintenance>::all(self.client.clone());
+        let mut done: BTreeMap<String, f64> = BTreeMap::new();
+        let mut last_print = Instant::now();
+        while done.len() < nodes.len() {
+            for nm in api.list(&ListParams::default()).await?.items {
+                let status = nm.status.as_ref();
+                let node = &nm.spec.node_name;
+                if nodes.contains(node)
+                    && status.and_then(|s| s.phase) == Some(MaintenancePhase::Succeeded)
+                {
+                    done.entry(node.clone())
+                        .or_insert_with(|| t0.elapsed().as_secs_f64());
+                } else if nodes.contains(node) && last_print.elapsed() > Duration::from_secs(10) {
+                    last_print = Instant::now();
+                    let s = status.cloned().unwrap_or_default();
+                    self.progress(&format!(
+                        "{node}: phase {:?}, progress {:?}, pending {}, lastError {:?}",
+                        s.phase,
+                        s.drain_progress,
+                        s.pending_pods.map_or(0, |p| p.len()),
+                        s.last_error
+                    ));
+                }
+            }
+            ensure!(
+                t0.elapsed() < LIMIT,
+                "maintenances not Succeeded after {LIMIT:?}: done {done:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(nodes.iter().map(|n| done[n]).collect())
+    }
+
+    /// Deletes the NodeMaintenances of `nodes` and waits until they are gone (node restored).
+    async fn end_maintenance(&self, nodes: &[String]) -> Result<()> {
+        let api = Api::<NodeMaintenance>::all(self.client.clone());
+        for n in nodes {
+            api.delete(&format!("nm-{n}"), &DeleteParams::default())
+                .await?;
+        }
+        self.wait("NodeMaintenances gone", || async {
+            let left = api.list(&ListParams::default()).await?.items.len();
+            Ok((left == 0).then_some(()).ok_or(format!("{left} left")))
+        })
+        .await
+    }
+
+    /// Removes a scenario's namespace and nodes. Pods are force-deleted (grace 0) because the
+    /// controller-manager would delete thousands at its 20 requests/s and load the next scenario.
+    async fn purge(&self, ns: &str, nodes: &[String]) -> Result<()> {
+        Api::<Namespace>::all(self.client.clone())
+            .delete(ns, &DeleteParams::default())
+            .await?;
+        let pods = Api::<Pod>::namespaced(self.client.clone(), ns);
+        self.wait(&format!("pods of {ns} deleted"), || async {
+            pods.delete_collection(
+                &DeleteParams::default().grace_period(0),
+                &ListParams::default(),
+            )
+            .await?;
+            let left = pods.list(&ListParams::default()).await?.items.len();
+            Ok((left == 0).then_some(()).ok_or(format!("{left} left")))
+        })
+        .await?;
+        let api = Api::<Node>::all(self.client.clone());
+        for n in nodes {
+            api.delete(n, &DeleteParams::default()).await?;
+        }
+        Ok(())
+    }
+
+    async fn drain200(&mut self) -> Result<()> {
+        const S: &str = "drain200";
+        self.restart_operator("op-drain200", &[], &[])?;
+        let nodes = self.add_nodes("d200", 0..2).await?;
+        let (a, b) = (&nodes[0], &nodes[1]);
+        self.namespace(S).await?;
+        self.deployment(S, "a", 200, "kubernetes.io/hostname", a)
+            .await?;
+        self.deployment(S, "b", 200, "kubernetes.io/hostname", b)
+            .await?;
+        self.wait_running(S, 400).await?;
+
+        self.progress("NodeMaintenance on node A");
+        let ours = self.maintain(std::slice::from_ref(a)).await?[0];
+        // A's replacements (Pending: pinned to a cordoned node) are created by the
+        // controller-manager at 20/s; let that finish so kubectl drain starts from the same quiet.
+        let pods = Api::<Pod>::namespaced(self.client.clone(), S);
+        self.wait("A's 200 replacements created", || async {
+            let n = pods
+                .list(&ListParams::default().labels("app=a"))
+                .await?
+                .items
+                .len();
+            Ok((n == 200).then_some(()).ok_or(format!("{n} pods")))
+        })
+        .await?;
+
+        self.progress("kubectl drain on node B");
+        let t0 = Instant::now();
+        let out = self
+            .cluster
+            .kubectl()
+            .args([
+                "drain",
+                b,
+                "--ignore-daemonsets",
+                "--delete-emptydir-data",
+                "--force",
+            ])
+            .args(["--timeout=300s"])
+            .output()?;
+        let theirs = t0.elapsed().as_secs_f64();
+        ensure!(
+            out.status.success(),
+            "kubectl drain failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+
+        self.row(
+            S,
+            "ours: create -> Succeeded",
+            format!("{ours:.2} s ({:.0} pods/s)", 200.0 / ours),
+            "<= kubectl drain",
+        );
+        self.row(
+            S,
+            "kubectl drain",
+            format!("{theirs:.2} s ({:.0} pods/s)", 200.0 / theirs),
+            "",
+        );
+        self.row(
+            S,
+            "ours / kubectl",
+            format!("{:.2}x", ours / theirs),
+            "<= 1.00x",
+        );
+        self.end_maintenance(std::slice::from_ref(a)).await?;
+        self.purge(S, &nodes).await
+    }
+
+    async fn many(&mut self) -> Result<()> {
+        const S: &str = "many";
+        self.restart_operator("op-many", &[], &[])?;
+        self.namespace(S).await?;
+        let one = self.add_nodes("one", 0..1).await?;
+        self.deployment(S, "one", 20, "kubernetes.io/hostname", &one[0])
+            .await?;
+        let nodes = self.add_nodes("many", 0..20).await?;
+        for n in &nodes {
+            self.deployment(S, n, 20, "kubernetes.io/hostname", n)
+                .await?;
+        }
+        self.wait_running(S, 420).await?;
+
+        self.progress("one NodeMaintenance, 20 pods");
+        let single = self.maintain(&one).await?[0];
+        self.progress("20 NodeMaintenances at once, 20 pods each");
+        let mut each = self.maintain(&nodes).await?;
+        each.sort_by(f64::total_cmp);
+        let total = each[each.len() - 1];
+        self.row(S, "1 node x 20 pods", format!("{single:.2} s"), "");
+        self.row(
+            S,
+            "20 nodes x 20 pods at once",
+            format!("{total:.2} s (median single {:.2} s)", each[each.len() / 2]),
+            "<= 2x 1 node",
+        );
+        self.row(
+            S,
+            "20 nodes / 1 node",
+            format!("{:.2}x", total / single),
+            "<= 2.00x",
+        );
+        let mut all = one.clone();
+        all.extend(nodes.iter().cloned());
+        self.end_maintenance(&all).await?;
+        self.purge(S, &all).await
+    }
+
+    async fn api(&mut self) -> Result<()> {
+        const S: &str = "api";
+        self.restart_operator(
+            "op-api",
+            &[("RUST_LOG", "info,kube_client=debug")],
+            &["--log-format=json"],
+        )?;
+        let nodes = self.add_nodes("api", 0..1).await?;
+        self.namespace(S).await?;
+        self.deployment(S, "w", 20, "kubernetes.io/hostname", &nodes[0])
+            .await?;
+        self.wait_running(S, 20).await?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+
+        let log = self.cluster.dir().join("op-api.log");
+        let offset = std::fs::metadata(&log)?.len() as usize;
+        let apf_before = self.apf_dispatched("service-accounts")?;
+        self.maintain(&nodes).await?;
+        self.end_maintenance(&nodes).await?;
+        // Requests that follow the last observable change (the final status write, events).
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let apf = self.apf_dispatched("service-accounts")? - apf_before;
+        let text = std::fs::read_to_string(&log)?;
+        let mut table: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for line in text[offset..].lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            if v["message"] != "requesting" {
+                continue;
+            }
+            let span = &v["span"];
+            let (Some(method), Some(url)) =
+                (span["http.method"].as_str(), span["http.url"].as_str())
+            else {
+                continue;
+            };
+            *table.entry(classify(method, url)).or_default() += 1;
+        }
+        let total: u64 = table.values().sum();
+        ensure!(
+            total > 0,
+            "no request events in {}; is kube_client debug logging on?",
+            log.display()
+        );
+        self.row(
+            S,
+            "requests / maintenance (client trace)",
+            total.to_string(),
+            "",
+        );
+        self.row(
+            S,
+            "dispatched, FlowSchema service-accounts (apiserver)",
+            format!("{apf:.0}"),
+            "",
+        );
+        let mut note = String::from(
+            "API requests of one 20-pod maintenance lifecycle, by verb and resource (client trace):\n",
+        );
+        for ((verb, resource), n) in &table {
+            let _ = writeln!(note, "  {verb:<18} {resource:<28} {n:>5}");
+        }
+        self.notes.push(note);
+        self.purge(S, &nodes).await
+    }
+
+    /// Sum of `apiserver_flowcontrol_dispatched_requests_total` for one FlowSchema.
+    fn apf_dispatched(&self, flow_schema: &str) -> Result<f64> {
+        let metrics = self
+            .cluster
+            .kubectl_run(&["get", "--raw", "/metrics"], None)?;
+        let needle = format!("flow_schema=\"{flow_schema}\"");
+        Ok(metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("apiserver_flowcontrol_dispatched_requests_total{")
+                    && l.contains(&needle)
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum())
+    }
+
+    async fn rss(&mut self) -> Result<()> {
+        const S: &str = "rss";
+        self.namespace(S).await?;
+        let mut all_nodes = Vec::new();
+        // (drain node group, spread nodes to add, spread pods to add): 10 nodes / 500 pods,
+        // then 50 nodes / 2,000 pods.
+        for (size, drain_group, spread, spread_pods) in
+            [(10, "rss-d10", 0..9, 300), (50, "rss-d50", 9..48, 1300)]
+        {
+            let drain = self.add_nodes(drain_group, 0..1).await?;
+            let more = self.add_nodes("rss-s", spread).await?;
+            all_nodes.extend(drain.iter().cloned());
+            all_nodes.extend(more);
+            self.deployment(S, drain_group, 200, "kubernetes.io/hostname", &drain[0])
+                .await?;
+            self.deployment(
+                S,
+                &format!("spread{size}"),
+                spread_pods,
+                GROUP_LABEL,
+                "rss-s",
+            )
+            .await?;
+            let pods = if size == 10 { 500 } else { 2000 };
+            self.wait_running(S, pods).await?;
+            let label = format!("{size} nodes / {pods} pods");
+
+            self.restart_operator(&format!("op-rss-{size}"), &[], &[])?;
+            self.startup(&label).await?;
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let pid = self.operator_pid();
+            let idle = proc_status(pid, "VmRSS")?;
+            let stop = Arc::new(AtomicBool::new(false));
+            let sampler = {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut peak = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        peak = peak.max(proc_status(pid, "VmRSS").unwrap_or(0));
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    peak
+                })
+            };
+            let drain_s = self.maintain(&drain).await?[0];
+            stop.store(true, Ordering::Relaxed);
+            let peak = sampler.join().expect("sampler thread");
+            let hwm = proc_status(pid, "VmHWM")?;
+            let mib = |b: u64| format!("{:.1} MiB", b as f64 / MIB);
+            self.row(
+                S,
+                &format!("idle RSS, {label}"),
+                mib(idle),
+                "<= 30 MiB, flat",
+            );
+            self.row(
+                S,
+                &format!("peak RSS in 200-pod drain, {label}"),
+                format!("{} (VmHWM {}; drain {drain_s:.1} s)", mib(peak), mib(hwm)),
+                "<= 30 MiB, flat",
+            );
+            // Restores the drained node: its Pending replacements return to it, so the cluster
+            // keeps its pod count for the next size.
+            self.end_maintenance(&drain).await?;
+        }
+        self.purge(S, &all_nodes).await
+    }
+
+    /// Start-up to ready: 5 extra operator processes (next to the running one, which keeps the
+    /// webhook; there is no NodeMaintenance to fight over), each polled on `/readyz` every 2 ms.
+    async fn startup(&mut self, label: &str) -> Result<()> {
+        let cert_dir = self
+            .cluster
+            .dir()
+            .join(format!("{}-certs", self.operator_name));
+        let mut ready = Vec::new();
+        let mut floor = Vec::new();
+        for i in 0..5 {
+            let ports = free_ports(3)?;
+            let mut cmd = Command::new(OPERATOR_BIN);
+            cmd.args([
+                format!("--kubeconfig={}", self.sa_kubeconfig.display()),
+                format!("--webhook-cert-path={}", cert_dir.display()),
+                format!("--webhook-bind-address=127.0.0.1:{}", ports[0]),
+                format!("--metrics-bind-address=127.0.0.1:{}", ports[1]),
+                format!("--health-probe-bind-address=127.0.0.1:{}", ports[2]),
+                "--leader-elect=false".into(),
+            ])
+            .env("POD_NAMESPACE", &self.account.namespace)
+            .env("RUST_LOG", "warn");
+            let t0 = Instant::now();
+            let mut child = self.cluster.spawn(&format!("startup-{i}"), cmd)?;
+            loop {
+                let r = http_get(("127.0.0.1", ports[2]), "/readyz");
+                if r.is_some_and(|r| r.starts_with("HTTP/1.1 200")) {
+                    break;
+                }
+                ensure!(
+                    child.exited().is_none(),
+                    "start-up probe exited: {}",
+                    child.log_tail(20)
+                );
+                ensure!(
+                    t0.elapsed() < Duration::from_secs(30),
+                    "not ready in 30 s: {}",
+                    child.log_tail(20)
+                );
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            ready.push(t0.elapsed().as_secs_f64() * 1000.0);
+            child.stop(Duration::from_secs(5));
+
+            let t0 = Instant::now();
+            let client = self.cluster.client_for(&self.sa_kubeconfig).await;
+            let lp = ListParams::default();
+            let (nms, nodes) = (
+                Api::<NodeMaintenance>::all(client.clone()),
+                Api::<Node>::all(client),
+            );
+            let (a, b) = tokio::join!(nms.list(&lp), nodes.list(&lp));
+            a?;
+            b?;
+            floor.push(t0.elapsed().as_secs_f64() * 1000.0);
+        }
+        let (ready, floor) = (median(ready), median(floor));
+        self.row(
+            "startup",
+            &format!("spawn -> /readyz 200, {label}"),
+            format!("{ready:.0} ms"),
+            "",
+        );
+        self.row(
+            "startup",
+            "  API floor (fresh client, LIST nm || LIST node)",
+            format!("{floor:.0} ms"),
+            "",
+        );
+        self.row(
+            "startup",
+            "  own start-up (difference)",
+            format!("{:.0} ms", ready - floor),
+            "<= 200 ms",
+        );
+        Ok(())
+    }
+
+    fn report(&self) -> String {
+        let w = |f: fn(&Row) -> usize| self.rows.iter().map(f).max().unwrap_or(0);
+        let (ws, wf, wv) = (
+            w(|r| r.scenario.len()).max(8),
+            w(|r| r.figure.len()),
+            w(|r| r.value.len()),
+        );
+        let mut out = format!(
+            "\nnode-maintenance-operator benchmarks ({})\n\n",
+            jiff::Timestamp::now()
+        );
+        let _ = writeln!(
+            out,
+            "{:<ws$}  {:<wf$}  {:<wv$}  target",
+            "scenario", "figure", "value"
+        );
+        for r in &self.rows {
+            let _ = writeln!(
+                out,
+                "{:<ws$}  {:<wf$}  {:<wv$}  {}",
+                r.scenario, r.figure, r.value, r.target
+            );
+        }
+        for n in &self.notes {
+            let _ = write!(out, "\n{n}");
+        }
+        out
+    }
+}
+
+/// `(verb, resource[/subresource])` of one request, in the API server's terms (a GET is a
+/// `get`, `list` or `watch`; a DELETE of a collection is `deletecollection`).
+fn classify(method: &str, url: &str) -> (String, String) {
+    let (path, query) = url.split_once('?').unwrap_or((url, ""));
+    let path = path.find("/api").map_or(path, |i| &path[i..]);
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // /api/v1/... or /apis/<group>/<version>/...
+    let mut rest = if segs.first() == Some(&"api") {
+        &segs[2.min(segs.len())..]
+    } else {
+        &segs[3.min(segs.len())..]
+    };
+    if rest.len() > 2 && rest[0] == "namespaces" {
+        rest = &rest[2..];
+    }
+    let resource = match rest {
+        [r, _, sub, ..] => format!("{r}/{sub}"),
+        [r, ..] => r.to_string(),
+        [] => "(discovery)".into(),
+    };
+    let named = rest.len() >= 2;
+    let watch = query
+        .split('&')
+        .any(|kv| kv == "watch=true" || kv == "watch=1");
+    let verb = match method {
+        "GET" if watch => "watch",
+        "GET" if named => "get",
+        "GET" => "list",
+        "POST" => "create",
+        "PUT" => "update",
+        "PATCH" => "patch",
+        "DELETE" if named => "delete",
+        "DELETE" => "deletecollection",
+        other => other,
+    };
+    (verb.into(), resource)
+}
+
+/// A `kB` field of `/proc/<pid>/status`, in bytes.
+fn proc_status(pid: u32, field: &str) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
