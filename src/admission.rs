@@ -623,6 +623,19 @@ fn operation_name(op: &Operation) -> &'static str {
     }
 }
 
+/// The `operation` metric label of a review that could not be decoded: one of the four
+/// admission operations, else `UNKNOWN`. The text comes from an unauthenticated request body, so
+/// it must never become a label value as is (each distinct value is a new series, held forever).
+pub fn operation_label(operation: Option<&str>) -> &'static str {
+    match operation {
+        Some("CREATE") => "CREATE",
+        Some("UPDATE") => "UPDATE",
+        Some("DELETE") => "DELETE",
+        Some("CONNECT") => "CONNECT",
+        _ => "UNKNOWN",
+    }
+}
+
 impl nmo_webhook::Validator for Admission {
     type Object = NodeMaintenance;
 
@@ -649,7 +662,7 @@ impl nmo_webhook::Validator for Admission {
 
     fn rejected(&self, operation: Option<&str>, _error: &nmo_webhook::EnvelopeError) {
         self.metrics
-            .admission(operation.unwrap_or("UNKNOWN"), "invalid", 0.0);
+            .admission(operation_label(operation), "invalid", 0.0);
     }
 }
 
@@ -709,6 +722,21 @@ mod tests {
             "can not put master/control-plane node into maintenance at this moment, disrupting node node-a will violate etcd quorum"
         );
         assert_eq!(validate_create(&m, &facts(true, &["node-b"], true)), Ok(()));
+    }
+
+    #[test]
+    fn rejected_reviews_get_a_bounded_operation_label() {
+        for op in ["CREATE", "UPDATE", "DELETE", "CONNECT"] {
+            assert_eq!(operation_label(Some(op)), op);
+        }
+        for junk in [
+            None,
+            Some(""),
+            Some("create"),
+            Some("x".repeat(4096).as_str()),
+        ] {
+            assert_eq!(operation_label(junk), "UNKNOWN");
+        }
     }
 
     #[test]
