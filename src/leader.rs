@@ -237,9 +237,13 @@ fn takeable(lease: &Lease, now: jiff::Timestamp) -> bool {
         return true;
     }
     match (&spec.renew_time, spec.lease_duration_seconds) {
-        (Some(renew), Some(secs)) => {
-            renew.0 + jiff::SignedDuration::from_secs(i64::from(secs)) < now
-        }
+        // Checked: `Timestamp + SignedDuration` panics past jiff's range, and any client that
+        // may write this Lease could set a renewTime near year 9999 with a long duration. An
+        // expiry beyond the range never comes.
+        (Some(renew), Some(secs)) => renew
+            .0
+            .checked_add(jiff::SignedDuration::from_secs(i64::from(secs)))
+            .is_ok_and(|expiry| expiry < now),
         _ => true,
     }
 }
@@ -388,6 +392,12 @@ mod tests {
         assert!(takeable(&lease(None, "2026-01-01T00:00:29Z"), now));
         assert!(takeable(&lease(Some(""), "2026-01-01T00:00:29Z"), now));
         assert!(takeable(&Lease::default(), now));
+        let mut far = lease(Some("a_1"), "9999-12-30T00:00:00Z");
+        far.spec.as_mut().unwrap().lease_duration_seconds = Some(i32::MAX);
+        assert!(
+            !takeable(&far, now),
+            "an expiry past jiff's range must not panic"
+        );
     }
 
     #[test]
