@@ -24,7 +24,7 @@ use kube::api::ListParams;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::{Api, Client};
 
-use crate::api::NodeMaintenance;
+use crate::api::{NodeMaintenance, NodeNameError};
 use crate::metrics::Metrics;
 
 /// Path of the validating webhook (upstream's, derived by kubebuilder from the GVK).
@@ -98,28 +98,19 @@ pub enum Denial {
     MissingObject(&'static str),
 }
 
-/// Checks that `name` can be a Node name: a DNS-1123 subdomain (at most 253 characters of
-/// lowercase alphanumerics, `-` and `.`, each dot-separated label starting and ending with an
-/// alphanumeric), as the API server requires of Node names.
+/// Checks that `name` can be a Node name ([`crate::api::validate_node_name`], the rule the
+/// controller applies too).
 ///
 /// # Errors
 /// [`Denial::EmptyNodeName`] or [`Denial::MalformedNodeName`].
 pub fn validate_node_name(name: &str) -> Result<(), Denial> {
-    if name.is_empty() {
-        return Err(Denial::EmptyNodeName);
+    match crate::api::validate_node_name(name) {
+        Ok(()) => Ok(()),
+        Err(NodeNameError::Empty) => Err(Denial::EmptyNodeName),
+        Err(NodeNameError::TooLong | NodeNameError::Malformed) => {
+            Err(Denial::MalformedNodeName(name.to_string()))
+        }
     }
-    let label_ok = |l: &str| {
-        let b = l.as_bytes();
-        !b.is_empty()
-            && b.iter()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-            && b[0] != b'-'
-            && b[b.len() - 1] != b'-'
-    };
-    if name.len() > 253 || !name.split('.').all(label_ok) {
-        return Err(Denial::MalformedNodeName(name.to_string()));
-    }
-    Ok(())
 }
 
 /// What the CREATE decision needs to know, observed in upstream's order.

@@ -114,7 +114,9 @@ pub struct NodeMaintenanceStatus {
 }
 
 /// A pod by namespace and name (upstream's `PodReference`).
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
 pub struct PodReference {
     /// Namespace of the pod
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -159,10 +161,82 @@ impl NodeMaintenance {
     }
 }
 
+/// Why a `spec.nodeName` cannot name a Node. Displays as a clause for a sentence about the name
+/// ("it is empty").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NodeNameError {
+    /// The name is empty.
+    #[error("it is empty")]
+    Empty,
+    /// The name has more than 253 characters.
+    #[error("it is longer than 253 characters")]
+    TooLong,
+    /// The name is not a lower-case DNS-1123 subdomain.
+    #[error(
+        "it is not a valid node name (lower-case letters, digits, '-' and '.', each \
+         dot-separated part starting and ending with a letter or digit)"
+    )]
+    Malformed,
+}
+
+/// Checks that `name` can be a Node name: a DNS-1123 subdomain (at most 253 characters of
+/// lower-case letters, digits, `-` and `.`, each dot-separated label non-empty and starting and
+/// ending with a letter or digit), which the API server requires of Node names. The one rule
+/// used by both the webhook and the controller, so the two never disagree.
+///
+/// # Errors
+/// The [`NodeNameError`] saying why not.
+pub fn validate_node_name(name: &str) -> Result<(), NodeNameError> {
+    if name.is_empty() {
+        return Err(NodeNameError::Empty);
+    }
+    if name.len() > 253 {
+        return Err(NodeNameError::TooLong);
+    }
+    let label_ok = |l: &str| {
+        let b = l.as_bytes();
+        let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+        b.first().is_some_and(alnum)
+            && b.last().is_some_and(alnum)
+            && b.iter().all(|c| alnum(c) || *c == b'-')
+    };
+    if !name.split('.').all(label_ok) {
+        return Err(NodeNameError::Malformed);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use kube::CustomResourceExt;
+
+    #[test]
+    fn node_names_are_dns_1123_subdomains() {
+        assert_eq!(validate_node_name(""), Err(NodeNameError::Empty));
+        assert_eq!(
+            validate_node_name(&"a".repeat(254)),
+            Err(NodeNameError::TooLong)
+        );
+        for bad in [
+            "Node-A", "node_a", "-node", "node-", "a..b", ".a", "a.", "a.-b",
+        ] {
+            assert_eq!(
+                validate_node_name(bad),
+                Err(NodeNameError::Malformed),
+                "{bad}"
+            );
+        }
+        for good in [
+            "a",
+            "0",
+            "node-a",
+            "ip-10-0-0-1.ec2.internal",
+            &"a".repeat(253),
+        ] {
+            assert_eq!(validate_node_name(good), Ok(()), "{good}");
+        }
+    }
 
     #[test]
     fn upstream_json_names_round_trip() {
@@ -188,7 +262,10 @@ mod tests {
     #[test]
     fn crd_is_cluster_scoped_with_short_name_and_status() {
         let crd = NodeMaintenance::crd();
-        assert_eq!(crd.metadata.name.as_deref(), Some("nodemaintenances.nodemaintenance.medik8s.io"));
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some("nodemaintenances.nodemaintenance.medik8s.io")
+        );
         assert_eq!(crd.spec.scope, "Cluster");
         assert_eq!(crd.spec.names.short_names, Some(vec!["nm".to_string()]));
         let v = &crd.spec.versions[0];
@@ -198,6 +275,10 @@ mod tests {
             schema.pointer("/openAPIV3Schema/properties/spec/required"),
             Some(&serde_json::json!(["nodeName"]))
         );
-        assert!(schema.pointer("/openAPIV3Schema/properties/status/properties/totalpods").is_some());
+        assert!(
+            schema
+                .pointer("/openAPIV3Schema/properties/status/properties/totalpods")
+                .is_some()
+        );
     }
 }

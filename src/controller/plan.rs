@@ -181,31 +181,13 @@ pub fn entry(nm: &NodeMaintenance) -> Entry {
     }
 }
 
-/// A node name must be a DNS subdomain (RFC 1123): at most 253 characters of lower-case letters,
-/// digits, `-` and `.`, starting and ending with a letter or digit. Returns the reason otherwise.
+/// Whether `name` can be a Node name ([`crate::api::validate_node_name`], the webhook's rule
+/// too); the error says why not, for `status.lastError`.
+///
+/// # Errors
+/// The reason as a clause (`it is empty`).
 pub fn validate_node_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("it is empty".to_string());
-    }
-    if name.len() > 253 {
-        return Err("it is longer than 253 characters".to_string());
-    }
-    let valid_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
-    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-    if !name.chars().all(valid_char)
-        || !name.starts_with(alnum)
-        || !name.ends_with(alnum)
-        || name
-            .split('.')
-            .any(|label| label.is_empty() || label.starts_with('-') || label.ends_with('-'))
-    {
-        return Err(
-            "it is not a valid node name (lower-case letters, digits, '-' and '.', starting and \
-             ending with a letter or digit)"
-                .to_string(),
-        );
-    }
-    Ok(())
+    crate::api::validate_node_name(name).map_err(|e| e.to_string())
 }
 
 /// Failed for good: the lease could not be recovered and the node was restored.
