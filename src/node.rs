@@ -440,9 +440,27 @@ pub async fn enter(
     holder: &str,
     reason: Option<&str>,
 ) -> Result<EnterOutcome, NodeError> {
+    enter_from(api, node, None, holder, reason).await
+}
+
+/// As [`enter`], but the first attempt plans on `read`, the node as the caller has just read
+/// it, instead of reading it again (one GET less per reconcile). A stale copy costs nothing but
+/// a retry: the patch carries its resourceVersion, so the API server answers 409 and the next
+/// attempt re-reads. Errors as [`enter`].
+pub async fn enter_from(
+    api: &Api<Node>,
+    node: &str,
+    read: Option<Node>,
+    holder: &str,
+    reason: Option<&str>,
+) -> Result<EnterOutcome, NodeError> {
+    let mut read = read;
     let mut attempt = 1;
     loop {
-        let current = get_node(api, node).await?;
+        let current = match read.take() {
+            Some(n) => n,
+            None => get_node(api, node).await?,
+        };
         let decision = decide_enter(&current, holder, reason);
         let (patch, outcome) = match decision.plan {
             EnterPlan::Unchanged => return Ok(EnterOutcome::Unchanged),
@@ -472,9 +490,24 @@ pub async fn enter(
 /// read/plan/patch/retry loop as [`enter`]. Errors: [`NodeError::NotFound`], [`NodeError::Get`],
 /// [`NodeError::Patch`].
 pub async fn exit(api: &Api<Node>, node: &str, holder: &str) -> Result<ExitOutcome, NodeError> {
+    exit_from(api, node, None, holder).await
+}
+
+/// As [`exit`], with the first attempt planned on `read`, the node as the caller has just read
+/// it (see [`enter_from`]). Errors as [`exit`].
+pub async fn exit_from(
+    api: &Api<Node>,
+    node: &str,
+    read: Option<Node>,
+    holder: &str,
+) -> Result<ExitOutcome, NodeError> {
+    let mut read = read;
     let mut attempt = 1;
     loop {
-        let current = get_node(api, node).await?;
+        let current = match read.take() {
+            Some(n) => n,
+            None => get_node(api, node).await?,
+        };
         let (patch, uncordon) = match plan_exit(&current, holder) {
             ExitPlan::NotHeld(other) => return Ok(ExitOutcome::NotHeld(other)),
             ExitPlan::Apply { patch, uncordon } => (patch, uncordon),

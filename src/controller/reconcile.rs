@@ -202,7 +202,14 @@ async fn maintain(mut current: NodeMaintenance, ctx: &Context) -> Result<Action,
 
     // Cordon, taint, label (one patch; re-applied when someone undid part of it).
     let reason = current.spec.reason.clone();
-    let mut outcome = node::enter(&ctx.nodes, &node_name, &name, reason.as_deref()).await;
+    let mut outcome = node::enter_from(
+        &ctx.nodes,
+        &node_name,
+        Some(node.clone()),
+        &name,
+        reason.as_deref(),
+    )
+    .await;
     if let Ok(EnterOutcome::HeldBy(other)) = &outcome
         && is_stale_holder(ctx, other)
     {
@@ -426,7 +433,7 @@ async fn cleanup(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
         match plan::deletion_plan(seen, &name, successor.as_deref()) {
             DeletionPlan::Exit => {
                 tracing::info!("Maintenance taints  will be removed from node {node_name}");
-                match node::exit(&ctx.nodes, node_name, &name).await {
+                match node::exit_from(&ctx.nodes, node_name, node.clone(), &name).await {
                     Ok(ExitOutcome::Restored { uncordoned: true }) => {
                         let e = PlannedEvent::normal(EventTarget::Node, plan::event::UNCORDON);
                         publish(ctx, nm, node.as_ref(), &e).await;
