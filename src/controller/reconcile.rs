@@ -55,7 +55,9 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
         }
         Err(err) => {
             ctx.metrics.reconcile_failure(err.metric_label());
-            if !err.is_stale_object() && nm.metadata.deletion_timestamp.is_none() {
+            // Also while deleting: a cleanup that failed half-way (node restored, lease or
+            // finalizer not) must say so, as upstream's error sink does (nmo-compat.md §5.1 3.1).
+            if !err.is_stale_object() {
                 record_error(&nm, &ctx, err).await;
             }
         }
@@ -247,7 +249,17 @@ async fn maintain(mut current: NodeMaintenance, ctx: &Context) -> Result<Action,
 
     // One drain pass.
     tracing::debug!("Evict all Pods from Node");
-    let report = ctx.drainer.pass(&node_name, now()).await?;
+    let report = match ctx.drainer.pass(&node_name, now()).await {
+        Ok(report) => report,
+        Err(e) => {
+            // The node was repaired even though the pass failed; the next pass sees nothing to
+            // repair, so this is the only chance to say what had been undone.
+            for event in &enter_events {
+                publish(ctx, &current, Some(&node), event).await;
+            }
+            return Err(e.into());
+        }
+    };
     for (result, n) in &report.evictions.by_result {
         for _ in 0..*n {
             ctx.metrics.eviction(result);
