@@ -98,6 +98,33 @@ pub fn parse_bind_address(s: &str) -> Result<BindAddress, String> {
     parse_socket_addr(s).map(BindAddress::Listen)
 }
 
+/// Parses `--lease-namespace` / `LEASE_NAMESPACE`: empty (e.g. `LEASE_NAMESPACE=` in a manifest)
+/// means the default `medik8s-leases`, as medik8s reads the variable; anything else must be a
+/// namespace name (a DNS-1123 label: at most 63 lower-case letters, digits and `-`, starting and
+/// ending with a letter or digit).
+///
+/// # Errors
+/// A one-line message naming the rejected value.
+pub fn parse_lease_namespace(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(crate::lease::DEFAULT_LEASE_NAMESPACE.to_string());
+    }
+    let b = s.as_bytes();
+    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    if b.len() > 63
+        || !b.first().is_some_and(alnum)
+        || !b.last().is_some_and(alnum)
+        || !b.iter().all(|c| alnum(c) || *c == b'-')
+    {
+        return Err(format!(
+            "{s:?} is not a namespace name (at most 63 lower-case letters, digits and '-', \
+             starting and ending with a letter or digit)"
+        ));
+    }
+    Ok(s.to_string())
+}
+
 /// Log line format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -173,7 +200,8 @@ pub struct Config {
 
     /// Namespace of the medik8s per-node leases (node-<name>), shared with the other medik8s
     /// operators.
-    #[arg(long, env = "LEASE_NAMESPACE", default_value = "medik8s-leases")]
+    #[arg(long, env = "LEASE_NAMESPACE", default_value = "medik8s-leases",
+          value_parser = parse_lease_namespace)]
     pub lease_namespace: String,
 
     /// NodeMaintenance objects reconciled in parallel (one object is never reconciled twice at
@@ -354,6 +382,7 @@ mod tests {
             &["--log-format=xml"],
             &["--max-concurrent-reconciles=0"],
             &["--leader-elect=maybe"],
+            &["--lease-namespace=Medik8s_Leases"],
         ] {
             let err = parse(args).expect_err(&format!("{args:?}"));
             assert_ne!(err.exit_code(), 0, "{args:?}");
@@ -390,6 +419,21 @@ mod tests {
         ] {
             assert!(help.contains(needle), "{needle:?} missing from:\n{help}");
         }
+    }
+
+    #[test]
+    fn empty_lease_namespace_means_the_default() {
+        assert_eq!(parse_lease_namespace(""), Ok("medik8s-leases".to_string()));
+        assert_eq!(parse_lease_namespace(" "), Ok("medik8s-leases".to_string()));
+        assert_eq!(
+            parse_lease_namespace("leases-1"),
+            Ok("leases-1".to_string())
+        );
+        for bad in ["-a", "a-", "A", "a.b", &"a".repeat(64)] {
+            assert!(parse_lease_namespace(bad).is_err(), "{bad}");
+        }
+        let c = parse(&["--lease-namespace="]).unwrap();
+        assert_eq!(c.lease_namespace, "medik8s-leases");
     }
 
     #[test]

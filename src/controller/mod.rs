@@ -29,7 +29,7 @@ use kube::{Api, Client, ResourceExt};
 
 use crate::api::NodeMaintenance;
 use crate::drain::{DrainError, DrainOptions, Drainer};
-use crate::lease::{DEFAULT_LEASE_NAMESPACE, LeaseError, NodeLeases};
+use crate::lease::{LeaseError, NodeLeases};
 use crate::metrics::Metrics;
 use crate::node::NodeError;
 
@@ -59,10 +59,7 @@ impl Default for ControllerConfig {
     /// `POD_NAME`/`POD_NAMESPACE`, reporter instance `POD_NAME`.
     fn default() -> Self {
         Self {
-            lease_namespace: std::env::var(crate::lease::LEASE_NAMESPACE_ENV)
-                .ok()
-                .filter(|v| !v.is_empty())
-                .unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.to_string()),
+            lease_namespace: crate::lease::namespace_from_env(),
             concurrency: 32,
             drain: DrainOptions::from_env(),
             reporter_instance: std::env::var("POD_NAME").ok().filter(|v| !v.is_empty()),
