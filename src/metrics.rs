@@ -32,6 +32,7 @@ pub const RECONCILE_ERRORS: &[&str] = &[
     "drain",
     "finalizer",
     "status",
+    "timeout",
 ];
 
 /// The `result` label values of `nmo_evictions_total`.

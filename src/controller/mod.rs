@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -67,6 +66,23 @@ impl Default for ControllerConfig {
     }
 }
 
+/// A hash of the parts of a Node that maintenance reads or writes: `spec.unschedulable`,
+/// `spec.taints`, labels and annotations. Equal fingerprints mean a watch event changed nothing
+/// a reconcile would act on (typically a status heartbeat).
+pub fn maintenance_fingerprint(node: &Node) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let spec = node.spec.as_ref();
+    spec.and_then(|s| s.unschedulable).hash(&mut h);
+    for t in spec.and_then(|s| s.taints.as_deref()).unwrap_or_default() {
+        (&t.key, &t.value, &t.effect).hash(&mut h);
+    }
+    node.metadata.labels.hash(&mut h);
+    node.metadata.annotations.hash(&mut h);
+    node.metadata.uid.hash(&mut h);
+    h.finish()
+}
+
 /// Errors of one reconcile. Each displays the text written to `status.lastError`.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -98,7 +114,15 @@ pub enum Error {
     /// Writing the status failed (409 when the object changed since it was read).
     #[error("failed to update NodeMaintenance status: {0}")]
     Status(#[source] kube::Error),
+    /// The reconcile did not finish within [`RECONCILE_TIMEOUT`] (the API server kept answering
+    /// 429/5xx, which the client retries); it is retried with backoff, so no worker is held.
+    #[error("reconcile did not finish within {} s; retrying", .0.as_secs())]
+    Timeout(Duration),
 }
+
+/// Upper bound of one reconcile. A pass makes a handful of API calls; only a struggling API
+/// server (the client's own 429/503/504 retries) makes one last this long.
+pub const RECONCILE_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn kube_code(e: &kube::Error) -> Option<u16> {
     match e {
@@ -119,6 +143,7 @@ impl Error {
             Error::Drain(_) | Error::InitStatus(_) => "drain",
             Error::AddFinalizer(_) | Error::RemoveFinalizer(_) => "finalizer",
             Error::Status(_) => "status",
+            Error::Timeout(_) => "timeout",
         }
     }
 
@@ -223,21 +248,38 @@ pub async fn run(
         .applied_objects();
     let controller = Controller::for_stream(nm_events, store.clone());
 
-    // Node watch: metadata only (names are all the mapper needs; any change, spec included,
-    // bumps resourceVersion and arrives here), no debounce, so a manual uncordon is seen at once.
+    // Node watch: a pass runs when what maintenance cares about changes (cordon, taints, labels,
+    // annotations) or the node comes or goes, not on every status heartbeat. No debounce, so a
+    // manual uncordon is seen at once. Nodes are not cached: only a fingerprint per node is kept.
     let (nodes_synced_tx, mut nodes_synced) = tokio::sync::watch::channel(false);
-    let node_events = watcher(
-        Api::<PartialObjectMeta<Node>>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .inspect(move |ev| {
-        if matches!(ev, Ok(watcher::Event::InitDone)) {
-            tracing::debug!("Node watch listed all nodes");
-            nodes_synced_tx.send_replace(true);
-        }
-    })
-    .touched_objects();
+    let fingerprints = Mutex::new(HashMap::<String, u64>::new());
+    let node_events = watcher(nodes.clone(), watcher::Config::default())
+        .default_backoff()
+        .inspect(move |ev| {
+            if matches!(ev, Ok(watcher::Event::InitDone)) {
+                tracing::debug!("Node watch listed all nodes");
+                nodes_synced_tx.send_replace(true);
+            }
+        })
+        .filter_map(move |ev| {
+            let changed = match ev {
+                Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                    let print = maintenance_fingerprint(&n);
+                    let mut seen = fingerprints.lock().unwrap_or_else(|e| e.into_inner());
+                    (seen.insert(n.name_any(), print) != Some(print)).then_some(Ok(n))
+                }
+                Ok(watcher::Event::Delete(n)) => {
+                    fingerprints
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&n.name_any());
+                    Some(Ok(n))
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+                Err(e) => Some(Err(e)),
+            };
+            std::future::ready(changed)
+        });
     let mapper_store = store.clone();
     let controller = controller
         .watches_stream(node_events, move |node| {
@@ -297,4 +339,30 @@ pub async fn run(
         })
         .await;
     tracing::info!("NodeMaintenance controller stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(unschedulable: bool, heartbeat: &str) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n", "uid": "u", "labels": {"a": "b"}},
+            "spec": {"unschedulable": unschedulable, "taints": [{"key": "k", "effect": "NoSchedule"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": heartbeat}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn fingerprint_ignores_heartbeats_and_sees_an_uncordon() {
+        let a = node(true, "2026-01-01T00:00:00Z");
+        let heartbeat = node(true, "2026-01-01T00:00:10Z");
+        let uncordoned = node(false, "2026-01-01T00:00:10Z");
+        assert_eq!(maintenance_fingerprint(&a), maintenance_fingerprint(&heartbeat));
+        assert_ne!(maintenance_fingerprint(&a), maintenance_fingerprint(&uncordoned));
+        let mut untainted = a.clone();
+        untainted.spec.as_mut().unwrap().taints = None;
+        assert_ne!(maintenance_fingerprint(&a), maintenance_fingerprint(&untainted));
+    }
 }

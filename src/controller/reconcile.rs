@@ -40,7 +40,9 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
     let span = tracing::info_span!("reconcile", nodemaintenance = %name, node = %nm.spec.node_name);
     let result = async {
         tracing::debug!("Reconciling NodeMaintenance");
-        let result = reconcile_inner(&nm, &ctx).await;
+        let result = tokio::time::timeout(super::RECONCILE_TIMEOUT, reconcile_inner(&nm, &ctx))
+            .await
+            .unwrap_or(Err(Error::Timeout(super::RECONCILE_TIMEOUT)));
         tracing::debug!("Reconcile completed");
         result
     }
