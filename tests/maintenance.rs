@@ -203,6 +203,12 @@ async fn success_with_pods_then_restore() {
         }
     })
     .await;
+    // The operator runs as the manifests' ServiceAccount: nothing it did was refused.
+    let log = env.operator.lock().unwrap().log();
+    assert!(
+        !log.to_lowercase().contains("forbidden"),
+        "RBAC refused something:\n{log}"
+    );
 }
 
 /// Upstream #7, with our recovery: the node disappears during maintenance -> Failed with
