@@ -154,13 +154,6 @@ pub struct PodBlocker {
     pub current_healthy: Option<i32>,
 }
 
-impl NodeMaintenance {
-    /// The node this maintenance is for.
-    pub fn node_name(&self) -> &str {
-        &self.spec.node_name
-    }
-}
-
 /// Why a `spec.nodeName` cannot name a Node. Displays as a clause for a sentence about the name
 /// ("it is empty").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

@@ -195,31 +195,6 @@ pub enum LeaseError {
     Api(#[source] kube::Error),
 }
 
-impl LeaseError {
-    /// True for [`LeaseError::AlreadyHeld`]: the node is held by remediation (e.g. NHC), which is
-    /// not an API failure.
-    pub fn is_already_held(&self) -> bool {
-        matches!(self, LeaseError::AlreadyHeld { .. })
-    }
-
-    /// True when the error is transient API trouble rather than a decision: a 409 Conflict
-    /// (someone wrote the lease between our read and write), 429, 5xx, or a transport error.
-    /// Such errors should be retried and, unlike upstream, not counted towards failing the
-    /// maintenance (nmo-compat.md §16 row 6).
-    pub fn is_transient(&self) -> bool {
-        let error = match self {
-            LeaseError::AlreadyHeld { .. } => return false,
-            LeaseError::GetNamespace(e) | LeaseError::CreateNamespace(e) | LeaseError::Api(e) => e,
-        };
-        match error {
-            kube::Error::Api(status) => {
-                status.code == 409 || status.code == 429 || status.code >= 500
-            }
-            _ => true,
-        }
-    }
-}
-
 /// Requests and invalidates the per-node medik8s leases in one namespace.
 ///
 /// Cheap to clone (shares the client and the "namespace exists" flag).
@@ -238,19 +213,6 @@ impl NodeLeases {
             namespace,
             namespace_ready: Arc::new(AtomicBool::new(false)),
         }
-    }
-
-    /// The lease namespace.
-    pub fn namespace(&self) -> &str {
-        &self.namespace
-    }
-
-    /// Reads the lease of `node`, if any (for status or diagnostics).
-    pub async fn get(&self, node: &str) -> Result<Option<Lease>, LeaseError> {
-        self.api()
-            .get_opt(&lease_name(node))
-            .await
-            .map_err(LeaseError::Api)
     }
 
     /// Requests (creates, renews or takes over) the lease of `node` for `node-maintenance`,

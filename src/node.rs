@@ -382,13 +382,6 @@ pub enum NodeError {
     Patch(#[source] kube::Error),
 }
 
-impl NodeError {
-    /// True for a 409 Conflict that outlived the retries (a busy node, worth a quick requeue).
-    pub fn is_conflict(&self) -> bool {
-        matches!(self, NodeError::Patch(e) if api_code(e) == Some(409))
-    }
-}
-
 /// Result of [`enter`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EnterOutcome {
