@@ -4,5 +4,8 @@ use kube::CustomResourceExt;
 use node_maintenance_operator::api::NodeMaintenance;
 
 fn main() {
-    print!("{}", serde_yaml::to_string(&NodeMaintenance::crd()).expect("the CRD serializes to YAML"));
+    print!(
+        "{}",
+        serde_yaml::to_string(&NodeMaintenance::crd()).expect("the CRD serializes to YAML")
+    );
 }
