@@ -27,6 +27,9 @@
 //! - **many**: `1 node` = one fresh node with 20 pods, create to `Succeeded`; `20 nodes` = 20 fresh
 //!   nodes x 20 pods, 20 NodeMaintenances created at once, first create to the last `Succeeded`
 //!   (median and slowest single maintenance shown too). Target: 20 nodes at most 2x one node.
+//!   Reference: 20 `kubectl drain`s started at once on 20 more such nodes, wall time to the last
+//!   exit; it shows what the cluster itself allows, since one kwok process terminates every
+//!   node's pods and one controller-manager recreates them, unlike real kubelets.
 //! - **api**: the requests one isolated lifecycle (create -> `Succeeded` -> delete -> gone) of a
 //!   20-pod node makes the operator send, by verb and resource. Source: the operator's own HTTP
 //!   client trace (it runs with `--log-format=json` and `RUST_LOG=info,kube_client=debug`, and
@@ -291,23 +294,57 @@ impl Bench {
 
     /// Waits until namespace `ns` has `n` Running pods not being deleted.
     async fn wait_running(&self, ns: &str, n: usize) -> Result<()> {
+        self.wait_pods(ns, n, Some("Running")).await
+    }
+
+    /// Waits until namespace `ns` has `n` pods not being deleted, in `phase` when given. After a
+    /// drain, waiting for the full count lets the controller-manager finish creating the
+    /// replacements (at its 20 requests/s) so the next measurement starts from a quiet cluster.
+    async fn wait_pods(&self, ns: &str, n: usize, phase: Option<&str>) -> Result<()> {
         let pods = Api::<Pod>::namespaced(self.client.clone(), ns);
-        self.wait(&format!("{n} Running pods in {ns}"), || async {
-            let running = pods
+        self.wait(&format!("{n} pods {phase:?} in {ns}"), || async {
+            let count = pods
                 .list(&ListParams::default())
                 .await?
                 .items
                 .iter()
                 .filter(|p| {
                     p.metadata.deletion_timestamp.is_none()
-                        && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                        && phase.is_none_or(|ph| {
+                            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some(ph)
+                        })
                 })
                 .count();
-            Ok((running == n)
-                .then_some(())
-                .ok_or(format!("{running} Running")))
+            Ok((count == n).then_some(()).ok_or(format!("{count} pods")))
         })
         .await
+    }
+
+    /// Runs `kubectl drain <node> --ignore-daemonsets --delete-emptydir-data --force` for every
+    /// node at once (admin identity) and returns the wall time until the last one exits, in
+    /// seconds, and whether kubectl reported client-side throttling.
+    fn kubectl_drains(&self, nodes: &[String]) -> Result<(f64, bool)> {
+        let t0 = Instant::now();
+        let children = nodes
+            .iter()
+            .map(|n| {
+                self.cluster
+                    .kubectl()
+                    .args(["drain", n, "--ignore-daemonsets", "--delete-emptydir-data"])
+                    .args(["--force", "--timeout=300s"])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut throttled = false;
+        for child in children {
+            let out = child.wait_with_output()?;
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            ensure!(out.status.success(), "kubectl drain failed: {stderr}");
+            throttled |= stderr.contains("client-side throttling");
+        }
+        Ok((t0.elapsed().as_secs_f64(), throttled))
     }
 
     /// Polls `check` every 500 ms until `Ok(Ok(v))`; fails after [`LIMIT`] with the last
@@ -441,39 +478,10 @@ impl Bench {
 
         self.progress("NodeMaintenance on node A");
         let ours = self.maintain(std::slice::from_ref(a)).await?[0];
-        // A's replacements (Pending: pinned to a cordoned node) are created by the
-        // controller-manager at 20/s; let that finish so kubectl drain starts from the same quiet.
-        let pods = Api::<Pod>::namespaced(self.client.clone(), S);
-        self.wait("A's 200 replacements created", || async {
-            let n = pods
-                .list(&ListParams::default().labels("app=a"))
-                .await?
-                .items
-                .len();
-            Ok((n == 200).then_some(()).ok_or(format!("{n} pods")))
-        })
-        .await?;
-
+        // A's replacements stay Pending (pinned to a cordoned node).
+        self.wait_pods(S, 400, None).await?;
         self.progress("kubectl drain on node B");
-        let t0 = Instant::now();
-        let out = self
-            .cluster
-            .kubectl()
-            .args([
-                "drain",
-                b,
-                "--ignore-daemonsets",
-                "--delete-emptydir-data",
-                "--force",
-            ])
-            .args(["--timeout=300s"])
-            .output()?;
-        let theirs = t0.elapsed().as_secs_f64();
-        ensure!(
-            out.status.success(),
-            "kubectl drain failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let (theirs, throttled) = self.kubectl_drains(std::slice::from_ref(b))?;
 
         self.row(
             S,
@@ -484,7 +492,15 @@ impl Bench {
         self.row(
             S,
             "kubectl drain",
-            format!("{theirs:.2} s ({:.0} pods/s)", 200.0 / theirs),
+            format!(
+                "{theirs:.2} s ({:.0} pods/s){}",
+                200.0 / theirs,
+                if throttled {
+                    "; kubectl reported client-side throttling"
+                } else {
+                    ""
+                }
+            ),
             "",
         );
         self.row(
@@ -509,14 +525,25 @@ impl Bench {
             self.deployment(S, n, 20, "kubernetes.io/hostname", n)
                 .await?;
         }
-        self.wait_running(S, 420).await?;
+        // The same load for 20 kubectl drains at once: a reference for what the cluster itself
+        // (kwok terminating 400 pods, the controller-manager recreating them) allows.
+        let reference = self.add_nodes("ref", 0..20).await?;
+        for n in &reference {
+            self.deployment(S, n, 20, "kubernetes.io/hostname", n)
+                .await?;
+        }
+        self.wait_running(S, 820).await?;
 
         self.progress("one NodeMaintenance, 20 pods");
         let single = self.maintain(&one).await?[0];
+        self.wait_pods(S, 820, None).await?;
         self.progress("20 NodeMaintenances at once, 20 pods each");
         let mut each = self.maintain(&nodes).await?;
         each.sort_by(f64::total_cmp);
         let total = each[each.len() - 1];
+        self.wait_pods(S, 820, None).await?;
+        self.progress("20 kubectl drains at once, 20 pods each");
+        let (kubectl, _) = self.kubectl_drains(&reference)?;
         self.row(S, "1 node x 20 pods", format!("{single:.2} s"), "");
         self.row(
             S,
@@ -530,9 +557,16 @@ impl Bench {
             format!("{:.2}x", total / single),
             "<= 2.00x",
         );
+        self.row(
+            S,
+            "reference: 20 kubectl drains at once",
+            format!("{kubectl:.2} s"),
+            "",
+        );
         let mut all = one.clone();
         all.extend(nodes.iter().cloned());
         self.end_maintenance(&all).await?;
+        all.extend(reference);
         self.purge(S, &all).await
     }
 
@@ -713,7 +747,10 @@ impl Bench {
             let mut child = self.cluster.spawn(&format!("startup-{i}"), cmd)?;
             loop {
                 let r = http_get(("127.0.0.1", ports[2]), "/readyz");
-                if r.is_some_and(|r| r.starts_with("HTTP/1.1 200")) {
+                // The status line is `HTTP/1.0 200 OK`: http_get speaks HTTP/1.0.
+                if r.as_ref()
+                    .is_some_and(|r| r.split(' ').nth(1) == Some("200"))
+                {
                     break;
                 }
                 ensure!(
@@ -723,7 +760,7 @@ impl Bench {
                 );
                 ensure!(
                     t0.elapsed() < Duration::from_secs(30),
-                    "not ready in 30 s: {}",
+                    "not ready in 30 s; last /readyz {r:?}; log:\n{}",
                     child.log_tail(20)
                 );
                 std::thread::sleep(Duration::from_millis(2));
