@@ -4,12 +4,12 @@
 
 pub mod admission;
 pub mod api;
+pub mod config;
+pub mod controller;
+pub mod drain;
+pub mod leader;
+pub mod lease;
 pub mod metrics;
 pub mod node;
-pub mod drain;
-pub mod lease;
-pub mod config;
-pub mod telemetry;
-pub mod leader;
 pub mod run;
-pub mod controller;
+pub mod telemetry;

@@ -359,10 +359,19 @@ mod tests {
         let a = node(true, "2026-01-01T00:00:00Z");
         let heartbeat = node(true, "2026-01-01T00:00:10Z");
         let uncordoned = node(false, "2026-01-01T00:00:10Z");
-        assert_eq!(maintenance_fingerprint(&a), maintenance_fingerprint(&heartbeat));
-        assert_ne!(maintenance_fingerprint(&a), maintenance_fingerprint(&uncordoned));
+        assert_eq!(
+            maintenance_fingerprint(&a),
+            maintenance_fingerprint(&heartbeat)
+        );
+        assert_ne!(
+            maintenance_fingerprint(&a),
+            maintenance_fingerprint(&uncordoned)
+        );
         let mut untainted = a.clone();
         untainted.spec.as_mut().unwrap().taints = None;
-        assert_ne!(maintenance_fingerprint(&a), maintenance_fingerprint(&untainted));
+        assert_ne!(
+            maintenance_fingerprint(&a),
+            maintenance_fingerprint(&untainted)
+        );
     }
 }
