@@ -46,9 +46,9 @@
 //!   process's lifetime peak) after it, in a cluster of 10 worker nodes / 500 pods and then of 50
 //!   nodes / 2,000 pods (pods spread by Deployments; a fresh operator per size). Target: at most
 //!   30 MiB, and flat as the cluster grows. (The kernel's RSS counters are batched per thread,
-//!   so a sample can exceed `VmHWM` by a few hundred KiB.) Start-up: spawn of the process to `/readyz` answering
-//!   200 (the webhook serves and the NodeMaintenance and Node watches have synced), polled every
-//!   2 ms, median of 5 starts. Target 200 ms excluding API latency; the API share is estimated
+//!   so a sample can exceed `VmHWM` by a few hundred KiB.) Start-up: spawn of the process to
+//!   `/readyz` answering 200 (the webhook serves and the NodeMaintenance and Node watches have
+//!   synced), polled every 2 ms, median of 5 starts. Target 200 ms excluding API latency; the API share is estimated
 //!   as the time a fresh client (same ServiceAccount kubeconfig) takes to LIST NodeMaintenances
 //!   and Nodes in parallel, and `own start-up` = start-up minus that floor.
 
