@@ -5,8 +5,8 @@
 //! # Command
 //!
 //! ```text
-//! cargo bench --bench maintenance                      # every scenario (about 6-10 min on 2 cores)
-//! cargo bench --bench maintenance -- drain200 many     # only these (any of drain200 many api rss)
+//! cargo bench --bench maintenance                  # every scenario (about 6 min on 2 cores)
+//! cargo bench --bench maintenance -- drain200 many # only these (any of drain200 many api rss)
 //! ```
 //!
 //! The operator is the release build of this package (`CARGO_BIN_EXE_node-maintenance-operator`),
@@ -48,9 +48,9 @@
 //!   30 MiB, and flat as the cluster grows. (The kernel's RSS counters are batched per thread,
 //!   so a sample can exceed `VmHWM` by a few hundred KiB.) Start-up: spawn of the process to
 //!   `/readyz` answering 200 (the webhook serves and the NodeMaintenance and Node watches have
-//!   synced), polled every 2 ms, median of 5 starts. Target 200 ms excluding API latency; the API share is estimated
-//!   as the time a fresh client (same ServiceAccount kubeconfig) takes to LIST NodeMaintenances
-//!   and Nodes in parallel, and `own start-up` = start-up minus that floor.
+//!   synced), polled every 2 ms, median of 5 starts. Target 200 ms excluding API latency; the API
+//!   share is estimated as the time a fresh client (same ServiceAccount kubeconfig) takes to LIST
+//!   NodeMaintenances and Nodes in parallel, and `own start-up` = start-up minus that floor.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
