@@ -788,3 +788,29 @@ async fn finished_maintenance_is_quiet_and_keeps_its_lease() {
     nm::delete(&client, &name).await;
     nm::wait_gone(&client, &name, LIMIT).await;
 }
+
+/// Deleting a NodeMaintenance whose node no longer exists still completes: the lease is
+/// invalidated by name, the finalizer is removed, `RemovedMaintenance` is emitted.
+#[tokio::test]
+async fn deletion_completes_when_the_node_is_gone() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("nodegone");
+    let nodes = worker_nodes(env.cluster, &client, &group, 1).await;
+    let name = unique("nm-nodegone");
+    nm::create(&client, &name, &nodes[0]).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    Api::<Node>::all(client.clone())
+        .delete(&nodes[0], &Default::default())
+        .await
+        .unwrap();
+    nm::wait_phase(&client, &name, MaintenancePhase::Failed, LIMIT).await;
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+    nm::wait_event(&client, &name, "RemovedMaintenance").await;
+    let lease = leases(&client)
+        .get_opt(&format!("node-{}", nodes[0]))
+        .await
+        .unwrap();
+    assert!(lease.is_none(), "lease invalidated by name: {lease:?}");
+}
