@@ -540,6 +540,22 @@ impl Admission {
             }
             Platform::Kubernetes => {
                 let pods: Api<Pod> = Api::namespaced(self.client.clone(), ETCD_POD_NAMESPACE);
+                // Most maintenances are for workers: a node that is not control-plane labelled and
+                // runs no etcd pod is no member whichever way members are found, so one
+                // node-scoped list settles it.
+                if !is_control_plane(node) {
+                    let on_node = pods
+                        .list(
+                            &ListParams::default()
+                                .labels(ETCD_POD_SELECTOR)
+                                .fields(&format!("spec.nodeName={name}"))
+                                .limit(1),
+                        )
+                        .await?;
+                    if on_node.items.is_empty() {
+                        return Ok(true);
+                    }
+                }
                 let etcd_pods = pods
                     .list(&ListParams::default().labels(ETCD_POD_SELECTOR))
                     .await?
