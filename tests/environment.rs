@@ -134,27 +134,7 @@ async fn eviction_blocked_by_pdb_is_429_naming_the_budget() {
     let ns = namespace(&client, "pdb429").await;
     deployment(&client, &ns, "db", &group, 2, 0).await;
     let running = wait_running(&client, &ns, "db", 2, Duration::from_secs(60)).await;
-    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns);
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": "db-guard"},
-        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "db"}}}
-    }))
-    .unwrap();
-    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-    wait_for(
-        "the budget to be observed",
-        Duration::from_secs(60),
-        || async {
-            let p = pdbs.get("db-guard").await.map_err(|e| e.to_string())?;
-            let s = p.status.clone().unwrap_or_default();
-            if s.observed_generation == p.metadata.generation && s.current_healthy == Some(2) {
-                Ok(())
-            } else {
-                Err(format!("{s:?}"))
-            }
-        },
-    )
-    .await;
+    budget(&client, &ns, "db-guard", "db", 0, 2).await;
 
     let no_retry = no_retry_client(cluster).await;
     let pod = running[0].metadata.name.clone().unwrap();

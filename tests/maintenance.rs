@@ -468,23 +468,7 @@ async fn pdb_blocks_status_names_it_and_relaxing_finishes() {
     env.cluster
         .kubectl_run(&["uncordon", &nodes[1]], None)
         .unwrap();
-    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns);
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": "db-guard"},
-        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "db"}}}
-    }))
-    .unwrap();
-    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-    wait_for("budget observed", LIMIT, || async {
-        let p = pdbs.get("db-guard").await.map_err(|e| e.to_string())?;
-        let s = p.status.clone().unwrap_or_default();
-        if s.observed_generation == p.metadata.generation && s.current_healthy == Some(2) {
-            Ok(())
-        } else {
-            Err(format!("{s:?}"))
-        }
-    })
-    .await;
+    let pdbs = budget(&client, &ns, "db-guard", "db", 0, 2).await;
 
     let name = unique("nm-pdb");
     nm::create(&client, &name, &nodes[0]).await;
@@ -537,7 +521,6 @@ async fn twenty_maintenances_progress_at_once() {
     let nodes = worker_nodes(env.cluster, &client, &group, 20).await;
     let ns = namespace(&client, "many").await;
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
-    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns);
     for (i, n) in nodes.iter().enumerate() {
         let pod: Pod = serde_json::from_value(json!({
             "metadata": {"name": format!("p{i}"), "labels": {"app": format!("p{i}")}},
@@ -545,27 +528,12 @@ async fn twenty_maintenances_progress_at_once() {
         }))
         .unwrap();
         pods.create(&PostParams::default(), &pod).await.unwrap();
-        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-            "metadata": {"name": format!("p{i}")},
-            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": format!("p{i}")}}}
-        }))
-        .unwrap();
-        pdbs.create(&PostParams::default(), &pdb).await.unwrap();
     }
     for i in 0..nodes.len() {
         wait_running(&client, &ns, &format!("p{i}"), 1, LIMIT).await;
-        let name = format!("p{i}");
-        wait_for("budget observed", LIMIT, || async {
-            let p = pdbs.get(&name).await.map_err(|e| e.to_string())?;
-            let s = p.status.clone().unwrap_or_default();
-            if s.observed_generation == p.metadata.generation && s.current_healthy == Some(1) {
-                Ok(())
-            } else {
-                Err(format!("{s:?}"))
-            }
-        })
-        .await;
+        budget(&client, &ns, &format!("p{i}"), &format!("p{i}"), 0, 1).await;
     }
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns);
     let names: Vec<String> = (0..nodes.len()).map(|i| format!("{group}-nm{i}")).collect();
     for (name, n) in names.iter().zip(&nodes) {
         nm::create(&client, name, n).await;

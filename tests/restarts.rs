@@ -57,23 +57,7 @@ async fn blocked_workload(
     deployment(client, &ns, "db", group, 2, 0).await;
     wait_running(client, &ns, "db", 2, LIMIT).await;
     cluster.kubectl_run(&["uncordon", &nodes[1]], None).unwrap();
-    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns);
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": "db-guard"},
-        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "db"}}}
-    }))
-    .unwrap();
-    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-    wait_for("budget observed", LIMIT, || async {
-        let p = pdbs.get("db-guard").await.map_err(|e| e.to_string())?;
-        let s = p.status.clone().unwrap_or_default();
-        if s.observed_generation == p.metadata.generation && s.current_healthy == Some(2) {
-            Ok(())
-        } else {
-            Err(format!("{s:?}"))
-        }
-    })
-    .await;
+    let pdbs = budget(client, &ns, "db-guard", "db", 0, 2).await;
     (ns, pdbs)
 }
 

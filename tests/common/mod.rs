@@ -535,3 +535,40 @@ pub mod node {
         }
     }
 }
+
+/// Creates PodDisruptionBudget `name` in `ns` over pods labelled `app=<app>` with
+/// `maxUnavailable`, and waits until the disruption controller has observed it with `healthy`
+/// healthy pods (until then the API server answers evictions with "still being processed").
+pub async fn budget(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    app: &str,
+    max_unavailable: i32,
+    healthy: i32,
+) -> Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> {
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), ns);
+    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": {"app": app}}}
+    }))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    wait_for(
+        &format!("budget {ns}/{name} observed"),
+        Duration::from_secs(60),
+        || async {
+            let p = pdbs.get(name).await.map_err(|e| e.to_string())?;
+            let s = p.status.clone().unwrap_or_default();
+            if s.observed_generation == p.metadata.generation && s.current_healthy == Some(healthy)
+            {
+                Ok(())
+            } else {
+                Err(format!("{s:?}"))
+            }
+        },
+    )
+    .await;
+    pdbs
+}
