@@ -253,10 +253,22 @@ impl Cluster {
         cluster.spawn_component("kube-scheduler", scheduler)?;
 
         let kwok_port = free_ports(1)?[0];
+        // kwok plays every node's kubelet from one process; its default of 4 pod stages at a time
+        // would serialise what real kubelets do in parallel on each node. A configuration file
+        // replaces kwok's defaults for every parallelism, so all four are set.
+        let kwok_config = dir.join("kwok-config.yaml");
+        std::fs::write(
+            &kwok_config,
+            "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n  \
+             podPlayStageParallelism: 32\n  nodePlayStageParallelism: 8\n  \
+             nodeLeaseParallelism: 8\n  podsOnNodeSyncParallelism: 4\n",
+        )
+        .map_err(io_err("writing the kwok configuration"))?;
         let mut kwok = Command::new(bins.join("bin/kwok"));
         kwok.args([
             kc,
             format!("--config={}", bins.join("stages.yaml").display()),
+            format!("--config={}", kwok_config.display()),
             "--manage-all-nodes=false".into(),
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".into(),
             "--cidr=10.244.0.0/16".into(),
