@@ -429,6 +429,7 @@ pub fn lease_result(
     match observed {
         LeaseObservation::Held => {
             s.error_on_lease_count = None;
+            touch(&mut s, generation, now);
             set_condition(
                 &mut s,
                 condition::LEASE_HELD,
