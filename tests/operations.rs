@@ -180,20 +180,6 @@ async fn manifests_are_accepted_by_the_api_server() {
     }
 }
 
-/// SIGTERM: in-flight work finishes, leadership is released, exit code 0.
-#[tokio::test]
-async fn sigterm_shuts_down_cleanly() {
-    let env = operator_env();
-    let mut opts = operator_options("op-sigterm", &env.account, &env.kubeconfig);
-    opts.leader_elect = true;
-    let mut op = nmo_devcluster::operator::Operator::start(env.cluster, &opts).unwrap();
-    let status = op
-        .process()
-        .stop(Duration::from_secs(30))
-        .expect("exits by itself on SIGTERM");
-    assert!(status.success(), "exit status {status}; log:\n{}", op.log());
-}
-
 /// Runs the binary with `args`, no `KUBECONFIG`, and an empty temporary directory (so the
 /// webhook's fallback certificate directory cannot exist); its exit code and stderr.
 fn run_bad(args: &[&str]) -> (i32, String) {

@@ -322,3 +322,45 @@ async fn malformed_node_name_is_reported_and_touches_nothing() {
     nm::delete(&client, &name).await;
     nm::wait_gone(&client, &name, LIMIT).await;
 }
+
+/// SIGTERM: in-flight work finishes, leadership is released (a standby takes over at once rather
+/// than after the lease expires), exit code 0.
+#[tokio::test]
+async fn sigterm_shuts_down_cleanly_and_releases_leadership() {
+    let _serial = SERIAL.lock().await;
+    let (cluster, account, kubeconfig) = setup();
+    let client = cluster.client().await;
+    let mut op = start(cluster, &account, &kubeconfig, "op-sigterm", true);
+    let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        client.clone(),
+        &account.namespace,
+    );
+    // A replica killed by an earlier test may still hold the lease until it expires (15 s).
+    wait_for("this replica to lead", LIMIT, || {
+        let log = op.log();
+        async move {
+            if log.contains("successfully acquired lease") {
+                Ok(())
+            } else {
+                Err(log)
+            }
+        }
+    })
+    .await;
+    let status = op
+        .process()
+        .stop(Duration::from_secs(30))
+        .expect("exits by itself on SIGTERM");
+    assert!(status.success(), "exit status {status}; log:\n{}", op.log());
+    let holder = leases
+        .get("135b1886.medik8s.io")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert!(
+        holder.is_empty(),
+        "leadership released on SIGTERM, holder now {holder:?}"
+    );
+}
