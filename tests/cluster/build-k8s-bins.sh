@@ -2,7 +2,7 @@
 # Builds the real control plane used by the tests and the demo, from the Go module proxy, into a
 # versioned cache under $HOME. Idempotent: a complete cache directory is reused as it is.
 #
-#   hack/build-k8s-bins.sh          # build if missing, print the directory
+#   tests/cluster/build-k8s-bins.sh   # build if missing, print the directory
 #
 # Versions can be overridden with KUBE_VERSION, ETCD_VERSION, KWOK_VERSION.
 set -euo pipefail

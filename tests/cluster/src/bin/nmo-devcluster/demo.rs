@@ -55,7 +55,15 @@ fn demo() -> Result<(), String> {
 
     step("Building the operator (release)");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
+    let mut build = Command::new(cargo);
+    // `cargo run` exports this package's CARGO_* variables; build scripts such as ring's rerun
+    // when they change, so the inner build would flip the release cache on every run.
+    for (key, _) in std::env::vars() {
+        if key.starts_with("CARGO_") && key != "CARGO_HOME" && key != "CARGO_TARGET_DIR" {
+            build.env_remove(key);
+        }
+    }
+    let status = build
         .current_dir(repo())
         .args([
             "build",
