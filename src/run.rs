@@ -76,6 +76,12 @@ pub enum RunError {
     /// The admission handler could not be set up (API discovery failed).
     #[error("cannot set up admission: {0}")]
     Admission(#[source] crate::admission::AdmissionError),
+    /// The API server does not serve NodeMaintenance (controller-rs's CRD-present check at
+    /// start-up, rather than watches retrying 404s forever).
+    #[error(
+        "the NodeMaintenance CRD (nodemaintenances.nodemaintenance.medik8s.io) is not installed; apply manifests/crd.yaml"
+    )]
+    CrdMissing,
     /// An essential task ended on its own.
     #[error("{0} stopped unexpectedly")]
     TaskEnded(&'static str),
@@ -464,6 +470,14 @@ mod wiring {
         client: Client,
         metrics: Arc<Metrics>,
     ) -> Result<Router, RunError> {
+        let nms: kube::Api<crate::api::NodeMaintenance> = kube::Api::all(client.clone());
+        if let Err(kube::Error::Api(status)) = nms
+            .list_metadata(&kube::api::ListParams::default().limit(1))
+            .await
+            && status.code == 404
+        {
+            return Err(RunError::CrdMissing);
+        }
         let admission = Admission::new(client, metrics)
             .await
             .map_err(RunError::Admission)?;

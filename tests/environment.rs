@@ -219,3 +219,29 @@ async fn kubectl_drain_is_the_yardstick() {
         nodes[1]
     );
 }
+
+/// The operator on a cluster without the CRD says so in one line and exits, rather than
+/// retrying 404s forever (this binary never installs the CRD).
+#[test]
+fn operator_without_the_crd_exits_naming_it() {
+    let cluster = Cluster::shared();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_node-maintenance-operator"))
+        .args([
+            &format!("--kubeconfig={}", cluster.kubeconfig().display()),
+            "--health-probe-bind-address=127.0.0.1:0",
+            "--metrics-bind-address=0",
+            "--webhook-bind-address=127.0.0.1:0",
+        ])
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(
+        errors[0].contains("CRD") && errors[0].contains("manifests/crd.yaml"),
+        "{stderr}"
+    );
+}

@@ -230,7 +230,8 @@ fn bad_starts_exit_non_zero_with_one_clear_line() {
     assert!(err.contains("garbage.kubeconfig"), "{err}");
 
     // A port in use and an unreadable certificate directory, with a kubeconfig that parses.
-    let cluster = Cluster::shared();
+    // With the CRD installed, so that what fails is the certificate directory.
+    let cluster = operator_env().cluster;
     let kc = cluster.kubeconfig().to_str().unwrap().to_string();
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = busy.local_addr().unwrap().port();
