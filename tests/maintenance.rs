@@ -177,12 +177,7 @@ async fn success_with_pods_then_restore() {
         "{events:?}"
     );
 
-    nm::delete(&client, &name).await;
-    nm::wait_gone(&client, &name, LIMIT).await;
-    wait_for("node restored", LIMIT, || {
-        node::restored(&client, &nodes[0])
-    })
-    .await;
+    nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
     assert!(
         leases(&client)
             .get_opt(&format!("node-{}", nodes[0]))
@@ -241,12 +236,7 @@ async fn missing_node_fails_then_resumes_when_it_returns() {
         node::in_maintenance(&client, &nodes[0])
     })
     .await;
-    nm::delete(&client, &name).await;
-    nm::wait_gone(&client, &name, LIMIT).await;
-    wait_for("node restored", LIMIT, || {
-        node::restored(&client, &nodes[0])
-    })
-    .await;
+    nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
 }
 
 /// Upstream #8 and #9: a lease held by another holder is retried without counting, the node is
@@ -607,12 +597,7 @@ async fn drift_is_reapplied_with_an_event() {
     })
     .await;
     nm::wait_event(&client, &name, "MaintenanceReapplied").await;
-    nm::delete(&client, &name).await;
-    nm::wait_gone(&client, &name, LIMIT).await;
-    wait_for("node restored", LIMIT, || {
-        node::restored(&client, &nodes[0])
-    })
-    .await;
+    nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
 }
 
 /// Ending maintenance restores the earlier state: a node an admin had cordoned stays cordoned,

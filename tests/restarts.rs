@@ -102,12 +102,7 @@ async fn sigkill_mid_drain_then_restart_completes() {
         begins, 1,
         "the restart does not begin the maintenance again"
     );
-    nm::delete(&client, &name).await;
-    nm::wait_gone(&client, &name, LIMIT).await;
-    wait_for("node restored", LIMIT, || {
-        node::restored(&client, &nodes[0])
-    })
-    .await;
+    nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
 }
 
 #[tokio::test]
@@ -189,12 +184,7 @@ async fn duplicate_that_slipped_past_the_webhook_is_harmless() {
         Some(MaintenancePhase::Succeeded)
     );
 
-    nm::delete(&client, &first).await;
-    nm::wait_gone(&client, &first, LIMIT).await;
-    wait_for("node restored", LIMIT, || {
-        node::restored(&client, &nodes[0])
-    })
-    .await;
+    nm::delete_and_wait_restored(&client, &first, &nodes[0]).await;
 }
 
 /// Two replicas with leader election: one reconciles; kill it mid-drain and the other completes
@@ -247,12 +237,7 @@ async fn leader_killed_mid_drain_standby_completes() {
         standby.log().contains("Reconciling"),
         "the standby took over"
     );
-    nm::delete(&client, &name).await;
-    nm::wait_gone(&client, &name, LIMIT).await;
-    wait_for("node restored", LIMIT, || {
-        node::restored(&client, &nodes[0])
-    })
-    .await;
+    nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
 }
 
 /// Upgrading from upstream NMO: a node it left in maintenance (cordon, both taints, the label, no

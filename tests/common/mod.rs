@@ -449,6 +449,19 @@ pub mod nm {
             .unwrap();
     }
 
+    /// Deletes the NodeMaintenance, waits until it is gone, then until `node` is restored
+    /// (schedulable, neither maintenance taint nor the exclude label).
+    pub async fn delete_and_wait_restored(client: &Client, name: &str, node: &str) {
+        delete(client, name).await;
+        wait_gone(client, name, Duration::from_secs(60)).await;
+        wait_for(
+            &format!("node {node} restored"),
+            Duration::from_secs(60),
+            || super::node::restored(client, node),
+        )
+        .await;
+    }
+
     /// Waits until the NodeMaintenance is gone.
     pub async fn wait_gone(client: &Client, name: &str, limit: Duration) {
         let api = Api::<NodeMaintenance>::all(client.clone());
