@@ -1,8 +1,8 @@
 //! The manager binary: parses flags, sets up logging and runs the operator.
 //!
 //! Exit status: 0 after a graceful shutdown (SIGTERM/SIGINT) and for `--help`/`--version`; 2 for
-//! bad flags; 1 for any start-up failure or loss of leadership. Every failure is reported as one
-//! line on stderr.
+//! bad flags; 1 for any start-up failure or loss of leadership (`docs/design.md §5`). Every
+//! failure is reported as one line on stderr.
 
 use std::process::ExitCode;
 
@@ -11,8 +11,9 @@ use node_maintenance_operator::config::Config;
 use node_maintenance_operator::{run, telemetry};
 
 fn main() -> ExitCode {
-    // Exactly one rustls provider, before any TLS config or kube client is built
-    // (rust-stack.md §5). Err only means one is installed already.
+    // Exactly one rustls provider, before any TLS config or kube client is built: with several
+    // crypto backends compiled in, rustls refuses to pick one. Err only means one is installed
+    // already.
     let _ = rustls::crypto::ring::default_provider().install_default();
 
     let config = match Config::try_parse() {

@@ -1,5 +1,5 @@
-//! Process wiring (rust-stack.md §21): clients, the webhook server, the probe and metrics
-//! servers, leader election, the controller, and graceful shutdown.
+//! Process wiring (`docs/design.md §5`): clients, the webhook server, the probe and metrics
+//! servers, leader election, the controller, and graceful shutdown, owned by one [`Operator`].
 //!
 //! Order of start-up, chosen so that every replica admits requests before anything else waits:
 //!
@@ -9,18 +9,20 @@
 //! 3. with `--leader-elect`, campaign for the Lease and wait until it is held;
 //! 4. run the controller until shutdown or loss of leadership.
 //!
-//! Shutdown (SIGTERM or SIGINT, fanned out through one `tokio::sync::watch`): the webhook stops
-//! accepting and finishes in-flight admission requests, the controller finishes in-flight
-//! reconciles and stops, then the leader Lease is released (only after the controller stopped,
-//! so no two replicas ever reconcile at once), then the process exits 0.
+//! One cancellation tree: SIGTERM/SIGINT, or any fatal error, cancels the root token. The webhook
+//! then stops accepting and finishes in-flight admission requests, the controller (through a
+//! child token) finishes in-flight reconciles and stops, then the leader Lease is released (only
+//! after the controller stopped, so no two replicas ever reconcile at once), then the process
+//! exits 0.
 //!
-//! Loss of leadership stops the controller at once and makes [`run`] return
+//! Loss of leadership ends the term: the controller is dropped at once, cancelling in-flight
+//! reconciles, and its clients refuse any further write ([`leader::WriteFence`]); [`run`] returns
 //! [`RunError::LeadershipLost`]; `main` exits 1 and Kubernetes restarts the container as a
 //! standby (the controller-runtime behaviour).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -32,6 +34,7 @@ use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::leader;
@@ -223,7 +226,7 @@ fn serve_plain(
     what: &'static str,
     listener: Option<TcpListener>,
     router: Router,
-    stop: watch::Receiver<bool>,
+    stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let Some(listener) = listener else { return };
@@ -231,7 +234,7 @@ fn serve_plain(
             tracing::info!(%addr, "serving {what}");
         }
         let result = axum::serve(listener, router)
-            .with_graceful_shutdown(stopped(stop))
+            .with_graceful_shutdown(stop.cancelled_owned())
             .await;
         if let Err(e) = result {
             tracing::error!(error = %e, "{what} server failed");
@@ -239,25 +242,24 @@ fn serve_plain(
     })
 }
 
-/// A future that completes once `rx` reads `true` (or its sender is gone). `Send + Sync +
-/// 'static`, as kube-runtime's `graceful_shutdown_on` requires.
-// The explicit return type states the Send + Sync contract instead of leaving it inferred.
-#[allow(clippy::manual_async_fn)]
-pub fn stopped(mut rx: watch::Receiver<bool>) -> impl Future<Output = ()> + Send + Sync + 'static {
-    async move {
-        let _ = rx.wait_for(|v| *v).await;
-    }
-}
-
-/// Completes on the first SIGTERM or SIGINT.
-async fn signal_received(
-    mut term: tokio::signal::unix::Signal,
-    mut int: tokio::signal::unix::Signal,
-) -> &'static str {
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    }
+/// Cancels `root` on the first SIGTERM or SIGINT. The handlers are installed before this returns,
+/// so a signal during start-up still shuts down gracefully.
+///
+/// # Errors
+/// [`RunError::Signal`] when a handler cannot be installed.
+pub fn cancel_on_signal(root: CancellationToken) -> Result<tokio::task::JoinHandle<()>, RunError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(|e| RunError::Signal("SIGTERM", e))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| RunError::Signal("SIGINT", e))?;
+    Ok(tokio::spawn(async move {
+        let which = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+            () = root.cancelled() => return,
+        };
+        tracing::info!(signal = which, "shutting down");
+        root.cancel();
+    }))
 }
 
 /// Runs the operator until SIGTERM/SIGINT (`Ok`) or a fatal condition (`Err`): see the module
@@ -268,194 +270,312 @@ async fn signal_received(
 /// [`RunError::Webhook`], [`RunError::Leader`]), [`RunError::LeadershipLost`], or
 /// [`RunError::TaskEnded`] when the webhook or controller stops on its own.
 pub async fn run(config: Config) -> Result<(), RunError> {
-    use tokio::signal::unix::{SignalKind, signal};
-    // Install the handlers first: a SIGTERM during start-up must still shut down gracefully.
-    let term = signal(SignalKind::terminate()).map_err(|e| RunError::Signal("SIGTERM", e))?;
-    let int = signal(SignalKind::interrupt()).map_err(|e| RunError::Signal("SIGINT", e))?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let signal_tx = stop_tx.clone();
-    let signals = tokio::spawn(async move {
-        let which = signal_received(term, int).await;
-        tracing::info!(signal = which, "shutting down");
-        signal_tx.send_replace(true);
-    });
-
-    let metrics = Arc::new(Metrics::new());
-    let kube_cfg = kube_config(config.kubeconfig.as_deref()).await?;
-    tracing::info!(api = %kube_cfg.cluster_url, "Kubernetes API");
-    let client = Client::try_from(kube_cfg.clone()).map_err(RunError::Client)?;
-    // The default client retries 429 for minutes; a PodDisruptionBudget-blocked eviction must
-    // surface at once (rust-stack.md §9).
-    let eviction_client = {
-        let mut c = kube_cfg.clone();
-        c.default_retry = false;
-        Client::try_from(c).map_err(RunError::Client)?
+    let root = CancellationToken::new();
+    let signals = cancel_on_signal(root.clone())?;
+    let result = match Operator::start(config, root.clone()).await {
+        Ok(operator) => operator.run().await,
+        Err(e) => Err(e),
     };
-
-    let probe_listener = bind("health probe", config.health_probe_bind_address.socket()).await?;
-    let metrics_listener = bind("metrics", config.metrics_bind_address.socket()).await?;
-
-    let webhook = nmo_webhook::WebhookServer::start(
-        nmo_webhook::TlsOptions {
-            cert_dir: config.webhook_cert_path.clone(),
-            cert_name: config.webhook_cert_name.clone(),
-            key_name: config.webhook_cert_key.clone(),
-            bind: config.webhook_bind_address,
-            enable_http2: config.enable_http2,
-        },
-        wiring::admission_router(client.clone(), metrics.clone()).await?,
-        stopped(stop_rx.clone()),
-    )
-    .await?;
-
-    // Leadership: a constant `true` without --leader-elect.
-    let (leader_stop_tx, leader_stop_rx) = watch::channel(false);
-    let mut election = None;
-    // Without election the leadership channel is a constant `true`; its sender is kept alive for
-    // the whole run, since a closed channel would read as "leadership lost".
-    let mut _always_leader = None;
-    let is_leader = if config.leader_elect {
-        let namespace = config.operator_namespace();
-        let identity = leader::identity();
-        tracing::info!(%namespace, lease = leader::LEADER_ELECTION_ID, %identity, "starting leader election");
-        let lease_client = leader::lease_client(kube_cfg.clone()).map_err(RunError::Client)?;
-        let e = leader::start(lease_client, &namespace, identity, stopped(leader_stop_rx)).await?;
-        let rx = e.is_leader();
-        election = Some(e);
-        rx
-    } else {
-        let (tx, rx) = watch::channel(true);
-        _always_leader = Some(tx);
-        rx
-    };
-
-    let (synced_tx, synced_rx) = watch::channel(false);
-    let probes = serve_plain(
-        "health probes",
-        probe_listener,
-        probe_router(ProbeState {
-            webhook: webhook.readiness(),
-            leader_election: config.leader_elect,
-            is_leader: is_leader.clone(),
-            synced: synced_rx,
-        }),
-        stop_rx.clone(),
-    );
-    let metrics_server = serve_plain(
-        "metrics",
-        metrics_listener,
-        metrics_router(metrics.clone()),
-        stop_rx.clone(),
-    );
-    let mut webhook_task = tokio::spawn(webhook.wait());
-    // A JoinHandle must not be polled again once it completed inside a `select!`.
-    let mut webhook_done = false;
-
-    // Wait for leadership (or shutdown) before touching any NodeMaintenance.
-    let mut leader_wait = is_leader.clone();
-    let mut stop_wait = stop_rx.clone();
-    let outcome: Result<(), RunError> = tokio::select! {
-        biased;
-        _ = stop_wait.wait_for(|v| *v) => Ok(()),
-        r = leader_wait.wait_for(|v| *v) => match r {
-            Ok(_) => Ok(()),
-            Err(_) => Err(RunError::TaskEnded("leader election")),
-        },
-        r = &mut webhook_task => {
-            webhook_done = true;
-            Err(webhook_end(r))
-        }
-    };
-
-    let mut result = outcome;
-    let mut controller = None;
-    if result.is_ok() && !*stop_rx.borrow() {
-        if config.leader_elect {
-            tracing::info!("acquired leadership; starting the controller");
-        }
-        // The controller stops on shutdown or on loss of leadership, whichever comes first.
-        let (ctrl_stop_tx, ctrl_stop_rx) = watch::channel(false);
-        let mut leader_loss = is_leader.clone();
-        let mut stop_for_ctrl = stop_rx.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = stop_for_ctrl.wait_for(|v| *v) => {}
-                _ = leader_loss.wait_for(|v| !*v) => {}
-            }
-            ctrl_stop_tx.send_replace(true);
-        });
-        controller = Some(tokio::spawn(wiring::run_controller(
-            client.clone(),
-            eviction_client,
-            config.lease_namespace.clone(),
-            usize::from(config.max_concurrent_reconciles),
-            metrics.clone(),
-            synced_tx,
-            stopped(ctrl_stop_rx),
-        )));
-
-        let mut leader_loss = is_leader.clone();
-        let mut stop_wait = stop_rx.clone();
-        let ctrl = controller.as_mut().expect("just set");
-        result = tokio::select! {
-            biased;
-            _ = stop_wait.wait_for(|v| *v) => Ok(()),
-            _ = leader_loss.wait_for(|v| !*v) => Err(RunError::LeadershipLost(
-                "this replica no longer holds the Lease".to_string(),
-            )),
-            r = &mut webhook_task => {
-            webhook_done = true;
-            Err(webhook_end(r))
-        }
-            _ = ctrl => {
-                controller = None;
-                Err(RunError::TaskEnded("the controller"))
-            }
-        };
-    }
-
-    // A task that ended because shutdown was already under way (it reacts to the same signal)
-    // did not fail.
-    if matches!(result, Err(RunError::TaskEnded(_))) && *stop_rx.borrow() {
-        result = Ok(());
-    }
-
-    // Shutdown, in order: the webhook and the plain servers stop accepting and drain (the same
-    // stop applies after a fatal error); the controller finishes in-flight reconciles; then the
-    // Lease is released.
     signals.abort();
-    stop_tx.send_replace(true);
-    if let Some(ctrl) = controller {
-        match tokio::time::timeout(CONTROLLER_STOP_TIMEOUT, ctrl).await {
-            Ok(_) => tracing::info!("controller stopped"),
-            Err(_) => tracing::warn!("controller did not stop within {CONTROLLER_STOP_TIMEOUT:?}"),
-        }
-    }
-    if let Some(e) = election {
-        leader_stop_tx.send_replace(true);
-        if let Err(err) = e.wait().await
-            && result.is_ok()
-        {
-            result = Err(RunError::LeadershipLost(err.to_string()));
-        }
-    }
-    if !webhook_done {
-        match webhook_task.await {
-            Ok(Err(e)) if result.is_ok() => result = Err(RunError::Webhook(e)),
-            _ => {}
-        }
-    }
-    let _ = probes.await;
-    let _ = metrics_server.await;
     result
 }
 
-fn webhook_end(r: Result<Result<(), nmo_webhook::ServeError>, tokio::task::JoinError>) -> RunError {
-    match r {
-        Ok(Err(e)) => RunError::Webhook(e),
-        Ok(Ok(())) => RunError::TaskEnded("the webhook server"),
-        Err(e) => RunError::Webhook(nmo_webhook::ServeError::Task(e.to_string())),
+/// The first fatal error of the process; recording one cancels the root token.
+#[derive(Clone, Default)]
+struct Fatal(Arc<Mutex<Option<RunError>>>);
+
+impl Fatal {
+    fn raise(&self, root: &CancellationToken, e: RunError) {
+        let mut first = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if first.is_none() {
+            *first = Some(e);
+        }
+        root.cancel();
     }
+
+    fn take(&self) -> Result<(), RunError> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .map_or(Ok(()), Err)
+    }
+}
+
+/// The controller's Kubernetes clients (admission has its own, unfenced: every replica serves
+/// the webhook).
+struct Clients {
+    /// The controller's reads and writes; with leader election its writes are fenced to the term
+    /// ([`leader::WriteFence`]).
+    controller: Client,
+    /// Evictions: no 429 retry layer, so a PodDisruptionBudget refusal surfaces at once (fenced
+    /// like `controller`).
+    eviction: Client,
+}
+
+impl Clients {
+    fn new(cfg: &kube::Config, fence: Option<&leader::WriteFence>) -> Result<Self, RunError> {
+        let build = |cfg: kube::Config| -> Result<Client, RunError> {
+            let builder = kube::client::ClientBuilder::try_from(cfg).map_err(RunError::Client)?;
+            Ok(match fence {
+                Some(f) => builder.with_layer(f).build(),
+                None => builder.build(),
+            })
+        };
+        let mut no_retry = cfg.clone();
+        no_retry.default_retry = false;
+        Ok(Clients {
+            controller: build(cfg.clone())?,
+            eviction: build(no_retry)?,
+        })
+    }
+}
+
+/// Leadership as the controller sees it: elected through the Lease, or always (no election).
+enum Election {
+    /// `--leader-elect=false`: this replica always leads; the sender keeps the channel open.
+    Off(watch::Sender<bool>, CancellationToken),
+    /// `--leader-elect`.
+    On(leader::LeaderElection),
+}
+
+impl Election {
+    fn is_leader(&self) -> watch::Receiver<bool> {
+        match self {
+            Election::Off(tx, _) => tx.subscribe(),
+            Election::On(e) => e.is_leader(),
+        }
+    }
+
+    /// Cancelled when leadership is lost; never without election.
+    fn term(&self) -> CancellationToken {
+        match self {
+            Election::Off(_, t) => t.clone(),
+            Election::On(e) => e.leadership().term(),
+        }
+    }
+
+    async fn acquired(&mut self) -> bool {
+        match self {
+            Election::Off(..) => true,
+            Election::On(e) => e.acquired().await,
+        }
+    }
+
+    async fn release(self) -> Result<(), leader::LeaderError> {
+        match self {
+            Election::Off(..) => Ok(()),
+            Election::On(e) => e.release().await,
+        }
+    }
+}
+
+/// The process: owns the webhook, probe and metrics servers, the leader election and the
+/// controller, all stopped through one cancellation tree rooted at the signal handler's token
+/// (`docs/design.md §5`).
+pub struct Operator {
+    config: Config,
+    root: CancellationToken,
+    fatal: Fatal,
+    clients: Clients,
+    metrics: Arc<Metrics>,
+    election: Election,
+    synced: watch::Sender<bool>,
+    servers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Operator {
+    /// Starts everything that runs on every replica, in order: client configuration, the probe
+    /// and metrics listeners, the webhook server, then leader election (campaigning in the
+    /// background). The servers stop when `root` is cancelled.
+    ///
+    /// # Errors
+    /// Start-up failures: [`RunError::KubeConfig`], [`RunError::Client`], [`RunError::Bind`],
+    /// [`RunError::Webhook`], [`RunError::CrdMissing`], [`RunError::Admission`],
+    /// [`RunError::Leader`].
+    pub async fn start(config: Config, root: CancellationToken) -> Result<Self, RunError> {
+        let metrics = Arc::new(Metrics::new());
+        let kube_cfg = kube_config(config.kubeconfig.as_deref()).await?;
+        tracing::info!(api = %kube_cfg.cluster_url, "Kubernetes API");
+        let api = Client::try_from(kube_cfg.clone()).map_err(RunError::Client)?;
+
+        let probe_listener =
+            bind("health probe", config.health_probe_bind_address.socket()).await?;
+        let metrics_listener = bind("metrics", config.metrics_bind_address.socket()).await?;
+        let webhook = nmo_webhook::WebhookServer::start(
+            nmo_webhook::TlsOptions {
+                cert_dir: config.webhook_cert_path.clone(),
+                cert_name: config.webhook_cert_name.clone(),
+                key_name: config.webhook_cert_key.clone(),
+                bind: config.webhook_bind_address,
+                enable_http2: config.enable_http2,
+            },
+            wiring::admission_router(api, metrics.clone()).await?,
+            root.clone().cancelled_owned(),
+        )
+        .await?;
+
+        let election = if config.leader_elect {
+            let namespace = config.operator_namespace();
+            let identity = leader::identity();
+            tracing::info!(%namespace, lease = leader::LEADER_ELECTION_ID, %identity, "starting leader election");
+            let lease_client = leader::lease_client(kube_cfg.clone()).map_err(RunError::Client)?;
+            Election::On(leader::start(lease_client, &namespace, identity).await?)
+        } else {
+            Election::Off(watch::channel(true).0, CancellationToken::new())
+        };
+        let fence = match &election {
+            Election::On(e) => Some(e.fence()),
+            Election::Off(..) => None,
+        };
+        let clients = Clients::new(&kube_cfg, fence.as_ref())?;
+
+        let fatal = Fatal::default();
+        let (synced, synced_rx) = watch::channel(false);
+        let probe_state = ProbeState {
+            webhook: webhook.readiness(),
+            leader_election: config.leader_elect,
+            is_leader: election.is_leader(),
+            synced: synced_rx,
+        };
+        let servers = vec![
+            serve_plain(
+                "health probes",
+                probe_listener,
+                probe_router(probe_state),
+                root.clone(),
+            ),
+            serve_plain(
+                "metrics",
+                metrics_listener,
+                metrics_router(metrics.clone()),
+                root.clone(),
+            ),
+            essential(&root, &fatal, async move {
+                match webhook.wait().await {
+                    Ok(()) => RunError::TaskEnded("the webhook server"),
+                    Err(e) => RunError::Webhook(e),
+                }
+            }),
+        ];
+        Ok(Operator {
+            config,
+            root,
+            fatal,
+            clients,
+            metrics,
+            election,
+            synced,
+            servers,
+        })
+    }
+
+    /// Waits for leadership, runs the controller for as long as it lasts, then shuts down in
+    /// order: servers drain, the controller stops (gracefully on a signal: in-flight reconciles
+    /// finish; at once on loss of leadership), the Lease is released, the servers are awaited.
+    ///
+    /// # Errors
+    /// The first fatal condition: [`RunError::LeadershipLost`], [`RunError::TaskEnded`],
+    /// [`RunError::Webhook`].
+    pub async fn run(mut self) -> Result<(), RunError> {
+        let leading = tokio::select! {
+            biased;
+            () = self.root.cancelled() => false,
+            ok = self.election.acquired() => ok,
+        };
+        let controller = if leading && !self.root.is_cancelled() {
+            Some(self.spawn_controller())
+        } else {
+            if !leading {
+                self.fatal
+                    .raise(&self.root, RunError::TaskEnded("leader election"));
+            }
+            None
+        };
+        let term = self.election.term();
+        tokio::select! {
+            biased;
+            () = self.root.cancelled() => {}
+            () = term.cancelled() => self.fatal.raise(
+                &self.root,
+                RunError::LeadershipLost("this replica no longer holds the Lease".to_string()),
+            ),
+        }
+        self.shutdown(controller).await
+    }
+
+    /// The controller task. It stops gracefully when the root is cancelled (its graceful-shutdown
+    /// child token), and is dropped (in-flight reconciles cancelled at their next await) the
+    /// moment the leadership term ends.
+    fn spawn_controller(&self) -> tokio::task::JoinHandle<()> {
+        if self.config.leader_elect {
+            tracing::info!("acquired leadership; starting the controller");
+        }
+        let graceful = self.root.child_token();
+        let term = self.election.term();
+        let run = wiring::run_controller(
+            self.clients.controller.clone(),
+            self.clients.eviction.clone(),
+            self.config.lease_namespace.clone(),
+            usize::from(self.config.max_concurrent_reconciles),
+            self.metrics.clone(),
+            self.synced.clone(),
+            graceful.cancelled_owned(),
+        );
+        let (root, fatal) = (self.root.clone(), self.fatal.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                biased;
+                () = term.cancelled() => {
+                    tracing::warn!("leadership ended: controller stopped, in-flight reconciles cancelled");
+                }
+                () = run => if !root.is_cancelled() {
+                    fatal.raise(&root, RunError::TaskEnded("the controller"));
+                },
+            }
+        })
+    }
+
+    async fn shutdown(
+        self,
+        controller: Option<tokio::task::JoinHandle<()>>,
+    ) -> Result<(), RunError> {
+        self.root.cancel();
+        if let Some(ctrl) = controller {
+            match tokio::time::timeout(CONTROLLER_STOP_TIMEOUT, ctrl).await {
+                Ok(_) => tracing::info!("controller stopped"),
+                Err(_) => {
+                    tracing::warn!("controller did not stop within {CONTROLLER_STOP_TIMEOUT:?}")
+                }
+            }
+        }
+        if let Err(e) = self.election.release().await {
+            self.fatal
+                .raise(&self.root, RunError::LeadershipLost(e.to_string()));
+        }
+        for server in self.servers {
+            let _ = server.await;
+        }
+        self.fatal.take()
+    }
+}
+
+/// Spawns a task that must not end while the process runs: when it ends before shutdown, its
+/// error is raised and the root cancelled.
+fn essential(
+    root: &CancellationToken,
+    fatal: &Fatal,
+    task: impl Future<Output = RunError> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    let (root, fatal) = (root.clone(), fatal.clone());
+    tokio::spawn(async move {
+        let e = task.await;
+        match e {
+            // Ending cleanly after the shutdown began is the expected way to end.
+            RunError::TaskEnded(_) if root.is_cancelled() => {}
+            e => fatal.raise(&root, e),
+        }
+    })
 }
 
 /// The seams to the controller and the admission handler.

@@ -216,7 +216,8 @@ fn rbac_has_no_wildcard_and_exactly_the_needed_rules() {
         "node-maintenance-operator-system",
         "coordination.k8s.io",
         "leases",
-        &["get", "create", "patch"],
+        // Leader election updates the Lease guarded by its resourceVersion (docs/compat.md §9).
+        &["get", "create", "update"],
     );
     add(
         "medik8s-leases",
