@@ -316,7 +316,9 @@ struct Clients {
 impl Clients {
     fn new(cfg: &kube::Config, fence: Option<&leader::WriteFence>) -> Result<Self, RunError> {
         let build = |cfg: kube::Config| -> Result<Client, RunError> {
-            let builder = kube::client::ClientBuilder::try_from(cfg).map_err(RunError::Client)?;
+            let builder = kube::client::ClientBuilder::try_from(cfg)
+                .map_err(RunError::Client)?
+                .with_layer(&tower::util::MapRequestLayer::new(user_agent));
             Ok(match fence {
                 Some(f) => builder.with_layer(f).build(),
                 None => builder.build(),
@@ -329,6 +331,20 @@ impl Clients {
             eviction: build(no_retry)?,
         })
     }
+}
+
+/// Names the controller's requests `node-maintenance-operator/<version>`: the API server derives
+/// the managedFields manager of a write from the User-Agent when no fieldManager is given, so the
+/// operator's changes to Nodes and NodeMaintenances are attributed to `node-maintenance-operator`.
+fn user_agent<B>(mut req: http::Request<B>) -> http::Request<B> {
+    req.headers_mut().insert(
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(concat!(
+            "node-maintenance-operator/",
+            env!("CARGO_PKG_VERSION")
+        )),
+    );
+    req
 }
 
 /// Leadership as the controller sees it: elected through the Lease, or always (no election).
