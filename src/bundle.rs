@@ -157,16 +157,23 @@ pub fn olm_deployment_spec(deployment: &Value) -> Value {
     spec
 }
 
+/// RBAC of the rendered manifests, split the way OLM grants it (see the module documentation).
+#[derive(Debug, Default)]
+pub struct SplitRbac {
+    /// Rules for the install namespace (CSV `permissions`).
+    pub permissions: Vec<Value>,
+    /// Cluster-wide rules (CSV `clusterPermissions`).
+    pub cluster_permissions: Vec<Value>,
+    /// ClusterRoles bound to nobody, shipped as plain bundle objects.
+    pub unbound_cluster_roles: Vec<Value>,
+}
+
 /// RBAC of the rendered manifests for `account` (`namespace`, `name`), split the way OLM grants
-/// it: `(permissions, cluster_permissions, unbound_cluster_roles)`. See the module documentation
-/// for the rule.
+/// it. See the module documentation for the rule.
 ///
 /// # Errors
 /// A binding that names a missing role; a Role that nothing binds to the account.
-pub fn split_rbac(
-    docs: &[Value],
-    account: (&str, &str),
-) -> Result<(Vec<Value>, Vec<Value>, Vec<Value>), BundleError> {
+pub fn split_rbac(docs: &[Value], account: (&str, &str)) -> Result<SplitRbac, BundleError> {
     let binds_account = |b: &Value| {
         b["subjects"].as_array().is_some_and(|s| {
             s.iter().any(|s| {
@@ -224,7 +231,11 @@ pub fn split_rbac(
         }
         unbound.push(r.clone());
     }
-    Ok((permissions, cluster, unbound))
+    Ok(SplitRbac {
+        permissions,
+        cluster_permissions: cluster,
+        unbound_cluster_roles: unbound,
+    })
 }
 
 /// Splits `drainProgress` into `Drain Progress` (an OLM display name).
@@ -284,7 +295,11 @@ pub fn cluster_service_version(
     let account = pod["serviceAccountName"]
         .as_str()
         .ok_or_else(|| shape("the Deployment names no serviceAccountName"))?;
-    let (permissions, cluster_permissions, _) = split_rbac(docs, (dep_ns, account))?;
+    let SplitRbac {
+        permissions,
+        cluster_permissions,
+        ..
+    } = split_rbac(docs, (dep_ns, account))?;
     let image = pod["containers"][0]["image"].as_str().unwrap_or_default();
 
     let versions = crd["spec"]["versions"]
@@ -484,7 +499,7 @@ pub fn render(
     let account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
         .as_str()
         .unwrap_or_default();
-    let (_, _, unbound) = split_rbac(&docs, (namespace(deployment), account))?;
+    let unbound = split_rbac(&docs, (namespace(deployment), account))?.unbound_cluster_roles;
     let vwc = one(&docs, "ValidatingWebhookConfiguration")?;
     let webhook_services: Vec<&str> = vwc["webhooks"]
         .as_array()

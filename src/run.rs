@@ -73,6 +73,9 @@ pub enum RunError {
         "leader election lost: {0}; exiting so that Kubernetes restarts this replica as a standby"
     )]
     LeadershipLost(String),
+    /// `--metrics-secure` has no usable serving certificate.
+    #[error("{0}")]
+    MetricsTls(String),
     /// The admission handler could not be set up (API discovery failed).
     #[error("cannot set up admission: {0}")]
     Admission(#[source] crate::admission::AdmissionError),
@@ -203,6 +206,38 @@ pub fn metrics_router(metrics: Arc<Metrics>) -> Router {
             }),
         )
         .with_state(metrics)
+}
+
+/// The metrics server: plain HTTP, or with `--metrics-secure` HTTPS behind TokenReview and
+/// SubjectAccessReview (`crate::metrics::secure`).
+///
+/// # Errors
+/// [`RunError::MetricsTls`] when the secure server has no usable certificate.
+fn serve_metrics(
+    config: &Config,
+    listener: Option<TcpListener>,
+    metrics: Arc<Metrics>,
+    client: Client,
+    stop: watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<()>, RunError> {
+    use crate::metrics::secure;
+    let router = metrics_router(metrics);
+    match listener {
+        Some(listener) if config.metrics_secure => {
+            let tls =
+                secure::server_config(config.metrics_cert_path.as_deref(), config.enable_http2)
+                    .map_err(RunError::MetricsTls)?;
+            let router = secure::authenticated(router, client);
+            Ok(secure::serve_tls(
+                listener,
+                tls,
+                config.enable_http2,
+                router,
+                stopped(stop),
+            ))
+        }
+        listener => Ok(serve_plain("metrics", listener, router, stop)),
+    }
 }
 
 async fn bind(
@@ -341,12 +376,13 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         }),
         stop_rx.clone(),
     );
-    let metrics_server = serve_plain(
-        "metrics",
+    let metrics_server = serve_metrics(
+        &config,
         metrics_listener,
-        metrics_router(metrics.clone()),
+        metrics.clone(),
+        client.clone(),
         stop_rx.clone(),
-    );
+    )?;
     let mut webhook_task = tokio::spawn(webhook.wait());
     // A JoinHandle must not be polled again once it completed inside a `select!`.
     let mut webhook_done = false;
