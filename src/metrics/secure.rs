@@ -3,11 +3,12 @@
 //! request (SubjectAccessReview), as controller-runtime's `WithAuthenticationAndAuthorization`
 //! filter does for upstream (`docs/compat.md §10`).
 //!
-//! Answers: no or malformed `Authorization: Bearer` header, or a token the API server does not
-//! authenticate: 401; authenticated but not allowed: 403; the review itself failed: 500. Results
-//! are cached like controller-runtime's delegating authenticator and authorizer (authenticated
-//! tokens 1 min, rejected tokens 10 s, allowed 5 min, denied 30 s), so a scrape every few seconds
-//! costs the API server two reviews per scraper and cache period, not per scrape.
+//! Answers, with controller-runtime's texts: no or malformed `Authorization: Bearer` header, or a
+//! token the API server does not authenticate: 401 `Unauthorized`; authenticated but not
+//! allowed: 403 `Authorization denied for user <name>`; a review that could not be made: 500.
+//! Results are cached as controller-runtime's delegating authenticator and authorizer cache them
+//! (token answers 1 min, allowed 5 min, denied 30 s), so a scrape every few seconds costs the API
+//! server two reviews per scraper and cache period, not per scrape.
 //!
 //! The serving pair is read from `--metrics-cert-path` (`tls.crt`, `tls.key`) at start-up, or,
 //! as controller-runtime does without a certificate directory, generated self-signed.
@@ -34,8 +35,7 @@ pub const CERT_NAME: &str = "tls.crt";
 /// Name of the key file in `--metrics-cert-path`.
 pub const KEY_NAME: &str = "tls.key";
 
-const AUTHENTICATED_TTL: Duration = Duration::from_secs(60);
-const UNAUTHENTICATED_TTL: Duration = Duration::from_secs(10);
+const TOKEN_TTL: Duration = Duration::from_secs(60);
 const ALLOWED_TTL: Duration = Duration::from_secs(300);
 const DENIED_TTL: Duration = Duration::from_secs(30);
 /// Entries kept per cache; expired ones are dropped first, then the cache is emptied.
@@ -135,10 +135,15 @@ pub enum Decision {
     Allow,
     /// 401: no usable bearer token, or the API server did not authenticate it.
     Unauthorized,
-    /// 403: the user may not `verb` the path; the text names both.
+    /// 403: the user may not `verb` the path; the response text.
     Forbidden(String),
-    /// 500: a review could not be made.
-    Failed(String),
+    /// 500: a review could not be made; the response text and the cause (logged).
+    Failed {
+        /// What the client is told.
+        response: String,
+        /// Why, for the log.
+        cause: String,
+    },
 }
 
 /// The bearer token of an `Authorization` header value, if it is one.
@@ -189,12 +194,7 @@ impl Gate {
             }
             None
         };
-        let ttl = if user.is_some() {
-            AUTHENTICATED_TTL
-        } else {
-            UNAUTHENTICATED_TTL
-        };
-        self.tokens.put(token.to_string(), user.clone(), ttl);
+        self.tokens.put(token.to_string(), user.clone(), TOKEN_TTL);
         Ok(user)
     }
 
@@ -235,15 +235,22 @@ impl Gate {
         let user = match self.authenticate(token).await {
             Ok(Some(user)) => user,
             Ok(None) => return Decision::Unauthorized,
-            Err(e) => return Decision::Failed(e),
+            Err(cause) => {
+                return Decision::Failed {
+                    response: "Authentication failed".into(),
+                    cause,
+                };
+            }
         };
         match self.authorize(&user, path, verb).await {
             Ok(true) => Decision::Allow,
-            Ok(false) => Decision::Forbidden(format!(
-                "Forbidden (user={}, verb={verb}, resource=, subresource=)",
-                user.name
-            )),
-            Err(e) => Decision::Failed(e),
+            Ok(false) => {
+                Decision::Forbidden(format!("Authorization denied for user {}", user.name))
+            }
+            Err(cause) => Decision::Failed {
+                response: format!("Authorization for user {} failed", user.name),
+                cause,
+            },
         }
     }
 }
@@ -263,13 +270,9 @@ async fn gate(State(gate): State<Arc<Gate>>, request: Request, next: Next) -> Re
             tracing::debug!(%path, %verb, "{why}");
             (StatusCode::FORBIDDEN, why).into_response()
         }
-        Decision::Failed(why) => {
-            tracing::warn!(%path, error = %why, "metrics request could not be reviewed");
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "Authentication or authorization failed",
-            )
-                .into_response()
+        Decision::Failed { response, cause } => {
+            tracing::warn!(%path, error = %cause, "{response}");
+            (StatusCode::INTERNAL_SERVER_ERROR, response).into_response()
         }
     }
 }
