@@ -238,8 +238,12 @@ pub fn split_rbac(docs: &[Value], account: (&str, &str)) -> Result<SplitRbac, Bu
     })
 }
 
-/// Splits `drainProgress` into `Drain Progress` (an OLM display name).
+/// Splits `drainProgress` into `Drain Progress` (an OLM display name). Upstream's `totalpods`
+/// is the one field whose JSON name hides its word boundary.
 fn display_name(field: &str) -> String {
+    if field == "totalpods" {
+        return "Total Pods".into();
+    }
     let mut out = String::new();
     for (i, c) in field.chars().enumerate() {
         if i == 0 {
@@ -556,4 +560,74 @@ pub fn render(
         content: dockerfile,
     });
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_names_split_camel_case() {
+        assert_eq!(display_name("drainProgress"), "Drain Progress");
+        assert_eq!(display_name("pendingPodsRefs"), "Pending Pods Refs");
+        assert_eq!(display_name("totalpods"), "Total Pods");
+        assert_eq!(display_name("NodeMaintenance"), "Node Maintenance");
+    }
+
+    #[test]
+    fn secret_volumes_and_only_they_are_dropped_for_olm() {
+        let dep = json!({"spec": {"template": {"spec": {
+            "containers": [{"name": "m", "volumeMounts": [
+                {"name": "cert", "mountPath": "/c"}, {"name": "tmp", "mountPath": "/tmp"}]}],
+            "volumes": [{"name": "cert", "secret": {"secretName": "s"}}, {"name": "tmp", "emptyDir": {}}]
+        }}}});
+        let spec = olm_deployment_spec(&dep);
+        let pod = &spec["template"]["spec"];
+        assert_eq!(pod["volumes"], json!([{"name": "tmp", "emptyDir": {}}]));
+        assert_eq!(
+            pod["containers"][0]["volumeMounts"],
+            json!([{"name": "tmp", "mountPath": "/tmp"}])
+        );
+        // Nothing is added (an absent initContainers stays absent).
+        assert!(pod.get("initContainers").is_none());
+    }
+
+    #[test]
+    fn roles_in_other_namespaces_become_cluster_wide_and_unbound_roles_are_refused() {
+        let docs = parse_documents(
+            r#"
+kind: Role
+metadata: {name: own, namespace: op}
+rules: [{apiGroups: [a], resources: [r1], verbs: [get]}]
+---
+kind: RoleBinding
+metadata: {name: own, namespace: op}
+roleRef: {kind: Role, name: own}
+subjects: [{kind: ServiceAccount, name: sa, namespace: op}]
+---
+kind: Role
+metadata: {name: far, namespace: other}
+rules: [{apiGroups: [b], resources: [r2], verbs: [create]}]
+---
+kind: RoleBinding
+metadata: {name: far, namespace: other}
+roleRef: {kind: Role, name: far}
+subjects: [{kind: ServiceAccount, name: sa, namespace: op}]
+---
+kind: ClusterRole
+metadata: {name: reader}
+rules: [{nonResourceURLs: [/metrics], verbs: [get]}]
+"#,
+        )
+        .unwrap();
+        let split = split_rbac(&docs, ("op", "sa")).unwrap();
+        assert_eq!(split.permissions[0]["resources"], json!(["r1"]));
+        assert_eq!(split.cluster_permissions[0]["resources"], json!(["r2"]));
+        assert_eq!(split.unbound_cluster_roles[0]["metadata"]["name"], "reader");
+
+        let mut lonely = docs.clone();
+        lonely.retain(|d| !(kind(d) == "RoleBinding" && name(d) == "far"));
+        let err = split_rbac(&lonely, ("op", "sa")).unwrap_err().to_string();
+        assert!(err.contains("other/far"), "{err}");
+    }
 }
