@@ -193,3 +193,27 @@ fn the_metrics_secure_overlay_is_accepted_by_the_api_server() {
         assert!(out.contains(object), "{object} not applied:\n{out}");
     }
 }
+
+/// A missing metrics certificate stops the start with one line naming the file.
+#[test]
+fn a_missing_metrics_certificate_is_named_at_start() {
+    let cluster = Cluster::shared();
+    let account = nmo_devcluster::operator::install_manifests(cluster, &manifests_dir()).unwrap();
+    let kubeconfig =
+        nmo_devcluster::operator::service_account_kubeconfig(cluster, &account).unwrap();
+    let missing = cluster.dir().join("no-metrics-certs");
+    let mut opts = operator_options("operator-no-metrics-cert", &account, &kubeconfig);
+    opts.extra_args = vec![
+        "--metrics-secure".into(),
+        format!("--metrics-cert-path={}", missing.display()),
+    ];
+    let err = match nmo_devcluster::operator::Operator::start(cluster, &opts) {
+        Ok(_) => panic!("the operator started without its metrics certificate"),
+        Err(e) => e.to_string(),
+    };
+    let line = format!(
+        "error: cannot read metrics certificate file {}",
+        missing.join("tls.crt").display()
+    );
+    assert!(err.contains(&line), "{line:?} not in:\n{err}");
+}
