@@ -19,5 +19,7 @@ LABEL org.opencontainers.image.title="node-maintenance-operator" \
       org.opencontainers.image.description="Keeps a node cordoned, tainted and drained while a NodeMaintenance exists (drop-in for medik8s NMO)" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=builder /out/manager /manager
+# Numeric, so the kubelet can check the manifests' runAsNonRoot without a passwd lookup; the
+# manifests pin no UID (OpenShift's restricted-v2 SCC substitutes one from the namespace range).
 USER 65532:65532
 ENTRYPOINT ["/manager"]

@@ -5,7 +5,8 @@
 //! --enable-http2=false`) work unchanged. Differences, on purpose:
 //!
 //! - `--metrics-bind-address` defaults to `:8080` and serves plain HTTP (upstream: `:8443`,
-//!   HTTPS with TokenReview/SubjectAccessReview). Restrict access with a NetworkPolicy.
+//!   HTTPS with TokenReview/SubjectAccessReview); `--metrics-secure` serves it as upstream does
+//!   (`docs/compat.md §8`).
 //! - Go's zap flags (`--zap-*`) are replaced by `--log-level` and `--log-format`.
 //! - The webhook certificate location, the webhook port, the lease namespace and the reconcile
 //!   concurrency are flags here; upstream hard-codes or reads them from the environment.
@@ -145,6 +146,19 @@ pub struct Config {
     /// Address the plain-HTTP metrics endpoint (GET /metrics) binds to; 0 disables it.
     #[arg(long, default_value = ":8080", value_parser = parse_bind_address)]
     pub metrics_bind_address: BindAddress,
+
+    /// Serve /metrics over HTTPS and only to clients whose bearer token passes a TokenReview and
+    /// a SubjectAccessReview for GET on the non-resource URL /metrics (controller-runtime's
+    /// WithAuthenticationAndAuthorization, upstream's setting). Off: plain HTTP, no auth.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", value_name = "BOOL")]
+    pub metrics_secure: bool,
+
+    /// Directory of the metrics serving pair (tls.crt, tls.key; reloaded when they change) for
+    /// --metrics-secure. Unset: a self-signed certificate generated at start-up, as
+    /// controller-runtime does.
+    #[arg(long)]
+    pub metrics_cert_path: Option<PathBuf>,
 
     /// Address the probe endpoints (/healthz, /readyz) bind to; 0 disables them.
     #[arg(long, default_value = ":8081", value_parser = parse_bind_address)]
@@ -301,6 +315,8 @@ mod tests {
         );
         assert!(!c.leader_elect);
         assert!(!c.enable_http2);
+        assert!(!c.metrics_secure);
+        assert_eq!(c.metrics_cert_path, None);
         assert_eq!(
             c.webhook_cert_path,
             PathBuf::from("/apiserver.local.config/certificates")
@@ -358,8 +374,12 @@ mod tests {
             "--log-format=json",
             "--lease-namespace=leases",
             "--max-concurrent-reconciles=9",
+            "--metrics-secure",
+            "--metrics-cert-path=/mcerts",
         ])
         .unwrap();
+        assert!(c.metrics_secure);
+        assert_eq!(c.metrics_cert_path, Some(PathBuf::from("/mcerts")));
         assert_eq!(c.leader_election_namespace.as_deref(), Some("ops"));
         assert_eq!(c.operator_namespace(), "ops");
         assert_eq!(c.webhook_cert_path, PathBuf::from("/certs"));
@@ -416,6 +436,8 @@ mod tests {
             "LEASE_NAMESPACE",
             "[default: medik8s-leases]",
             "--max-concurrent-reconciles",
+            "--metrics-secure",
+            "--metrics-cert-path",
         ] {
             assert!(help.contains(needle), "{needle:?} missing from:\n{help}");
         }

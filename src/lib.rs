@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod bundle;
 pub mod config;
 pub mod controller;
 pub mod drain;

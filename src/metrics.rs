@@ -1,9 +1,11 @@
 //! Prometheus metrics of the operator, encoded as OpenMetrics text for `GET /metrics`.
 //!
-//! Every family carries the `nmo_` prefix. Counter names are registered without `_total`:
+//! Our own families carry the `nmo_` prefix. Counter names are registered without `_total`:
 //! prometheus-client appends that suffix itself when encoding, so `reconciles` is exposed as
-//! `nmo_reconciles_total`. Upstream (controller-runtime) exposes `controller_runtime_*` families;
-//! those names are not reproduced, the families below carry the same facts under our prefix.
+//! `nmo_reconciles_total`. Beside them, [`runtime`] exports the controller-runtime families
+//! (`controller_runtime_*`, `workqueue_*`) that upstream's dashboards and alerts read, under
+//! upstream's names and labels; [`secure`] serves `/metrics` over HTTPS with upstream's
+//! authentication and authorization (`docs/compat.md §10`).
 //!
 //! The registry is shared as `Arc<Metrics>`; every recording method takes `&self` and is cheap
 //! (atomics behind a read lock), so it may be called from any task.
@@ -16,6 +18,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
+
+pub mod runtime;
+pub mod secure;
 
 /// The content type of [`Metrics::encode`]'s output, for the `Content-Type` header of
 /// `GET /metrics`.
@@ -105,6 +110,7 @@ fn drain_histogram() -> Histogram {
 /// | `nmo_admission_duration_seconds` | histogram | `operation` |
 pub struct Metrics {
     registry: Registry,
+    runtime: runtime::RuntimeMetrics,
     reconciles: Counter,
     reconcile_failures: Family<ErrorLabels, Counter>,
     reconcile_duration: Histogram,
@@ -130,7 +136,8 @@ impl Default for Metrics {
 impl Metrics {
     /// Creates the registry with every family registered (all at zero).
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("nmo");
+        let mut root = Registry::default();
+        let registry = root.sub_registry_with_prefix("nmo");
         let reconciles = Counter::default();
         registry.register(
             "reconciles",
@@ -209,8 +216,10 @@ impl Metrics {
                 operation: operation.to_owned(),
             });
         }
+        let runtime = runtime::RuntimeMetrics::register(&mut root);
         Self {
-            registry,
+            registry: root,
+            runtime,
             reconciles,
             reconcile_failures,
             reconcile_duration,
@@ -220,6 +229,11 @@ impl Metrics {
             admission_requests,
             admission_duration,
         }
+    }
+
+    /// The controller-runtime families (`controller_runtime_*`, `workqueue_*`).
+    pub fn runtime(&self) -> &runtime::RuntimeMetrics {
+        &self.runtime
     }
 
     /// Counts one reconcile run now and returns a guard that observes the run's duration (in
@@ -282,6 +296,7 @@ impl Metrics {
     /// Encodes every family as OpenMetrics text (ending in `# EOF`); serve it with
     /// [`OPENMETRICS_CONTENT_TYPE`].
     pub fn encode(&self) -> String {
+        self.runtime.refresh();
         let mut out = String::new();
         // Writing into a String cannot fail; an error here would be a prometheus-client bug.
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
@@ -397,6 +412,135 @@ mod tests {
         )
         .expect("admission sum");
         assert!((sum - 0.006).abs() < 1e-9, "sum {sum}");
+    }
+
+    #[test]
+    fn controller_runtime_families_have_upstream_names_labels_and_buckets() {
+        let m = Metrics::new();
+        m.runtime().set_max_concurrent_reconciles(32);
+        let text = m.encode();
+        let c = "controller=\"nodemaintenance\"";
+        let q = "name=\"nodemaintenance\",controller=\"nodemaintenance\"";
+        for (series, value) in [
+            (
+                format!("controller_runtime_reconcile_total{{{c},result=\"success\"}}"),
+                0.0,
+            ),
+            (
+                format!("controller_runtime_reconcile_total{{{c},result=\"error\"}}"),
+                0.0,
+            ),
+            (
+                format!("controller_runtime_reconcile_total{{{c},result=\"requeue\"}}"),
+                0.0,
+            ),
+            (
+                format!("controller_runtime_reconcile_total{{{c},result=\"requeue_after\"}}"),
+                0.0,
+            ),
+            (
+                format!("controller_runtime_reconcile_errors_total{{{c}}}"),
+                0.0,
+            ),
+            (
+                format!("controller_runtime_reconcile_time_seconds_count{{{c}}}"),
+                0.0,
+            ),
+            (
+                format!("controller_runtime_reconcile_time_seconds_bucket{{le=\"0.005\",{c}}}"),
+                0.0,
+            ),
+            (
+                format!("controller_runtime_reconcile_time_seconds_bucket{{le=\"60.0\",{c}}}"),
+                0.0,
+            ),
+            (
+                format!("controller_runtime_max_concurrent_reconciles{{{c}}}"),
+                32.0,
+            ),
+            (format!("controller_runtime_active_workers{{{c}}}"), 0.0),
+            (format!("workqueue_depth{{{q},priority=\"\"}}"), 0.0),
+            (format!("workqueue_adds_total{{{q}}}"), 0.0),
+            (
+                format!("workqueue_queue_duration_seconds_count{{{q}}}"),
+                0.0,
+            ),
+            (
+                format!("workqueue_queue_duration_seconds_bucket{{le=\"1e-8\",{q}}}"),
+                0.0,
+            ),
+            (format!("workqueue_work_duration_seconds_count{{{q}}}"), 0.0),
+            (format!("workqueue_retries_total{{{q}}}"), 0.0),
+        ] {
+            assert_eq!(sample(&text, &series), Some(value), "{series} in:\n{text}");
+        }
+        // Not under our prefix.
+        assert!(!text.contains("nmo_controller_runtime"), "{text}");
+        assert!(!text.contains("nmo_workqueue"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_reconcile_moves_the_controller_runtime_families() {
+        use kube::runtime::controller::Action;
+        use std::time::Duration;
+        let m = Metrics::new();
+        let rt = m.runtime();
+        rt.triggered("nm-a", Duration::ZERO);
+        rt.triggered("nm-a", Duration::ZERO);
+        rt.triggered("nm-b", Duration::ZERO);
+        assert_eq!(
+            sample(
+                &m.encode(),
+                "workqueue_depth{name=\"nodemaintenance\",controller=\"nodemaintenance\",priority=\"\"}"
+            ),
+            Some(2.0)
+        );
+        let ok: Result<Action, ()> =
+            runtime::observe_reconcile(rt, "nm-a".into(), async { Ok(Action::await_change()) })
+                .await;
+        assert!(ok.is_ok());
+        let _ = runtime::observe_reconcile(rt, "nm-b".into(), async {
+            Ok::<_, ()>(Action::requeue(Duration::from_secs(5)))
+        })
+        .await;
+        let err =
+            runtime::observe_reconcile(rt, "nm-c".into(), async { Err::<Action, _>("boom") }).await;
+        assert!(err.is_err());
+        let text = m.encode();
+        let c = "controller=\"nodemaintenance\"";
+        let q = "name=\"nodemaintenance\",controller=\"nodemaintenance\"";
+        for (series, value) in [
+            (
+                format!("controller_runtime_reconcile_total{{{c},result=\"success\"}}"),
+                1.0,
+            ),
+            (
+                format!("controller_runtime_reconcile_total{{{c},result=\"requeue_after\"}}"),
+                1.0,
+            ),
+            (
+                format!("controller_runtime_reconcile_total{{{c},result=\"error\"}}"),
+                1.0,
+            ),
+            (
+                format!("controller_runtime_reconcile_errors_total{{{c}}}"),
+                1.0,
+            ),
+            (
+                format!("controller_runtime_reconcile_time_seconds_count{{{c}}}"),
+                3.0,
+            ),
+            (format!("controller_runtime_active_workers{{{c}}}"), 0.0),
+            // nm-a and nm-b by watch, nm-c unseen until it started; nm-b's requeue is not due.
+            (format!("workqueue_adds_total{{{q}}}"), 3.0),
+            (
+                format!("workqueue_queue_duration_seconds_count{{{q}}}"),
+                3.0,
+            ),
+            (format!("workqueue_depth{{{q},priority=\"\"}}"), 0.0),
+        ] {
+            assert_eq!(sample(&text, &series), Some(value), "{series} in:\n{text}");
+        }
     }
 
     #[test]

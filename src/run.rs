@@ -76,6 +76,9 @@ pub enum RunError {
         "leader election lost: {0}; exiting so that Kubernetes restarts this replica as a standby"
     )]
     LeadershipLost(String),
+    /// `--metrics-secure` has no usable serving certificate.
+    #[error("{0}")]
+    MetricsTls(String),
     /// The admission handler could not be set up (API discovery failed).
     #[error("cannot set up admission: {0}")]
     Admission(#[source] crate::admission::AdmissionError),
@@ -206,6 +209,38 @@ pub fn metrics_router(metrics: Arc<Metrics>) -> Router {
             }),
         )
         .with_state(metrics)
+}
+
+/// The metrics server: plain HTTP, or with `--metrics-secure` HTTPS behind TokenReview and
+/// SubjectAccessReview (`crate::metrics::secure`).
+///
+/// # Errors
+/// [`RunError::MetricsTls`] when the secure server has no usable certificate.
+fn serve_metrics(
+    config: &Config,
+    listener: Option<TcpListener>,
+    metrics: Arc<Metrics>,
+    client: Client,
+    stop: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>, RunError> {
+    use crate::metrics::secure;
+    let router = metrics_router(metrics);
+    match listener {
+        Some(listener) if config.metrics_secure => {
+            let tls =
+                secure::server_config(config.metrics_cert_path.as_deref(), config.enable_http2)
+                    .map_err(RunError::MetricsTls)?;
+            let router = secure::authenticated(router, client);
+            Ok(secure::serve_tls(
+                listener,
+                tls,
+                config.enable_http2,
+                router,
+                stop.cancelled_owned(),
+            ))
+        }
+        listener => Ok(serve_plain("metrics", listener, router, stop)),
+    }
 }
 
 async fn bind(
@@ -414,6 +449,7 @@ impl Operator {
         let kube_cfg = kube_config(config.kubeconfig.as_deref()).await?;
         tracing::info!(api = %kube_cfg.cluster_url, "Kubernetes API");
         let api = Client::try_from(kube_cfg.clone()).map_err(RunError::Client)?;
+        let metrics_client = api.clone();
 
         let probe_listener =
             bind("health probe", config.health_probe_bind_address.socket()).await?;
@@ -426,7 +462,7 @@ impl Operator {
                 bind: config.webhook_bind_address,
                 enable_http2: config.enable_http2,
             },
-            wiring::admission_router(api, metrics.clone()).await?,
+            wiring::admission_router(api.clone(), metrics.clone()).await?,
             root.clone().cancelled_owned(),
         )
         .await?;
@@ -461,12 +497,13 @@ impl Operator {
                 probe_router(probe_state),
                 root.clone(),
             ),
-            serve_plain(
-                "metrics",
+            serve_metrics(
+                &config,
                 metrics_listener,
-                metrics_router(metrics.clone()),
+                metrics.clone(),
+                metrics_client,
                 root.clone(),
-            ),
+            )?,
             essential(&root, &fatal, async move {
                 match webhook.wait().await {
                     Ok(()) => RunError::TaskEnded("the webhook server"),

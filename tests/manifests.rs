@@ -1,7 +1,9 @@
-//! Static checks of `manifests/base/`: the Deployment's hardening and probes, that its args are
-//! flags the binary accepts, the webhook registration, and that the RBAC has no wildcard and
-//! exactly the rules the code's API calls need (nmo-compat.md §14.3). The end-to-end suite proves
-//! the same RBAC is sufficient by running the operator as the ServiceAccount.
+//! Static checks of `manifests/`: the Deployment's hardening and probes, that its args are flags
+//! the binary accepts, the webhook registration, that the RBAC has no wildcard and exactly the
+//! rules the code's API calls need, the metrics-secure overlay, and that every pod spec we ship
+//! (kustomize renderings and the OLM bundle) passes OpenShift's restricted-v2 rules. The
+//! end-to-end suite proves the same RBAC is sufficient by running the operator as the
+//! ServiceAccount.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -52,7 +54,6 @@ fn deployment_is_hardened_and_probed() {
     let [c] = <[Value; 1]>::try_from(pod["containers"].as_sequence().unwrap().clone()).unwrap();
     assert_eq!(c["name"].as_str(), Some("manager"));
     let sc = &c["securityContext"];
-    assert_eq!(sc["runAsUser"].as_u64(), Some(65532));
     assert_eq!(sc["runAsNonRoot"].as_bool(), Some(true));
     assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true));
     assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false));
@@ -272,4 +273,290 @@ fn every_role_is_bound_to_the_service_account() {
         })
         .collect();
     assert_eq!(roles, bound);
+}
+
+/// `kubectl kustomize <dir>` (kubectl from the test control plane's cache), parsed.
+fn kustomize(dir: &str) -> Vec<Value> {
+    let bins = nmo_devcluster::ensure_binaries().expect("control plane binaries");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(bins.join("bin/kubectl"))
+        .args(["kustomize", &root.join(dir).display().to_string()])
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {dir}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_yaml::Deserializer::from_str(&String::from_utf8_lossy(&out.stdout))
+        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{dir}: {e}")))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// Breaches of OpenShift's `restricted-v2` SCC (and Pod Security `restricted`) in one pod spec:
+/// root allowed, a fixed UID, GID or fsGroup (the SCC assigns them from the namespace's range
+/// and refuses a pod that pins one outside it), capabilities not dropped to nothing, privilege
+/// escalation, privileged containers, host namespaces, ports or paths, and a seccomp profile
+/// other than RuntimeDefault.
+fn restricted_v2_breaches(pod: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let psc = &pod["securityContext"];
+    for field in ["runAsUser", "runAsGroup", "fsGroup", "supplementalGroups"] {
+        if !psc[field].is_null() {
+            out.push(format!("pod securityContext.{field} is fixed"));
+        }
+    }
+    for field in ["hostNetwork", "hostPID", "hostIPC"] {
+        if pod[field].as_bool() == Some(true) {
+            out.push(format!("pod {field}"));
+        }
+    }
+    for v in pod["volumes"].as_sequence().into_iter().flatten() {
+        if !v["hostPath"].is_null() {
+            out.push(format!("hostPath volume {:?}", v["name"]));
+        }
+    }
+    let containers = ["initContainers", "containers"]
+        .iter()
+        .flat_map(|k| pod[*k].as_sequence().cloned().unwrap_or_default());
+    for c in containers {
+        let name = c["name"].as_str().unwrap_or_default().to_string();
+        let sc = &c["securityContext"];
+        for field in ["runAsUser", "runAsGroup"] {
+            if !sc[field].is_null() {
+                out.push(format!("{name}: securityContext.{field} is fixed"));
+            }
+        }
+        let non_root = sc["runAsNonRoot"]
+            .as_bool()
+            .or(psc["runAsNonRoot"].as_bool());
+        if non_root != Some(true) {
+            out.push(format!("{name}: runAsNonRoot is not true"));
+        }
+        if sc["allowPrivilegeEscalation"].as_bool() != Some(false) {
+            out.push(format!("{name}: allowPrivilegeEscalation is not false"));
+        }
+        if sc["privileged"].as_bool() == Some(true) {
+            out.push(format!("{name}: privileged"));
+        }
+        if strs(&sc["capabilities"]["drop"]) != ["ALL"] {
+            out.push(format!("{name}: capabilities.drop is not [ALL]"));
+        }
+        let added = strs(&sc["capabilities"]["add"]);
+        if added.iter().any(|a| a != "NET_BIND_SERVICE") {
+            out.push(format!("{name}: capabilities added {added:?}"));
+        }
+        let seccomp = sc["seccompProfile"]["type"]
+            .as_str()
+            .or(psc["seccompProfile"]["type"].as_str());
+        if seccomp != Some("RuntimeDefault") {
+            out.push(format!(
+                "{name}: seccompProfile is {seccomp:?}, not RuntimeDefault"
+            ));
+        }
+        for p in c["ports"].as_sequence().into_iter().flatten() {
+            if !p["hostPort"].is_null() {
+                out.push(format!("{name}: hostPort {:?}", p["hostPort"]));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn restricted_v2_check_catches_what_openshift_refuses() {
+    let pinned: Value = serde_yaml::from_str(
+        r#"
+securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}
+containers:
+- name: manager
+  securityContext:
+    allowPrivilegeEscalation: true
+    runAsGroup: 65532
+    capabilities: {drop: [NET_RAW]}
+"#,
+    )
+    .unwrap();
+    let found = restricted_v2_breaches(&pinned);
+    for needle in [
+        "pod securityContext.runAsUser",
+        "manager: securityContext.runAsGroup",
+        "allowPrivilegeEscalation",
+        "capabilities.drop",
+    ] {
+        assert!(
+            found.iter().any(|f| f.contains(needle)),
+            "{needle} not reported in {found:?}"
+        );
+    }
+    let root: Value = serde_yaml::from_str("containers: [{name: c}]").unwrap();
+    let found = restricted_v2_breaches(&root);
+    assert!(
+        found.iter().any(|f| f.contains("runAsNonRoot")),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().any(|f| f.contains("seccompProfile")),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn every_shipped_pod_spec_passes_restricted_v2() {
+    let mut specs: Vec<(String, Value)> = Vec::new();
+    for dir in [
+        "manifests",
+        "manifests/overlays/cert-manager",
+        "manifests/overlays/metrics-secure",
+    ] {
+        for d in kustomize(dir) {
+            if d["kind"].as_str() == Some("Deployment") {
+                specs.push((
+                    format!(
+                        "{dir}: {}",
+                        d["metadata"]["name"].as_str().unwrap_or_default()
+                    ),
+                    d["spec"]["template"]["spec"].clone(),
+                ));
+            }
+        }
+    }
+    let csv_path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "bundle/manifests/{}.clusterserviceversion.yaml",
+        node_maintenance_operator::bundle::PACKAGE
+    ));
+    let csv: Value = serde_yaml::from_str(&std::fs::read_to_string(&csv_path).unwrap()).unwrap();
+    for d in csv["spec"]["install"]["spec"]["deployments"]
+        .as_sequence()
+        .unwrap()
+    {
+        specs.push((
+            format!("CSV: {}", d["name"].as_str().unwrap_or_default()),
+            d["spec"]["template"]["spec"].clone(),
+        ));
+    }
+    // Every Deployment of the base, both overlays and the bundle.
+    assert_eq!(
+        specs.len(),
+        4,
+        "{:?}",
+        specs.iter().map(|s| &s.0).collect::<Vec<_>>()
+    );
+    let breaches: Vec<String> = specs
+        .iter()
+        .flat_map(|(what, pod)| {
+            restricted_v2_breaches(pod)
+                .into_iter()
+                .map(move |b| format!("{what}: {b}"))
+        })
+        .collect();
+    assert!(breaches.is_empty(), "{breaches:#?}");
+}
+
+#[test]
+fn dockerfile_runs_as_a_numeric_non_root_user() {
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Dockerfile")).unwrap();
+    let user = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("USER "))
+        .next_back()
+        .expect("a USER line");
+    // The kubelet can only verify runAsNonRoot against a numeric UID.
+    let uid: u32 = user
+        .split(':')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("USER {user:?} is not numeric"));
+    assert_ne!(uid, 0, "USER is root");
+}
+
+#[test]
+fn metrics_secure_overlay_serves_https_on_8443_with_token_auth_rbac() {
+    let docs = kustomize("manifests/overlays/metrics-secure");
+    let dep = docs
+        .iter()
+        .find(|d| d["kind"].as_str() == Some("Deployment"))
+        .unwrap();
+    let c = &dep["spec"]["template"]["spec"]["containers"][0];
+    let config =
+        Config::try_parse_from(std::iter::once("manager".to_string()).chain(strs(&c["args"])))
+            .unwrap_or_else(|e| panic!("overlay args rejected: {e}"));
+    assert!(config.metrics_secure);
+    assert_eq!(
+        config.metrics_bind_address,
+        BindAddress::Listen("0.0.0.0:8443".parse().unwrap())
+    );
+    let ports: Vec<(String, u64)> = c["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_string(),
+                p["containerPort"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(ports.contains(&("https".into(), 8443)), "{ports:?}");
+    let svc = docs
+        .iter()
+        .find(|d| {
+            d["metadata"]["name"].as_str()
+                == Some("node-maintenance-operator-controller-manager-metrics-service")
+        })
+        .unwrap();
+    assert_eq!(svc["spec"]["ports"][0]["port"].as_u64(), Some(8443));
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"].as_u64(), Some(8443));
+
+    let rules = |name: &str| -> Vec<Value> {
+        docs.iter()
+            .find(|d| {
+                d["kind"].as_str() == Some("ClusterRole")
+                    && d["metadata"]["name"].as_str() == Some(name)
+            })
+            .unwrap_or_else(|| panic!("ClusterRole {name}"))["rules"]
+            .as_sequence()
+            .unwrap()
+            .clone()
+    };
+    let mut auth = BTreeSet::new();
+    for r in rules("node-maintenance-operator-metrics-auth-role") {
+        for g in strs(&r["apiGroups"]) {
+            for res in strs(&r["resources"]) {
+                for v in strs(&r["verbs"]) {
+                    auth.insert((g.clone(), res.clone(), v));
+                }
+            }
+        }
+    }
+    let want: BTreeSet<(String, String, String)> = [
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
+    ]
+    .iter()
+    .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+    .collect();
+    assert_eq!(auth, want);
+    let reader = rules("node-maintenance-operator-metrics-reader");
+    assert_eq!(reader.len(), 1);
+    assert_eq!(strs(&reader[0]["nonResourceURLs"]), ["/metrics"]);
+    assert_eq!(strs(&reader[0]["verbs"]), ["get"]);
+    // The auth role is the operator's; the reader role is for scrapers and bound by the admin.
+    let bound: Vec<&str> = docs
+        .iter()
+        .filter(|d| d["kind"].as_str() == Some("ClusterRoleBinding"))
+        .filter_map(|d| d["roleRef"]["name"].as_str())
+        .collect();
+    assert!(
+        bound.contains(&"node-maintenance-operator-metrics-auth-role"),
+        "{bound:?}"
+    );
+    assert!(
+        !bound.contains(&"node-maintenance-operator-metrics-reader"),
+        "{bound:?}"
+    );
 }

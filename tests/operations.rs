@@ -41,6 +41,14 @@ async fn metrics_families_move_during_a_maintenance_and_kubectl_shows_it() {
         "nmo_drain_duration_seconds histogram",
         "nmo_admission_requests counter",
         "nmo_admission_duration_seconds histogram",
+        "controller_runtime_reconcile counter",
+        "controller_runtime_reconcile_errors counter",
+        "controller_runtime_reconcile_time_seconds histogram",
+        "controller_runtime_max_concurrent_reconciles gauge",
+        "controller_runtime_active_workers gauge",
+        "workqueue_depth gauge",
+        "workqueue_adds counter",
+        "workqueue_queue_duration_seconds histogram",
     ] {
         assert!(
             before.contains(&format!("# TYPE {family}")),
@@ -76,6 +84,10 @@ async fn metrics_families_move_during_a_maintenance_and_kubectl_shows_it() {
         async move {
             let moved = [
                 "nmo_reconciles_total",
+                "controller_runtime_reconcile_time_seconds_count{controller=\"nodemaintenance\"}",
+                "controller_runtime_reconcile_total{controller=\"nodemaintenance\",result=\"requeue_after\"}",
+                "workqueue_adds_total{name=\"nodemaintenance\",controller=\"nodemaintenance\"}",
+                "workqueue_queue_duration_seconds_count{name=\"nodemaintenance\",controller=\"nodemaintenance\"}",
                 "nmo_drain_duration_seconds_count",
                 "nmo_admission_requests_total{operation=\"CREATE\",result=\"allowed\"}",
             ]

@@ -246,6 +246,14 @@ pub async fn run(
             }
         })
         .applied_objects();
+    let trigger_metrics = metrics.clone();
+    let nm_events = nm_events.inspect(move |ev| {
+        if let Ok(nm) = ev {
+            trigger_metrics
+                .runtime()
+                .triggered(&nm.name_any(), Duration::ZERO);
+        }
+    });
     let controller = Controller::for_stream(nm_events, store.clone());
 
     // Node watch: a pass runs when what maintenance cares about changes (cordon, taints, labels,
@@ -282,8 +290,15 @@ pub async fn run(
         });
     let mapper_store = store.clone();
     let controller = controller
-        .watches_stream(node_events, move |node| {
-            maintenances_of_node(&mapper_store, &node.name_any())
+        .watches_stream(node_events, {
+            let metrics = metrics.clone();
+            move |node| {
+                let refs = maintenances_of_node(&mapper_store, &node.name_any());
+                for r in &refs {
+                    metrics.runtime().triggered(&r.name, Duration::ZERO);
+                }
+                refs
+            }
         })
         .with_config(
             controller::Config::default()
@@ -323,8 +338,32 @@ pub async fn run(
         lease_waits: Mutex::default(),
     });
     tracing::info!(concurrency = config.concurrency, lease_namespace = %config.lease_namespace, "starting NodeMaintenance controller");
+    // controller-runtime's families (docs/compat.md §10) are recorded around each reconcile and
+    // each error-policy requeue; watch triggers are recorded where the streams are built.
+    ctx.metrics
+        .runtime()
+        .set_max_concurrent_reconciles(config.concurrency);
     controller
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |nm, ctx: Arc<Context>| async move {
+                let metrics = ctx.metrics.clone();
+                let key = nm.name_any();
+                crate::metrics::runtime::observe_reconcile(
+                    metrics.runtime(),
+                    key,
+                    reconcile(nm, ctx),
+                )
+                .await
+            },
+            |nm, err, ctx| {
+                let action = error_policy(nm.clone(), err, ctx.clone());
+                if let Some(after) = crate::metrics::runtime::action_requeue_after(&action) {
+                    ctx.metrics.runtime().retried(&nm.name_any(), after);
+                }
+                action
+            },
+            ctx,
+        )
         .for_each(|res| async move {
             match res {
                 Ok(_) => {}
