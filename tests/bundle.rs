@@ -205,7 +205,7 @@ fn csv_deployment_rbac_and_webhook_equal_the_kustomize_rendering() {
             "subjectaccessreviews",
             "create",
         ),
-        ("namespace", "coordination.k8s.io", "leases", "patch"),
+        ("namespace", "coordination.k8s.io", "leases", "update"),
     ] {
         let g = (
             needed.0.to_string(),
