@@ -301,7 +301,8 @@ async fn malformed_node_name_is_reported_and_touches_nothing() {
     let failed = nm::wait_phase(&client, &name, MaintenancePhase::Failed, LIMIT).await;
     let err = failed.status.unwrap().last_error.unwrap_or_default();
     assert!(
-        err.contains("invalid nodeName") && err.contains("no node was changed"),
+        err.starts_with(r#"nodes "Not_A/Node" not found: invalid nodeName"#)
+            && err.contains("no node was changed"),
         "{err}"
     );
     nm::delete(&client, &name).await;

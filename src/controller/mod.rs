@@ -105,12 +105,17 @@ pub enum Error {
     /// Counting the pods for the status initialisation failed (upstream's text plus the cause).
     #[error("failed to get pods for eviction while initializing status: {0}")]
     InitStatus(#[source] DrainError),
-    /// Adding the finalizer failed (409 when the object changed meanwhile).
-    #[error("failed to add finalizer foregroundDeleteNodeMaintenance: {0}")]
+    /// Adding the finalizer failed (409 when the object changed meanwhile). The raw API error,
+    /// as upstream's `lastError` (docs/compat.md §5).
+    #[error("{0}")]
     AddFinalizer(#[source] kube::Error),
-    /// Removing the finalizer failed.
-    #[error("failed to remove finalizer foregroundDeleteNodeMaintenance: {0}")]
+    /// Removing the finalizer failed; the raw API error, as upstream's.
+    #[error("{0}")]
     RemoveFinalizer(#[source] kube::Error),
+    /// Recording the entered node on the NodeMaintenance (an annotation written before the node
+    /// is touched) failed.
+    #[error("failed to record the node entered for maintenance: {0}")]
+    RecordEnteredNode(#[source] kube::Error),
     /// Writing the status failed (409 when the object changed since it was read).
     #[error("failed to update NodeMaintenance status: {0}")]
     Status(#[source] kube::Error),
@@ -141,7 +146,10 @@ impl Error {
             Error::StopAfterLeaseLoss(_) => "stop_after_lease_loss",
             Error::Lease(_) => "lease",
             Error::Drain(_) | Error::InitStatus(_) => "drain",
-            Error::AddFinalizer(_) | Error::RemoveFinalizer(_) => "finalizer",
+            // Every write to the NodeMaintenance's metadata.
+            Error::AddFinalizer(_) | Error::RemoveFinalizer(_) | Error::RecordEnteredNode(_) => {
+                "finalizer"
+            }
             Error::Status(_) => "status",
             Error::Timeout(_) => "timeout",
         }
@@ -149,13 +157,63 @@ impl Error {
 
     /// A 409 on the NodeMaintenance itself: our copy was stale. The watch delivers the new
     /// version at once, so a quick retry is right and there is nothing to tell the user.
+    /// A 422 Invalid is not stale: it is a bug in what we wrote, and retrying at once would only
+    /// repeat it (see [`Error::invalid_fields`]).
     pub fn is_stale_object(&self) -> bool {
         match self {
-            Error::Status(e) | Error::AddFinalizer(e) | Error::RemoveFinalizer(e) => {
-                kube_code(e) == Some(409) || kube_code(e) == Some(422)
-            }
+            Error::Status(e)
+            | Error::AddFinalizer(e)
+            | Error::RemoveFinalizer(e)
+            | Error::RecordEnteredNode(e) => kube_code(e) == Some(409),
             _ => false,
         }
+    }
+
+    /// The API server's answer when this error is one, whichever write or read it came from
+    /// (status, node patch, finalizer, lease).
+    pub fn api_status(&self) -> Option<&kube::core::Status> {
+        let source = match self {
+            Error::Node(NodeError::Get(e) | NodeError::Patch(e))
+            | Error::StopAfterLeaseLoss(NodeError::Get(e) | NodeError::Patch(e))
+            | Error::GetNode(e)
+            | Error::AddFinalizer(e)
+            | Error::RemoveFinalizer(e)
+            | Error::RecordEnteredNode(e)
+            | Error::Status(e)
+            | Error::Lease(
+                LeaseError::Api(e) | LeaseError::GetNamespace(e) | LeaseError::CreateNamespace(e),
+            ) => e,
+            _ => return None,
+        };
+        match source {
+            kube::Error::Api(status) => Some(status),
+            _ => None,
+        }
+    }
+
+    /// For a 422 Invalid answer to any of our writes: the fields the API server names (from
+    /// `details.causes[].field`, else parsed from the message `... is invalid: <field>: ...`),
+    /// possibly empty. `None` for every other error.
+    pub fn invalid_fields(&self) -> Option<Vec<String>> {
+        let status = self.api_status().filter(|s| s.code == 422)?;
+        let mut fields: Vec<String> = status
+            .details
+            .iter()
+            .flat_map(|d| d.causes.iter())
+            .map(|c| c.field.clone())
+            .filter(|f| !f.is_empty())
+            .collect();
+        if fields.is_empty()
+            && let Some((_, rest)) = status.message.split_once(" is invalid: ")
+        {
+            fields.extend(
+                rest.split(", ")
+                    .filter_map(|part| part.split_once(": ").map(|(f, _)| f.trim().to_owned()))
+                    .filter(|f| !f.is_empty() && !f.contains(' ')),
+            );
+        }
+        fields.dedup();
+        Some(fields)
     }
 }
 
@@ -181,6 +239,9 @@ pub struct Context {
     pub failures: Mutex<HashMap<String, u32>>,
     /// Consecutive waits for a lease we never held, per object; reset when the lease is ours.
     pub lease_waits: Mutex<HashMap<String, u32>>,
+    /// Status fields (JSON names) the API server was seen to prune (upstream's CRD installed);
+    /// learnt from the answers to our status writes, never compared (docs/design.md §1).
+    pub pruned_status_fields: Mutex<Vec<String>>,
 }
 
 impl Context {
@@ -203,7 +264,8 @@ impl Context {
     }
 }
 
-/// The NodeMaintenances in `store` whose `spec.nodeName` is `node` (the Node watch's mapper).
+/// The NodeMaintenances in `store` whose `spec.nodeName` is `node` or that entered `node`
+/// ([`crate::api::ENTERED_NODE_ANNOTATION`]) (the Node watch's mapper).
 pub fn maintenances_of_node(
     store: &Store<NodeMaintenance>,
     node: &str,
@@ -211,7 +273,13 @@ pub fn maintenances_of_node(
     store
         .state()
         .iter()
-        .filter(|nm| nm.spec.node_name == node)
+        .filter(|nm| {
+            nm.spec.node_name == node
+                || nm
+                    .annotations()
+                    .get(crate::api::ENTERED_NODE_ANNOTATION)
+                    .is_some_and(|n| n == node)
+        })
         .map(|nm| ObjectRef::from_obj(nm.as_ref()))
         .collect()
 }
@@ -321,6 +389,7 @@ pub async fn run(
         nms_synced,
         failures: Mutex::default(),
         lease_waits: Mutex::default(),
+        pruned_status_fields: Mutex::default(),
     });
     tracing::info!(concurrency = config.concurrency, lease_namespace = %config.lease_namespace, "starting NodeMaintenance controller");
     controller
