@@ -350,3 +350,279 @@ async fn sigterm_shuts_down_cleanly_and_releases_leadership() {
         "leadership released on SIGTERM, holder now {holder:?}"
     );
 }
+
+/// Issue 8 item 7: with no webhook in the way, the CRD itself refuses a changed `spec.nodeName`,
+/// with upstream's admission message.
+#[tokio::test]
+async fn node_name_is_immutable_without_the_webhook() {
+    let _serial = SERIAL.lock().await;
+    let (cluster, _account, _kubeconfig) = setup();
+    let client = cluster.client().await;
+    let name = unique("nm-immutable");
+    nm::create(&client, &name, "immutable-n1").await;
+    let api = Api::<NodeMaintenance>::all(client.clone());
+    let err = api
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"nodeName": "immutable-n2"}})),
+        )
+        .await
+        .expect_err("the CRD refuses the change");
+    assert!(
+        err.to_string()
+            .contains("updating spec.NodeName isn't allowed"),
+        "{err}"
+    );
+    // The reason may still change.
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"reason": "another"}})),
+    )
+    .await
+    .unwrap();
+    api.delete(&name, &Default::default()).await.unwrap();
+    nm::wait_gone(&client, &name, LIMIT).await;
+}
+
+/// Issue 8 item 10: our record on a node outlives a rollback to upstream NMO, which ends the
+/// maintenance without knowing our annotations; an admin then cordons the node. The next
+/// maintenance by us must not trust the stale record ("was not cordoned"): the admin's cordon
+/// survives its end, and our annotations go with it.
+#[tokio::test]
+async fn a_stale_record_left_across_a_rollback_is_not_trusted() {
+    let _serial = SERIAL.lock().await;
+    let (cluster, account, kubeconfig) = setup();
+    let client = cluster.client().await;
+    let group = unique("rollback");
+    let nodes = worker_nodes(cluster, &client, &group, 1).await;
+    let n = &nodes[0];
+    let nodes_api = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+
+    let mut op = start(cluster, &account, &kubeconfig, "op-before-rollback", false);
+    let b = unique("nm-b");
+    nm::create(&client, &b, n).await;
+    nm::wait_phase(&client, &b, MaintenancePhase::Succeeded, LIMIT).await;
+    node::in_maintenance(&client, n).await.unwrap();
+    op.process().stop(Duration::from_secs(10));
+
+    // Upstream ends `b`: uncordon, both taints and the label removed, lease invalidated,
+    // finalizer removed. Our annotations stay.
+    nodes_api
+        .patch(
+            n,
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"labels": {"remediation.medik8s.io/exclude-from-remediation": null}},
+                "spec": {"unschedulable": false, "taints": null},
+            })),
+        )
+        .await
+        .unwrap();
+    Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), "medik8s-leases")
+        .delete(&format!("node-{n}"), &Default::default())
+        .await
+        .unwrap();
+    nms.patch(
+        &b,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    nm::delete(&client, &b).await;
+    nm::wait_gone(&client, &b, LIMIT).await;
+    let left = nodes_api
+        .get(n)
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .unwrap_or_default();
+    assert_eq!(
+        left.get("nodemaintenance.medik8s.io/holder"),
+        Some(&b),
+        "the stale record is there: {left:?}"
+    );
+    cluster.kubectl_run(&["cordon", n], None).unwrap();
+
+    let _op = start(cluster, &account, &kubeconfig, "op-after-rollback", false);
+    let c = unique("nm-c");
+    nm::create(&client, &c, n).await;
+    nm::wait_phase(&client, &c, MaintenancePhase::Succeeded, LIMIT).await;
+    node::in_maintenance(&client, n).await.unwrap();
+    nm::delete(&client, &c).await;
+    nm::wait_gone(&client, &c, LIMIT).await;
+    wait_for(
+        "maintenance ended with the admin's cordon kept",
+        LIMIT,
+        || async {
+            let (cordoned, taints, labels) = node::state(&client, n).await;
+            let annotations = nodes_api
+                .get(n)
+                .await
+                .map_err(|e| e.to_string())?
+                .metadata
+                .annotations
+                .unwrap_or_default();
+            let ours: Vec<&String> = annotations
+                .keys()
+                .filter(|k| k.starts_with("nodemaintenance.medik8s.io/"))
+                .collect();
+            if cordoned
+                && !taints.contains(&"medik8s.io/drain:NoSchedule".to_string())
+                && !labels.contains_key("remediation.medik8s.io/exclude-from-remediation")
+                && ours.is_empty()
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "cordoned={cordoned} taints={taints:?} labels={labels:?} annotations={ours:?}"
+                ))
+            }
+        },
+    )
+    .await;
+    cluster.kubectl_run(&["uncordon", n], None).unwrap();
+}
+
+/// Issue 8 item 4: a status write the API server refuses as Invalid (422; here a
+/// ValidatingAdmissionPolicy with reason Invalid stands in for a schema violation) is logged
+/// with the field it names and retried with growing back-off, never every second; once the
+/// cause is gone the maintenance completes.
+#[tokio::test]
+async fn an_invalid_status_write_is_reported_and_backed_off() {
+    let _serial = SERIAL.lock().await;
+    let (cluster, account, kubeconfig) = setup();
+    let client = cluster.client().await;
+    let group = unique("invalid");
+    let nodes = worker_nodes(cluster, &client, &group, 1).await;
+    let name = unique("nm-invalid");
+    let policy = format!("e2e-refuse-status-{name}");
+    let manifest = format!(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {policy}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: ["nodemaintenance.medik8s.io"]
+      apiVersions: ["*"]
+      operations: ["UPDATE"]
+      resources: ["nodemaintenances/status"]
+  matchConditions:
+  - name: this-maintenance
+    expression: "object.metadata.name == '{name}'"
+  validations:
+  - expression: "false"
+    message: "e2e refuses every status write"
+    reason: Invalid
+    fieldPath: ".status.phase"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {policy}
+spec:
+  policyName: {policy}
+  validationActions: ["Deny"]
+"#
+    );
+    cluster
+        .kubectl_run(&["apply", "-f", "-"], Some(&manifest))
+        .unwrap();
+    // The policy is in force once a probe object of that name has its status write refused.
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    nm::create(&client, &name, &nodes[0]).await;
+    wait_for(
+        "the policy refuses status writes with 422",
+        LIMIT,
+        || async {
+            match nms
+                .patch_status(
+                    &name,
+                    &PatchParams::default().dry_run(),
+                    &Patch::Merge(json!({"status": {"lastError": "probe"}})),
+                )
+                .await
+            {
+                Err(kube::Error::Api(s)) if s.code == 422 => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    // Only now does an operator see the object.
+    let op = start(cluster, &account, &kubeconfig, "op-invalid", false);
+    let started = std::time::Instant::now();
+    let marker = format!("nodemaintenance={name}");
+    wait_for("the refusal logged with the field", LIMIT, || {
+        let log = op.log();
+        let marker = marker.clone();
+        async move {
+            if log
+                .lines()
+                .any(|l| l.contains(&marker) && l.contains("Invalid") && l.contains("status.phase"))
+            {
+                Ok(())
+            } else {
+                Err(log.lines().rev().take(5).collect::<Vec<_>>().join("\n"))
+            }
+        }
+    })
+    .await;
+    let window = Duration::from_secs(20);
+    tokio::time::sleep(window.saturating_sub(started.elapsed())).await;
+    let retries = op
+        .log()
+        .lines()
+        .filter(|l| l.contains(&marker) && l.contains("Reconciling with exponential duration"))
+        .count();
+    // 1 + 2 + 4 + 8 s of back-off fit 5 attempts into 20 s; a retry every second would be 20.
+    assert!(
+        (1..=7).contains(&retries),
+        "{retries} failed reconciles in {:?}",
+        started.elapsed()
+    );
+    let metrics = op.metrics().unwrap_or_default();
+    let counted = |l: &&str| {
+        (l.starts_with(r#"nmo_reconcile_failures_total{error="status"}"#)
+            || l.starts_with("controller_runtime_reconcile_errors_total"))
+            && !l.ends_with(" 0")
+    };
+    assert!(metrics.lines().any(|l| counted(&l)), "{metrics}");
+
+    cluster
+        .kubectl_run(
+            &[
+                "delete",
+                "validatingadmissionpolicybinding,validatingadmissionpolicy",
+                &policy,
+            ],
+            None,
+        )
+        .unwrap();
+    // The back-off is long by now; a change of the object brings the next pass at once. The
+    // policy's removal takes a moment to reach the API server's admission chain.
+    wait_for("Succeeded once the cause is gone", LIMIT, || async {
+        nms.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": jiff::Timestamp::now().to_string()}}})),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = nms.get(&name).await.map_err(|e| e.to_string())?;
+        match now.status.as_ref().and_then(|s| s.phase) {
+            Some(MaintenancePhase::Succeeded) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
+}

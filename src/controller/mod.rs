@@ -239,9 +239,10 @@ pub struct Context {
     pub failures: Mutex<HashMap<String, u32>>,
     /// Consecutive waits for a lease we never held, per object; reset when the lease is ours.
     pub lease_waits: Mutex<HashMap<String, u32>>,
-    /// Status fields (JSON names) the API server was seen to prune (upstream's CRD installed);
-    /// learnt from the answers to our status writes, never compared (docs/design.md §1).
-    pub pruned_status_fields: Mutex<Vec<String>>,
+    /// Status fields (JSON names) the API server prunes (upstream's CRD installed), learnt
+    /// from a dry run before the first status write and from every write's answer; never
+    /// compared (docs/design.md §1). `None` until the first status write.
+    pub pruned_status_fields: Mutex<Option<Vec<String>>>,
 }
 
 impl Context {

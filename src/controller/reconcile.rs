@@ -421,10 +421,32 @@ async fn write_status(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
-    if !plan::needs_write(&status_of(current), new, &pruned) {
+    if !plan::needs_write(
+        &status_of(current),
+        new,
+        pruned.as_deref().unwrap_or_default(),
+    ) {
         return Ok(());
     }
     let patch = plan::status_patch(new, current.resource_version().as_deref());
+    if pruned.is_none() {
+        // The first write of this process asks the API server, without writing, what it would
+        // keep, so that even that write is skipped when only pruned fields differ (a restart
+        // over upstream's CRD).
+        let dry_run = ctx
+            .nms
+            .patch_status(
+                &current.name_any(),
+                &PatchParams::default().dry_run(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(Error::Status)?;
+        let learnt = learn_pruned(ctx, new, dry_run.status.as_ref());
+        if !plan::needs_write(&status_of(current), new, &learnt) {
+            return Ok(());
+        }
+    }
     let updated = ctx
         .nms
         .patch_status(
@@ -434,20 +456,30 @@ async fn write_status(
         )
         .await
         .map_err(Error::Status)?;
-    let dropped = plan::pruned_fields(new, updated.status.as_ref());
-    if !dropped.is_empty() {
-        let mut known = ctx
-            .pruned_status_fields
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let fresh: Vec<String> = dropped.into_iter().filter(|f| !known.contains(f)).collect();
-        if !fresh.is_empty() {
-            tracing::info!(fields = %fresh.join(","), "the API server prunes these status fields (upstream's CRD schema?); they are no longer compared");
-            known.extend(fresh);
-        }
-    }
+    learn_pruned(ctx, new, updated.status.as_ref());
     *current = updated;
     Ok(())
+}
+
+/// Adds the fields of `sent` that the API server left out of `stored` to the pruned set, logs
+/// new ones, and returns the whole set.
+fn learn_pruned(
+    ctx: &Context,
+    sent: &NodeMaintenanceStatus,
+    stored: Option<&NodeMaintenanceStatus>,
+) -> Vec<String> {
+    let dropped = plan::pruned_fields(sent, stored);
+    let mut known = ctx
+        .pruned_status_fields
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let known = known.get_or_insert_with(Vec::new);
+    let fresh: Vec<String> = dropped.into_iter().filter(|f| !known.contains(f)).collect();
+    if !fresh.is_empty() {
+        tracing::info!(fields = %fresh.join(","), "the API server prunes these status fields (upstream's CRD schema); they are not compared");
+        known.extend(fresh);
+    }
+    known.clone()
 }
 
 /// Best effort: say in `status.lastError` what went wrong (the next successful pass replaces it).
