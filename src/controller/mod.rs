@@ -195,26 +195,35 @@ impl Error {
     /// `details.causes[].field`, else parsed from the message `... is invalid: <field>: ...`),
     /// possibly empty. `None` for every other error.
     pub fn invalid_fields(&self) -> Option<Vec<String>> {
-        let status = self.api_status().filter(|s| s.code == 422)?;
-        let mut fields: Vec<String> = status
-            .details
-            .iter()
-            .flat_map(|d| d.causes.iter())
-            .map(|c| c.field.clone())
-            .filter(|f| !f.is_empty())
-            .collect();
-        if fields.is_empty()
-            && let Some((_, rest)) = status.message.split_once(" is invalid: ")
-        {
-            fields.extend(
-                rest.split(", ")
-                    .filter_map(|part| part.split_once(": ").map(|(f, _)| f.trim().to_owned()))
-                    .filter(|f| !f.is_empty() && !f.contains(' ')),
-            );
-        }
-        fields.dedup();
-        Some(fields)
+        invalid_fields_of(self.api_status()?)
     }
+}
+
+/// For a 422 Invalid answer: the fields the API server names (`details.causes[].field`, else
+/// parsed from the message `... is invalid: <field>: ...`), possibly empty; `None` for any other
+/// answer.
+pub fn invalid_fields_of(status: &kube::core::Status) -> Option<Vec<String>> {
+    if status.code != 422 {
+        return None;
+    }
+    let mut fields: Vec<String> = status
+        .details
+        .iter()
+        .flat_map(|d| d.causes.iter())
+        .map(|c| c.field.clone())
+        .filter(|f| !f.is_empty())
+        .collect();
+    if fields.is_empty()
+        && let Some((_, rest)) = status.message.split_once(" is invalid: ")
+    {
+        fields.extend(
+            rest.split(", ")
+                .filter_map(|part| part.split_once(": ").map(|(f, _)| f.trim().to_owned()))
+                .filter(|f| !f.is_empty() && !f.contains(' ')),
+        );
+    }
+    fields.dedup();
+    Some(fields)
 }
 
 /// Shared state of all reconciles.
@@ -414,6 +423,56 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn status(code: u16, message: &str, causes: &[&str]) -> kube::core::Status {
+        serde_json::from_value(serde_json::json!({
+            "code": code,
+            "message": message,
+            "reason": "Invalid",
+            "details": {"causes": causes.iter().map(|f| serde_json::json!({"field": f, "reason": "FieldValueInvalid"})).collect::<Vec<_>>()},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_invalid_answer_names_its_fields_and_is_not_stale() {
+        let s = status(
+            422,
+            "whatever",
+            &["status.phase", "status.phase", "status.totalpods"],
+        );
+        assert_eq!(
+            invalid_fields_of(&s),
+            Some(vec![
+                "status.phase".to_string(),
+                "status.totalpods".to_string()
+            ])
+        );
+        let from_message = status(
+            422,
+            r#"NodeMaintenance.nodemaintenance.medik8s.io "a" is invalid: status.drainProgress: Invalid value: "x": must be an integer"#,
+            &[],
+        );
+        assert_eq!(
+            invalid_fields_of(&from_message),
+            Some(vec!["status.drainProgress".to_string()])
+        );
+        assert_eq!(invalid_fields_of(&status(409, "conflict", &[])), None);
+        let err = Error::Status(kube::Error::Api(Box::new(s)));
+        assert!(!err.is_stale_object(), "a 422 is retried with back-off");
+        assert!(err.invalid_fields().is_some());
+        let conflict = Error::Status(kube::Error::Api(Box::new(status(409, "c", &[]))));
+        assert!(conflict.is_stale_object() && conflict.invalid_fields().is_none());
+        let node = Error::Node(NodeError::Patch(kube::Error::Api(Box::new(status(
+            422,
+            "x",
+            &["metadata.labels"],
+        )))));
+        assert_eq!(
+            node.invalid_fields(),
+            Some(vec!["metadata.labels".to_string()])
+        );
+    }
 
     fn node(unschedulable: bool, heartbeat: &str) -> Node {
         serde_json::from_value(serde_json::json!({

@@ -499,7 +499,18 @@ async fn record_error(nm: &NodeMaintenance, ctx: &Context, err: &Error) {
         )
         .await
     {
-        tracing::warn!(error = %e, "Failed to update NodeMaintenance with the last error");
+        let fields = match &e {
+            kube::Error::Api(s) => super::invalid_fields_of(s),
+            _ => None,
+        };
+        match fields {
+            Some(fields) => {
+                tracing::error!(fields = %fields.join(","), error = %e, "the API server refused the lastError write as Invalid (a bug in what we write)")
+            }
+            None => {
+                tracing::warn!(error = %e, "Failed to update NodeMaintenance with the last error")
+            }
+        }
     }
 }
 
