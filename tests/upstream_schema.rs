@@ -276,3 +276,56 @@ async fn changed_node_name_restores_the_node_entered_first() {
     nm::delete_and_wait_restored(&client, &name, &nodes[1]).await;
     node::restored(&client, &nodes[0]).await.unwrap();
 }
+
+/// Restart mid-drain on upstream's schema (no `blockers` to read back): the operator is killed
+/// while a PodDisruptionBudget holds the drain; the next one finishes it once the budget allows.
+#[tokio::test]
+async fn killed_mid_drain_then_restarted_completes_on_upstreams_schema() {
+    let _serial = SERIAL.lock().await;
+    let (cluster, account, kubeconfig) = setup();
+    let client = cluster.client().await;
+    wait_pruning(&client).await;
+    let group = unique("up-kill");
+    let nodes = worker_nodes(cluster, &client, &group, 2).await;
+    let ns = namespace(&client, "up-kill").await;
+    cluster.kubectl_run(&["cordon", &nodes[1]], None).unwrap();
+    deployment(&client, &ns, "db", &group, 2, 0).await;
+    wait_running(&client, &ns, "db", 2, LIMIT).await;
+    cluster.kubectl_run(&["uncordon", &nodes[1]], None).unwrap();
+    budget(&client, &ns, "db-guard", "db", 0, 2).await;
+
+    let mut op = start(cluster, &account, &kubeconfig, "op-up-kill");
+    let name = unique("nm-up-kill");
+    nm::create(&client, &name, &nodes[0]).await;
+    let blocked = nm::wait_status(&client, &name, "drain held by the budget", LIMIT, |s| {
+        s.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("disruption budget"))
+    })
+    .await;
+    assert!(blocked.status.unwrap().blockers.is_none(), "pruned");
+    op.process().kill();
+    Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(client.clone(), &ns)
+        .patch(
+            "db-guard",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"maxUnavailable": 2}})),
+        )
+        .await
+        .unwrap();
+
+    let _op = start(cluster, &account, &kubeconfig, "op-up-kill-2");
+    let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let s = done.status.unwrap();
+    assert_eq!((s.drain_progress, s.last_error), (Some(100), None));
+    let begins = nm::event_summary(&client, &name)
+        .await
+        .into_iter()
+        .filter(|e| e.1 == "BeginMaintenance")
+        .count();
+    assert_eq!(
+        begins, 1,
+        "the restart does not begin the maintenance again"
+    );
+    nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
+}
