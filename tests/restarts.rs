@@ -452,9 +452,11 @@ async fn a_stale_record_left_across_a_rollback_is_not_trusted() {
     );
     cluster.kubectl_run(&["cordon", n], None).unwrap();
 
-    let _op = start(cluster, &account, &kubeconfig, "op-after-rollback", false);
+    // `c` exists before ours starts again, so it is `c`'s first reconcile that meets the stale
+    // record (not the sweep of records nobody targets).
     let c = unique("nm-c");
     nm::create(&client, &c, n).await;
+    let _op = start(cluster, &account, &kubeconfig, "op-after-rollback", false);
     nm::wait_phase(&client, &c, MaintenancePhase::Succeeded, LIMIT).await;
     node::in_maintenance(&client, n).await.unwrap();
     nm::delete(&client, &c).await;
@@ -623,4 +625,74 @@ async fn an_invalid_status_write_is_reported_and_backed_off() {
     })
     .await;
     nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
+}
+
+/// Issue 8 item 10, the kind: state kept outside the NodeMaintenance whose owner vanished without
+/// us. A NodeMaintenance whose finalizer is removed by hand is gone before our cleanup runs;
+/// nothing targets its node any more, so its record is settled: the node restored by it, the
+/// lease invalidated, the annotations removed.
+#[tokio::test]
+async fn a_node_whose_maintenance_vanished_without_cleanup_is_restored() {
+    let _serial = SERIAL.lock().await;
+    let (cluster, account, kubeconfig) = setup();
+    let client = cluster.client().await;
+    let group = unique("orphan");
+    let nodes = worker_nodes(cluster, &client, &group, 1).await;
+    let n = &nodes[0];
+    cluster.kubectl_run(&["cordon", n], None).unwrap();
+    let _op = start(cluster, &account, &kubeconfig, "op-orphan", false);
+    let name = unique("nm-orphan");
+    nm::create(&client, &name, n).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    node::in_maintenance(&client, n).await.unwrap();
+
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    nms.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+
+    let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        client.clone(),
+        "medik8s-leases",
+    );
+    let nodes_api = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
+    wait_for("the orphaned node settled", LIMIT, || async {
+        let (cordoned, taints, labels) = node::state(&client, n).await;
+        let annotations = nodes_api
+            .get(n)
+            .await
+            .map_err(|e| e.to_string())?
+            .metadata
+            .annotations
+            .unwrap_or_default();
+        let ours: Vec<&String> = annotations
+            .keys()
+            .filter(|k| k.starts_with("nodemaintenance.medik8s.io/"))
+            .collect();
+        let lease = leases
+            .get_opt(&format!("node-{n}"))
+            .await
+            .map_err(|e| e.to_string())?;
+        if cordoned
+            && !taints.contains(&"medik8s.io/drain:NoSchedule".to_string())
+            && !labels.contains_key("remediation.medik8s.io/exclude-from-remediation")
+            && ours.is_empty()
+            && lease.is_none()
+        {
+            Ok(())
+        } else {
+            Err(format!(
+                "cordoned={cordoned} taints={taints:?} labels={labels:?} annotations={ours:?} lease={}",
+                lease.is_some()
+            ))
+        }
+    })
+    .await;
+    cluster.kubectl_run(&["uncordon", n], None).unwrap();
 }

@@ -10,6 +10,7 @@
 //! - `plan.rs`: the pure state machine (statuses, events, requeues), unit-tested.
 //! - `reconcile.rs`: the reconcile steps and their I/O.
 
+pub mod orphans;
 pub mod plan;
 mod reconcile;
 
@@ -315,13 +316,23 @@ pub async fn run(
     // `DelayedInit` keeps a single waker), and the controller's applier is already one.
     let (store, writer) = reflector::store::<NodeMaintenance>();
     let (nms_synced_tx, nms_synced) = tokio::sync::watch::channel(false);
+    // Nodes that may carry the record of a NodeMaintenance that vanished without us.
+    let (orphan_tx, orphan_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let deleted_tx = orphan_tx.clone();
     let nm_events = watcher(nms.clone(), watcher::Config::default())
         .default_backoff()
         .reflect(writer)
-        .inspect(move |ev| {
-            if matches!(ev, Ok(watcher::Event::InitDone)) {
+        .inspect(move |ev| match ev {
+            Ok(watcher::Event::InitDone) => {
                 nms_synced_tx.send_replace(true);
             }
+            Ok(watcher::Event::Delete(nm)) => {
+                let entered = nm.annotations().get(crate::api::ENTERED_NODE_ANNOTATION);
+                for node in std::iter::once(&nm.spec.node_name).chain(entered) {
+                    let _ = deleted_tx.send(node.clone());
+                }
+            }
+            _ => {}
         })
         .applied_objects();
     let controller = Controller::for_stream(nm_events, store.clone());
@@ -344,7 +355,11 @@ pub async fn run(
                 Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
                     let print = maintenance_fingerprint(&n);
                     let mut seen = fingerprints.lock().unwrap_or_else(|e| e.into_inner());
-                    (seen.insert(n.name_any(), print) != Some(print)).then_some(Ok(n))
+                    let changed = seen.insert(n.name_any(), print) != Some(print);
+                    if changed && n.annotations().contains_key(crate::node::HOLDER_ANNOTATION) {
+                        let _ = orphan_tx.send(n.name_any());
+                    }
+                    changed.then_some(Ok(n))
                 }
                 Ok(watcher::Event::Delete(n)) => {
                     fingerprints
@@ -401,6 +416,7 @@ pub async fn run(
         lease_waits: Mutex::default(),
         pruned_status_fields: Mutex::default(),
     });
+    tokio::spawn(orphans::run(ctx.clone(), orphan_rx));
     tracing::info!(concurrency = config.concurrency, lease_namespace = %config.lease_namespace, "starting NodeMaintenance controller");
     controller
         .run(reconcile, error_policy, ctx)
