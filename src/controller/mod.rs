@@ -416,7 +416,8 @@ pub async fn run(
         lease_waits: Mutex::default(),
         pruned_status_fields: Mutex::default(),
     });
-    tokio::spawn(orphans::run(ctx.clone(), orphan_rx));
+    // Aborted with the controller, so it never writes after the controller stopped.
+    let sweeper = tokio::spawn(orphans::run(ctx.clone(), orphan_rx));
     tracing::info!(concurrency = config.concurrency, lease_namespace = %config.lease_namespace, "starting NodeMaintenance controller");
     controller
         .run(reconcile, error_policy, ctx)
@@ -433,6 +434,7 @@ pub async fn run(
             }
         })
         .await;
+    sweeper.abort();
     tracing::info!("NodeMaintenance controller stopped");
 }
 

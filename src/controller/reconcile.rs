@@ -358,7 +358,8 @@ async fn record_entered_node(
 }
 
 /// Takes `node` out of maintenance for `me` (when it still holds it) and invalidates its lease
-/// (when ours); `UncordonNode` when it was uncordoned. A missing node counts as left.
+/// (when we held the node: a node held by another NodeMaintenance keeps the lease that one
+/// renews); `UncordonNode` when it was uncordoned. A missing node counts as left.
 async fn leave_node(
     ctx: &Context,
     nm: &NodeMaintenance,
@@ -366,16 +367,21 @@ async fn leave_node(
     me: Claimant<'_>,
 ) -> Result<(), Error> {
     match node::exit(&ctx.nodes, node, me).await {
-        Ok(ExitOutcome::Restored { uncordoned: true }) => {
-            let read = ctx.nodes.get_opt(node).await.ok().flatten();
-            let e = PlannedEvent::normal(EventTarget::Node, plan::event::UNCORDON);
-            publish_on(ctx, nm, node, read.as_ref(), &e).await;
+        Ok(ExitOutcome::Restored { uncordoned }) => {
+            if uncordoned {
+                let read = ctx.nodes.get_opt(node).await.ok().flatten();
+                let e = PlannedEvent::normal(EventTarget::Node, plan::event::UNCORDON);
+                publish_on(ctx, nm, node, read.as_ref(), &e).await;
+            }
+            invalidate_lease(ctx, node).await
         }
-        Ok(ExitOutcome::Restored { .. } | ExitOutcome::NotHeld(_))
-        | Err(NodeError::NotFound(_)) => {}
-        Err(e) => return Err(e.into()),
+        Err(NodeError::NotFound(_)) => invalidate_lease(ctx, node).await,
+        Ok(ExitOutcome::NotHeld(holder)) => {
+            tracing::info!(node, holder = ?holder, "the node entered first is not held by this NodeMaintenance any more");
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
     }
-    invalidate_lease(ctx, node).await
 }
 
 /// Records `step`'s status (when it changed), publishes its events and turns its requeue into an
