@@ -273,8 +273,30 @@ async fn changed_node_name_restores_the_node_entered_first() {
     })
     .await;
     nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
-    nm::delete_and_wait_restored(&client, &name, &nodes[1]).await;
+
+    // Changed again, to a node that does not exist: the node entered is still left first.
+    let missing = format!("{group}-missing");
+    Api::<NodeMaintenance>::all(client.clone())
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"nodeName": missing}})),
+        )
+        .await
+        .unwrap();
+    wait_for("the second node restored", LIMIT, || {
+        node::restored(&client, &nodes[1])
+    })
+    .await;
+    let failed = nm::wait_phase(&client, &name, MaintenancePhase::Failed, LIMIT).await;
+    assert_eq!(
+        failed.status.unwrap().last_error,
+        Some(format!(r#"nodes "{missing}" not found"#))
+    );
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
     node::restored(&client, &nodes[0]).await.unwrap();
+    node::restored(&client, &nodes[1]).await.unwrap();
 }
 
 /// Restart mid-drain on upstream's schema (no `blockers` to read back): the operator is killed

@@ -111,6 +111,9 @@ async fn reconcile_inner(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, 
             }
             Entry::Terminal => return Ok(Action::await_change()),
             Entry::InvalidNodeName(why) => {
+                if let Some(action) = leave_if_node_changed(&mut current, ctx).await? {
+                    return Ok(action);
+                }
                 tracing::warn!(why = %why, "invalid nodeName, not touching any node");
                 let old = status_of(&current);
                 let step = plan::invalid_node_name(
@@ -135,7 +138,33 @@ fn status_of(nm: &NodeMaintenance) -> NodeMaintenanceStatus {
     nm.status.clone().unwrap_or_default()
 }
 
+/// When `spec.nodeName` no longer names the node this NodeMaintenance entered (possible only
+/// where neither the webhook nor the CRD's rule guards it, e.g. upstream's CRD with the webhook
+/// removed): leaves the node entered first, clears the record and the status so that the next
+/// pass starts over on the new node, and returns that pass's action. `None` when nothing changed.
+async fn leave_if_node_changed(
+    current: &mut NodeMaintenance,
+    ctx: &Context,
+) -> Result<Option<Action>, Error> {
+    let Some(entered) = entered_node(current).filter(|n| *n != current.spec.node_name) else {
+        return Ok(None);
+    };
+    tracing::warn!(entered = %entered, "spec.nodeName changed after the node was entered; restoring that node first");
+    let (name, uid) = (current.name_any(), current.metadata.uid.clone());
+    let me = Claimant {
+        name: &name,
+        uid: uid.as_deref(),
+    };
+    leave_node(ctx, current, &entered, me).await?;
+    *current = record_entered_node(ctx, current, None).await?;
+    write_status(current, ctx, &NodeMaintenanceStatus::default()).await?;
+    Ok(Some(Action::requeue(Duration::from_millis(100))))
+}
+
 async fn maintain(mut current: NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
+    if let Some(action) = leave_if_node_changed(&mut current, ctx).await? {
+        return Ok(action);
+    }
     let name = current.name_any();
     let node_name = current.spec.node_name.clone();
     let generation = current.metadata.generation;
@@ -175,18 +204,6 @@ async fn maintain(mut current: NodeMaintenance, ctx: &Context) -> Result<Action,
         uid: uid.as_deref(),
     };
 
-    // spec.nodeName changed after a node was entered (possible only where neither the webhook
-    // nor the CRD's rule guards it, e.g. upstream's CRD with the webhook removed): leave the
-    // node entered first, then start over on the new one.
-    if let Some(entered) = entered_node(&current).filter(|n| *n != node_name) {
-        tracing::warn!(entered = %entered, "spec.nodeName changed after the node was entered; restoring that node first");
-        leave_node(ctx, &current, &entered, me).await?;
-        current = record_entered_node(ctx, &current, None).await?;
-        let restart = NodeMaintenanceStatus::default();
-        write_status(&mut current, ctx, &restart).await?;
-        return Ok(Action::requeue(Duration::from_millis(100)));
-    }
-
     // The medik8s lease.
     let observed = match ctx
         .leases
@@ -204,10 +221,11 @@ async fn maintain(mut current: NodeMaintenance, ctx: &Context) -> Result<Action,
         Err(err @ LeaseError::AlreadyHeld { .. }) => LeaseObservation::AlreadyHeld(err.to_string()),
         Err(err) => return Err(err.into()),
     };
-    let entered = node::observe(&node)
+    let record = node::observe(&node);
+    let entered = record
         .holder
         .as_deref()
-        .is_some_and(|h| me.owns(h, node::observe(&node).holder_uid.as_deref()));
+        .is_some_and(|h| me.owns(h, record.holder_uid.as_deref()));
     let status = match plan::lease_result(&status, &observed, entered, generation, now()) {
         LeaseStep::Proceed(s) => {
             // Record ownership (and a phase back from Failed) before touching the node.
