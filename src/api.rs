@@ -7,7 +7,7 @@
 //! so an object written by upstream NMO reads back unchanged.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -17,8 +17,18 @@ pub const GROUP: &str = "nodemaintenance.medik8s.io";
 /// `NodeMaintenanceFinalizer`).
 pub const FINALIZER: &str = "foregroundDeleteNodeMaintenance";
 
+/// Upstream's admission text for a changed `spec.nodeName`, also the message of the CRD's own
+/// immutability rule, so the change is refused with the same words when the webhook is bypassed
+/// (docs/compat.md §1).
+pub const NODE_NAME_IMMUTABLE: &str = "updating spec.NodeName isn't allowed";
+
+/// Annotation on a NodeMaintenance naming the node it entered (written before the node is
+/// touched), so cleanup restores that node whatever `spec.nodeName` says later
+/// (docs/design.md §1). An annotation, not a status field: upstream's CRD would prune the latter.
+pub const ENTERED_NODE_ANNOTATION: &str = "nodemaintenance.medik8s.io/entered-node";
+
 /// Desired state: which node to keep in maintenance, and why.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[kube(
     group = "nodemaintenance.medik8s.io",
     version = "v1beta1",
@@ -39,6 +49,7 @@ pub const FINALIZER: &str = "foregroundDeleteNodeMaintenance";
 #[serde(rename_all = "camelCase")]
 pub struct NodeMaintenanceSpec {
     /// Node name to apply maintanance on/off
+    #[x_kube(validation = Rule::new("self == oldSelf").message("updating spec.NodeName isn't allowed"))]
     pub node_name: String,
     /// Reason for maintanance
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -199,6 +210,55 @@ pub fn validate_node_name(name: &str) -> Result<(), NodeNameError> {
     Ok(())
 }
 
+/// The status fields we add to upstream's schema. A CRD installed by upstream (e.g. owned by
+/// OLM) lacks them and the API server prunes them from every write, so correctness must never
+/// depend on reading them back (docs/compat.md §1, docs/design.md §1).
+pub const ADDED_STATUS_FIELDS: [&str; 4] = [
+    "blockers",
+    "conditions",
+    "drainStartTime",
+    "observedGeneration",
+];
+
+/// The NodeMaintenance CRD as upstream NMO ships it, generated from our types minus what we add:
+/// the status fields of [`ADDED_STATUS_FIELDS`], the printer columns and the CEL rules. Used by
+/// the tests (and `crdgen --upstream`) to prove the controller works on upstream's schema.
+pub fn upstream_schema_crd()
+-> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    use kube::CustomResourceExt;
+    fn strip_cel(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(map) => {
+                map.remove("x-kubernetes-validations");
+                map.values_mut().for_each(strip_cel);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(strip_cel),
+            _ => {}
+        }
+    }
+    let mut crd = serde_json::to_value(NodeMaintenance::crd()).unwrap_or_default();
+    if let Some(versions) = crd
+        .pointer_mut("/spec/versions")
+        .and_then(|v| v.as_array_mut())
+    {
+        for version in versions {
+            if let Some(map) = version.as_object_mut() {
+                map.remove("additionalPrinterColumns");
+            }
+            if let Some(status) = version
+                .pointer_mut("/schema/openAPIV3Schema/properties/status/properties")
+                .and_then(|p| p.as_object_mut())
+            {
+                for field in ADDED_STATUS_FIELDS {
+                    status.remove(field);
+                }
+            }
+            strip_cel(version);
+        }
+    }
+    serde_json::from_value(crd).unwrap_or_else(|_| NodeMaintenance::crd())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,6 +310,56 @@ mod tests {
         assert_eq!(status.total_pods, Some(3));
         assert_eq!(status.phase, Some(MaintenancePhase::Succeeded));
         assert_eq!(serde_json::to_value(&nm).unwrap(), upstream);
+    }
+
+    #[test]
+    fn node_name_is_immutable_in_the_crd_with_upstreams_message() {
+        let crd = serde_json::to_value(NodeMaintenance::crd()).unwrap();
+        let rules = crd
+            .pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/nodeName/x-kubernetes-validations")
+            .expect("a CEL rule on nodeName");
+        assert_eq!(
+            rules,
+            &serde_json::json!([{"rule": "self == oldSelf", "message": NODE_NAME_IMMUTABLE}])
+        );
+    }
+
+    #[test]
+    fn upstream_schema_crd_lacks_exactly_our_additions() {
+        let ours = serde_json::to_value(NodeMaintenance::crd()).unwrap();
+        let upstream = serde_json::to_value(upstream_schema_crd()).unwrap();
+        let fields = |crd: &serde_json::Value| -> Vec<String> {
+            crd.pointer("/spec/versions/0/schema/openAPIV3Schema/properties/status/properties")
+                .unwrap()
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect()
+        };
+        let mut expected = fields(&ours);
+        expected.retain(|f| !ADDED_STATUS_FIELDS.contains(&f.as_str()));
+        assert_eq!(fields(&upstream), expected);
+        assert_eq!(
+            expected,
+            [
+                "drainProgress",
+                "errorOnLeaseCount",
+                "evictionPods",
+                "lastError",
+                "lastUpdate",
+                "pendingPods",
+                "pendingPodsRefs",
+                "phase",
+                "totalpods"
+            ]
+        );
+        let text = upstream.to_string();
+        assert!(
+            !text.contains("x-kubernetes-validations")
+                && !text.contains("additionalPrinterColumns")
+        );
+        assert_eq!(upstream["metadata"], ours["metadata"]);
     }
 
     #[test]

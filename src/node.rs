@@ -19,6 +19,9 @@ use serde_json::{Map, Value};
 
 /// Annotation naming the `NodeMaintenance` that holds the node (value: its name).
 pub const HOLDER_ANNOTATION: &str = "nodemaintenance.medik8s.io/holder";
+/// Annotation with the holder's `metadata.uid`, so a record left by a vanished holder is not
+/// taken for a later NodeMaintenance of the same name (docs/design.md §3).
+pub const HOLDER_UID_ANNOTATION: &str = "nodemaintenance.medik8s.io/holder-uid";
 /// Annotation with the node's state before the first entry, as JSON [`PriorState`].
 pub const PRIOR_STATE_ANNOTATION: &str = "nodemaintenance.medik8s.io/prior-state";
 /// Annotation surfacing the `NodeMaintenance`'s `spec.reason` on the node (nmo-compat.md §16 row 19).
@@ -94,6 +97,8 @@ impl PriorState {
 pub struct NodeMaintenanceState {
     /// Value of [`HOLDER_ANNOTATION`]: the `NodeMaintenance` holding the node, if any.
     pub holder: Option<String>,
+    /// Value of [`HOLDER_UID_ANNOTATION`]: that holder's uid, when recorded.
+    pub holder_uid: Option<String>,
     /// `spec.unschedulable == true`.
     pub cordoned: bool,
     /// Carries `medik8s.io/drain:NoSchedule` (key and effect).
@@ -115,12 +120,19 @@ impl NodeMaintenanceState {
             && self.unschedulable_taint
             && self.excluded
     }
+
+    /// True when the node carries every mark of maintenance (cordon, both maintenance taints,
+    /// exclude label), whoever put them there.
+    pub fn carries_marks(&self) -> bool {
+        self.cordoned && self.drain_taint && self.unschedulable_taint && self.excluded
+    }
 }
 
 /// Reads the maintenance-relevant state of `node` (no I/O).
 pub fn observe(node: &Node) -> NodeMaintenanceState {
     NodeMaintenanceState {
         holder: annotation(node, HOLDER_ANNOTATION).map(str::to_owned),
+        holder_uid: annotation(node, HOLDER_UID_ANNOTATION).map(str::to_owned),
         cordoned: is_cordoned(node),
         drain_taint: has_taint(node, DRAIN_TAINT_KEY, NO_SCHEDULE),
         unschedulable_taint: has_taint(node, UNSCHEDULABLE_TAINT_KEY, NO_SCHEDULE),
@@ -164,24 +176,93 @@ pub enum EnterPlan {
     HeldBy(String),
 }
 
-/// Plans entering (or re-asserting) maintenance on `node` for the `NodeMaintenance` `holder`.
+/// The `NodeMaintenance` asking to hold a node: its name and, when known, its `metadata.uid`
+/// (recorded in [`HOLDER_UID_ANNOTATION`] so a later object of the same name is not mistaken for
+/// it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Claimant<'a> {
+    /// `metadata.name` of the NodeMaintenance.
+    pub name: &'a str,
+    /// `metadata.uid` of the NodeMaintenance; `None` only in tests and for objects not yet stored.
+    pub uid: Option<&'a str>,
+}
+
+impl<'a> Claimant<'a> {
+    /// A claimant known by name only (its record on the node matches any uid).
+    pub fn named(name: &'a str) -> Self {
+        Self { name, uid: None }
+    }
+
+    /// Whether the record `holder`/`uid` on a node is this claimant's: same name, and the same
+    /// uid when both are known (a record written before uids were recorded matches by name).
+    pub fn owns(&self, holder: &str, uid: Option<&str>) -> bool {
+        holder == self.name
+            && match (uid, self.uid) {
+                (Some(recorded), Some(mine)) => recorded == mine,
+                _ => true,
+            }
+    }
+}
+
+/// Whether the NodeMaintenance named by a node's record (name, and uid when recorded) still
+/// exists. Callers that cannot know yet (cache not synced) answer `true`, which keeps the record.
+pub type HolderLive<'f> = &'f (dyn Fn(&str, Option<&str>) -> bool + Sync);
+
+/// What [`plan_enter`] found recorded on the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Record {
+    /// No holder annotation.
+    None,
+    /// The claimant's own record.
+    Ours,
+    /// The record of a holder that no longer exists, on a node that still carries every
+    /// maintenance mark: the maintenance it describes is still in place, so its prior state is
+    /// still true and is taken over.
+    Reused(String),
+    /// The record of a holder that no longer exists, on a node that lost some maintenance mark
+    /// (someone, e.g. upstream NMO after a rollback, ended that maintenance): its prior state
+    /// describes a node that is gone, so it is dropped and recorded afresh.
+    Discarded(String),
+}
+
+/// Plans entering (or re-asserting) maintenance on `node` for the `NodeMaintenance` `holder`,
+/// known by name only, with any other holder recorded on the node taken to be alive. See
+/// [`plan_enter_for`].
+pub fn plan_enter(node: &Node, holder: &str, reason: Option<&str>) -> EnterPlan {
+    decide_enter(node, Claimant::named(holder), reason, &|_, _| true).plan
+}
+
+/// Plans entering (or re-asserting) maintenance on `node` for `me`.
 ///
 /// The patch sets `spec.unschedulable: true`; when a maintenance taint is missing it rewrites
 /// `spec.taints` as both maintenance taints first (`node.kubernetes.io/unschedulable`, then
 /// `medik8s.io/drain`, effect `NoSchedule`, no value, no timeAdded) followed by every other
 /// existing taint in its order (upstream's `AddOrRemoveTaint`; when both are present the list is
-/// left alone, as upstream does); sets the exclude label to `"true"`; sets the holder annotation;
-/// sets the reason annotation to `reason` (removed when `None` or empty).
+/// left alone, as upstream does); sets the exclude label to `"true"`; sets the holder and
+/// holder-uid annotations; sets the reason annotation to `reason` (removed when `None` or empty).
 ///
-/// The prior state is recorded only on first entry (no holder annotation). On re-entry it is
-/// kept as it is, and whatever had drifted is listed in `repaired` (nmo-compat.md §16 row 7).
+/// The prior state is recorded on first entry (no holder record, or a discarded one). On
+/// re-entry whatever had drifted is re-applied and listed in `repaired`; a drift that removed a
+/// mark the prior state records as pre-existing (an admin cordon released, a maintenance taint or
+/// exclude label that was there before removed) means its owner no longer wants it, so the prior
+/// state is updated and the end restores what the owners want now (docs/design.md §3).
 ///
-/// Adoption: a node that carries `medik8s.io/drain:NoSchedule` but no holder annotation was put
+/// A record naming another holder: when `is_live` says that holder exists, [`EnterPlan::HeldBy`];
+/// otherwise the record is reused only while the node still carries every maintenance mark, and
+/// discarded (prior state recorded afresh from the node as it is) when it does not
+/// (docs/compat.md §12).
+///
+/// Adoption: a node that carries `medik8s.io/drain:NoSchedule` but no usable record was put
 /// into maintenance by upstream NMO (we never write the taint without the holder). Its true
 /// prior state is unknown, so we record "nothing was there before", which makes exit behave like
 /// upstream's stop (uncordon, untaint, unlabel) instead of freezing the maintenance state in.
-pub fn plan_enter(node: &Node, holder: &str, reason: Option<&str>) -> EnterPlan {
-    decide_enter(node, holder, reason).plan
+pub fn plan_enter_for(
+    node: &Node,
+    me: Claimant<'_>,
+    reason: Option<&str>,
+    is_live: HolderLive<'_>,
+) -> EnterPlan {
+    decide_enter(node, me, reason, is_live).plan
 }
 
 struct EnterDecision {
@@ -189,19 +270,69 @@ struct EnterDecision {
     first: bool,
     adopted: bool,
     cordons: bool,
+    record: Record,
 }
 
-fn decide_enter(node: &Node, holder: &str, reason: Option<&str>) -> EnterDecision {
-    let state = observe(node);
-    if let Some(other) = state.holder.as_deref().filter(|h| *h != holder) {
-        return EnterDecision {
-            plan: EnterPlan::HeldBy(other.to_owned()),
-            first: false,
-            adopted: false,
-            cordons: false,
-        };
+/// Item-2 rule: a mark recorded as pre-existing that is gone now was released by its owner.
+/// Returns the prior state with those marks forgotten, or `None` when nothing changed.
+fn released_prior(
+    prior: &PriorState,
+    node: &Node,
+    state: &NodeMaintenanceState,
+) -> Option<PriorState> {
+    let mut next = prior.clone();
+    if next.unschedulable && !state.cordoned {
+        next.unschedulable = false;
     }
-    let first = state.holder.is_none();
+    next.taints.retain(|t| has_taint(node, &t.key, &t.effect));
+    if next.exclude_label && !state.excluded {
+        next.exclude_label = false;
+        next.exclude_label_value = label(node, EXCLUDE_LABEL).map(str::to_owned);
+    }
+    (next != *prior).then_some(next)
+}
+
+fn fresh_prior(node: &Node, state: &NodeMaintenanceState) -> PriorState {
+    PriorState {
+        unschedulable: state.cordoned,
+        taints: MAINTENANCE_TAINT_KEYS
+            .iter()
+            .filter(|key| has_taint(node, key, NO_SCHEDULE))
+            .map(|key| TaintRef {
+                key: (*key).to_owned(),
+                effect: NO_SCHEDULE.to_owned(),
+            })
+            .collect(),
+        exclude_label: state.excluded,
+        exclude_label_value: label(node, EXCLUDE_LABEL)
+            .filter(|v| *v != "true")
+            .map(str::to_owned),
+    }
+}
+
+fn decide_enter(
+    node: &Node,
+    me: Claimant<'_>,
+    reason: Option<&str>,
+    is_live: HolderLive<'_>,
+) -> EnterDecision {
+    let state = observe(node);
+    let record = match state.holder.as_deref() {
+        None => Record::None,
+        Some(h) if me.owns(h, state.holder_uid.as_deref()) => Record::Ours,
+        Some(h) if is_live(h, state.holder_uid.as_deref()) => {
+            return EnterDecision {
+                plan: EnterPlan::HeldBy(h.to_owned()),
+                first: false,
+                adopted: false,
+                cordons: false,
+                record: Record::None,
+            };
+        }
+        Some(h) if state.carries_marks() => Record::Reused(h.to_owned()),
+        Some(h) => Record::Discarded(h.to_owned()),
+    };
+    let first = matches!(record, Record::None | Record::Discarded(_));
     let adopted = first && state.drain_taint;
     let mut spec = Map::new();
     let mut labels = Map::new();
@@ -225,32 +356,31 @@ fn decide_enter(node: &Node, holder: &str, reason: Option<&str>) -> EnterDecisio
         labels.insert(EXCLUDE_LABEL.into(), Value::from("true"));
         repaired.push(REPAIRED_EXCLUDE_LABEL);
     }
-    if first {
+    let prior = if first {
         repaired.clear();
-        let prior = if adopted {
+        Some(if adopted {
             PriorState::default()
         } else {
-            PriorState {
-                unschedulable: state.cordoned,
-                taints: MAINTENANCE_TAINT_KEYS
-                    .iter()
-                    .filter(|key| has_taint(node, key, NO_SCHEDULE))
-                    .map(|key| TaintRef {
-                        key: (*key).to_owned(),
-                        effect: NO_SCHEDULE.to_owned(),
-                    })
-                    .collect(),
-                exclude_label: state.excluded,
-                exclude_label_value: label(node, EXCLUDE_LABEL)
-                    .filter(|v| *v != "true")
-                    .map(str::to_owned),
-            }
-        };
-        annotations.insert(HOLDER_ANNOTATION.into(), Value::from(holder));
+            fresh_prior(node, &state)
+        })
+    } else {
+        prior_state(node).and_then(|p| released_prior(&p, node, &state))
+    };
+    if let Some(prior) = prior {
         annotations.insert(
             PRIOR_STATE_ANNOTATION.into(),
             Value::from(serde_json::to_string(&prior).unwrap_or_default()),
         );
+    }
+    if state.holder.as_deref() != Some(me.name) {
+        annotations.insert(HOLDER_ANNOTATION.into(), Value::from(me.name));
+    }
+    if let Some(uid) = me.uid
+        && state.holder_uid.as_deref() != Some(uid)
+    {
+        annotations.insert(HOLDER_UID_ANNOTATION.into(), Value::from(uid));
+    } else if me.uid.is_none() && state.holder_uid.is_some() && !matches!(record, Record::Ours) {
+        annotations.insert(HOLDER_UID_ANNOTATION.into(), Value::Null);
     }
     let wanted_reason = reason.filter(|r| !r.is_empty());
     if annotation(node, REASON_ANNOTATION) != wanted_reason {
@@ -274,6 +404,7 @@ fn decide_enter(node: &Node, holder: &str, reason: Option<&str>) -> EnterDecisio
         first,
         adopted,
         cordons,
+        record,
     }
 }
 
@@ -304,10 +435,17 @@ pub enum ExitPlan {
 /// no usable prior state is treated as "nothing was there before". Upstream always uncordons and
 /// removes both taints and the label (nmo-compat.md §5.3); we improve on that per §16 row 8.
 pub fn plan_exit(node: &Node, holder: &str) -> ExitPlan {
+    plan_exit_for(node, Claimant::named(holder))
+}
+
+/// As [`plan_exit`], for `me`: a record of the same name but another uid is not ours.
+pub fn plan_exit_for(node: &Node, me: Claimant<'_>) -> ExitPlan {
     let state = observe(node);
     match state.holder.as_deref() {
         None => return ExitPlan::NotHeld(None),
-        Some(other) if other != holder => return ExitPlan::NotHeld(Some(other.to_owned())),
+        Some(other) if !me.owns(other, state.holder_uid.as_deref()) => {
+            return ExitPlan::NotHeld(Some(other.to_owned()));
+        }
         Some(_) => {}
     }
     let prior = prior_state(node).unwrap_or_default();
@@ -342,7 +480,12 @@ pub fn plan_exit(node: &Node, holder: &str) -> ExitPlan {
                 .map_or(Value::Null, Value::from),
         );
     }
-    for key in [HOLDER_ANNOTATION, PRIOR_STATE_ANNOTATION, REASON_ANNOTATION] {
+    for key in [
+        HOLDER_ANNOTATION,
+        HOLDER_UID_ANNOTATION,
+        PRIOR_STATE_ANNOTATION,
+        REASON_ANNOTATION,
+    ] {
         if annotation(node, key).is_some() {
             annotations.insert(key.into(), Value::Null);
         }
@@ -358,11 +501,22 @@ pub fn plan_exit(node: &Node, holder: &str) -> ExitPlan {
 /// `None` when `from` does not hold the node or `from == to`. The caller runs [`enter`] for `to`
 /// afterwards to bring the reason annotation up to date.
 pub fn plan_transfer(node: &Node, from: &str, to: &str) -> Option<Value> {
-    if from == to || annotation(node, HOLDER_ANNOTATION) != Some(from) {
+    plan_transfer_to(node, from, Claimant::named(to))
+}
+
+/// As [`plan_transfer`], recording `to`'s uid (or removing `from`'s when `to`'s is unknown).
+pub fn plan_transfer_to(node: &Node, from: &str, to: Claimant<'_>) -> Option<Value> {
+    if from == to.name || annotation(node, HOLDER_ANNOTATION) != Some(from) {
         return None;
     }
     let mut annotations = Map::new();
-    annotations.insert(HOLDER_ANNOTATION.into(), Value::from(to));
+    annotations.insert(HOLDER_ANNOTATION.into(), Value::from(to.name));
+    if to.uid.is_some() || annotation(node, HOLDER_UID_ANNOTATION).is_some() {
+        annotations.insert(
+            HOLDER_UID_ANNOTATION.into(),
+            to.uid.map_or(Value::Null, Value::from),
+        );
+    }
     Some(build_patch(node, Map::new(), annotations, Map::new()))
 }
 
@@ -391,6 +545,15 @@ pub enum EnterOutcome {
         cordoned: bool,
         /// The node was already in maintenance by upstream NMO (see [`plan_enter`]).
         adopted: bool,
+        /// The record of this vanished holder was on the node, but the node no longer carried
+        /// the marks it describes: it was discarded and the prior state recorded afresh.
+        discarded: Option<String>,
+    },
+    /// The node carried the record of a NodeMaintenance that no longer exists, and every
+    /// maintenance mark: that record (its prior state) was taken over (see [`plan_enter_for`]).
+    TookOver {
+        /// The vanished holder named by the record.
+        from: String,
     },
     /// Re-entry that repaired drift; lists what (see [`EnterPlan::Apply`]).
     Repaired(Vec<&'static str>),
@@ -430,10 +593,11 @@ pub enum TransferOutcome {
 pub async fn enter(
     api: &Api<Node>,
     node: &str,
-    holder: &str,
+    me: Claimant<'_>,
     reason: Option<&str>,
+    is_live: HolderLive<'_>,
 ) -> Result<EnterOutcome, NodeError> {
-    enter_from(api, node, None, holder, reason).await
+    enter_from(api, node, None, me, reason, is_live).await
 }
 
 /// As [`enter`], but the first attempt plans on `read`, the node as the caller has just read
@@ -444,8 +608,9 @@ pub async fn enter_from(
     api: &Api<Node>,
     node: &str,
     read: Option<Node>,
-    holder: &str,
+    me: Claimant<'_>,
     reason: Option<&str>,
+    is_live: HolderLive<'_>,
 ) -> Result<EnterOutcome, NodeError> {
     let mut read = read;
     let mut attempt = 1;
@@ -454,7 +619,7 @@ pub async fn enter_from(
             Some(n) => n,
             None => get_node(api, node).await?,
         };
-        let decision = decide_enter(&current, holder, reason);
+        let decision = decide_enter(&current, me, reason, is_live);
         let (patch, outcome) = match decision.plan {
             EnterPlan::Unchanged => return Ok(EnterOutcome::Unchanged),
             EnterPlan::HeldBy(other) => return Ok(EnterOutcome::HeldBy(other)),
@@ -463,7 +628,13 @@ pub async fn enter_from(
                     EnterOutcome::Entered {
                         cordoned: decision.cordons,
                         adopted: decision.adopted,
+                        discarded: match &decision.record {
+                            Record::Discarded(h) => Some(h.clone()),
+                            _ => None,
+                        },
                     }
+                } else if let Record::Reused(from) = &decision.record {
+                    EnterOutcome::TookOver { from: from.clone() }
                 } else if repaired.is_empty() {
                     EnterOutcome::ReasonUpdated
                 } else {
@@ -482,8 +653,8 @@ pub async fn enter_from(
 /// Takes node `node` out of maintenance held by `holder` (see [`plan_exit`]), with the same
 /// read/plan/patch/retry loop as [`enter`]. Errors: [`NodeError::NotFound`], [`NodeError::Get`],
 /// [`NodeError::Patch`].
-pub async fn exit(api: &Api<Node>, node: &str, holder: &str) -> Result<ExitOutcome, NodeError> {
-    exit_from(api, node, None, holder).await
+pub async fn exit(api: &Api<Node>, node: &str, me: Claimant<'_>) -> Result<ExitOutcome, NodeError> {
+    exit_from(api, node, None, me).await
 }
 
 /// As [`exit`], with the first attempt planned on `read`, the node as the caller has just read
@@ -492,7 +663,7 @@ pub async fn exit_from(
     api: &Api<Node>,
     node: &str,
     read: Option<Node>,
-    holder: &str,
+    me: Claimant<'_>,
 ) -> Result<ExitOutcome, NodeError> {
     let mut read = read;
     let mut attempt = 1;
@@ -501,7 +672,7 @@ pub async fn exit_from(
             Some(n) => n,
             None => get_node(api, node).await?,
         };
-        let (patch, uncordon) = match plan_exit(&current, holder) {
+        let (patch, uncordon) = match plan_exit_for(&current, me) {
             ExitPlan::NotHeld(other) => return Ok(ExitOutcome::NotHeld(other)),
             ExitPlan::Apply { patch, uncordon } => (patch, uncordon),
         };
@@ -523,16 +694,16 @@ pub async fn transfer(
     api: &Api<Node>,
     node: &str,
     from: &str,
-    to: &str,
+    to: Claimant<'_>,
 ) -> Result<TransferOutcome, NodeError> {
     let mut attempt = 1;
     loop {
         let current = get_node(api, node).await?;
         let holder = annotation(&current, HOLDER_ANNOTATION);
-        if holder == Some(to) {
+        if holder == Some(to.name) {
             return Ok(TransferOutcome::Transferred);
         }
-        let Some(patch) = plan_transfer(&current, from, to) else {
+        let Some(patch) = plan_transfer_to(&current, from, to) else {
             return Ok(TransferOutcome::NotHeld(holder.map(str::to_owned)));
         };
         match patch_node(api, node, &patch, attempt).await? {
@@ -767,7 +938,7 @@ mod tests {
             plan_enter(&entered, NM, Some("kernel upgrade")),
             EnterPlan::Unchanged
         );
-        let d = decide_enter(&clean, NM, None);
+        let d = decide_enter(&clean, Claimant::named(NM), None, &|_, _| true);
         assert!(d.first && d.cordons && !d.adopted);
     }
 
@@ -807,7 +978,7 @@ mod tests {
             patch["spec"].get("unschedulable").is_none(),
             "already cordoned: {patch}"
         );
-        assert!(!decide_enter(&original, NM, None).cordons);
+        assert!(!decide_enter(&original, Claimant::named(NM), None, &|_, _| true).cordons);
         let prior: PriorState = serde_json::from_str(
             patch["metadata"]["annotations"][PRIOR_STATE_ANNOTATION]
                 .as_str()
@@ -906,7 +1077,7 @@ mod tests {
             annotation(&repaired_node, PRIOR_STATE_ANNOTATION),
             Some(prior_before.as_str())
         );
-        assert!(!decide_enter(&drifted, NM, Some("r")).first);
+        assert!(!decide_enter(&drifted, Claimant::named(NM), Some("r"), &|_, _| true).first);
 
         // Only the taint list drifted.
         let untainted = apply(
@@ -1032,7 +1203,7 @@ mod tests {
                 {"key": "keep", "effect": "NoExecute"},
             ]},
         }));
-        let decision = decide_enter(&upstream, NM, None);
+        let decision = decide_enter(&upstream, Claimant::named(NM), None, &|_, _| true);
         assert!(decision.first && decision.adopted && !decision.cordons);
         let EnterPlan::Apply { patch, repaired } = decision.plan else {
             panic!("expected Apply");
@@ -1150,6 +1321,177 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Issue 8 item 2: an owner that releases a mark recorded as pre-existing while we hold the
+    /// node is heard: the mark is re-applied for the maintenance, and the end no longer restores it.
+    #[test]
+    fn a_released_pre_existing_mark_is_reapplied_and_forgotten_by_the_prior_state() {
+        // An admin cordon (with the taint the node lifecycle controller adds for it) and a
+        // label someone else set.
+        let original = node(json!({
+            "metadata": {"labels": {EXCLUDE_LABEL: "true"}},
+            "spec": {"unschedulable": true, "taints": [
+                {"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"},
+                {"key": "x", "effect": "NoExecute"},
+            ]},
+        }));
+        let entered = apply(&original, &enter_patch(&original, NM, None).0);
+        assert_eq!(
+            prior_state(&entered).unwrap(),
+            PriorState {
+                unschedulable: true,
+                taints: vec![TaintRef {
+                    key: UNSCHEDULABLE_TAINT_KEY.into(),
+                    effect: NO_SCHEDULE.into()
+                }],
+                exclude_label: true,
+                exclude_label_value: None,
+            }
+        );
+        // `kubectl uncordon` (which also drops the unschedulable taint) and the label's owner
+        // removes it.
+        let released = apply(
+            &entered,
+            &json!({
+                "metadata": {"labels": {EXCLUDE_LABEL: null}},
+                "spec": {"unschedulable": false, "taints": [
+                    {"key": DRAIN_TAINT_KEY, "effect": "NoSchedule"},
+                    {"key": "x", "effect": "NoExecute"},
+                ]},
+            }),
+        );
+        let (patch, repaired) = enter_patch(&released, NM, None);
+        assert_eq!(
+            repaired,
+            vec![
+                REPAIRED_CORDON,
+                REPAIRED_UNSCHEDULABLE_TAINT,
+                REPAIRED_EXCLUDE_LABEL
+            ]
+        );
+        let reentered = apply(&released, &patch);
+        assert!(observe(&reentered).complete(), "still enforced: {patch}");
+        assert_eq!(prior_state(&reentered).unwrap(), PriorState::default());
+        assert_eq!(plan_enter(&reentered, NM, None), EnterPlan::Unchanged);
+        let (patch, uncordon) = exit_patch(&reentered, NM);
+        assert!(uncordon);
+        let exited = apply(&reentered, &patch);
+        let state = observe(&exited);
+        assert!(!state.cordoned && !state.unschedulable_taint && !state.drain_taint);
+        assert!(!state.excluded && label(&exited, EXCLUDE_LABEL).is_none());
+        assert_eq!(taint_refs(&exited), vec![pair("x", "NoExecute")]);
+
+        // The label's owner sets another value instead: that value is what the end restores.
+        let relabelled = apply(
+            &entered,
+            &json!({"metadata": {"labels": {EXCLUDE_LABEL: "false"}}}),
+        );
+        let reentered = apply(&relabelled, &enter_patch(&relabelled, NM, None).0);
+        let exited = apply(&reentered, &exit_patch(&reentered, NM).0);
+        assert_eq!(label(&exited, EXCLUDE_LABEL), Some("false"));
+        assert!(observe(&exited).cordoned, "the cordon owner did not let go");
+
+        // A drift of a mark that was ours changes nothing in the prior state.
+        let clean = node(json!({}));
+        let entered = apply(&clean, &enter_patch(&clean, NM, None).0);
+        let drifted = apply(&entered, &json!({"spec": {"unschedulable": false}}));
+        let (patch, _) = enter_patch(&drifted, NM, None);
+        assert!(patch["metadata"].get("annotations").is_none(), "{patch}");
+    }
+
+    fn claimant<'a>(name: &'a str, uid: &'a str) -> Claimant<'a> {
+        Claimant {
+            name,
+            uid: Some(uid),
+        }
+    }
+
+    /// Issue 8 item 10: the record of a vanished holder is reused only while the node still
+    /// carries the marks it describes; otherwise the prior state is recorded afresh.
+    #[test]
+    fn a_record_of_a_vanished_holder_is_reused_only_while_its_marks_are_on_the_node() {
+        let nobody_alive: HolderLive<'_> = &|_, _| false;
+        let clean = node(json!({}));
+        let b = claimant("b", "uid-b");
+        let entered = match plan_enter_for(&clean, b, Some("r"), nobody_alive) {
+            EnterPlan::Apply { patch, .. } => apply(&clean, &patch),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(annotation(&entered, HOLDER_UID_ANNOTATION), Some("uid-b"));
+
+        // Rolled back to upstream: its stop uncordons, untaints, unlabels, leaves our
+        // annotations; then an admin cordons.
+        let upstream_stopped = apply(
+            &entered,
+            &json!({"metadata": {"labels": {EXCLUDE_LABEL: null}},
+                    "spec": {"unschedulable": true, "taints": null}}),
+        );
+        let c = claimant("c", "uid-c");
+        let d = decide_enter(&upstream_stopped, c, None, nobody_alive);
+        assert!(d.first && !d.adopted, "record discarded, fresh entry");
+        assert_eq!(d.record, Record::Discarded("b".into()));
+        let EnterPlan::Apply { patch, .. } = d.plan else {
+            panic!("Apply")
+        };
+        let entered_c = apply(&upstream_stopped, &patch);
+        assert_eq!(annotation(&entered_c, HOLDER_ANNOTATION), Some("c"));
+        assert_eq!(annotation(&entered_c, HOLDER_UID_ANNOTATION), Some("uid-c"));
+        assert!(prior_state(&entered_c).unwrap().unschedulable);
+        let exited = apply(&entered_c, &exit_patch(&entered_c, "c").0);
+        assert!(observe(&exited).cordoned, "the admin's cordon survives");
+        assert!(
+            exited.metadata.annotations.as_ref().is_none_or(|a| a
+                .keys()
+                .all(|k| !k.starts_with("nodemaintenance.medik8s.io/"))),
+            "our record is gone: {:?}",
+            exited.metadata.annotations
+        );
+
+        // Same name, another object (uid): the old record is not ours.
+        let b2 = claimant("b", "uid-b2");
+        let d = decide_enter(&upstream_stopped, b2, None, nobody_alive);
+        assert_eq!(d.record, Record::Discarded("b".into()));
+        assert_eq!(
+            plan_exit_for(&entered, b2),
+            ExitPlan::NotHeld(Some("b".into()))
+        );
+
+        // The record's holder vanished but the node still carries every mark: the maintenance
+        // it describes is still in place, so its prior state is taken over as it is.
+        let admin_cordoned = node(json!({"spec": {"unschedulable": true}}));
+        let held = match plan_enter_for(&admin_cordoned, b, None, nobody_alive) {
+            EnterPlan::Apply { patch, .. } => apply(&admin_cordoned, &patch),
+            other => panic!("{other:?}"),
+        };
+        let d = decide_enter(&held, c, None, nobody_alive);
+        assert_eq!(d.record, Record::Reused("b".into()));
+        let EnterPlan::Apply { patch, repaired } = d.plan else {
+            panic!("Apply")
+        };
+        assert!(
+            repaired.is_empty() && patch.get("spec").is_none(),
+            "{patch}"
+        );
+        assert_eq!(
+            patch["metadata"]["annotations"],
+            json!({HOLDER_ANNOTATION: "c", HOLDER_UID_ANNOTATION: "uid-c"})
+        );
+        let taken = apply(&held, &patch);
+        let exited = apply(&taken, &exit_patch(&taken, "c").0);
+        assert!(observe(&exited).cordoned, "the recorded admin cordon stays");
+
+        // A live holder (same name and uid in the cache) keeps its node.
+        let alive: HolderLive<'_> = &|name, uid| name == "b" && uid == Some("uid-b");
+        assert_eq!(
+            plan_enter_for(&held, c, None, alive),
+            EnterPlan::HeldBy("b".into())
+        );
+        assert_eq!(
+            plan_enter_for(&held, b, None, alive),
+            EnterPlan::Unchanged,
+            "its own record"
+        );
     }
 
     #[test]

@@ -767,3 +767,103 @@ async fn deletion_completes_when_the_node_is_gone() {
         .unwrap();
     assert!(lease.is_none(), "lease invalidated by name: {lease:?}");
 }
+
+/// The node's annotation `key`, if any.
+async fn node_annotation(client: &kube::Client, node: &str, key: &str) -> Option<String> {
+    Api::<Node>::all(client.clone())
+        .get(node)
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .and_then(|a| a.get(key).cloned())
+}
+
+/// Issue 8 item 2: a cordon and an exclude label that were there before the maintenance, released
+/// by their owners while it runs (`kubectl uncordon`, `kubectl label ... exclude-`), are re-applied
+/// for as long as the NodeMaintenance exists, and not restored at its end: the owners let go.
+#[tokio::test]
+async fn pre_existing_marks_released_during_maintenance_are_not_restored() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("released");
+    let nodes = worker_nodes(env.cluster, &client, &group, 1).await;
+    let n = &nodes[0];
+    env.cluster.kubectl_run(&["cordon", n], None).unwrap();
+    env.cluster
+        .kubectl_run(
+            &[
+                "label",
+                "node",
+                n,
+                "remediation.medik8s.io/exclude-from-remediation=true",
+            ],
+            None,
+        )
+        .unwrap();
+    let name = unique("nm-released");
+    nm::create(&client, &name, n).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let prior = node_annotation(&client, n, "nodemaintenance.medik8s.io/prior-state")
+        .await
+        .unwrap();
+    assert!(
+        prior.contains(r#""unschedulable":true"#) && prior.contains(r#""excludeLabel":true"#),
+        "{prior}"
+    );
+
+    env.cluster.kubectl_run(&["uncordon", n], None).unwrap();
+    env.cluster
+        .kubectl_run(
+            &[
+                "label",
+                "node",
+                n,
+                "remediation.medik8s.io/exclude-from-remediation-",
+            ],
+            None,
+        )
+        .unwrap();
+    wait_for(
+        "the released marks forgotten by the prior state",
+        LIMIT,
+        || async {
+            let prior = node_annotation(&client, n, "nodemaintenance.medik8s.io/prior-state")
+                .await
+                .unwrap_or_default();
+            if prior.contains(r#""unschedulable":false"#)
+                && prior.contains(r#""excludeLabel":false"#)
+            {
+                Ok(())
+            } else {
+                Err(prior)
+            }
+        },
+    )
+    .await;
+    wait_for("maintenance still enforced", LIMIT, || {
+        node::in_maintenance(&client, n)
+    })
+    .await;
+    nm::wait_event(&client, &name, "MaintenanceReapplied").await;
+
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+    wait_for("node restored to what the owners want now", LIMIT, || {
+        node::restored(&client, n)
+    })
+    .await;
+    let annotations = Api::<Node>::all(client.clone())
+        .get(n)
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .unwrap_or_default();
+    assert!(
+        !annotations
+            .keys()
+            .any(|k| k.starts_with("nodemaintenance.medik8s.io/")),
+        "{annotations:?}"
+    );
+}

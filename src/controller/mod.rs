@@ -10,6 +10,7 @@
 //! - `plan.rs`: the pure state machine (statuses, events, requeues), unit-tested.
 //! - `reconcile.rs`: the reconcile steps and their I/O.
 
+pub mod orphans;
 pub mod plan;
 mod reconcile;
 
@@ -105,12 +106,17 @@ pub enum Error {
     /// Counting the pods for the status initialisation failed (upstream's text plus the cause).
     #[error("failed to get pods for eviction while initializing status: {0}")]
     InitStatus(#[source] DrainError),
-    /// Adding the finalizer failed (409 when the object changed meanwhile).
-    #[error("failed to add finalizer foregroundDeleteNodeMaintenance: {0}")]
+    /// Adding the finalizer failed (409 when the object changed meanwhile). The raw API error,
+    /// as upstream's `lastError` (docs/compat.md §5).
+    #[error("{0}")]
     AddFinalizer(#[source] kube::Error),
-    /// Removing the finalizer failed.
-    #[error("failed to remove finalizer foregroundDeleteNodeMaintenance: {0}")]
+    /// Removing the finalizer failed; the raw API error, as upstream's.
+    #[error("{0}")]
     RemoveFinalizer(#[source] kube::Error),
+    /// Recording the entered node on the NodeMaintenance (an annotation written before the node
+    /// is touched) failed.
+    #[error("failed to record the node entered for maintenance: {0}")]
+    RecordEnteredNode(#[source] kube::Error),
     /// Writing the status failed (409 when the object changed since it was read).
     #[error("failed to update NodeMaintenance status: {0}")]
     Status(#[source] kube::Error),
@@ -141,7 +147,10 @@ impl Error {
             Error::StopAfterLeaseLoss(_) => "stop_after_lease_loss",
             Error::Lease(_) => "lease",
             Error::Drain(_) | Error::InitStatus(_) => "drain",
-            Error::AddFinalizer(_) | Error::RemoveFinalizer(_) => "finalizer",
+            // Every write to the NodeMaintenance's metadata.
+            Error::AddFinalizer(_) | Error::RemoveFinalizer(_) | Error::RecordEnteredNode(_) => {
+                "finalizer"
+            }
             Error::Status(_) => "status",
             Error::Timeout(_) => "timeout",
         }
@@ -149,14 +158,73 @@ impl Error {
 
     /// A 409 on the NodeMaintenance itself: our copy was stale. The watch delivers the new
     /// version at once, so a quick retry is right and there is nothing to tell the user.
+    /// A 422 Invalid is not stale: it is a bug in what we wrote, and retrying at once would only
+    /// repeat it (see [`Error::invalid_fields`]).
     pub fn is_stale_object(&self) -> bool {
         match self {
-            Error::Status(e) | Error::AddFinalizer(e) | Error::RemoveFinalizer(e) => {
-                kube_code(e) == Some(409) || kube_code(e) == Some(422)
-            }
+            Error::Status(e)
+            | Error::AddFinalizer(e)
+            | Error::RemoveFinalizer(e)
+            | Error::RecordEnteredNode(e) => kube_code(e) == Some(409),
             _ => false,
         }
     }
+
+    /// The API server's answer when this error is one, whichever write or read it came from
+    /// (status, node patch, finalizer, lease).
+    pub fn api_status(&self) -> Option<&kube::core::Status> {
+        let source = match self {
+            Error::Node(NodeError::Get(e) | NodeError::Patch(e))
+            | Error::StopAfterLeaseLoss(NodeError::Get(e) | NodeError::Patch(e))
+            | Error::GetNode(e)
+            | Error::AddFinalizer(e)
+            | Error::RemoveFinalizer(e)
+            | Error::RecordEnteredNode(e)
+            | Error::Status(e)
+            | Error::Lease(
+                LeaseError::Api(e) | LeaseError::GetNamespace(e) | LeaseError::CreateNamespace(e),
+            ) => e,
+            _ => return None,
+        };
+        match source {
+            kube::Error::Api(status) => Some(status),
+            _ => None,
+        }
+    }
+
+    /// For a 422 Invalid answer to any of our writes: the fields the API server names (from
+    /// `details.causes[].field`, else parsed from the message `... is invalid: <field>: ...`),
+    /// possibly empty. `None` for every other error.
+    pub fn invalid_fields(&self) -> Option<Vec<String>> {
+        invalid_fields_of(self.api_status()?)
+    }
+}
+
+/// For a 422 Invalid answer: the fields the API server names (`details.causes[].field`, else
+/// parsed from the message `... is invalid: <field>: ...`), possibly empty; `None` for any other
+/// answer.
+pub fn invalid_fields_of(status: &kube::core::Status) -> Option<Vec<String>> {
+    if status.code != 422 {
+        return None;
+    }
+    let mut fields: Vec<String> = status
+        .details
+        .iter()
+        .flat_map(|d| d.causes.iter())
+        .map(|c| c.field.clone())
+        .filter(|f| !f.is_empty())
+        .collect();
+    if fields.is_empty()
+        && let Some((_, rest)) = status.message.split_once(" is invalid: ")
+    {
+        fields.extend(
+            rest.split(", ")
+                .filter_map(|part| part.split_once(": ").map(|(f, _)| f.trim().to_owned()))
+                .filter(|f| !f.is_empty() && !f.contains(' ')),
+        );
+    }
+    fields.dedup();
+    Some(fields)
 }
 
 /// Shared state of all reconciles.
@@ -181,6 +249,10 @@ pub struct Context {
     pub failures: Mutex<HashMap<String, u32>>,
     /// Consecutive waits for a lease we never held, per object; reset when the lease is ours.
     pub lease_waits: Mutex<HashMap<String, u32>>,
+    /// Status fields (JSON names) the API server prunes (upstream's CRD installed), learnt
+    /// from a dry run before the first status write and from every write's answer; never
+    /// compared (docs/design.md §1). `None` until the first status write.
+    pub pruned_status_fields: Mutex<Option<Vec<String>>>,
 }
 
 impl Context {
@@ -203,7 +275,8 @@ impl Context {
     }
 }
 
-/// The NodeMaintenances in `store` whose `spec.nodeName` is `node` (the Node watch's mapper).
+/// The NodeMaintenances in `store` whose `spec.nodeName` is `node` or that entered `node`
+/// ([`crate::api::ENTERED_NODE_ANNOTATION`]) (the Node watch's mapper).
 pub fn maintenances_of_node(
     store: &Store<NodeMaintenance>,
     node: &str,
@@ -211,7 +284,13 @@ pub fn maintenances_of_node(
     store
         .state()
         .iter()
-        .filter(|nm| nm.spec.node_name == node)
+        .filter(|nm| {
+            nm.spec.node_name == node
+                || nm
+                    .annotations()
+                    .get(crate::api::ENTERED_NODE_ANNOTATION)
+                    .is_some_and(|n| n == node)
+        })
         .map(|nm| ObjectRef::from_obj(nm.as_ref()))
         .collect()
 }
@@ -237,13 +316,23 @@ pub async fn run(
     // `DelayedInit` keeps a single waker), and the controller's applier is already one.
     let (store, writer) = reflector::store::<NodeMaintenance>();
     let (nms_synced_tx, nms_synced) = tokio::sync::watch::channel(false);
+    // Nodes that may carry the record of a NodeMaintenance that vanished without us.
+    let (orphan_tx, orphan_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let deleted_tx = orphan_tx.clone();
     let nm_events = watcher(nms.clone(), watcher::Config::default())
         .default_backoff()
         .reflect(writer)
-        .inspect(move |ev| {
-            if matches!(ev, Ok(watcher::Event::InitDone)) {
+        .inspect(move |ev| match ev {
+            Ok(watcher::Event::InitDone) => {
                 nms_synced_tx.send_replace(true);
             }
+            Ok(watcher::Event::Delete(nm)) => {
+                let entered = nm.annotations().get(crate::api::ENTERED_NODE_ANNOTATION);
+                for node in std::iter::once(&nm.spec.node_name).chain(entered) {
+                    let _ = deleted_tx.send(node.clone());
+                }
+            }
+            _ => {}
         })
         .applied_objects();
     let trigger_metrics = metrics.clone();
@@ -274,7 +363,11 @@ pub async fn run(
                 Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
                     let print = maintenance_fingerprint(&n);
                     let mut seen = fingerprints.lock().unwrap_or_else(|e| e.into_inner());
-                    (seen.insert(n.name_any(), print) != Some(print)).then_some(Ok(n))
+                    let changed = seen.insert(n.name_any(), print) != Some(print);
+                    if changed && n.annotations().contains_key(crate::node::HOLDER_ANNOTATION) {
+                        let _ = orphan_tx.send(n.name_any());
+                    }
+                    changed.then_some(Ok(n))
                 }
                 Ok(watcher::Event::Delete(n)) => {
                     fingerprints
@@ -336,7 +429,10 @@ pub async fn run(
         nms_synced,
         failures: Mutex::default(),
         lease_waits: Mutex::default(),
+        pruned_status_fields: Mutex::default(),
     });
+    // Aborted with the controller, so it never writes after the controller stopped.
+    let sweeper = tokio::spawn(orphans::run(ctx.clone(), orphan_rx));
     tracing::info!(concurrency = config.concurrency, lease_namespace = %config.lease_namespace, "starting NodeMaintenance controller");
     // controller-runtime's families (docs/compat.md §10) are recorded around each reconcile and
     // each error-policy requeue; watch triggers are recorded where the streams are built.
@@ -377,12 +473,63 @@ pub async fn run(
             }
         })
         .await;
+    sweeper.abort();
     tracing::info!("NodeMaintenance controller stopped");
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn status(code: u16, message: &str, causes: &[&str]) -> kube::core::Status {
+        serde_json::from_value(serde_json::json!({
+            "code": code,
+            "message": message,
+            "reason": "Invalid",
+            "details": {"causes": causes.iter().map(|f| serde_json::json!({"field": f, "reason": "FieldValueInvalid"})).collect::<Vec<_>>()},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_invalid_answer_names_its_fields_and_is_not_stale() {
+        let s = status(
+            422,
+            "whatever",
+            &["status.phase", "status.phase", "status.totalpods"],
+        );
+        assert_eq!(
+            invalid_fields_of(&s),
+            Some(vec![
+                "status.phase".to_string(),
+                "status.totalpods".to_string()
+            ])
+        );
+        let from_message = status(
+            422,
+            r#"NodeMaintenance.nodemaintenance.medik8s.io "a" is invalid: status.drainProgress: Invalid value: "x": must be an integer"#,
+            &[],
+        );
+        assert_eq!(
+            invalid_fields_of(&from_message),
+            Some(vec!["status.drainProgress".to_string()])
+        );
+        assert_eq!(invalid_fields_of(&status(409, "conflict", &[])), None);
+        let err = Error::Status(kube::Error::Api(Box::new(s)));
+        assert!(!err.is_stale_object(), "a 422 is retried with back-off");
+        assert!(err.invalid_fields().is_some());
+        let conflict = Error::Status(kube::Error::Api(Box::new(status(409, "c", &[]))));
+        assert!(conflict.is_stale_object() && conflict.invalid_fields().is_none());
+        let node = Error::Node(NodeError::Patch(kube::Error::Api(Box::new(status(
+            422,
+            "x",
+            &["metadata.labels"],
+        )))));
+        assert_eq!(
+            node.invalid_fields(),
+            Some(vec!["metadata.labels".to_string()])
+        );
+    }
 
     fn node(unschedulable: bool, heartbeat: &str) -> Node {
         serde_json::from_value(serde_json::json!({

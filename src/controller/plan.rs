@@ -329,9 +329,7 @@ pub fn invalid_node_name(
     let mut s = old.clone();
     let mut events = Vec::new();
     to_failed(old, &mut s, &mut events);
-    s.last_error = Some(format!(
-        "invalid nodeName {node:?}: {why}; no node was changed"
-    ));
+    s.last_error = Some(invalid_node_name_error(node, why));
     set_condition(
         &mut s,
         condition::CORDONED,
@@ -347,6 +345,18 @@ pub fn invalid_node_name(
         events,
         requeue: Requeue::After(REQUEUE_INVALID),
     }
+}
+
+/// `lastError` for a nodeName that cannot name a Node: upstream's text for the same input first
+/// (it looks the node up and reports the API's answer: `nodes "<n>" not found`, or client-go's
+/// `resource name may not be empty`), then why (docs/compat.md §5).
+pub fn invalid_node_name_error(node: &str, why: &str) -> String {
+    let upstream = if node.is_empty() {
+        "resource name may not be empty".to_string()
+    } else {
+        format!("nodes \"{node}\" not found")
+    };
+    format!("{upstream}: invalid nodeName, {why}; no node was changed")
 }
 
 /// The node does not exist: phase Failed, lastError `nodes "<n>" not found`, Warning
@@ -418,14 +428,22 @@ pub enum LeaseStep {
 /// backoff); AlreadyHeld for a lease we held counts (lastError
 /// `failed to extend a lease that used to be owned by us, incrementing error on lease count: <err>, errorOnLeaseCount: <n>`),
 /// and a count above [`MAX_LEASE_ERRORS`] stops the maintenance. Success resets the count.
+///
+/// "Used to be ours" never rests on a field upstream's schema lacks alone (a CRD installed by
+/// upstream prunes `conditions`): `entered` is the caller's evidence from outside the status (the
+/// node carries our holder record, and we enter a node only after obtaining its lease), and a
+/// non-zero `errorOnLeaseCount` (an upstream field, only ever raised for a lease we held) counts
+/// too (docs/compat.md §3).
 pub fn lease_result(
     old: &NodeMaintenanceStatus,
     observed: &LeaseObservation,
+    entered: bool,
     generation: Option<i64>,
     now: jiff::Timestamp,
 ) -> LeaseStep {
     let mut s = old.clone();
     let n = old.error_on_lease_count.unwrap_or(0);
+    let held_before = entered || n > 0 || held_lease_before(old);
     match observed {
         LeaseObservation::Held => {
             s.error_on_lease_count = None;
@@ -441,7 +459,7 @@ pub fn lease_result(
             );
             LeaseStep::Proceed(s)
         }
-        LeaseObservation::AlreadyHeld(err) if !held_lease_before(old) => {
+        LeaseObservation::AlreadyHeld(err) if !held_before => {
             s.last_error = Some(format!(
                 "failed to obtain a lease that is not owned by us : {err} errorOnLeaseCount {n}"
             ));
@@ -717,14 +735,47 @@ pub fn drained(
     }
 }
 
-/// Whether `new` differs from `old` in anything but `lastUpdate` (which every step bumps), i.e.
-/// whether a status write is due.
-pub fn needs_write(old: &NodeMaintenanceStatus, new: &NodeMaintenanceStatus) -> bool {
-    let strip = |s: &NodeMaintenanceStatus| NodeMaintenanceStatus {
-        last_update: None,
-        ..s.clone()
+/// Whether `new` differs from `old` in anything the API server keeps but `lastUpdate` (which
+/// every step bumps), i.e. whether a status write is due. `pruned` names the status fields (JSON
+/// names) the API server drops (those of [`crate::api::ADDED_STATUS_FIELDS`] when upstream's CRD
+/// is installed): `old` was read back without them, so comparing them would call for a write on
+/// every pass (docs/design.md §1).
+pub fn needs_write(
+    old: &NodeMaintenanceStatus,
+    new: &NodeMaintenanceStatus,
+    pruned: &[String],
+) -> bool {
+    let kept = |s: &NodeMaintenanceStatus| {
+        let mut v = serde_json::to_value(s).unwrap_or_default();
+        if let Some(map) = v.as_object_mut() {
+            map.remove("lastUpdate");
+            for f in pruned {
+                map.remove(f);
+            }
+        }
+        v
     };
-    strip(old) != strip(new)
+    kept(old) != kept(new)
+}
+
+/// The status fields (JSON names) that were `sent` in a write but are missing from the status
+/// the API server `stored`: what its schema prunes.
+pub fn pruned_fields(
+    sent: &NodeMaintenanceStatus,
+    stored: Option<&NodeMaintenanceStatus>,
+) -> Vec<String> {
+    let sent = serde_json::to_value(sent).unwrap_or_default();
+    let stored = stored
+        .map(|s| serde_json::to_value(s).unwrap_or_default())
+        .unwrap_or_default();
+    sent.as_object()
+        .map(|m| {
+            m.keys()
+                .filter(|k| stored.get(k.as_str()).is_none())
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Every status field's JSON name, for explicit nulls in a merge patch (kept in step with
@@ -808,16 +859,17 @@ pub fn deletion_plan(node: NodeSeen<'_>, me: &str, successor: Option<&str>) -> D
     }
 }
 
-/// The live NodeMaintenance (not being deleted, same node, another name) that should hold the
-/// node after `me` goes: the oldest, then by name.
+/// The live NodeMaintenance (not being deleted, for `node`, another name) that should hold
+/// `node`, the node `me` entered, after `me` goes: the oldest, then by name.
 pub fn successor<'a>(
     me: &NodeMaintenance,
+    node: &str,
     all: impl IntoIterator<Item = &'a NodeMaintenance>,
-) -> Option<String> {
+) -> Option<&'a NodeMaintenance> {
     let me_name = me.name_any();
     all.into_iter()
         .filter(|o| {
-            o.spec.node_name == me.spec.node_name
+            o.spec.node_name == node
                 && o.metadata.deletion_timestamp.is_none()
                 && o.name_any() != me_name
         })
@@ -830,7 +882,6 @@ pub fn successor<'a>(
             };
             key(a).cmp(&key(b))
         })
-        .map(|o| o.name_any())
 }
 
 #[cfg(test)]
@@ -906,7 +957,7 @@ mod tests {
             return (old.clone(), vec![], Requeue::Never);
         }
         let s = node_present(old);
-        match lease_result(&s, &lease, GEN, now) {
+        match lease_result(&s, &lease, false, GEN, now) {
             LeaseStep::Wait(step) => (step.status, step.events, step.requeue),
             LeaseStep::Stop(step) => {
                 let failed = lease_failed(&step.status, true, GEN, now);
@@ -983,7 +1034,7 @@ mod tests {
         // Re-reconciled later with nothing changed: no write, no event.
         let (s2, ev2, _) = pass(&s1, LeaseObservation::Held, &report(&[], &[], &[]), t(400));
         assert!(ev2.is_empty());
-        assert!(!needs_write(&s1, &s2), "{s1:?}\n{s2:?}");
+        assert!(!needs_write(&s1, &s2, &[]), "{s1:?}\n{s2:?}");
     }
 
     // Upstream §15.1 #7: a node that does not exist.
@@ -1008,7 +1059,7 @@ mod tests {
         // Still missing: no second event, no write.
         let again = node_missing(s, "non-existing", GEN, t(31));
         assert!(again.events.is_empty());
-        assert!(!needs_write(s, &again.status));
+        assert!(!needs_write(s, &again.status, &[]));
         // The node appears with a pod: Running, counted, drained.
         let (s2, ev, _) = pass(
             s,
@@ -1127,7 +1178,7 @@ mod tests {
         assert_eq!(all[0].target, EventTarget::Node);
         // Terminal: later reconciles neither write nor emit.
         let (s2, ev, rq) = pass(&s, already_held(), &report(&[], &[], &[]), t(100));
-        assert!(ev.is_empty() && !needs_write(&s, &s2) && rq == Requeue::Never);
+        assert!(ev.is_empty() && !needs_write(&s, &s2, &[]) && rq == Requeue::Never);
         let mut obj = nm("nm", "node01");
         obj.status = Some(s);
         assert_eq!(entry(&obj), Entry::Terminal);
@@ -1189,8 +1240,11 @@ mod tests {
         deleting.metadata.deletion_timestamp = Some(now_time(t(9)));
         let other_node = nm("e", "n2");
         let all = [me.clone(), b, c, deleting, other_node];
-        assert_eq!(successor(&me, all.iter()), Some("c".into()));
-        assert_eq!(successor(&me, [me.clone()].iter()), None);
+        assert_eq!(
+            successor(&me, "n1", all.iter()).map(ResourceExt::name_any),
+            Some("c".into())
+        );
+        assert_eq!(successor(&me, "n1", [me.clone()].iter()), None);
     }
 
     #[test]
@@ -1215,9 +1269,15 @@ mod tests {
         assert_eq!(step.status.phase, Some(MaintenancePhase::Failed));
         assert_eq!(
             step.status.last_error.as_deref(),
-            Some("invalid nodeName \"\": it is empty; no node was changed")
+            Some(
+                "resource name may not be empty: invalid nodeName, it is empty; no node was changed"
+            )
         );
         assert_eq!(reasons(&step.events), vec!["FailedMaintenance"]);
+        assert!(
+            invalid_node_name_error("doesNotExist", "it is not a valid node name")
+                .starts_with(r#"nodes "doesNotExist" not found"#)
+        );
         assert!(
             invalid_node_name(&step.status, "", "it is empty", GEN, t(5))
                 .events
@@ -1301,18 +1361,22 @@ mod tests {
         // drainProgress > 0 without ever holding the lease (e.g. pods left on their own): not counted.
         let mut s = running_with_two();
         s.drain_progress = Some(50);
-        let LeaseStep::Wait(step) = lease_result(&s, &already_held(), GEN, t(1)) else {
+        let LeaseStep::Wait(step) = lease_result(&s, &already_held(), false, GEN, t(1)) else {
             panic!()
         };
         assert_eq!(step.status.error_on_lease_count.unwrap_or(0), 0);
         // Held with drainProgress 0 (nothing evicted yet), then lost: counted.
-        let LeaseStep::Proceed(held) =
-            lease_result(&running_with_two(), &LeaseObservation::Held, GEN, t(1))
-        else {
+        let LeaseStep::Proceed(held) = lease_result(
+            &running_with_two(),
+            &LeaseObservation::Held,
+            false,
+            GEN,
+            t(1),
+        ) else {
             panic!()
         };
         assert!(held_lease_before(&held));
-        let LeaseStep::Wait(step) = lease_result(&held, &already_held(), GEN, t(2)) else {
+        let LeaseStep::Wait(step) = lease_result(&held, &already_held(), false, GEN, t(2)) else {
             panic!()
         };
         assert_eq!(step.status.error_on_lease_count, Some(1));

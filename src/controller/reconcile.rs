@@ -25,9 +25,11 @@ use super::plan::{
     Requeue, Step,
 };
 use super::{Context, Error, MAX_ERROR_BACKOFF};
-use crate::api::{FINALIZER, MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
+use crate::api::{
+    ENTERED_NODE_ANNOTATION, FINALIZER, MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus,
+};
 use crate::lease::LeaseError;
-use crate::node::{self, EnterOutcome, ExitOutcome, NodeError};
+use crate::node::{self, Claimant, EnterOutcome, ExitOutcome, NodeError};
 
 /// Reconciles one NodeMaintenance (kube-runtime reconciler). On error, the error text is written
 /// to `status.lastError` (best effort) before returning, since `error_policy` cannot do I/O.
@@ -81,6 +83,11 @@ pub fn error_policy(nm: Arc<NodeMaintenance>, err: &Error, ctx: Arc<Context>) ->
     let delay = Duration::from_secs(1)
         .saturating_mul(2u32.saturating_pow((*n - 1).min(16)))
         .min(MAX_ERROR_BACKOFF);
+    if let Some(fields) = err.invalid_fields() {
+        // 422: the API server refused what we wrote. Retrying cannot fix it, so it backs off like
+        // any error (never the quick retry of a stale copy) and says which field.
+        tracing::error!(nodemaintenance = %nm.name_any(), fields = %fields.join(","), error = %err, retry_in = ?delay, "the API server refused a write as Invalid (a bug in what we write)");
+    }
     tracing::warn!(nodemaintenance = %nm.name_any(), error = %err, retry_in = ?delay, "Reconciling with exponential duration");
     Action::requeue(delay)
 }
@@ -104,6 +111,9 @@ async fn reconcile_inner(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, 
             }
             Entry::Terminal => return Ok(Action::await_change()),
             Entry::InvalidNodeName(why) => {
+                if let Some(action) = leave_if_node_changed(&mut current, ctx).await? {
+                    return Ok(action);
+                }
                 tracing::warn!(why = %why, "invalid nodeName, not touching any node");
                 let old = status_of(&current);
                 let step = plan::invalid_node_name(
@@ -128,7 +138,33 @@ fn status_of(nm: &NodeMaintenance) -> NodeMaintenanceStatus {
     nm.status.clone().unwrap_or_default()
 }
 
+/// When `spec.nodeName` no longer names the node this NodeMaintenance entered (possible only
+/// where neither the webhook nor the CRD's rule guards it, e.g. upstream's CRD with the webhook
+/// removed): leaves the node entered first, clears the record and the status so that the next
+/// pass starts over on the new node, and returns that pass's action. `None` when nothing changed.
+async fn leave_if_node_changed(
+    current: &mut NodeMaintenance,
+    ctx: &Context,
+) -> Result<Option<Action>, Error> {
+    let Some(entered) = entered_node(current).filter(|n| *n != current.spec.node_name) else {
+        return Ok(None);
+    };
+    tracing::warn!(entered = %entered, "spec.nodeName changed after the node was entered; restoring that node first");
+    let (name, uid) = (current.name_any(), current.metadata.uid.clone());
+    let me = Claimant {
+        name: &name,
+        uid: uid.as_deref(),
+    };
+    leave_node(ctx, current, &entered, me).await?;
+    *current = record_entered_node(ctx, current, None).await?;
+    write_status(current, ctx, &NodeMaintenanceStatus::default()).await?;
+    Ok(Some(Action::requeue(Duration::from_millis(100))))
+}
+
 async fn maintain(mut current: NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
+    if let Some(action) = leave_if_node_changed(&mut current, ctx).await? {
+        return Ok(action);
+    }
     let name = current.name_any();
     let node_name = current.spec.node_name.clone();
     let generation = current.metadata.generation;
@@ -162,6 +198,11 @@ async fn maintain(mut current: NodeMaintenance, ctx: &Context) -> Result<Action,
         return finish(&mut current, ctx, None, step, Vec::new()).await;
     };
     let status = plan::node_present(&status_of(&current));
+    let uid = current.metadata.uid.clone();
+    let me = Claimant {
+        name: &name,
+        uid: uid.as_deref(),
+    };
 
     // The medik8s lease.
     let observed = match ctx
@@ -180,7 +221,12 @@ async fn maintain(mut current: NodeMaintenance, ctx: &Context) -> Result<Action,
         Err(err @ LeaseError::AlreadyHeld { .. }) => LeaseObservation::AlreadyHeld(err.to_string()),
         Err(err) => return Err(err.into()),
     };
-    let status = match plan::lease_result(&status, &observed, generation, now()) {
+    let record = node::observe(&node);
+    let entered = record
+        .holder
+        .as_deref()
+        .is_some_and(|h| me.owns(h, record.holder_uid.as_deref()));
+    let status = match plan::lease_result(&status, &observed, entered, generation, now()) {
         LeaseStep::Proceed(s) => {
             // Record ownership (and a phase back from Failed) before touching the node.
             write_status(&mut current, ctx, &s).await?;
@@ -193,7 +239,7 @@ async fn maintain(mut current: NodeMaintenance, ctx: &Context) -> Result<Action,
         LeaseStep::Stop(step) => {
             tracing::warn!("lease could not be extended, failing maintenance");
             write_status(&mut current, ctx, &step.status).await?;
-            let uncordoned = match node::exit(&ctx.nodes, &node_name, &name).await {
+            let uncordoned = match node::exit(&ctx.nodes, &node_name, me).await {
                 Ok(ExitOutcome::Restored { uncordoned }) => uncordoned,
                 Ok(ExitOutcome::NotHeld(_)) | Err(NodeError::NotFound(_)) => false,
                 Err(e) => return Err(Error::StopAfterLeaseLoss(e)),
@@ -204,25 +250,22 @@ async fn maintain(mut current: NodeMaintenance, ctx: &Context) -> Result<Action,
         }
     };
 
-    // Cordon, taint, label (one patch; re-applied when someone undid part of it).
+    // Cordon, taint, label (one patch; re-applied when someone undid part of it), after the
+    // node to restore at the end is recorded on the NodeMaintenance.
+    if entered_node(&current).as_deref() != Some(node_name.as_str()) {
+        current = record_entered_node(ctx, &current, Some(&node_name)).await?;
+    }
     let reason = current.spec.reason.clone();
-    let mut outcome = node::enter_from(
+    let is_live = |holder: &str, uid: Option<&str>| holder_is_live(ctx, holder, uid);
+    let outcome = node::enter_from(
         &ctx.nodes,
         &node_name,
         Some(node.clone()),
-        &name,
+        me,
         reason.as_deref(),
+        &is_live,
     )
     .await;
-    if let Ok(EnterOutcome::HeldBy(other)) = &outcome
-        && is_stale_holder(ctx, other)
-    {
-        // The holder annotation names a NodeMaintenance that no longer exists (e.g. its
-        // finalizer was removed by hand): take the node over rather than wait forever.
-        tracing::warn!(stale_holder = %other, "node is held by a NodeMaintenance that no longer exists, taking it over");
-        node::transfer(&ctx.nodes, &node_name, other, &name).await?;
-        outcome = node::enter(&ctx.nodes, &node_name, &name, reason.as_deref()).await;
-    }
     let repaired = match outcome {
         Ok(EnterOutcome::HeldBy(other)) => {
             let step = plan::held_by_other(&status, &node_name, &other, generation, now());
@@ -232,12 +275,23 @@ async fn maintain(mut current: NodeMaintenance, ctx: &Context) -> Result<Action,
             tracing::warn!(repaired = ?what, "maintenance had been partly undone on the node, re-applied");
             what
         }
-        Ok(EnterOutcome::Entered { cordoned, adopted }) => {
+        Ok(EnterOutcome::Entered {
+            cordoned,
+            adopted,
+            discarded,
+        }) => {
+            if let Some(vanished) = discarded {
+                tracing::warn!(vanished_holder = %vanished, "the node carried the record of a NodeMaintenance that no longer exists and not the marks it describes; prior state recorded afresh");
+            }
             tracing::info!(
                 cordoned,
                 adopted,
                 "Maintenance taints will be added to node {node_name}"
             );
+            Vec::new()
+        }
+        Ok(EnterOutcome::TookOver { from }) => {
+            tracing::warn!(vanished_holder = %from, "node is held by a NodeMaintenance that no longer exists and still carries its maintenance, taking it over");
             Vec::new()
         }
         Ok(EnterOutcome::ReasonUpdated | EnterOutcome::Unchanged) => Vec::new(),
@@ -282,10 +336,70 @@ async fn maintain(mut current: NodeMaintenance, ctx: &Context) -> Result<Action,
     finish(&mut current, ctx, Some(&node), step, enter_events).await
 }
 
-/// A holder that is neither in the cache nor plausibly just created: the cache is complete
-/// once synced, and the holder annotation is only ever written for objects in it.
-fn is_stale_holder(ctx: &Context, holder: &str) -> bool {
-    *ctx.nms_synced.borrow() && ctx.store.get(&ObjectRef::new(holder)).is_none()
+/// Whether the NodeMaintenance a node record names still exists: in the cache under that name,
+/// with that uid when one is recorded. Until the cache has listed everything, every holder
+/// counts as live (the record is kept); after that the cache is complete, and the holder
+/// annotation is only ever written for objects in it.
+fn holder_is_live(ctx: &Context, holder: &str, uid: Option<&str>) -> bool {
+    if !*ctx.nms_synced.borrow() {
+        return true;
+    }
+    ctx.store
+        .get(&ObjectRef::new(holder))
+        .is_some_and(|o| uid.is_none_or(|u| o.metadata.uid.as_deref() == Some(u)))
+}
+
+/// The node this NodeMaintenance entered ([`ENTERED_NODE_ANNOTATION`]), if recorded.
+fn entered_node(nm: &NodeMaintenance) -> Option<String> {
+    nm.annotations().get(ENTERED_NODE_ANNOTATION).cloned()
+}
+
+/// Records (`Some`) or clears (`None`) the entered node on the NodeMaintenance: a merge patch of
+/// one annotation, preconditioned on the resourceVersion read (409 on a concurrent change).
+async fn record_entered_node(
+    ctx: &Context,
+    nm: &NodeMaintenance,
+    node: Option<&str>,
+) -> Result<NodeMaintenance, Error> {
+    let patch = serde_json::json!({"metadata": {
+        "resourceVersion": nm.resource_version(),
+        "annotations": {ENTERED_NODE_ANNOTATION: node},
+    }});
+    ctx.nms
+        .patch(
+            &nm.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(Error::RecordEnteredNode)
+}
+
+/// Takes `node` out of maintenance for `me` (when it still holds it) and invalidates its lease
+/// (when we held the node: a node held by another NodeMaintenance keeps the lease that one
+/// renews); `UncordonNode` when it was uncordoned. A missing node counts as left.
+async fn leave_node(
+    ctx: &Context,
+    nm: &NodeMaintenance,
+    node: &str,
+    me: Claimant<'_>,
+) -> Result<(), Error> {
+    match node::exit(&ctx.nodes, node, me).await {
+        Ok(ExitOutcome::Restored { uncordoned }) => {
+            if uncordoned {
+                let read = ctx.nodes.get_opt(node).await.ok().flatten();
+                let e = PlannedEvent::normal(EventTarget::Node, plan::event::UNCORDON);
+                publish_on(ctx, nm, node, read.as_ref(), &e).await;
+            }
+            invalidate_lease(ctx, node).await
+        }
+        Err(NodeError::NotFound(_)) => invalidate_lease(ctx, node).await,
+        Ok(ExitOutcome::NotHeld(holder)) => {
+            tracing::info!(node, holder = ?holder, "the node entered first is not held by this NodeMaintenance any more");
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Records `step`'s status (when it changed), publishes its events and turns its requeue into an
@@ -326,10 +440,37 @@ async fn write_status(
     ctx: &Context,
     new: &NodeMaintenanceStatus,
 ) -> Result<(), Error> {
-    if !plan::needs_write(&status_of(current), new) {
+    let pruned = ctx
+        .pruned_status_fields
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    if !plan::needs_write(
+        &status_of(current),
+        new,
+        pruned.as_deref().unwrap_or_default(),
+    ) {
         return Ok(());
     }
     let patch = plan::status_patch(new, current.resource_version().as_deref());
+    if pruned.is_none() {
+        // The first write of this process asks the API server, without writing, what it would
+        // keep, so that even that write is skipped when only pruned fields differ (a restart
+        // over upstream's CRD).
+        let dry_run = ctx
+            .nms
+            .patch_status(
+                &current.name_any(),
+                &PatchParams::default().dry_run(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(Error::Status)?;
+        let learnt = learn_pruned(ctx, new, dry_run.status.as_ref());
+        if !plan::needs_write(&status_of(current), new, &learnt) {
+            return Ok(());
+        }
+    }
     let updated = ctx
         .nms
         .patch_status(
@@ -339,8 +480,30 @@ async fn write_status(
         )
         .await
         .map_err(Error::Status)?;
+    learn_pruned(ctx, new, updated.status.as_ref());
     *current = updated;
     Ok(())
+}
+
+/// Adds the fields of `sent` that the API server left out of `stored` to the pruned set, logs
+/// new ones, and returns the whole set.
+fn learn_pruned(
+    ctx: &Context,
+    sent: &NodeMaintenanceStatus,
+    stored: Option<&NodeMaintenanceStatus>,
+) -> Vec<String> {
+    let dropped = plan::pruned_fields(sent, stored);
+    let mut known = ctx
+        .pruned_status_fields
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let known = known.get_or_insert_with(Vec::new);
+    let fresh: Vec<String> = dropped.into_iter().filter(|f| !known.contains(f)).collect();
+    if !fresh.is_empty() {
+        tracing::info!(fields = %fresh.join(","), "the API server prunes these status fields (upstream's CRD schema); they are not compared");
+        known.extend(fresh);
+    }
+    known.clone()
 }
 
 /// Best effort: say in `status.lastError` what went wrong (the next successful pass replaces it).
@@ -360,7 +523,18 @@ async fn record_error(nm: &NodeMaintenance, ctx: &Context, err: &Error) {
         )
         .await
     {
-        tracing::warn!(error = %e, "Failed to update NodeMaintenance with the last error");
+        let fields = match &e {
+            kube::Error::Api(s) => super::invalid_fields_of(s),
+            _ => None,
+        };
+        match fields {
+            Some(fields) => {
+                tracing::error!(fields = %fields.join(","), error = %e, "the API server refused the lastError write as Invalid (a bug in what we write)")
+            }
+            None => {
+                tracing::warn!(error = %e, "Failed to update NodeMaintenance with the last error")
+            }
+        }
     }
 }
 
@@ -434,23 +608,42 @@ async fn invalidate_lease(ctx: &Context, node: &str) -> Result<(), Error> {
 /// hold it and nobody else wants it, invalidate the lease, then remove the finalizer.
 async fn cleanup(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
     let name = nm.name_any();
-    let node_name = &nm.spec.node_name;
+    let uid = nm.metadata.uid.clone();
+    let me = Claimant {
+        name: &name,
+        uid: uid.as_deref(),
+    };
+    // The node actually entered, whatever spec.nodeName says now (docs/design.md §1).
+    let node_name = &entered_node(nm).unwrap_or_else(|| nm.spec.node_name.clone());
     if plan::validate_node_name(node_name).is_ok() {
         let node = ctx.nodes.get_opt(node_name).await.map_err(Error::GetNode)?;
-        let holder = node.as_ref().and_then(|n| node::observe(n).holder);
+        // A record of our name but another uid is an earlier object's: not ours to restore.
+        let holder = node.as_ref().and_then(|n| {
+            let state = node::observe(n);
+            let h = state.holder?;
+            Some(if me.owns(&h, state.holder_uid.as_deref()) || h != name {
+                h
+            } else {
+                format!("{h} (uid {})", state.holder_uid.unwrap_or_default())
+            })
+        });
         let seen = match &node {
             None => NodeSeen::Missing,
             Some(_) => NodeSeen::Holder(holder.as_deref()),
         };
         let all = ctx.store.state();
-        let successor = plan::successor(nm, all.iter().map(|o| o.as_ref()));
-        match plan::deletion_plan(seen, &name, successor.as_deref()) {
+        let successor = plan::successor(nm, node_name, all.iter().map(|o| o.as_ref()));
+        match plan::deletion_plan(
+            seen,
+            &name,
+            successor.as_ref().map(|s| s.name_any()).as_deref(),
+        ) {
             DeletionPlan::Exit => {
                 tracing::info!("Maintenance taints  will be removed from node {node_name}");
-                match node::exit_from(&ctx.nodes, node_name, node.clone(), &name).await {
+                match node::exit_from(&ctx.nodes, node_name, node.clone(), me).await {
                     Ok(ExitOutcome::Restored { uncordoned: true }) => {
                         let e = PlannedEvent::normal(EventTarget::Node, plan::event::UNCORDON);
-                        publish(ctx, nm, node.as_ref(), &e).await;
+                        publish_on(ctx, nm, node_name, node.as_ref(), &e).await;
                     }
                     Ok(_) | Err(NodeError::NotFound(_)) => {}
                     Err(e) => return Err(e.into()),
@@ -459,7 +652,12 @@ async fn cleanup(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
             }
             DeletionPlan::Transfer { to } => {
                 tracing::info!(successor = %to, "handing the node over to the next NodeMaintenance");
-                match node::transfer(&ctx.nodes, node_name, &name, &to).await {
+                let to_uid = successor.as_ref().and_then(|s| s.metadata.uid.clone());
+                let to = Claimant {
+                    name: &to,
+                    uid: to_uid.as_deref(),
+                };
+                match node::transfer(&ctx.nodes, node_name, &name, to).await {
                     Ok(_) | Err(NodeError::NotFound(_)) => {}
                     Err(e) => return Err(e.into()),
                 }
@@ -474,16 +672,16 @@ async fn cleanup(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
                     tracing::info!(
                         "adopting a node left in maintenance by upstream NMO, to restore it"
                     );
-                    match node::enter(&ctx.nodes, node_name, &name, None).await {
+                    match node::enter(&ctx.nodes, node_name, me, None, &|_, _| true).await {
                         // Whatever `enter` recorded, what it entered must be exited.
                         Ok(node::EnterOutcome::Entered { .. }) => {
-                            match node::exit(&ctx.nodes, node_name, &name).await {
+                            match node::exit(&ctx.nodes, node_name, me).await {
                                 Ok(ExitOutcome::Restored { uncordoned: true }) => {
                                     let e = PlannedEvent::normal(
                                         EventTarget::Node,
                                         plan::event::UNCORDON,
                                     );
-                                    publish(ctx, nm, node.as_ref(), &e).await;
+                                    publish_on(ctx, nm, node_name, node.as_ref(), &e).await;
                                 }
                                 Ok(_) | Err(NodeError::NotFound(_)) => {}
                                 Err(e) => return Err(e.into()),
@@ -526,21 +724,36 @@ async fn cleanup(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
     Ok(Action::await_change())
 }
 
-fn node_ref(nm: &NodeMaintenance, node: Option<&Node>) -> ObjectReference {
+fn node_ref(name: &str, node: Option<&Node>) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Node".into()),
-        name: Some(nm.spec.node_name.clone()),
+        name: Some(name.to_owned()),
         uid: node.and_then(|n| n.metadata.uid.clone()),
         ..ObjectReference::default()
     }
 }
 
-/// Publishes an event; a failure is logged, never fails the reconcile.
+/// Publishes an event (a Node event about `spec.nodeName`); a failure is logged, never fails the
+/// reconcile.
 async fn publish(ctx: &Context, nm: &NodeMaintenance, node: Option<&Node>, e: &PlannedEvent) {
+    let name = node
+        .and_then(|n| n.metadata.name.clone())
+        .unwrap_or_else(|| nm.spec.node_name.clone());
+    publish_on(ctx, nm, &name, node, e).await;
+}
+
+/// As [`publish`], with a Node event about node `node_name`.
+async fn publish_on(
+    ctx: &Context,
+    nm: &NodeMaintenance,
+    node_name: &str,
+    node: Option<&Node>,
+    e: &PlannedEvent,
+) {
     let reference = match e.target {
         EventTarget::Maintenance => nm.object_ref(&()),
-        EventTarget::Node => node_ref(nm, node),
+        EventTarget::Node => node_ref(node_name, node),
     };
     let event = Event {
         type_: if e.warning {
