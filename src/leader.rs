@@ -518,7 +518,10 @@ impl Elector {
                 // A 409 only says another candidate wrote first; anything else (RBAC, API down)
                 // an operator of the cluster needs to see.
                 Ok(Err(kube::Error::Api(s))) if s.code == 409 => {
-                    tracing::debug!(lease = LEADER_ELECTION_ID, "Lease changed under this attempt (409)")
+                    tracing::debug!(
+                        lease = LEADER_ELECTION_ID,
+                        "Lease changed under this attempt (409)"
+                    )
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(lease = LEADER_ELECTION_ID, error = %e, "leader election attempt failed")
@@ -812,6 +815,44 @@ mod tests {
         l.lead_until(Instant::now() + s(60));
         l.stop();
         assert!(!l.may_write() && l.term().is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn fenced_client_refuses_writes_outside_the_term() {
+        use tower::{Layer, ServiceExt};
+        let leadership = Arc::new(Leadership::new());
+        let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = sent.clone();
+        let inner = tower::service_fn(move |_req: http::Request<()>| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, std::convert::Infallible>(http::Response::new(())) }
+        });
+        let svc = WriteFence(leadership.clone()).layer(inner);
+        let req = |m: http::Method| http::Request::builder().method(m).body(()).unwrap();
+        let call = |m| svc.clone().oneshot(req(m));
+
+        assert!(call(http::Method::GET).await.is_ok(), "reads always pass");
+        for m in [
+            http::Method::POST,
+            http::Method::PATCH,
+            http::Method::PUT,
+            http::Method::DELETE,
+        ] {
+            let err = call(m).await.unwrap_err();
+            assert!(err.is::<NotLeading>());
+        }
+        assert_eq!(
+            sent.load(Ordering::SeqCst),
+            1,
+            "no refused write reached the API"
+        );
+
+        leadership.lead_until(Instant::now() + s(60));
+        assert!(call(http::Method::PATCH).await.is_ok());
+        leadership.stop();
+        assert!(call(http::Method::PATCH).await.is_err(), "term over");
+        assert!(call(http::Method::GET).await.is_ok());
+        assert_eq!(sent.load(Ordering::SeqCst), 3);
     }
 
     #[test]

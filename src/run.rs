@@ -531,19 +531,20 @@ impl Operator {
     /// The first fatal condition: [`RunError::LeadershipLost`], [`RunError::TaskEnded`],
     /// [`RunError::Webhook`].
     pub async fn run(mut self) -> Result<(), RunError> {
-        let leading = tokio::select! {
+        let acquired = tokio::select! {
             biased;
-            () = self.root.cancelled() => false,
-            ok = self.election.acquired() => ok,
+            () = self.root.cancelled() => None,
+            ok = self.election.acquired() => Some(ok),
         };
-        let controller = if leading && !self.root.is_cancelled() {
-            Some(self.spawn_controller())
-        } else {
-            if !leading {
+        let controller = match acquired {
+            Some(true) if !self.root.is_cancelled() => Some(self.spawn_controller()),
+            Some(false) => {
                 self.fatal
                     .raise(&self.root, RunError::TaskEnded("leader election"));
+                None
             }
-            None
+            // Shutdown before (or just as) leadership came: nothing to stop but the servers.
+            _ => None,
         };
         let term = self.election.term();
         tokio::select! {

@@ -232,6 +232,18 @@ async fn mixed_election_with_client_go_never_overlaps() {
     let go_log_path = go.log_path().to_path_buf();
     let go_log = || std::fs::read_to_string(&go_log_path).unwrap_or_default();
 
+    // client-go leads first, so that round 0 also sees a standby of ours stop.
+    wait_for("client-go to lead", LIMIT, || {
+        let log = go_log();
+        async move {
+            if go_terms(&log).1.is_some() {
+                Ok(())
+            } else {
+                Err(log)
+            }
+        }
+    })
+    .await;
     let mut generation = 0;
     let mut ours = start_ours(cluster, &account, &kubeconfig, generation);
     let mut retired: Vec<Ours> = Vec::new();
@@ -262,6 +274,19 @@ async fn mixed_election_with_client_go_never_overlaps() {
         })
         .await;
 
+        if round == 0 {
+            assert!(!ours_leads, "client-go led first");
+            // A standby that is asked to stop exits 0 without ever leading.
+            let mut standby = start_ours(cluster, &account, &kubeconfig, 1000);
+            let status = standby.op.process().stop(Duration::from_secs(30));
+            assert_eq!(
+                status.and_then(|s| s.code()),
+                Some(0),
+                "standby on SIGTERM; log:\n{}",
+                standby.op.log()
+            );
+            assert!(!standby.op.log().contains("started leading"));
+        }
         if ours_leads {
             rounds_led.0 += 1;
             // Give the operator work so that reconciles are in flight when it is frozen: end the
