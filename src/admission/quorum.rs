@@ -1,10 +1,12 @@
 //! The etcd quorum rules: upstream's OpenShift guard-PDB rule and our etcd member majority rule
 //! for other clusters, over observed members, nodes and pods.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::{Selector, SelectorExt};
 
 /// Node labels that mark a control-plane node; presence is enough, any value (upstream).
 pub const CONTROL_PLANE_LABELS: [&str; 2] = [
@@ -55,7 +57,7 @@ pub enum GuardPod {
     Present(Option<String>),
 }
 
-/// Upstream's OpenShift rule (medik8s/common `IsEtcdDisruptionAllowed`, nmo-compat.md §9.1):
+/// Upstream's OpenShift rule (medik8s/common `IsEtcdDisruptionAllowed`, `docs/compat.md §6`):
 /// non-control-plane nodes are allowed; otherwise exactly one PDB must exist in `openshift-etcd`
 /// (none or several: deny); `disruptionsAllowed >= 1` allows; else the guard pod on the node
 /// denies when its Ready is `True` or `Unknown` and allows when `False`, missing, or when there is
@@ -109,12 +111,13 @@ pub fn pod_ready_status(pod: &Pod) -> Option<String> {
 
 /// Builds the etcd member list from etcd static pods (members by `spec.nodeName`, Ready when both
 /// the pod and its node are Ready) or, when there are none, from control-plane labelled nodes
-/// (Ready when the node is Ready). `maintained` are nodes with a NodeMaintenance.
+/// (Ready when the node is Ready). `node_ready` answers for a node by name (false when unknown);
+/// `maintained` says whether a node has a NodeMaintenance (cached or reserved).
 pub fn etcd_members(
-    etcd_pods: &[Pod],
-    control_plane_nodes: &[Node],
-    all_nodes_ready: &HashMap<String, bool>,
-    maintained: &BTreeSet<String>,
+    etcd_pods: &[Arc<Pod>],
+    control_plane_nodes: &[Arc<Node>],
+    node_ready_by_name: impl Fn(&str) -> bool,
+    maintained: impl Fn(&str) -> bool,
 ) -> Vec<EtcdMember> {
     let mut members: Vec<EtcdMember> = Vec::new();
     if etcd_pods.is_empty() {
@@ -124,7 +127,7 @@ pub fn etcd_members(
                 continue;
             }
             members.push(EtcdMember {
-                in_maintenance: maintained.contains(&name),
+                in_maintenance: maintained(&name),
                 ready: node_ready(n),
                 node: name,
             });
@@ -137,10 +140,9 @@ pub fn etcd_members(
             if members.iter().any(|m| m.node == node) {
                 continue;
             }
-            let ready = pod_ready_status(p).as_deref() == Some("True")
-                && all_nodes_ready.get(&node).copied().unwrap_or(false);
+            let ready = pod_ready_status(p).as_deref() == Some("True") && node_ready_by_name(&node);
             members.push(EtcdMember {
-                in_maintenance: maintained.contains(&node),
+                in_maintenance: maintained(&node),
                 ready,
                 node,
             });
@@ -149,30 +151,29 @@ pub fn etcd_members(
     members
 }
 
-/// Converts a LabelSelector to the list-call syntax (`matchLabels` plus `In`, `NotIn`, `Exists`,
-/// `DoesNotExist` expressions). An absent or empty selector selects everything (`""`), as
-/// upstream's `LabelSelectorAsMap(nil)` does.
-pub fn selector_string(selector: Option<&LabelSelector>) -> String {
-    let Some(sel) = selector else {
-        return String::new();
+/// The guard pod on `node` among `pods`: the first pod bound to the node whose labels match the
+/// guard budget's `selector` (an absent selector matches every pod, as upstream's
+/// `LabelSelectorAsMap(nil)` does).
+///
+/// # Errors
+/// The selector cannot be evaluated (an unknown operator); upstream returns such errors raw.
+pub fn guard_pod(
+    node: &str,
+    selector: Option<&LabelSelector>,
+    pods: &[Arc<Pod>],
+) -> Result<GuardPod, String> {
+    let selector = match selector {
+        Some(s) => Selector::try_from(s.clone()).map_err(|e| e.to_string())?,
+        None => Selector::default(),
     };
-    let mut parts: Vec<String> = sel
-        .match_labels
+    let empty = BTreeMap::new();
+    Ok(pods
         .iter()
-        .flatten()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    for e in sel.match_expressions.iter().flatten() {
-        let values = e.values.clone().unwrap_or_default().join(",");
-        parts.push(match e.operator.as_str() {
-            "In" => format!("{} in ({values})", e.key),
-            "NotIn" => format!("{} notin ({values})", e.key),
-            "Exists" => e.key.clone(),
-            "DoesNotExist" => format!("!{}", e.key),
-            other => format!("{} {other} ({values})", e.key),
-        });
-    }
-    parts.join(",")
+        .find(|p| {
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+                && selector.matches(p.metadata.labels.as_ref().unwrap_or(&empty))
+        })
+        .map_or(GuardPod::Absent, |p| GuardPod::Present(pod_ready_status(p))))
 }
 
 #[cfg(test)]
@@ -290,20 +291,15 @@ mod tests {
     #[test]
     fn members_come_from_etcd_pods_when_present() {
         let pods = vec![
-            pod("cp-0", Some("True")),
-            pod("cp-1", Some("True")),
-            pod("cp-2", Some("False")),
+            Arc::new(pod("cp-0", Some("True"))),
+            Arc::new(pod("cp-1", Some("True"))),
+            Arc::new(pod("cp-2", Some("False"))),
         ];
-        let ready: HashMap<String, bool> = [("cp-0", true), ("cp-1", false), ("cp-2", true)]
-            .into_iter()
-            .map(|(n, r)| (n.to_string(), r))
-            .collect();
-        let maintained: BTreeSet<String> = ["cp-0".to_string()].into();
         let members = etcd_members(
             &pods,
-            &[node("ignored", &[], Some("True"))],
-            &ready,
-            &maintained,
+            &[Arc::new(node("ignored", &[], Some("True")))],
+            |n| n != "cp-1",
+            |n| n == "cp-0",
         );
         assert_eq!(
             members,
@@ -320,15 +316,19 @@ mod tests {
     #[test]
     fn members_fall_back_to_control_plane_labelled_nodes() {
         let nodes = vec![
-            node(
+            Arc::new(node(
                 "cp-0",
                 &["node-role.kubernetes.io/control-plane"],
                 Some("True"),
-            ),
-            node("cp-1", &["node-role.kubernetes.io/master"], None),
-            node("cp-0", &["node-role.kubernetes.io/master"], Some("True")),
+            )),
+            Arc::new(node("cp-1", &["node-role.kubernetes.io/master"], None)),
+            Arc::new(node(
+                "cp-0",
+                &["node-role.kubernetes.io/master"],
+                Some("True"),
+            )),
         ];
-        let members = etcd_members(&[], &nodes, &HashMap::new(), &BTreeSet::new());
+        let members = etcd_members(&[], &nodes, |_| true, |_| false);
         assert_eq!(
             members,
             vec![member("cp-0", true, false), member("cp-1", false, false)]
@@ -364,25 +364,40 @@ mod tests {
     }
 
     #[test]
-    fn selectors_render_for_list_calls() {
+    fn the_guard_pod_is_the_one_on_the_node_matching_the_budget_selector() {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
-        assert_eq!(selector_string(None), "");
-        assert_eq!(selector_string(Some(&LabelSelector::default())), "");
+        let labelled = |node: &str, ready: Option<&str>, app: &str| {
+            let mut p = pod(node, ready);
+            p.metadata.labels = Some([("app".to_string(), app.to_string())].into());
+            Arc::new(p)
+        };
+        let pods = vec![
+            labelled("cp-0", Some("True"), "installer"),
+            labelled("cp-0", Some("False"), "guard"),
+            labelled("cp-1", Some("True"), "guard"),
+        ];
         let sel = LabelSelector {
             match_labels: Some([("app".to_string(), "guard".to_string())].into()),
-            match_expressions: Some(vec![
-                LabelSelectorRequirement {
-                    key: "tier".into(),
-                    operator: "In".into(),
-                    values: Some(vec!["a".into(), "b".into()]),
-                },
-                LabelSelectorRequirement {
-                    key: "x".into(),
-                    operator: "DoesNotExist".into(),
-                    values: None,
-                },
-            ]),
+            match_expressions: None,
         };
-        assert_eq!(selector_string(Some(&sel)), "app=guard,tier in (a,b),!x");
+        assert_eq!(
+            guard_pod("cp-0", Some(&sel), &pods),
+            Ok(GuardPod::Present(Some("False".into())))
+        );
+        assert_eq!(guard_pod("cp-2", Some(&sel), &pods), Ok(GuardPod::Absent));
+        // No selector: every pod on the node counts, the first one found decides.
+        assert_eq!(
+            guard_pod("cp-0", None, &pods),
+            Ok(GuardPod::Present(Some("True".into())))
+        );
+        let bad = LabelSelector {
+            match_labels: None,
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "app".into(),
+                operator: "Near".into(),
+                values: None,
+            }]),
+        };
+        assert!(guard_pod("cp-0", Some(&bad), &pods).is_err());
     }
 }

@@ -1,43 +1,111 @@
-//! Per-node reservations of admitted CREATEs that the NodeMaintenance LIST may not show yet.
+//! Per-node reservations of admitted CREATEs that the NodeMaintenance cache does not show yet
+//! (`docs/design.md §4`).
+//!
+//! Between the moment the webhook admits a CREATE and the moment the watch delivers the new
+//! object, the cache cannot see it; a second CREATE for the same node in that window must still be
+//! refused. A reservation covers exactly that window. It ends when the cache shows the object
+//! (created, changed or already deleted: from then on the cache speaks for the node), or when a
+//! live check finds that the object does not exist (the request failed later in the API server's
+//! chain, or the object is gone). It never ends by a timer alone, so it cannot outlive a deleted
+//! object, and it never lingers after one.
 
-use std::collections::{HashMap, HashSet};
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
+use std::time::Duration;
 
-/// How long an admitted CREATE keeps its node reserved when the object does not show up in the
-/// LIST (it may have been rejected later in the API server's chain, or not be visible yet).
-pub const PENDING_TTL: Duration = Duration::from_secs(30);
+/// How long after admission a reservation whose object the cache has not shown is checked live:
+/// the watch normally delivers a new object within milliseconds, so by then a missing object
+/// means the request failed. Checks repeat, doubling up to [`CONFIRM_MAX_INTERVAL`], while the
+/// object exists but the cache still does not show it (a watch that is reconnecting).
+pub const CONFIRM_AFTER: Duration = Duration::from_secs(1);
+/// Longest interval between two live checks of one reservation.
+pub const CONFIRM_MAX_INTERVAL: Duration = Duration::from_secs(8);
 
-/// Admitted CREATEs that the NodeMaintenance LIST may not show yet, by node name.
-#[derive(Debug, Default)]
-pub struct PendingCreates {
-    entries: HashMap<String, (String, Instant)>,
+/// One admitted CREATE not yet shown by the cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    /// Name of the admitted NodeMaintenance (empty when the request carried none).
+    pub nm_name: String,
+    /// Identifies this admission, so a late check never ends a newer reservation.
+    pub token: u64,
 }
 
-impl PendingCreates {
-    /// Forgets entries older than [`PENDING_TTL`] and entries whose object is now listed (the LIST
-    /// then speaks for them). `listed` holds the names of listed NodeMaintenances.
-    pub fn prune(&mut self, listed: &HashSet<String>, now: Instant) {
-        self.entries.retain(|_, (nm, at)| {
-            now.saturating_duration_since(*at) < PENDING_TTL && !listed.contains(nm)
-        });
+/// The reservations of one replica, by node name. Pure bookkeeping; the webhook holds it behind
+/// one mutex together with its cache reads, so that checking and reserving is one atomic step.
+#[derive(Debug, Default)]
+pub struct Reservations {
+    by_node: HashMap<String, Reservation>,
+    next_token: u64,
+}
+
+impl Reservations {
+    /// Whether `node` is reserved by a CREATE of another object than `nm_name`. A client
+    /// retrying the same object is not refused by its own earlier admission (the API server
+    /// refuses a real duplicate name with AlreadyExists); an empty name identifies nothing, so it
+    /// never exempts itself.
+    pub fn reserved_for_other(&self, node: &str, nm_name: &str) -> bool {
+        self.by_node
+            .get(node)
+            .is_some_and(|r| nm_name.is_empty() || r.nm_name != nm_name)
     }
 
-    /// Nodes reserved by a pending CREATE other than one for `nm_name` itself (a client retrying
-    /// the same object must not be refused by its own earlier admission; the API server refuses a
-    /// real duplicate name with AlreadyExists).
-    pub fn reserved_nodes(&self, nm_name: &str) -> impl Iterator<Item = &String> {
-        self.entries
-            .iter()
-            // An empty name (generateName not yet resolved) identifies nothing, so it never
-            // exempts itself.
-            .filter(move |(_, (nm, _))| nm_name.is_empty() || nm != nm_name)
-            .map(|(node, _)| node)
+    /// Reserves `node` for the admitted `nm_name`; returns the token of this reservation.
+    pub fn reserve(&mut self, node: &str, nm_name: &str) -> u64 {
+        self.next_token += 1;
+        self.by_node.insert(
+            node.to_string(),
+            Reservation {
+                nm_name: nm_name.to_string(),
+                token: self.next_token,
+            },
+        );
+        self.next_token
     }
 
-    /// Reserves `node` for the admitted `nm_name`.
-    pub fn record(&mut self, node: &str, nm_name: &str, now: Instant) {
-        self.entries
-            .insert(node.to_string(), (nm_name.to_string(), now));
+    /// The cache shows NodeMaintenance `nm_name` for `node` (added, changed or deleted): the
+    /// reservation it stands for ends. A reservation without a name ends when the cache shows any
+    /// NodeMaintenance for its node; one for another node, or another object, is left alone
+    /// (an object of the same name for another node is not this CREATE's). Returns whether one
+    /// ended.
+    pub fn observed(&mut self, nm_name: &str, node: &str) -> bool {
+        let ends = self
+            .by_node
+            .get(node)
+            .is_some_and(|r| r.nm_name == nm_name || r.nm_name.is_empty());
+        if ends {
+            self.by_node.remove(node);
+        }
+        ends
+    }
+
+    /// Whether the reservation `token` of `node` is still held.
+    pub fn holds(&self, node: &str, token: u64) -> bool {
+        self.by_node.get(node).is_some_and(|r| r.token == token)
+    }
+
+    /// Ends the reservation `token` of `node` (its object was found not to exist); a newer
+    /// reservation of the node is left alone. Returns whether it ended.
+    pub fn release(&mut self, node: &str, token: u64) -> bool {
+        if self.holds(node, token) {
+            self.by_node.remove(node);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Every reservation, by node (for the relist check and diagnostics).
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Reservation)> {
+        self.by_node.iter()
+    }
+
+    /// The number of reservations held.
+    pub fn len(&self) -> usize {
+        self.by_node.len()
+    }
+
+    /// Whether no reservation is held.
+    pub fn is_empty(&self) -> bool {
+        self.by_node.is_empty()
     }
 }
 
@@ -46,24 +114,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pending_creates_reserve_until_listed_or_expired() {
-        let t0 = Instant::now();
-        let mut p = PendingCreates::default();
-        p.record("node-a", "nm-1", t0);
-        let none = HashSet::new();
-        p.prune(&none, t0 + Duration::from_secs(1));
-        assert_eq!(p.reserved_nodes("nm-2").collect::<Vec<_>>(), vec!["node-a"]);
+    fn a_reservation_refuses_other_objects_until_the_cache_shows_its_own() {
+        let mut r = Reservations::default();
+        r.reserve("node-a", "nm-1");
+        assert!(r.reserved_for_other("node-a", "nm-2"));
         // The same object retried is not refused by its own reservation.
-        assert_eq!(p.reserved_nodes("nm-1").count(), 0);
-        let mut unnamed = PendingCreates::default();
-        unnamed.record("node-c", "", t0);
-        assert_eq!(unnamed.reserved_nodes("").count(), 1);
-        // Listed: the LIST speaks for it now.
-        p.prune(&["nm-1".to_string()].into(), t0 + Duration::from_secs(2));
-        assert_eq!(p.reserved_nodes("nm-2").count(), 0);
-        // Expired.
-        p.record("node-b", "nm-3", t0);
-        p.prune(&none, t0 + PENDING_TTL);
-        assert_eq!(p.reserved_nodes("nm-4").count(), 0);
+        assert!(!r.reserved_for_other("node-a", "nm-1"));
+        assert!(!r.reserved_for_other("node-b", "nm-2"));
+        // Another object showing up, or an object of the same name for another node (a create
+        // that then failed with AlreadyExists), changes nothing.
+        assert!(!r.observed("nm-9", "node-b"));
+        assert!(!r.observed("nm-1", "node-b"));
+        assert!(r.reserved_for_other("node-a", "nm-2"));
+        // The cache shows nm-1 (created, or created and already deleted): it speaks for node-a.
+        assert!(r.observed("nm-1", "node-a"));
+        assert!(!r.reserved_for_other("node-a", "nm-2"));
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn an_unnamed_reservation_never_exempts_and_ends_with_any_object_for_its_node() {
+        let mut r = Reservations::default();
+        r.reserve("node-c", "");
+        assert!(r.reserved_for_other("node-c", ""));
+        assert!(!r.observed("nm-x", "node-d"));
+        assert!(r.observed("generated-abcde", "node-c"));
+    }
+
+    #[test]
+    fn a_late_check_never_ends_a_newer_reservation() {
+        let mut r = Reservations::default();
+        let old = r.reserve("node-a", "nm-1");
+        let new = r.reserve("node-a", "nm-1");
+        assert!(!r.release("node-a", old));
+        assert!(r.holds("node-a", new));
+        assert!(r.release("node-a", new));
+        assert_eq!(r.len(), 0);
     }
 }

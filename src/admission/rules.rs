@@ -1,50 +1,53 @@
 //! The pure admission rules: upstream's CREATE and UPDATE checks and their denial texts.
 
-use std::collections::BTreeSet;
-
 use crate::api::{NodeMaintenance, NodeNameError};
 
 /// Why a NodeMaintenance is not admitted. The display text is the denial message returned with
 /// code 403 (kubectl prints `admission webhook "vnodemaintenance.kb.io" denied the request:
-/// <text>`); the first five are upstream's exact strings.
+/// <text>`). Every text and how it relates to upstream's is listed in `docs/compat.md §6`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Denial {
-    /// CREATE for a node that does not exist (upstream check 1).
+    /// CREATE for a node that does not exist (upstream check 1, exact text).
     #[error("invalid nodeName, no node with name {0} found")]
     NodeNotFound(String),
-    /// Another NodeMaintenance already targets the node (upstream check 2).
+    /// Another NodeMaintenance already targets the node (upstream check 2, exact text).
     #[error("invalid nodeName, a NodeMaintenance for node {0} already exists")]
     AlreadyExists(String),
-    /// The node hosts an etcd member whose loss would break quorum (upstream check 3).
+    /// The node hosts an etcd member whose loss would break quorum (upstream check 3, exact text).
     #[error(
         "can not put master/control-plane node into maintenance at this moment, disrupting node {0} will violate etcd quorum"
     )]
     EtcdQuorum(String),
-    /// UPDATE changing `spec.nodeName` (upstream UPDATE check).
+    /// UPDATE changing `spec.nodeName` (upstream's UPDATE check, exact text).
     #[error("updating spec.NodeName isn't allowed")]
     NodeNameChanged,
-    /// Node lookup failed for a reason other than NotFound (upstream check 1e).
+    /// The live lookup of a node missing from the cache failed for a reason other than NotFound
+    /// (upstream check 1e, exact prefix).
     #[error(
         "could not get node for validating spec.NodeName, please try again: could not get node: {0}"
     )]
     NodeLookup(String),
-    /// NodeMaintenance LIST failed (upstream check 2e).
-    #[error("could not list NodeMaintenances for validating spec.NodeName, please try again: {0}")]
-    ListLookup(String),
-    /// The quorum lookups failed (upstream returns these errors raw).
+    /// The watch caches have not synced yet, so there is nothing to decide from (upstream's
+    /// check 2e prefix; upstream's cached client waits for its own sync the same way).
+    #[error(
+        "could not list NodeMaintenances for validating spec.NodeName, please try again: the webhook's watch caches have not synced yet"
+    )]
+    NotSynced,
+    /// The etcd guard budget's selector cannot be evaluated (upstream returns the raw error).
     #[error("could not check the etcd quorum for node {node}, please try again: {error}")]
     QuorumLookup {
         /// The node.
         node: String,
-        /// The lookup error.
+        /// Why the check could not be made.
         error: String,
     },
-    /// `spec.nodeName` is empty (upstream answers with a confusing "please try again").
-    #[error("invalid nodeName, spec.nodeName must be a valid node name")]
+    /// `spec.nodeName` is empty: no node has that name. Upstream's text, then why.
+    #[error("invalid nodeName, no node with name  found (spec.nodeName is empty)")]
     EmptyNodeName,
-    /// `spec.nodeName` is not a DNS-1123 subdomain, so no Node can have that name.
+    /// `spec.nodeName` is not a DNS-1123 subdomain, so no Node can have that name. Upstream's
+    /// text, then why.
     #[error(
-        "invalid nodeName, spec.nodeName must be a valid node name (a lowercase DNS-1123 subdomain), got {0:?}"
+        "invalid nodeName, no node with name {0} found (a node name is a lowercase DNS-1123 subdomain)"
     )]
     MalformedNodeName(String),
     /// The review carried no object to validate.
@@ -53,7 +56,8 @@ pub enum Denial {
 }
 
 /// Checks that `name` can be a Node name ([`crate::api::validate_node_name`], the rule the
-/// controller applies too).
+/// controller applies too). A name that cannot be a node's is answered like a missing node,
+/// with upstream's text first (`docs/compat.md §6`).
 ///
 /// # Errors
 /// [`Denial::EmptyNodeName`] or [`Denial::MalformedNodeName`].
@@ -72,14 +76,14 @@ pub fn validate_node_name(name: &str) -> Result<(), Denial> {
 pub struct CreateFacts {
     /// A Node named `spec.nodeName` exists.
     pub node_exists: bool,
-    /// Nodes that already have a NodeMaintenance (listed, plus admitted but not yet listed).
-    pub maintained_nodes: BTreeSet<String>,
+    /// Another NodeMaintenance targets the node (cached, or admitted and not yet cached).
+    pub already_maintained: bool,
     /// Putting the node into maintenance keeps etcd quorum (true for non-members).
     pub quorum_safe: bool,
 }
 
 /// Decides a CREATE: valid name, node exists, no other NodeMaintenance for the node, etcd quorum
-/// kept; the first failing check wins (upstream's order, nmo-compat.md §9.1).
+/// kept; the first failing check wins (upstream's order, `docs/compat.md §6`).
 ///
 /// # Errors
 /// The [`Denial`] of the first failing check.
@@ -89,7 +93,7 @@ pub fn validate_create(nm: &NodeMaintenance, facts: &CreateFacts) -> Result<(), 
     if !facts.node_exists {
         return Err(Denial::NodeNotFound(node.to_string()));
     }
-    if facts.maintained_nodes.contains(node) {
+    if facts.already_maintained {
         return Err(Denial::AlreadyExists(node.to_string()));
     }
     if !facts.quorum_safe {
@@ -99,7 +103,7 @@ pub fn validate_create(nm: &NodeMaintenance, facts: &CreateFacts) -> Result<(), 
 }
 
 /// Decides an UPDATE: `spec.nodeName` is immutable; reason, metadata and finalizer edits are
-/// allowed (nmo-compat.md §9.2).
+/// allowed (`docs/compat.md §6`). Reads nothing but the two objects.
 ///
 /// # Errors
 /// [`Denial::NodeNameChanged`].
@@ -127,10 +131,10 @@ mod tests {
         nm
     }
 
-    fn facts(node_exists: bool, maintained: &[&str], quorum_safe: bool) -> CreateFacts {
+    fn facts(node_exists: bool, already_maintained: bool, quorum_safe: bool) -> CreateFacts {
         CreateFacts {
             node_exists,
-            maintained_nodes: maintained.iter().map(|s| s.to_string()).collect(),
+            already_maintained,
             quorum_safe,
         }
     }
@@ -139,24 +143,24 @@ mod tests {
     fn create_denials_use_upstreams_exact_strings_in_order() {
         let m = nm("nm-1", "node-a");
         assert_eq!(
-            validate_create(&m, &facts(false, &["node-a"], false))
+            validate_create(&m, &facts(false, true, false))
                 .unwrap_err()
                 .to_string(),
             "invalid nodeName, no node with name node-a found"
         );
         assert_eq!(
-            validate_create(&m, &facts(true, &["node-a"], false))
+            validate_create(&m, &facts(true, true, false))
                 .unwrap_err()
                 .to_string(),
             "invalid nodeName, a NodeMaintenance for node node-a already exists"
         );
         assert_eq!(
-            validate_create(&m, &facts(true, &["node-b"], false))
+            validate_create(&m, &facts(true, false, false))
                 .unwrap_err()
                 .to_string(),
             "can not put master/control-plane node into maintenance at this moment, disrupting node node-a will violate etcd quorum"
         );
-        assert_eq!(validate_create(&m, &facts(true, &["node-b"], true)), Ok(()));
+        assert_eq!(validate_create(&m, &facts(true, false, true)), Ok(()));
     }
 
     #[test]
@@ -174,11 +178,16 @@ mod tests {
     }
 
     #[test]
-    fn empty_and_malformed_node_names_get_a_clear_message() {
-        let err = validate_create(&nm("x", ""), &facts(true, &[], true)).unwrap_err();
+    fn names_no_node_can_have_get_upstreams_not_found_text_first() {
+        let err = validate_create(&nm("x", ""), &facts(true, false, true)).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "invalid nodeName, spec.nodeName must be a valid node name"
+            "invalid nodeName, no node with name  found (spec.nodeName is empty)"
+        );
+        // Upstream's own end-to-end input: upper case, so not a DNS-1123 name.
+        assert_eq!(
+            validate_node_name("doesNotExist").unwrap_err().to_string(),
+            "invalid nodeName, no node with name doesNotExist found (a node name is a lowercase DNS-1123 subdomain)"
         );
         for bad in [
             "Node-A",
@@ -192,7 +201,7 @@ mod tests {
             let err = validate_node_name(bad).unwrap_err();
             assert!(
                 err.to_string()
-                    .starts_with("invalid nodeName, spec.nodeName must be a valid node name"),
+                    .starts_with(&format!("invalid nodeName, no node with name {bad} found")),
                 "{bad}: {err}"
             );
         }

@@ -1,24 +1,24 @@
-//! The webhook adapter: the lookups a CREATE needs, the per-node serialisation, and the
-//! [`nmo_webhook::Validator`] that answers AdmissionReviews.
+//! The webhook adapter: decides CREATEs from the watch caches (`docs/design.md §4`), keeps the
+//! per-node reservations, and answers AdmissionReviews as a [`nmo_webhook::Validator`].
 
-use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::ListParams;
+use k8s_openapi::api::core::v1::Node;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::{Api, Client};
+use tokio::sync::watch;
 
+use super::cache::{self, CacheTasks, Caches, NmEvent, QuorumStores};
 use super::*;
 use crate::api::NodeMaintenance;
 use crate::metrics::Metrics;
 
 /// Path of the validating webhook (upstream's, derived by kubebuilder from the GVK).
 pub const WEBHOOK_PATH: &str = "/validate-nodemaintenance-medik8s-io-v1beta1-nodemaintenance";
-/// Upper bound of all lookups for one review; stays below the webhook's 15 s `timeoutSeconds`
-/// so the user gets our "please try again" message rather than a webhook timeout.
+/// Upper bound of the waits of one review (caches not yet synced, the live lookup of a node
+/// missing from the cache); stays below the webhook's 15 s `timeoutSeconds` so the user gets our
+/// "please try again" message rather than a webhook timeout.
 pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The platform's quorum guard, detected once at start.
@@ -30,7 +30,7 @@ pub enum Platform {
     Kubernetes,
 }
 
-/// Errors of [`Admission::new`].
+/// Errors of [`Admission::start`].
 #[derive(Debug, thiserror::Error)]
 pub enum AdmissionError {
     /// API discovery failed; upstream treats this as fatal at startup.
@@ -38,50 +38,99 @@ pub enum AdmissionError {
     Discovery(#[source] kube::Error),
 }
 
-/// The NodeMaintenance validator: API lookups plus the pure rules above.
+/// Detects the platform with one discovery call: OpenShift when `config.openshift.io/v1` is
+/// served, as upstream does at start-up.
+///
+/// # Errors
+/// [`AdmissionError::Discovery`] when discovery fails.
+pub async fn detect_platform(client: &Client) -> Result<Platform, AdmissionError> {
+    let groups = client
+        .list_api_groups()
+        .await
+        .map_err(AdmissionError::Discovery)?;
+    let openshift = groups.groups.iter().any(|g| {
+        g.versions
+            .iter()
+            .any(|v| v.group_version == OPENSHIFT_CONFIG_GROUP_VERSION)
+    });
+    Ok(if openshift {
+        Platform::OpenShift
+    } else {
+        tracing::info!(
+            "Cluster does not have etcd quorum PDB; using the etcd member majority rule for control-plane nodes"
+        );
+        Platform::Kubernetes
+    })
+}
+
+/// The NodeMaintenance validator: the pure rules over the watch caches, plus the reservations.
 pub struct Admission {
     client: Client,
     metrics: Arc<Metrics>,
     platform: Platform,
-    node_locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
-    pending: Mutex<PendingCreates>,
+    caches: Caches,
+    /// Held while a CREATE reads the caches and reserves its node, so that the check and the
+    /// reservation are one step for every CREATE of this replica (a few microseconds: nothing
+    /// awaits under it).
+    reservations: Arc<Mutex<Reservations>>,
+    _tasks: CacheTasks,
 }
 
 impl Admission {
-    /// Detects the platform once (API group discovery: OpenShift when `config.openshift.io/v1` is
-    /// served, as upstream) and builds the validator.
+    /// Detects the platform ([`detect_platform`]) and starts the caches ([`Admission::with_platform`]).
+    /// The returned validator answers CREATEs once [`Admission::synced`] reads true (until
+    /// then a CREATE waits for it, up to [`LOOKUP_TIMEOUT`]).
     ///
     /// # Errors
     /// [`AdmissionError::Discovery`] when discovery fails.
-    pub async fn new(client: Client, metrics: Arc<Metrics>) -> Result<Self, AdmissionError> {
-        let groups = client
-            .list_api_groups()
-            .await
-            .map_err(AdmissionError::Discovery)?;
-        let openshift = groups.groups.iter().any(|g| {
-            g.versions
-                .iter()
-                .any(|v| v.group_version == OPENSHIFT_CONFIG_GROUP_VERSION)
-        });
-        let platform = if openshift {
-            Platform::OpenShift
-        } else {
-            tracing::info!(
-                "Cluster does not have etcd quorum PDB; using the etcd member majority rule for control-plane nodes"
-            );
-            Platform::Kubernetes
-        };
+    pub async fn start(client: Client, metrics: Arc<Metrics>) -> Result<Self, AdmissionError> {
+        let platform = detect_platform(&client).await?;
         Ok(Self::with_platform(client, metrics, platform))
     }
 
-    /// Builds the validator for a known platform (no discovery call).
+    /// Starts the caches for a known platform (no discovery call). Must run inside a tokio
+    /// runtime; the watches stop when the validator is dropped.
     pub fn with_platform(client: Client, metrics: Arc<Metrics>, platform: Platform) -> Self {
+        let reservations = Arc::new(Mutex::new(Reservations::default()));
+        let (caches, tasks) = {
+            let reservations = reservations.clone();
+            // The handle for the relist check is only known after start; it is set right below.
+            let relist_view: Arc<std::sync::OnceLock<Caches>> = Arc::default();
+            let view = relist_view.clone();
+            let (caches, tasks) = cache::start(&client, platform, move |ev| {
+                let mut r = lock(&reservations);
+                match ev {
+                    NmEvent::Observed { name, node } => {
+                        if r.observed(&name, &node) {
+                            tracing::debug!(name = %name, node = %node, "reservation ended: the cache shows the NodeMaintenance");
+                        }
+                    }
+                    // A relist may have skipped events; a reservation whose object is now in the
+                    // cache ends, the others stay with their live check.
+                    NmEvent::Relisted => {
+                        if let Some(c) = view.get() {
+                            let shown: Vec<(String, String)> = r
+                                .iter()
+                                .filter(|(node, res)| c.has_nm_for(&res.nm_name, node))
+                                .map(|(node, res)| (res.nm_name.clone(), node.clone()))
+                                .collect();
+                            for (name, node) in shown {
+                                r.observed(&name, &node);
+                            }
+                        }
+                    }
+                }
+            });
+            let _ = relist_view.set(caches.clone());
+            (caches, tasks)
+        };
         Self {
             client,
             metrics,
             platform,
-            node_locks: Mutex::new(HashMap::new()),
-            pending: Mutex::new(PendingCreates::default()),
+            caches,
+            reservations,
+            _tasks: tasks,
         }
     }
 
@@ -90,98 +139,89 @@ impl Admission {
         self.platform
     }
 
-    fn node_lock(&self, node: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.node_locks.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(lock) = locks.get(node).and_then(Weak::upgrade) {
-            return lock;
+    /// Turns true once the caches have listed everything; `/readyz` waits for it.
+    pub fn synced(&self) -> watch::Receiver<bool> {
+        self.caches.synced()
+    }
+
+    /// The number of reservations held now (admitted CREATEs the cache does not show yet).
+    pub fn reservations(&self) -> usize {
+        lock(&self.reservations).len()
+    }
+
+    /// The stripped node: from the cache, or, when the cache does not have it (a node created a
+    /// moment ago), from one live GET. `None` when it does not exist.
+    async fn node(&self, name: &str) -> Result<Option<Arc<Node>>, Denial> {
+        if let Some(node) = self.caches.node(name) {
+            return Ok(Some(node));
         }
-        locks.retain(|_, w| w.strong_count() > 0);
-        let lock = Arc::new(tokio::sync::Mutex::new(()));
-        locks.insert(node.to_string(), Arc::downgrade(&lock));
-        lock
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        match nodes.get_opt(name).await {
+            Ok(Some(mut node)) => {
+                cache::strip_node(&mut node);
+                Ok(Some(Arc::new(node)))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(Denial::NodeLookup(e.to_string())),
+        }
     }
 
     async fn admit_create(&self, nm: &NodeMaintenance, dry_run: bool) -> Result<(), Denial> {
-        let node_name = nm.spec.node_name.clone();
-        validate_node_name(&node_name)?;
+        let node_name = nm.spec.node_name.as_str();
+        // A name no node can have is answered like a missing node, without a lookup.
+        validate_node_name(node_name)?;
+        let mut synced = self.caches.synced();
+        if synced.wait_for(|v| *v).await.is_err() {
+            return Err(Denial::NotSynced);
+        }
+        let Some(node) = self.node(node_name).await? else {
+            return Err(Denial::NodeNotFound(node_name.to_string()));
+        };
         let nm_name = nm.metadata.name.clone().unwrap_or_default();
-        // One decision per node at a time: the LIST below plus the pending set then see every
-        // earlier admission for this node.
-        let lock = self.node_lock(&node_name);
-        let _guard = lock.lock().await;
 
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let node = match nodes.get_opt(&node_name).await {
-            Ok(node) => node,
-            Err(e) => return Err(Denial::NodeLookup(e.to_string())),
-        };
-        let Some(node) = node else {
-            return Err(Denial::NodeNotFound(node_name));
-        };
-
-        let nms: Api<NodeMaintenance> = Api::all(self.client.clone());
-        let listed = nms
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| Denial::ListLookup(e.to_string()))?;
-        let listed_names: HashSet<String> = listed
-            .items
-            .iter()
-            .filter_map(|n| n.metadata.name.clone())
-            .collect();
-        let mut maintained: BTreeSet<String> = listed
-            .items
-            .iter()
-            .map(|n| n.spec.node_name.clone())
-            .collect();
-        {
-            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            pending.prune(&listed_names, Instant::now());
-            maintained.extend(pending.reserved_nodes(&nm_name).cloned());
-        }
-        if maintained.contains(&node_name) {
-            return Err(Denial::AlreadyExists(node_name));
-        }
-
-        let quorum_safe =
-            self.quorum_safe(&node, &maintained)
-                .await
-                .map_err(|e| Denial::QuorumLookup {
-                    node: node_name.clone(),
-                    error: e.to_string(),
-                })?;
+        let mut reservations = lock(&self.reservations);
+        let maintained =
+            |n: &str| self.caches.maintained(n) || reservations.reserved_for_other(n, &nm_name);
+        let already_maintained = maintained(node_name);
+        let quorum_safe = already_maintained || self.quorum_safe(&node, &maintained)?;
         validate_create(
             nm,
             &CreateFacts {
                 node_exists: true,
-                maintained_nodes: maintained,
+                already_maintained,
                 quorum_safe,
             },
         )?;
         if !dry_run {
-            self.pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .record(&node_name, &nm_name, Instant::now());
+            let token = reservations.reserve(node_name, &nm_name);
+            drop(reservations);
+            tokio::spawn(confirm_reservation(
+                Api::all(self.client.clone()),
+                self.reservations.clone(),
+                node_name.to_string(),
+                nm_name,
+                token,
+            ));
         }
         Ok(())
     }
 
-    async fn quorum_safe(
-        &self,
-        node: &Node,
-        maintained: &BTreeSet<String>,
-    ) -> Result<bool, kube::Error> {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        match self.platform {
-            Platform::OpenShift => {
-                if !is_control_plane(node) {
+    /// The quorum rule of the platform over the cached inputs (no API call).
+    fn quorum_safe(&self, node: &Node, maintained: &dyn Fn(&str) -> bool) -> Result<bool, Denial> {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let control_plane = is_control_plane(node);
+        match self.caches.quorum() {
+            QuorumStores::OpenShift { budgets, pods } => {
+                if !control_plane {
                     return Ok(true);
                 }
-                let pdbs: Api<PodDisruptionBudget> =
-                    Api::namespaced(self.client.clone(), OPENSHIFT_ETCD_NAMESPACE);
-                let pdbs = pdbs.list(&ListParams::default()).await?.items;
-                let allowed: Vec<i32> = pdbs
+                let budgets = budgets.state();
+                if budgets.is_empty() {
+                    tracing::info!(
+                        "No PDBs were found, can't check if the etcd quorum will be violated!"
+                    );
+                }
+                let allowed: Vec<i32> = budgets
                     .iter()
                     .map(|p| {
                         p.status
@@ -190,78 +230,42 @@ impl Admission {
                             .unwrap_or(0)
                     })
                     .collect();
-                if pdbs.is_empty() {
-                    tracing::info!(
-                        "No PDBs were found, can't check if the etcd quorum will be violated!"
-                    );
-                }
-                let guard = if let [pdb] = pdbs.as_slice()
-                    && allowed[0] < 1
-                {
-                    let selector =
-                        selector_string(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()));
-                    let pods: Api<Pod> =
-                        Api::namespaced(self.client.clone(), OPENSHIFT_ETCD_NAMESPACE);
-                    let pods = pods.list(&ListParams::default().labels(&selector)).await?;
-                    pods.items
-                        .iter()
-                        .find(|p| {
-                            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&name)
-                        })
-                        .map_or(GuardPod::Absent, |p| GuardPod::Present(pod_ready_status(p)))
-                } else {
-                    GuardPod::Absent
+                let guard = match (budgets.as_slice(), allowed.as_slice()) {
+                    ([pdb], [a]) if *a < 1 => guard_pod(
+                        name,
+                        pdb.spec.as_ref().and_then(|s| s.selector.as_ref()),
+                        &pods.state(),
+                    )
+                    .map_err(|error| Denial::QuorumLookup {
+                        node: name.to_string(),
+                        error,
+                    })?,
+                    _ => GuardPod::Absent,
                 };
                 Ok(openshift_quorum_allows(true, &allowed, &guard))
             }
-            Platform::Kubernetes => {
-                let pods: Api<Pod> = Api::namespaced(self.client.clone(), ETCD_POD_NAMESPACE);
-                // Most maintenances are for workers: a node that is not control-plane labelled and
-                // runs no etcd pod is no member whichever way members are found, so one
-                // node-scoped list settles it.
-                if !is_control_plane(node) {
-                    let on_node = pods
-                        .list(
-                            &ListParams::default()
-                                .labels(ETCD_POD_SELECTOR)
-                                .fields(&format!("spec.nodeName={name}"))
-                                .limit(1),
-                        )
-                        .await?;
-                    if on_node.items.is_empty() {
-                        return Ok(true);
-                    }
-                }
-                let etcd_pods = pods
-                    .list(&ListParams::default().labels(ETCD_POD_SELECTOR))
-                    .await?
-                    .items;
-                let nodes: Api<Node> = Api::all(self.client.clone());
-                let (control_plane, ready) = if etcd_pods.is_empty() {
-                    let mut cp = Vec::new();
-                    for label in CONTROL_PLANE_LABELS {
-                        cp.extend(
-                            nodes
-                                .list(&ListParams::default().labels(label))
-                                .await?
-                                .items,
-                        );
-                    }
-                    (cp, HashMap::new())
-                } else {
-                    let mut ready = HashMap::new();
-                    for p in &etcd_pods {
-                        if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref())
-                            && !ready.contains_key(n)
-                        {
-                            let r = nodes.get_opt(n).await?.as_ref().is_some_and(node_ready);
-                            ready.insert(n.to_string(), r);
-                        }
-                    }
-                    (Vec::new(), ready)
+            QuorumStores::Kubernetes { etcd_pods } => {
+                let on_node = |p: &k8s_openapi::api::core::v1::Pod| {
+                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name)
                 };
-                let members = etcd_members(&etcd_pods, &control_plane, &ready, maintained);
-                let allowed = etcd_quorum_allows(&name, &members);
+                // Most maintenances are for workers: a node that is not control-plane labelled
+                // and runs no etcd pod is no member whichever way members are found.
+                if !control_plane && etcd_pods.find(on_node).is_none() {
+                    return Ok(true);
+                }
+                let pods = etcd_pods.state();
+                let control_plane_nodes = if pods.is_empty() {
+                    self.caches.control_plane_nodes()
+                } else {
+                    Vec::new()
+                };
+                let members = etcd_members(
+                    &pods,
+                    &control_plane_nodes,
+                    |n| self.caches.node(n).is_some_and(|n| node_ready(&n)),
+                    maintained,
+                );
+                let allowed = etcd_quorum_allows(name, &members);
                 if !allowed {
                     tracing::info!(node = %name, ?members, "etcd quorum would be violated");
                 }
@@ -277,12 +281,15 @@ impl Admission {
                 match tokio::time::timeout(LOOKUP_TIMEOUT, self.admit_create(nm, req.dry_run)).await
                 {
                     Ok(result) => result,
+                    Err(_) if !*self.caches.synced().borrow() => Err(Denial::NotSynced),
                     Err(_) => Err(Denial::NodeLookup(format!(
                         "lookups did not finish within {} s",
                         LOOKUP_TIMEOUT.as_secs()
                     ))),
                 }
             }
+            // The controller's own finalizer patches come through here: only the two objects
+            // are read, never the API.
             Operation::Update => {
                 let new = req.object.as_ref().ok_or(Denial::MissingObject("object"))?;
                 let old = req
@@ -294,6 +301,54 @@ impl Admission {
             // DELETE/CONNECT are not registered (upstream only logs `validate delete`).
             _ => Ok(()),
         }
+    }
+}
+
+fn lock(r: &Mutex<Reservations>) -> MutexGuard<'_, Reservations> {
+    r.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Ends reservation `token` of `node` once a live check finds that its NodeMaintenance does not
+/// exist (the request failed after admission, or the object is already gone). Runs only while
+/// the cache has not shown the object: normally the watch ends the reservation within
+/// milliseconds and this task finds nothing to do.
+async fn confirm_reservation(
+    api: Api<NodeMaintenance>,
+    reservations: Arc<Mutex<Reservations>>,
+    node: String,
+    nm_name: String,
+    token: u64,
+) {
+    let mut wait = CONFIRM_AFTER;
+    loop {
+        tokio::time::sleep(wait).await;
+        if !lock(&reservations).holds(&node, token) {
+            return;
+        }
+        let exists = if nm_name.is_empty() {
+            api.list(&Default::default())
+                .await
+                .map(|l| l.items.iter().any(|o| o.spec.node_name == node))
+        } else {
+            // An object of that name for another node is not this CREATE's (it failed with
+            // AlreadyExists).
+            api.get_opt(&nm_name)
+                .await
+                .map(|o| o.is_some_and(|o| o.spec.node_name == node))
+        };
+        match exists {
+            Ok(false) => {
+                if lock(&reservations).release(&node, token) {
+                    tracing::info!(name = %nm_name, node = %node, "reservation ended: the admitted NodeMaintenance does not exist (its request failed later, or it is gone)");
+                }
+                return;
+            }
+            Ok(true) => {}
+            Err(e) => {
+                tracing::warn!(name = %nm_name, node = %node, error = %e, "could not check an admitted NodeMaintenance; retrying")
+            }
+        }
+        wait = (wait * 2).min(CONFIRM_MAX_INTERVAL);
     }
 }
 
@@ -330,7 +385,7 @@ impl nmo_webhook::Validator for Admission {
             .as_ref()
             .map(|o| o.spec.node_name.clone())
             .unwrap_or_default();
-        tracing::info!(name = %req.name, node = %node, operation, dry_run = req.dry_run, "validate {}", operation.to_lowercase());
+        tracing::debug!(name = %req.name, node = %node, operation, dry_run = req.dry_run, "validate {}", operation.to_lowercase());
         let (resp, result) = match self.decide(&req).await {
             Ok(()) => (nmo_webhook::allow(&req), "allowed"),
             Err(denial) => {
