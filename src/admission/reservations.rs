@@ -25,8 +25,11 @@ pub const CONFIRM_MAX_INTERVAL: Duration = Duration::from_secs(8);
 pub struct Reservation {
     /// Name of the admitted NodeMaintenance (empty when the request carried none).
     pub nm_name: String,
-    /// Identifies this admission, so a late check never ends a newer reservation.
+    /// Identifies this reservation, so a late check never ends a newer one.
     pub token: u64,
+    /// How often the same object was admitted again while reserved (a client retrying); a live
+    /// check that started before the latest of these proves nothing about it.
+    pub renewals: u64,
 }
 
 /// The reservations of one replica, by node name. Pure bookkeeping; the webhook holds it behind
@@ -48,17 +51,35 @@ impl Reservations {
             .is_some_and(|r| nm_name.is_empty() || r.nm_name != nm_name)
     }
 
-    /// Reserves `node` for the admitted `nm_name`; returns the token of this reservation.
-    pub fn reserve(&mut self, node: &str, nm_name: &str) -> u64 {
+    /// Reserves `node` for the admitted `nm_name`. Returns the token of a new reservation, or
+    /// `None` when the same object already holds the node (a retry): that reservation is renewed
+    /// and keeps its live check.
+    pub fn reserve(&mut self, node: &str, nm_name: &str) -> Option<u64> {
+        if let Some(r) = self.by_node.get_mut(node)
+            && r.nm_name == nm_name
+            && !nm_name.is_empty()
+        {
+            r.renewals += 1;
+            return None;
+        }
         self.next_token += 1;
         self.by_node.insert(
             node.to_string(),
             Reservation {
                 nm_name: nm_name.to_string(),
                 token: self.next_token,
+                renewals: 0,
             },
         );
-        self.next_token
+        Some(self.next_token)
+    }
+
+    /// The renewal count of reservation `token` of `node`, while it is held.
+    pub fn renewals(&self, node: &str, token: u64) -> Option<u64> {
+        self.by_node
+            .get(node)
+            .filter(|r| r.token == token)
+            .map(|r| r.renewals)
     }
 
     /// The cache shows NodeMaintenance `nm_name` for `node` (added, changed or deleted): the
@@ -82,10 +103,11 @@ impl Reservations {
         self.by_node.get(node).is_some_and(|r| r.token == token)
     }
 
-    /// Ends the reservation `token` of `node` (its object was found not to exist); a newer
-    /// reservation of the node is left alone. Returns whether it ended.
-    pub fn release(&mut self, node: &str, token: u64) -> bool {
-        if self.holds(node, token) {
+    /// Ends the reservation `token` of `node` (its object was found not to exist by a check that
+    /// started when the reservation had `renewals` renewals); a newer reservation of the node, or
+    /// one renewed since, is left alone. Returns whether it ended.
+    pub fn release(&mut self, node: &str, token: u64, renewals: u64) -> bool {
+        if self.renewals(node, token) == Some(renewals) {
             self.by_node.remove(node);
             true
         } else {
@@ -142,13 +164,21 @@ mod tests {
     }
 
     #[test]
-    fn a_late_check_never_ends_a_newer_reservation() {
+    fn a_late_check_never_ends_a_newer_or_renewed_reservation() {
         let mut r = Reservations::default();
-        let old = r.reserve("node-a", "nm-1");
-        let new = r.reserve("node-a", "nm-1");
-        assert!(!r.release("node-a", old));
+        let old = r.reserve("node-a", "nm-1").unwrap();
+        r.observed("nm-1", "node-a");
+        let new = r.reserve("node-a", "nm-1").unwrap();
+        assert!(!r.release("node-a", old, 0));
         assert!(r.holds("node-a", new));
-        assert!(r.release("node-a", new));
+        // A retry of the same object renews the reservation instead of starting another check.
+        let seen = r.renewals("node-a", new).unwrap();
+        assert_eq!(r.reserve("node-a", "nm-1"), None);
+        assert!(!r.release("node-a", new, seen));
+        assert!(r.release("node-a", new, seen + 1));
         assert_eq!(r.len(), 0);
+        // An unnamed object is never "the same object".
+        assert!(r.reserve("node-b", "").is_some());
+        assert!(r.reserve("node-b", "").is_some());
     }
 }

@@ -192,8 +192,7 @@ impl Admission {
                 quorum_safe,
             },
         )?;
-        if !dry_run {
-            let token = reservations.reserve(node_name, &nm_name);
+        if !dry_run && let Some(token) = reservations.reserve(node_name, &nm_name) {
             drop(reservations);
             tokio::spawn(confirm_reservation(
                 Api::all(self.client.clone()),
@@ -322,9 +321,9 @@ async fn confirm_reservation(
     let mut wait = CONFIRM_AFTER;
     loop {
         tokio::time::sleep(wait).await;
-        if !lock(&reservations).holds(&node, token) {
+        let Some(renewals) = lock(&reservations).renewals(&node, token) else {
             return;
-        }
+        };
         let exists = if nm_name.is_empty() {
             api.list(&Default::default())
                 .await
@@ -338,10 +337,17 @@ async fn confirm_reservation(
         };
         match exists {
             Ok(false) => {
-                if lock(&reservations).release(&node, token) {
+                let mut r = lock(&reservations);
+                if r.release(&node, token, renewals) {
                     tracing::info!(name = %nm_name, node = %node, "reservation ended: the admitted NodeMaintenance does not exist (its request failed later, or it is gone)");
+                    return;
                 }
-                return;
+                if r.renewals(&node, token).is_none() {
+                    return;
+                }
+                // Admitted again while this check ran: check afresh.
+                wait = CONFIRM_AFTER;
+                continue;
             }
             Ok(true) => {}
             Err(e) => {
