@@ -220,11 +220,6 @@ impl Caches {
     pub fn synced(&self) -> watch::Receiver<bool> {
         self.synced.clone()
     }
-
-    /// The number of cached `(nodes, NodeMaintenances)`.
-    pub fn sizes(&self) -> (usize, usize) {
-        (self.nodes.state().len(), self.nms.state().len())
-    }
 }
 
 /// A NodeMaintenance watch event as the reservations need it: `(name, nodeName)` of an object the
