@@ -143,9 +143,12 @@ pub struct ReadinessInputs {
     pub is_leader: bool,
     /// The controller's NodeMaintenance and Node watches have synced.
     pub synced: bool,
+    /// The admission caches have synced (every replica serves the webhook).
+    pub admission_synced: bool,
 }
 
-/// The `/readyz` rule: ready when the webhook serves with a loaded certificate AND, on the
+/// The `/readyz` rule: ready when the webhook serves with a loaded certificate and its admission
+/// caches have synced (the webhook never decides from an empty cache) AND, on the
 /// replica that runs the controller (the leader, or every replica without leader election), the
 /// controller's watches have synced. A standby runs no controller, so only its webhook counts:
 /// it can still answer admission reviews. (Upstream's `/readyz` is a plain ping,
@@ -156,6 +159,9 @@ pub struct ReadinessInputs {
 pub fn readiness(i: ReadinessInputs) -> Result<(), &'static str> {
     if !i.cert_loaded {
         return Err("webhook server has no certificate loaded (or is shutting down)");
+    }
+    if !i.admission_synced {
+        return Err("admission caches have not synced yet");
     }
     let runs_controller = !i.leader_election || i.is_leader;
     if runs_controller && !i.synced {
@@ -170,6 +176,7 @@ struct ProbeState {
     leader_election: bool,
     is_leader: watch::Receiver<bool>,
     synced: watch::Receiver<bool>,
+    admission_synced: watch::Receiver<bool>,
 }
 
 async fn healthz() -> &'static str {
@@ -182,6 +189,7 @@ async fn readyz(State(s): State<ProbeState>) -> impl IntoResponse {
         leader_election: s.leader_election,
         is_leader: *s.is_leader.borrow(),
         synced: *s.synced.borrow(),
+        admission_synced: *s.admission_synced.borrow(),
     };
     match readiness(inputs) {
         Ok(()) => (StatusCode::OK, "ok".to_string()),
@@ -454,6 +462,8 @@ impl Operator {
         let probe_listener =
             bind("health probe", config.health_probe_bind_address.socket()).await?;
         let metrics_listener = bind("metrics", config.metrics_bind_address.socket()).await?;
+        let (admission_router, admission_synced) =
+            wiring::admission_router(api.clone(), metrics.clone()).await?;
         let webhook = nmo_webhook::WebhookServer::start(
             nmo_webhook::TlsOptions {
                 cert_dir: config.webhook_cert_path.clone(),
@@ -462,7 +472,7 @@ impl Operator {
                 bind: config.webhook_bind_address,
                 enable_http2: config.enable_http2,
             },
-            wiring::admission_router(api.clone(), metrics.clone()).await?,
+            admission_router,
             root.clone().cancelled_owned(),
         )
         .await?;
@@ -489,6 +499,7 @@ impl Operator {
             leader_election: config.leader_elect,
             is_leader: election.is_leader(),
             synced: synced_rx,
+            admission_synced,
         };
         let servers = vec![
             serve_plain(
@@ -638,12 +649,13 @@ mod wiring {
     use crate::admission::{self, Admission};
     use crate::controller::{self, ControllerConfig};
 
-    /// The admission routes served by the webhook server. Detects OpenShift once (one discovery
-    /// call, as upstream does at start-up).
+    /// The admission routes served by the webhook server, and a flag that turns true once the
+    /// admission caches have synced. Detects OpenShift once (one discovery call, as upstream
+    /// does at start-up) and starts the caches (`docs/design.md §4`).
     pub(super) async fn admission_router(
         client: Client,
         metrics: Arc<Metrics>,
-    ) -> Result<Router, RunError> {
+    ) -> Result<(Router, watch::Receiver<bool>), RunError> {
         let nms: kube::Api<crate::api::NodeMaintenance> = kube::Api::all(client.clone());
         if let Err(kube::Error::Api(status)) = nms
             .list_metadata(&kube::api::ListParams::default().limit(1))
@@ -652,10 +664,11 @@ mod wiring {
         {
             return Err(RunError::CrdMissing);
         }
-        let admission = Admission::new(client, metrics)
+        let admission = Admission::start(client, metrics)
             .await
             .map_err(RunError::Admission)?;
-        Ok(admission::router(Arc::new(admission)))
+        let synced = admission.synced();
+        Ok((admission::router(Arc::new(admission)), synced))
     }
 
     /// Runs the controller until `shutdown` completes; `synced` turns true once its watches
@@ -688,6 +701,18 @@ mod tests {
             leader_election: le,
             is_leader: leader,
             synced,
+            admission_synced: true,
+        }
+    }
+
+    #[test]
+    fn every_replica_needs_synced_admission_caches() {
+        for (le, leader) in [(false, true), (true, true), (true, false)] {
+            let i = ReadinessInputs {
+                admission_synced: false,
+                ..inputs(true, le, leader, true)
+            };
+            assert_eq!(readiness(i), Err("admission caches have not synced yet"));
         }
     }
 

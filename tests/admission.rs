@@ -210,3 +210,117 @@ async fn control_plane_quorum() {
     nm::delete(&client, &again).await;
     nm::wait_gone(&client, &again, LIMIT).await;
 }
+
+/// Upstream's own end-to-end input: `doesNotExist` (upper case, so no node can have that name)
+/// gets upstream's not-found text verbatim; our reason may follow it.
+#[tokio::test]
+async fn a_name_no_node_can_have_gets_upstreams_not_found_text() {
+    let env = operator_env();
+    for name in ["doesNotExist", "no_such.node"] {
+        let err = kubectl_create(env.cluster, &unique("nm-dne"), name).unwrap_err();
+        assert!(
+            err.contains(&format!(
+                "admission webhook \"vnodemaintenance.kb.io\" denied the request: invalid nodeName, no node with name {name} found"
+            )),
+            "{err}"
+        );
+    }
+}
+
+/// Issue 9's input: create, delete (waiting until it is gone), create again for the same node
+/// within the old 30 s reservation: admitted at once.
+#[tokio::test]
+async fn delete_and_recreate_for_the_same_node_is_admitted_at_once() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("recreate");
+    let nodes = worker_nodes(env.cluster, &client, &group, 1).await;
+    let api = Api::<NodeMaintenance>::all(client.clone());
+    for round in 0..3 {
+        let name = format!("{group}-{round}");
+        let started = std::time::Instant::now();
+        api.create(&PostParams::default(), &nm::new(&name, &nodes[0], "e2e"))
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: create {name} refused: {e}"));
+        nm::delete(&client, &name).await;
+        nm::wait_gone(&client, &name, LIMIT).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "round {round} took {:?}; the input needs the recreate within 30 s",
+            started.elapsed()
+        );
+    }
+    wait_for("node restored", LIMIT, || {
+        node::restored(&client, &nodes[0])
+    })
+    .await;
+}
+
+/// A CREATE that the API server refuses after the webhook admitted it (here: AlreadyExists, the
+/// name is taken by a maintenance of another node) does not keep its node reserved: a create for
+/// that node is admitted within seconds, long before the old 30 s.
+#[tokio::test]
+async fn a_create_that_fails_after_admission_frees_its_node() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("failed");
+    let nodes = worker_nodes(env.cluster, &client, &group, 2).await;
+    let api = Api::<NodeMaintenance>::all(client.clone());
+    let taken = format!("{group}-taken");
+    api.create(&PostParams::default(), &nm::new(&taken, &nodes[1], "e2e"))
+        .await
+        .unwrap();
+    let err = api
+        .create(&PostParams::default(), &nm::new(&taken, &nodes[0], "e2e"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 409),
+        "expected AlreadyExists from the API server after admission: {err}"
+    );
+    let started = std::time::Instant::now();
+    let other = format!("{group}-other");
+    wait_for(
+        "a create for the node of the failed request to be admitted",
+        Duration::from_secs(10),
+        || async {
+            api.create(&PostParams::default(), &nm::new(&other, &nodes[0], "e2e"))
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    for (name, node) in [(&taken, &nodes[1]), (&other, &nodes[0])] {
+        nm::delete_and_wait_restored(&client, name, node).await;
+    }
+}
+
+/// A node created a moment before its NodeMaintenance is admitted even when the watch cache
+/// has not caught up (the webhook looks a node missing from its cache up live once).
+#[tokio::test]
+async fn a_node_created_a_moment_ago_is_admitted() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("fresh");
+    let api = Api::<NodeMaintenance>::all(client.clone());
+    for (i, gap) in [Duration::from_millis(100), Duration::ZERO]
+        .into_iter()
+        .enumerate()
+    {
+        let node = format!("{group}-n{i}");
+        create_worker_node(&client, &node, &group).await;
+        tokio::time::sleep(gap).await;
+        let name = format!("{group}-{i}");
+        api.create(&PostParams::default(), &nm::new(&name, &node, "e2e"))
+            .await
+            .unwrap_or_else(|e| panic!("node created {gap:?} earlier: {e}"));
+        nm::delete(&client, &name).await;
+        nm::wait_gone(&client, &name, LIMIT).await;
+    }
+}

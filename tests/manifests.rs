@@ -208,10 +208,15 @@ fn rbac_has_no_wildcard_and_exactly_the_needed_rules() {
     );
     add(cluster, nm, "nodemaintenances/status", &["patch"]);
     add(cluster, "", "nodes", &["get", "list", "watch", "patch"]);
-    add(cluster, "", "pods", &["get", "list"]);
+    add(cluster, "", "pods", &["get", "list", "watch"]);
     add(cluster, "", "pods/eviction", &["create"]);
     add(cluster, "apps", "daemonsets", &["get"]);
-    add(cluster, "policy", "poddisruptionbudgets", &["list"]);
+    add(
+        cluster,
+        "policy",
+        "poddisruptionbudgets",
+        &["list", "watch"],
+    );
     add(cluster, "", "namespaces", &["get", "create"]);
     add(
         "node-maintenance-operator-system",

@@ -1,0 +1,498 @@
+//! The watch caches admission decides from (`docs/design.md §4`): kube-runtime reflectors over
+//! Nodes, NodeMaintenances and the etcd quorum inputs, each object stripped to what the rules
+//! read before it is stored, so memory stays flat on large clusters.
+//!
+//! | Cache | Watched | Kept per object |
+//! |---|---|---|
+//! | Nodes | all | name, control-plane role labels, `Ready` condition status |
+//! | NodeMaintenances | all | name, `spec.nodeName` |
+//! | etcd pods (Kubernetes) | `kube-system`, `component=etcd` | name, `spec.nodeName`, `Ready` status |
+//! | guard budgets (OpenShift) | `openshift-etcd` | name, selector, `disruptionsAllowed` |
+//! | guard pods (OpenShift) | `openshift-etcd` | name, labels, `spec.nodeName`, `Ready` status |
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, Pod, PodCondition, PodStatus};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
+use kube::api::ObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use super::quorum::{
+    CONTROL_PLANE_LABELS, ETCD_POD_NAMESPACE, ETCD_POD_SELECTOR, OPENSHIFT_ETCD_NAMESPACE,
+};
+use super::webhook::Platform;
+use crate::api::{NodeMaintenance, NodeMaintenanceSpec};
+
+/// Objects per page of the initial Node LIST: a page is held whole (unstripped) while it is
+/// decoded, so small pages keep the start-up peak, and the heap it leaves behind, small.
+pub const NODE_PAGE_SIZE: u32 = 100;
+
+/// Keeps only a Node's name, its control-plane role labels and the status of its `Ready`
+/// condition: what the existence, control-plane and quorum rules read.
+pub fn strip_node(node: &mut Node) {
+    let labels = node.metadata.labels.take().map(|mut l| {
+        l.retain(|k, _| CONTROL_PLANE_LABELS.contains(&k.as_str()));
+        l
+    });
+    let ready = ready_condition_status(
+        node.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status.as_str())),
+    );
+    *node = Node {
+        metadata: ObjectMeta {
+            name: node.metadata.name.take(),
+            labels: labels.filter(|l| !l.is_empty()),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+        status: ready.map(|status| NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status,
+                ..NodeCondition::default()
+            }]),
+            ..NodeStatus::default()
+        }),
+    };
+}
+
+/// Keeps only a NodeMaintenance's name and `spec.nodeName`.
+pub fn strip_nm(nm: &mut NodeMaintenance) {
+    let name = nm.metadata.name.take();
+    let node_name = std::mem::take(&mut nm.spec.node_name);
+    *nm = NodeMaintenance {
+        metadata: ObjectMeta {
+            name,
+            ..ObjectMeta::default()
+        },
+        spec: NodeMaintenanceSpec {
+            node_name,
+            reason: None,
+        },
+        status: None,
+    };
+}
+
+/// Keeps only a Pod's name, namespace, labels, `spec.nodeName` and the status of its `Ready`
+/// condition.
+pub fn strip_pod(pod: &mut Pod) {
+    let ready = ready_condition_status(
+        pod.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status.as_str())),
+    );
+    let node_name = pod.spec.as_mut().and_then(|s| s.node_name.take());
+    *pod = Pod {
+        metadata: ObjectMeta {
+            name: pod.metadata.name.take(),
+            namespace: pod.metadata.namespace.take(),
+            labels: pod.metadata.labels.take(),
+            ..ObjectMeta::default()
+        },
+        spec: Some(k8s_openapi::api::core::v1::PodSpec {
+            node_name,
+            ..Default::default()
+        }),
+        status: ready.map(|status| PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status,
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        }),
+    };
+}
+
+/// Keeps only a PodDisruptionBudget's name, namespace, selector and `disruptionsAllowed`.
+pub fn strip_pdb(pdb: &mut PodDisruptionBudget) {
+    let selector = pdb.spec.as_mut().and_then(|s| s.selector.take());
+    let disruptions_allowed = pdb.status.as_ref().and_then(|s| s.disruptions_allowed);
+    *pdb = PodDisruptionBudget {
+        metadata: ObjectMeta {
+            name: pdb.metadata.name.take(),
+            namespace: pdb.metadata.namespace.take(),
+            ..ObjectMeta::default()
+        },
+        spec: Some(k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec {
+            selector,
+            ..Default::default()
+        }),
+        status: Some(PodDisruptionBudgetStatus {
+            disruptions_allowed,
+            ..Default::default()
+        }),
+    };
+}
+
+fn ready_condition_status<'a>(
+    mut conditions: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Option<String> {
+    conditions
+        .find(|(t, _)| *t == "Ready")
+        .map(|(_, s)| s.to_string())
+}
+
+/// The quorum inputs of the detected platform.
+#[derive(Clone)]
+pub enum QuorumStores {
+    /// kubeadm-style etcd static pods in `kube-system`.
+    Kubernetes {
+        /// Pods labelled `component=etcd`.
+        etcd_pods: Store<Pod>,
+    },
+    /// OpenShift's etcd guard.
+    OpenShift {
+        /// Every budget in `openshift-etcd`.
+        budgets: Store<PodDisruptionBudget>,
+        /// Every pod in `openshift-etcd`.
+        pods: Store<Pod>,
+    },
+}
+
+/// Read handles of the admission caches. Cheap to clone; the watches run in tasks that end
+/// when the [`CacheTasks`] returned beside it are dropped.
+#[derive(Clone)]
+pub struct Caches {
+    nodes: Store<Node>,
+    nms: Store<NodeMaintenance>,
+    quorum: QuorumStores,
+    synced: watch::Receiver<bool>,
+}
+
+/// The tasks that keep the caches current; dropping this stops them.
+pub struct CacheTasks(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for CacheTasks {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+impl Caches {
+    /// The stripped Node `name`, if the cache has it.
+    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.get(&ObjectRef::new(name))
+    }
+
+    /// Every cached Node whose labels mark it control-plane.
+    pub fn control_plane_nodes(&self) -> Vec<Arc<Node>> {
+        self.nodes.state_filter(super::quorum::is_control_plane)
+    }
+
+    /// Whether a cached NodeMaintenance targets `node`.
+    pub fn maintained(&self, node: &str) -> bool {
+        self.nms.find(|nm| nm.spec.node_name == node).is_some()
+    }
+
+    /// Whether the cache holds a NodeMaintenance named `name` for `node` (an empty `name`: any
+    /// NodeMaintenance for `node`).
+    pub fn has_nm_for(&self, name: &str, node: &str) -> bool {
+        if name.is_empty() {
+            return self.maintained(node);
+        }
+        self.nms
+            .get(&ObjectRef::new(name))
+            .is_some_and(|nm| nm.spec.node_name == node)
+    }
+
+    /// The quorum inputs.
+    pub fn quorum(&self) -> &QuorumStores {
+        &self.quorum
+    }
+
+    /// True once every cache has listed its objects; stays true through later reconnects (the
+    /// cache then serves its last state, as controller-runtime's informers do).
+    pub fn synced(&self) -> watch::Receiver<bool> {
+        self.synced.clone()
+    }
+}
+
+/// A NodeMaintenance watch event as the reservations need it: `(name, nodeName)` of an object the
+/// cache now shows (added, changed or deleted), or a completed relist.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NmEvent {
+    /// The cache now shows this object's latest state.
+    Observed {
+        /// `metadata.name`.
+        name: String,
+        /// `spec.nodeName`.
+        node: String,
+    },
+    /// A (re)list completed; the cache holds exactly what it listed.
+    Relisted,
+}
+
+/// Starts the caches of `platform` on `client`. `on_nm_event` runs after each NodeMaintenance
+/// event has been applied to the cache (the reservations end there). Returns the read handles
+/// and the tasks; [`Caches::synced`] turns true once all have listed.
+pub fn start(
+    client: &Client,
+    platform: Platform,
+    on_nm_event: impl Fn(NmEvent) + Send + Sync + 'static,
+) -> (Caches, CacheTasks) {
+    let mut tasks = Vec::new();
+    let mut synced = Vec::new();
+
+    let (nodes, t, s) = spawn_cache(
+        "nodes",
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default().page_size(NODE_PAGE_SIZE),
+        strip_node,
+        |_| {},
+    );
+    tasks.push(t);
+    synced.push(s);
+
+    let (nms, t, s) = spawn_cache(
+        "NodeMaintenances",
+        Api::<NodeMaintenance>::all(client.clone()),
+        watcher::Config::default(),
+        strip_nm,
+        move |ev: &watcher::Event<NodeMaintenance>| match ev {
+            watcher::Event::Apply(nm) | watcher::Event::Delete(nm) => {
+                on_nm_event(NmEvent::Observed {
+                    name: nm.metadata.name.clone().unwrap_or_default(),
+                    node: nm.spec.node_name.clone(),
+                })
+            }
+            watcher::Event::InitDone => on_nm_event(NmEvent::Relisted),
+            // During a relist the store swaps in the new state only at InitDone.
+            watcher::Event::Init | watcher::Event::InitApply(_) => {}
+        },
+    );
+    tasks.push(t);
+    synced.push(s);
+
+    let quorum = match platform {
+        Platform::Kubernetes => {
+            let (etcd_pods, t, s) = spawn_cache(
+                "etcd pods",
+                Api::<Pod>::namespaced(client.clone(), ETCD_POD_NAMESPACE),
+                watcher::Config::default().labels(ETCD_POD_SELECTOR),
+                strip_pod,
+                |_| {},
+            );
+            tasks.push(t);
+            synced.push(s);
+            QuorumStores::Kubernetes { etcd_pods }
+        }
+        Platform::OpenShift => {
+            let (budgets, t, s) = spawn_cache(
+                "etcd guard budgets",
+                Api::<PodDisruptionBudget>::namespaced(client.clone(), OPENSHIFT_ETCD_NAMESPACE),
+                watcher::Config::default(),
+                strip_pdb,
+                |_| {},
+            );
+            tasks.push(t);
+            synced.push(s);
+            let (pods, t, s) = spawn_cache(
+                "etcd guard pods",
+                Api::<Pod>::namespaced(client.clone(), OPENSHIFT_ETCD_NAMESPACE),
+                watcher::Config::default(),
+                strip_pod,
+                |_| {},
+            );
+            tasks.push(t);
+            synced.push(s);
+            QuorumStores::OpenShift { budgets, pods }
+        }
+    };
+
+    let (all_synced_tx, all_synced) = watch::channel(false);
+    tasks.push(tokio::spawn(async move {
+        for mut s in synced {
+            if s.wait_for(|v| *v).await.is_err() {
+                return;
+            }
+        }
+        tracing::info!("admission caches synced");
+        all_synced_tx.send_replace(true);
+    }));
+    (
+        Caches {
+            nodes,
+            nms,
+            quorum,
+            synced: all_synced,
+        },
+        CacheTasks(tasks),
+    )
+}
+
+/// One reflector: watch `api` (retrying with kube's default back-off), strip each object,
+/// store it, then hand the event to `on_event`. Returns the store, the task and a flag that
+/// turns true at the first completed list.
+fn spawn_cache<K>(
+    what: &'static str,
+    api: Api<K>,
+    config: watcher::Config,
+    strip: fn(&mut K),
+    on_event: impl Fn(&watcher::Event<K>) + Send + Sync + 'static,
+) -> (Store<K>, tokio::task::JoinHandle<()>, watch::Receiver<bool>)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let (synced_tx, synced) = watch::channel(false);
+    let events = watcher(api, config)
+        .default_backoff()
+        .modify(strip)
+        .reflect(writer);
+    let task = tokio::spawn(drive(what, events, synced_tx, on_event));
+    (store, task, synced)
+}
+
+async fn drive<K>(
+    what: &'static str,
+    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    synced: watch::Sender<bool>,
+    on_event: impl Fn(&watcher::Event<K>) + Send + Sync + 'static,
+) {
+    let mut events = std::pin::pin!(events);
+    while let Some(ev) = events.next().await {
+        match ev {
+            Ok(ev) => {
+                if matches!(ev, watcher::Event::InitDone) {
+                    tracing::debug!(cache = what, "admission cache listed");
+                    synced.send_replace(true);
+                }
+                on_event(&ev);
+            }
+            Err(e) => {
+                tracing::warn!(cache = what, error = %e, "admission cache watch failed; retrying")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn nodes_keep_only_name_control_plane_labels_and_ready() {
+        let mut node: Node = serde_json::from_value(json!({
+            "metadata": {
+                "name": "cp-0",
+                "uid": "u",
+                "resourceVersion": "7",
+                "annotations": {"a": "b"},
+                "labels": {"kubernetes.io/hostname": "cp-0", "node-role.kubernetes.io/control-plane": ""},
+                "managedFields": [{"manager": "kubelet"}]
+            },
+            "spec": {"unschedulable": true, "taints": [{"key": "k", "effect": "NoSchedule"}]},
+            "status": {
+                "conditions": [
+                    {"type": "MemoryPressure", "status": "False"},
+                    {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "long text"}
+                ],
+                "images": [{"names": ["registry/image:tag"], "sizeBytes": 1}],
+                "capacity": {"cpu": "4"}
+            }
+        }))
+        .unwrap();
+        strip_node(&mut node);
+        assert_eq!(
+            serde_json::to_value(&node).unwrap(),
+            json!({
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": "cp-0", "labels": {"node-role.kubernetes.io/control-plane": ""}},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+            })
+        );
+        assert!(super::super::is_control_plane(&node));
+        assert!(super::super::node_ready(&node));
+
+        let mut worker: Node = serde_json::from_value(json!({
+            "metadata": {"name": "w", "labels": {"kubernetes.io/hostname": "w"}}
+        }))
+        .unwrap();
+        strip_node(&mut worker);
+        assert_eq!(
+            serde_json::to_value(&worker).unwrap(),
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "w"}})
+        );
+    }
+
+    #[test]
+    fn node_maintenances_keep_only_name_and_node() {
+        let mut nm: NodeMaintenance = serde_json::from_value(json!({
+            "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
+            "kind": "NodeMaintenance",
+            "metadata": {"name": "nm-1", "finalizers": ["f"], "uid": "u"},
+            "spec": {"nodeName": "n1", "reason": "kernel"},
+            "status": {"phase": "Running", "pendingPods": ["a", "b"]}
+        }))
+        .unwrap();
+        strip_nm(&mut nm);
+        assert_eq!(nm.metadata.name.as_deref(), Some("nm-1"));
+        assert_eq!(nm.spec.node_name, "n1");
+        assert_eq!(nm.spec.reason, None);
+        assert_eq!(nm.status, None);
+        assert_eq!(nm.metadata.finalizers, None);
+    }
+
+    #[test]
+    fn pods_and_budgets_keep_what_the_quorum_rules_read() {
+        let mut pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "guard-0", "namespace": "openshift-etcd", "labels": {"app": "guard"}, "uid": "u"},
+            "spec": {"nodeName": "cp-0", "containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "Unknown"}]}
+        }))
+        .unwrap();
+        strip_pod(&mut pod);
+        assert_eq!(
+            serde_json::to_value(&pod).unwrap(),
+            json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "guard-0", "namespace": "openshift-etcd", "labels": {"app": "guard"}},
+                "spec": {"containers": [], "nodeName": "cp-0"},
+                "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}
+            })
+        );
+        let mut pdb: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": "etcd-guard-pdb", "namespace": "openshift-etcd"},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "guard"}}},
+            "status": {"disruptionsAllowed": 1, "currentHealthy": 3, "desiredHealthy": 2, "expectedPods": 3}
+        }))
+        .unwrap();
+        strip_pdb(&mut pdb);
+        assert_eq!(
+            pdb.spec.as_ref().and_then(|s| s.selector.as_ref()),
+            Some(&serde_json::from_value(json!({"matchLabels": {"app": "guard"}})).unwrap())
+        );
+        assert_eq!(
+            pdb.status.as_ref().and_then(|s| s.disruptions_allowed),
+            Some(1)
+        );
+        assert_eq!(
+            pdb.spec.as_ref().and_then(|s| s.min_available.as_ref()),
+            None
+        );
+    }
+}

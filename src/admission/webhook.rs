@@ -1,0 +1,438 @@
+//! The webhook adapter: decides CREATEs from the watch caches (`docs/design.md §4`), keeps the
+//! per-node reservations, and answers AdmissionReviews as a [`nmo_webhook::Validator`].
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use kube::{Api, Client};
+use tokio::sync::watch;
+
+use super::cache::{self, CacheTasks, Caches, NmEvent, QuorumStores};
+use super::*;
+use crate::api::NodeMaintenance;
+use crate::metrics::Metrics;
+
+/// Path of the validating webhook (upstream's, derived by kubebuilder from the GVK).
+pub const WEBHOOK_PATH: &str = "/validate-nodemaintenance-medik8s-io-v1beta1-nodemaintenance";
+/// Upper bound of the waits of one review (caches not yet synced, the live lookup of a node
+/// missing from the cache); stays below the webhook's 15 s `timeoutSeconds` so the user gets our
+/// "please try again" message rather than a webhook timeout.
+pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The platform's quorum guard, detected once at start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Platform {
+    /// `config.openshift.io/v1` is served: upstream's etcd-guard PDB rule.
+    OpenShift,
+    /// Anything else: the etcd member majority rule.
+    Kubernetes,
+}
+
+/// Errors of [`Admission::start`].
+#[derive(Debug, thiserror::Error)]
+pub enum AdmissionError {
+    /// API discovery failed; upstream treats this as fatal at startup.
+    #[error("could not detect whether the cluster is OpenShift: {0}")]
+    Discovery(#[source] kube::Error),
+}
+
+/// Detects the platform with one discovery call: OpenShift when `config.openshift.io/v1` is
+/// served, as upstream does at start-up.
+///
+/// # Errors
+/// [`AdmissionError::Discovery`] when discovery fails.
+pub async fn detect_platform(client: &Client) -> Result<Platform, AdmissionError> {
+    let groups = client
+        .list_api_groups()
+        .await
+        .map_err(AdmissionError::Discovery)?;
+    let openshift = groups.groups.iter().any(|g| {
+        g.versions
+            .iter()
+            .any(|v| v.group_version == OPENSHIFT_CONFIG_GROUP_VERSION)
+    });
+    Ok(if openshift {
+        Platform::OpenShift
+    } else {
+        tracing::info!(
+            "Cluster does not have etcd quorum PDB; using the etcd member majority rule for control-plane nodes"
+        );
+        Platform::Kubernetes
+    })
+}
+
+/// The NodeMaintenance validator: the pure rules over the watch caches, plus the reservations.
+pub struct Admission {
+    client: Client,
+    metrics: Arc<Metrics>,
+    platform: Platform,
+    caches: Caches,
+    /// Held while a CREATE reads the caches and reserves its node, so that the check and the
+    /// reservation are one step for every CREATE of this replica (a few microseconds: nothing
+    /// awaits under it).
+    reservations: Arc<Mutex<Reservations>>,
+    _tasks: CacheTasks,
+}
+
+impl Admission {
+    /// Detects the platform ([`detect_platform`]) and starts the caches ([`Admission::with_platform`]).
+    /// The returned validator answers CREATEs once [`Admission::synced`] reads true (until
+    /// then a CREATE waits for it, up to [`LOOKUP_TIMEOUT`]).
+    ///
+    /// # Errors
+    /// [`AdmissionError::Discovery`] when discovery fails.
+    pub async fn start(client: Client, metrics: Arc<Metrics>) -> Result<Self, AdmissionError> {
+        let platform = detect_platform(&client).await?;
+        Ok(Self::with_platform(client, metrics, platform))
+    }
+
+    /// Starts the caches for a known platform (no discovery call). Must run inside a tokio
+    /// runtime; the watches stop when the validator is dropped.
+    pub fn with_platform(client: Client, metrics: Arc<Metrics>, platform: Platform) -> Self {
+        let reservations = Arc::new(Mutex::new(Reservations::default()));
+        let (caches, tasks) = {
+            let reservations = reservations.clone();
+            // The handle for the relist check is only known after start; it is set right below.
+            let relist_view: Arc<std::sync::OnceLock<Caches>> = Arc::default();
+            let view = relist_view.clone();
+            let (caches, tasks) = cache::start(&client, platform, move |ev| {
+                let mut r = lock(&reservations);
+                match ev {
+                    NmEvent::Observed { name, node } => {
+                        if r.observed(&name, &node) {
+                            tracing::debug!(name = %name, node = %node, "reservation ended: the cache shows the NodeMaintenance");
+                        }
+                    }
+                    // A relist may have skipped events; a reservation whose object is now in the
+                    // cache ends, the others stay with their live check.
+                    NmEvent::Relisted => {
+                        if let Some(c) = view.get() {
+                            let shown: Vec<(String, String)> = r
+                                .iter()
+                                .filter(|(node, res)| c.has_nm_for(&res.nm_name, node))
+                                .map(|(node, res)| (res.nm_name.clone(), node.clone()))
+                                .collect();
+                            for (name, node) in shown {
+                                r.observed(&name, &node);
+                            }
+                        }
+                    }
+                }
+            });
+            let _ = relist_view.set(caches.clone());
+            (caches, tasks)
+        };
+        Self {
+            client,
+            metrics,
+            platform,
+            caches,
+            reservations,
+            _tasks: tasks,
+        }
+    }
+
+    /// The detected platform.
+    pub fn platform(&self) -> Platform {
+        self.platform
+    }
+
+    /// Turns true once the caches have listed everything; `/readyz` waits for it.
+    pub fn synced(&self) -> watch::Receiver<bool> {
+        self.caches.synced()
+    }
+
+    /// The number of reservations held now (admitted CREATEs the cache does not show yet).
+    pub fn reservations(&self) -> usize {
+        lock(&self.reservations).len()
+    }
+
+    /// The stripped node: from the cache, or, when the cache does not have it (a node created a
+    /// moment ago), from one live GET. `None` when it does not exist.
+    async fn node(&self, name: &str) -> Result<Option<Arc<Node>>, Denial> {
+        if let Some(node) = self.caches.node(name) {
+            return Ok(Some(node));
+        }
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        match nodes.get_opt(name).await {
+            Ok(Some(mut node)) => {
+                cache::strip_node(&mut node);
+                Ok(Some(Arc::new(node)))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(Denial::NodeLookup(e.to_string())),
+        }
+    }
+
+    async fn admit_create(&self, nm: &NodeMaintenance, dry_run: bool) -> Result<(), Denial> {
+        let node_name = nm.spec.node_name.as_str();
+        // A name no node can have is answered like a missing node, without a lookup.
+        validate_node_name(node_name)?;
+        let mut synced = self.caches.synced();
+        if synced.wait_for(|v| *v).await.is_err() {
+            return Err(Denial::NotSynced);
+        }
+        let Some(node) = self.node(node_name).await? else {
+            return Err(Denial::NodeNotFound(node_name.to_string()));
+        };
+        let nm_name = nm.metadata.name.clone().unwrap_or_default();
+
+        let mut reservations = lock(&self.reservations);
+        let maintained =
+            |n: &str| self.caches.maintained(n) || reservations.reserved_for_other(n, &nm_name);
+        let already_maintained = maintained(node_name);
+        let quorum_safe = already_maintained || self.quorum_safe(&node, &maintained)?;
+        validate_create(
+            nm,
+            &CreateFacts {
+                node_exists: true,
+                already_maintained,
+                quorum_safe,
+            },
+        )?;
+        if !dry_run && let Some(token) = reservations.reserve(node_name, &nm_name) {
+            drop(reservations);
+            tokio::spawn(confirm_reservation(
+                Api::all(self.client.clone()),
+                self.reservations.clone(),
+                node_name.to_string(),
+                nm_name,
+                token,
+            ));
+        }
+        Ok(())
+    }
+
+    /// The quorum rule of the platform over the cached inputs (no API call).
+    fn quorum_safe(&self, node: &Node, maintained: &dyn Fn(&str) -> bool) -> Result<bool, Denial> {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let control_plane = is_control_plane(node);
+        match self.caches.quorum() {
+            QuorumStores::OpenShift { budgets, pods } => {
+                if !control_plane {
+                    return Ok(true);
+                }
+                let budgets = budgets.state();
+                if budgets.is_empty() {
+                    tracing::info!(
+                        "No PDBs were found, can't check if the etcd quorum will be violated!"
+                    );
+                }
+                let allowed: Vec<i32> = budgets
+                    .iter()
+                    .map(|p| {
+                        p.status
+                            .as_ref()
+                            .and_then(|s| s.disruptions_allowed)
+                            .unwrap_or(0)
+                    })
+                    .collect();
+                let guard = match (budgets.as_slice(), allowed.as_slice()) {
+                    ([pdb], [a]) if *a < 1 => guard_pod(
+                        name,
+                        pdb.spec.as_ref().and_then(|s| s.selector.as_ref()),
+                        &pods.state(),
+                    )
+                    .map_err(|error| Denial::QuorumLookup {
+                        node: name.to_string(),
+                        error,
+                    })?,
+                    _ => GuardPod::Absent,
+                };
+                Ok(openshift_quorum_allows(true, &allowed, &guard))
+            }
+            QuorumStores::Kubernetes { etcd_pods } => {
+                let on_node = |p: &k8s_openapi::api::core::v1::Pod| {
+                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name)
+                };
+                // Most maintenances are for workers: a node that is not control-plane labelled
+                // and runs no etcd pod is no member whichever way members are found.
+                if !control_plane && etcd_pods.find(on_node).is_none() {
+                    return Ok(true);
+                }
+                let pods = etcd_pods.state();
+                let control_plane_nodes = if pods.is_empty() {
+                    self.caches.control_plane_nodes()
+                } else {
+                    Vec::new()
+                };
+                let members = etcd_members(
+                    &pods,
+                    &control_plane_nodes,
+                    |n| self.caches.node(n).is_some_and(|n| node_ready(&n)),
+                    maintained,
+                );
+                let allowed = etcd_quorum_allows(name, &members);
+                if !allowed {
+                    tracing::info!(node = %name, ?members, "etcd quorum would be violated");
+                }
+                Ok(allowed)
+            }
+        }
+    }
+
+    async fn decide(&self, req: &AdmissionRequest<NodeMaintenance>) -> Result<(), Denial> {
+        match req.operation {
+            Operation::Create => {
+                let nm = req.object.as_ref().ok_or(Denial::MissingObject("object"))?;
+                match tokio::time::timeout(LOOKUP_TIMEOUT, self.admit_create(nm, req.dry_run)).await
+                {
+                    Ok(result) => result,
+                    Err(_) if !*self.caches.synced().borrow() => Err(Denial::NotSynced),
+                    Err(_) => Err(Denial::NodeLookup(format!(
+                        "lookups did not finish within {} s",
+                        LOOKUP_TIMEOUT.as_secs()
+                    ))),
+                }
+            }
+            // The controller's own finalizer patches come through here: only the two objects
+            // are read, never the API.
+            Operation::Update => {
+                let new = req.object.as_ref().ok_or(Denial::MissingObject("object"))?;
+                let old = req
+                    .old_object
+                    .as_ref()
+                    .ok_or(Denial::MissingObject("oldObject"))?;
+                validate_update(old, new)
+            }
+            // DELETE/CONNECT are not registered (upstream only logs `validate delete`).
+            _ => Ok(()),
+        }
+    }
+}
+
+fn lock(r: &Mutex<Reservations>) -> MutexGuard<'_, Reservations> {
+    r.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Ends reservation `token` of `node` once a live check finds that its NodeMaintenance does not
+/// exist (the request failed after admission, or the object is already gone). Runs only while
+/// the cache has not shown the object: normally the watch ends the reservation within
+/// milliseconds and this task finds nothing to do.
+async fn confirm_reservation(
+    api: Api<NodeMaintenance>,
+    reservations: Arc<Mutex<Reservations>>,
+    node: String,
+    nm_name: String,
+    token: u64,
+) {
+    let mut wait = CONFIRM_AFTER;
+    loop {
+        tokio::time::sleep(wait).await;
+        let Some(renewals) = lock(&reservations).renewals(&node, token) else {
+            return;
+        };
+        let exists = if nm_name.is_empty() {
+            api.list(&Default::default())
+                .await
+                .map(|l| l.items.iter().any(|o| o.spec.node_name == node))
+        } else {
+            // An object of that name for another node is not this CREATE's (it failed with
+            // AlreadyExists).
+            api.get_opt(&nm_name)
+                .await
+                .map(|o| o.is_some_and(|o| o.spec.node_name == node))
+        };
+        match exists {
+            Ok(false) => {
+                let mut r = lock(&reservations);
+                if r.release(&node, token, renewals) {
+                    tracing::info!(name = %nm_name, node = %node, "reservation ended: the admitted NodeMaintenance does not exist (its request failed later, or it is gone)");
+                    return;
+                }
+                if r.renewals(&node, token).is_none() {
+                    return;
+                }
+                // Admitted again while this check ran: check afresh.
+                wait = CONFIRM_AFTER;
+                continue;
+            }
+            Ok(true) => {}
+            Err(e) => {
+                tracing::warn!(name = %nm_name, node = %node, error = %e, "could not check an admitted NodeMaintenance; retrying")
+            }
+        }
+        wait = (wait * 2).min(CONFIRM_MAX_INTERVAL);
+    }
+}
+
+fn operation_name(op: &Operation) -> &'static str {
+    match op {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+        Operation::Connect => "CONNECT",
+    }
+}
+
+/// The `operation` metric label of a review that could not be decoded: one of the four
+/// admission operations, else `UNKNOWN`. The text comes from an unauthenticated request body, so
+/// it must never become a label value as is (each distinct value is a new series, held forever).
+pub fn operation_label(operation: Option<&str>) -> &'static str {
+    match operation {
+        Some("CREATE") => "CREATE",
+        Some("UPDATE") => "UPDATE",
+        Some("DELETE") => "DELETE",
+        Some("CONNECT") => "CONNECT",
+        _ => "UNKNOWN",
+    }
+}
+
+impl nmo_webhook::Validator for Admission {
+    type Object = NodeMaintenance;
+
+    async fn validate(&self, req: AdmissionRequest<NodeMaintenance>) -> AdmissionResponse {
+        let started = Instant::now();
+        let operation = operation_name(&req.operation);
+        let node = req
+            .object
+            .as_ref()
+            .map(|o| o.spec.node_name.clone())
+            .unwrap_or_default();
+        tracing::debug!(name = %req.name, node = %node, operation, dry_run = req.dry_run, "validate {}", operation.to_lowercase());
+        let (resp, result) = match self.decide(&req).await {
+            Ok(()) => (nmo_webhook::allow(&req), "allowed"),
+            Err(denial) => {
+                tracing::info!(name = %req.name, node = %node, operation, reason = %denial, "validation failed");
+                (nmo_webhook::deny(&req, &denial), "denied")
+            }
+        };
+        self.metrics
+            .admission(operation, result, started.elapsed().as_secs_f64());
+        resp
+    }
+
+    fn rejected(&self, operation: Option<&str>, _error: &nmo_webhook::EnvelopeError) {
+        self.metrics
+            .admission(operation_label(operation), "invalid", 0.0);
+    }
+}
+
+/// The webhook router: `POST` [`WEBHOOK_PATH`] served by `admission` through the
+/// [`nmo_webhook`] envelope (3 MiB body limit, 10 s body timeout). Serve it with
+/// `nmo_webhook::WebhookServer::start`, merged with any other routes.
+pub fn router(admission: Arc<Admission>) -> axum::Router {
+    nmo_webhook::admission_route(WEBHOOK_PATH, admission)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejected_reviews_get_a_bounded_operation_label() {
+        for op in ["CREATE", "UPDATE", "DELETE", "CONNECT"] {
+            assert_eq!(operation_label(Some(op)), op);
+        }
+        for junk in [
+            None,
+            Some(""),
+            Some("create"),
+            Some("x".repeat(4096).as_str()),
+        ] {
+            assert_eq!(operation_label(junk), "UNKNOWN");
+        }
+    }
+}
