@@ -591,9 +591,10 @@ async fn an_invalid_status_write_is_reported_and_backed_off() {
         .lines()
         .filter(|l| l.contains(&marker) && l.contains("Reconciling with exponential duration"))
         .count();
-    // 1 + 2 + 4 + 8 s of back-off fit 5 attempts into 20 s; a retry every second would be 20.
+    // 1 + 2 + 4 + 8 s of back-off fit 5 attempts into 20 s, plus a few woken by watch events
+    // (our finalizer and lastError writes); a retry every second would be 20.
     assert!(
-        (1..=7).contains(&retries),
+        (1..=9).contains(&retries),
         "{retries} failed reconciles in {:?}",
         started.elapsed()
     );

@@ -169,7 +169,7 @@ async fn lifecycle_and_restart_are_quiet_on_upstreams_schema() {
     );
     assert!(changes.is_empty(), "status writes: {changes:#?}");
     op.process().stop(Duration::from_secs(10));
-    let _op = start(cluster, &account, &kubeconfig, "op-up-life-2");
+    let op2 = start(cluster, &account, &kubeconfig, "op-up-life-2");
     let (changes, ()) = tokio::join!(
         status_changes(&client, &name, Duration::from_secs(30)),
         async {
@@ -181,7 +181,8 @@ async fn lifecycle_and_restart_are_quiet_on_upstreams_schema() {
     );
     assert!(
         changes.is_empty(),
-        "status writes in 30 s after Succeeded: {changes:#?}"
+        "status writes in 30 s after Succeeded: {changes:#?}\noperator log:\n{}",
+        op2.log()
     );
 
     nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;

@@ -249,10 +249,10 @@ pub struct Context {
     pub failures: Mutex<HashMap<String, u32>>,
     /// Consecutive waits for a lease we never held, per object; reset when the lease is ours.
     pub lease_waits: Mutex<HashMap<String, u32>>,
-    /// Status fields (JSON names) the API server prunes (upstream's CRD installed), learnt
-    /// from a dry run before the first status write and from every write's answer; never
-    /// compared (docs/design.md §1). `None` until the first status write.
-    pub pruned_status_fields: Mutex<Option<Vec<String>>>,
+    /// Which status fields the API server keeps and which it prunes (upstream's CRD
+    /// installed), learnt from a dry run before a write that carries a field not seen yet and
+    /// from every write's answer; pruned fields are never compared (docs/design.md §1).
+    pub status_schema: Mutex<plan::StatusSchema>,
 }
 
 impl Context {
@@ -429,7 +429,7 @@ pub async fn run(
         nms_synced,
         failures: Mutex::default(),
         lease_waits: Mutex::default(),
-        pruned_status_fields: Mutex::default(),
+        status_schema: Mutex::default(),
     });
     // Aborted with the controller, so it never writes after the controller stopped.
     let sweeper = tokio::spawn(orphans::run(ctx.clone(), orphan_rx));

@@ -758,24 +758,55 @@ pub fn needs_write(
     kept(old) != kept(new)
 }
 
-/// The status fields (JSON names) that were `sent` in a write but are missing from the status
-/// the API server `stored`: what its schema prunes.
-pub fn pruned_fields(
-    sent: &NodeMaintenanceStatus,
-    stored: Option<&NodeMaintenanceStatus>,
-) -> Vec<String> {
-    let sent = serde_json::to_value(sent).unwrap_or_default();
-    let stored = stored
-        .map(|s| serde_json::to_value(s).unwrap_or_default())
-        .unwrap_or_default();
-    sent.as_object()
-        .map(|m| {
-            m.keys()
-                .filter(|k| stored.get(k.as_str()).is_none())
-                .cloned()
-                .collect()
-        })
+/// What the API server keeps of the status fields, as far as seen: a field sent and read back
+/// is kept, one sent and missing from the answer is pruned (upstream's CRD lacks our additions).
+/// Fields never sent yet are unknown; a write carrying one is preceded by a dry run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatusSchema {
+    /// Fields (JSON names) the API server was seen to keep.
+    pub kept: std::collections::BTreeSet<String>,
+    /// Fields (JSON names) the API server was seen to prune.
+    pub pruned: std::collections::BTreeSet<String>,
+}
+
+fn field_names(status: &NodeMaintenanceStatus) -> Vec<String> {
+    serde_json::to_value(status)
+        .ok()
+        .and_then(|v| v.as_object().map(|m| m.keys().cloned().collect()))
         .unwrap_or_default()
+}
+
+impl StatusSchema {
+    /// The pruned fields, for [`needs_write`].
+    pub fn pruned(&self) -> Vec<String> {
+        self.pruned.iter().cloned().collect()
+    }
+
+    /// Whether `status` sets a field whose fate is not known yet.
+    pub fn has_unknown(&self, status: &NodeMaintenanceStatus) -> bool {
+        field_names(status)
+            .iter()
+            .any(|f| !self.kept.contains(f) && !self.pruned.contains(f))
+    }
+
+    /// Learns from a write of `sent` answered with `stored`; returns the fields newly found
+    /// pruned.
+    pub fn learn(
+        &mut self,
+        sent: &NodeMaintenanceStatus,
+        stored: Option<&NodeMaintenanceStatus>,
+    ) -> Vec<String> {
+        let stored = stored.map(field_names).unwrap_or_default();
+        let mut fresh = Vec::new();
+        for f in field_names(sent) {
+            if stored.contains(&f) {
+                self.kept.insert(f);
+            } else if self.pruned.insert(f.clone()) {
+                fresh.push(f);
+            }
+        }
+        fresh
+    }
 }
 
 /// Every status field's JSON name, for explicit nulls in a merge patch (kept in step with
@@ -1226,6 +1257,60 @@ mod tests {
             deletion_plan(NodeSeen::Missing, "a", Some("b")),
             DeletionPlan::Nothing
         );
+    }
+
+    /// Issue 10 item 3: on upstream's schema the stored status lacks our additions; once the
+    /// schema is learnt, a pass that changes only those (or lastUpdate) writes nothing, and a
+    /// field never sent before calls for a dry run first.
+    #[test]
+    fn status_comparison_ignores_what_the_api_server_prunes() {
+        let running = running_with_two();
+        let (s, _, _) = pass(
+            &running,
+            LeaseObservation::Held,
+            &report(&["a", "b"], &[], &[]),
+            t(5),
+        );
+        assert_eq!(s.phase, Some(MaintenancePhase::Succeeded));
+        let pruned_copy = |s: &NodeMaintenanceStatus| NodeMaintenanceStatus {
+            conditions: None,
+            observed_generation: None,
+            drain_start_time: None,
+            blockers: None,
+            ..s.clone()
+        };
+        let stored = pruned_copy(&s);
+        let mut schema = StatusSchema::default();
+        assert!(schema.has_unknown(&s));
+        let fresh = schema.learn(&s, Some(&stored));
+        assert_eq!(
+            fresh,
+            ["conditions", "drainStartTime", "observedGeneration"]
+        );
+        assert!(!schema.has_unknown(&s));
+        // The next pass, later: only lastUpdate, conditions' times and drainStartTime differ.
+        let (again, _, _) = pass(
+            &stored,
+            LeaseObservation::Held,
+            &report(&["a", "b"], &[], &[]),
+            t(60),
+        );
+        assert!(
+            needs_write(&stored, &again, &[]),
+            "without the schema: a write every pass"
+        );
+        assert!(!needs_write(&stored, &again, &schema.pruned()));
+        // A kept field that changes is still written.
+        let failed = NodeMaintenanceStatus {
+            last_error: Some("x".into()),
+            ..again.clone()
+        };
+        assert!(needs_write(&stored, &failed, &schema.pruned()));
+        assert!(schema.has_unknown(&failed), "lastError not seen yet");
+        // With our own CRD nothing is pruned.
+        let mut ours = StatusSchema::default();
+        assert!(ours.learn(&s, Some(&s)).is_empty());
+        assert!(ours.pruned().is_empty());
     }
 
     #[test]

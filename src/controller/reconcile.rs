@@ -440,23 +440,19 @@ async fn write_status(
     ctx: &Context,
     new: &NodeMaintenanceStatus,
 ) -> Result<(), Error> {
-    let pruned = ctx
-        .pruned_status_fields
+    let schema = ctx
+        .status_schema
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
-    if !plan::needs_write(
-        &status_of(current),
-        new,
-        pruned.as_deref().unwrap_or_default(),
-    ) {
+    if !plan::needs_write(&status_of(current), new, &schema.pruned()) {
         return Ok(());
     }
     let patch = plan::status_patch(new, current.resource_version().as_deref());
-    if pruned.is_none() {
-        // The first write of this process asks the API server, without writing, what it would
-        // keep, so that even that write is skipped when only pruned fields differ (a restart
-        // over upstream's CRD).
+    if schema.has_unknown(new) {
+        // A field whose fate is unknown yet (the first writes of a process): ask the API server,
+        // without writing, what it would keep, so that a write is skipped when only pruned
+        // fields differ (a restart over upstream's CRD).
         let dry_run = ctx
             .nms
             .patch_status(
@@ -466,8 +462,8 @@ async fn write_status(
             )
             .await
             .map_err(Error::Status)?;
-        let learnt = learn_pruned(ctx, new, dry_run.status.as_ref());
-        if !plan::needs_write(&status_of(current), new, &learnt) {
+        let pruned = learn_status_schema(ctx, new, dry_run.status.as_ref());
+        if !plan::needs_write(&status_of(current), new, &pruned) {
             return Ok(());
         }
     }
@@ -480,30 +476,24 @@ async fn write_status(
         )
         .await
         .map_err(Error::Status)?;
-    learn_pruned(ctx, new, updated.status.as_ref());
+    learn_status_schema(ctx, new, updated.status.as_ref());
     *current = updated;
     Ok(())
 }
 
-/// Adds the fields of `sent` that the API server left out of `stored` to the pruned set, logs
-/// new ones, and returns the whole set.
-fn learn_pruned(
+/// Learns which fields of `sent` the API server kept in `stored`, logs newly pruned ones, and
+/// returns every pruned field.
+fn learn_status_schema(
     ctx: &Context,
     sent: &NodeMaintenanceStatus,
     stored: Option<&NodeMaintenanceStatus>,
 ) -> Vec<String> {
-    let dropped = plan::pruned_fields(sent, stored);
-    let mut known = ctx
-        .pruned_status_fields
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let known = known.get_or_insert_with(Vec::new);
-    let fresh: Vec<String> = dropped.into_iter().filter(|f| !known.contains(f)).collect();
+    let mut schema = ctx.status_schema.lock().unwrap_or_else(|e| e.into_inner());
+    let fresh = schema.learn(sent, stored);
     if !fresh.is_empty() {
         tracing::info!(fields = %fresh.join(","), "the API server prunes these status fields (upstream's CRD schema); they are not compared");
-        known.extend(fresh);
     }
-    known.clone()
+    schema.pruned()
 }
 
 /// Best effort: say in `status.lastError` what went wrong (the next successful pass replaces it).
