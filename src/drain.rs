@@ -489,7 +489,7 @@ pub fn parse_pdb_cause(message: &str) -> Option<(String, Option<i32>, Option<i32
     Some((name.to_string(), counts.map(|c| c.0), counts.map(|c| c.1)))
 }
 
-/// Classifies the answer to an eviction of `pod` (drain-semantics.md §9): 2xx evicted, 404 gone,
+/// Classifies the answer to an eviction of `pod`: 2xx evicted, 404 gone,
 /// 409 from the UID precondition gone (a same-named pod replaced it), 429 with a
 /// `DisruptionBudget` cause `PodDisruptionBudget`, other 429 `TooManyRequests`, 500 "more than
 /// one PodDisruptionBudget" `MultiplePodDisruptionBudgets`, 403 with a `NamespaceTerminating`

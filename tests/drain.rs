@@ -133,6 +133,12 @@ async fn wait_pod_gone(client: &kube::Client, ns: &str, name: &str) {
     .await;
 }
 
+/// Evicted and held by the test's finalizer: `Terminating`, or `StuckTerminating` once held for a
+/// minute (a slow machine).
+fn terminating(reason: &str) -> bool {
+    reason == "Terminating" || reason == "StuckTerminating"
+}
+
 fn reasons(nm: &NodeMaintenance) -> Vec<(String, String)> {
     nm.status
         .as_ref()
@@ -165,8 +171,7 @@ async fn own_pod_is_evicted_last() {
     nm::create(&client, &name, &node).await;
     let waiting = nm::wait_status(&client, &name, "own pod waits for app", LIMIT, |s| {
         let b = s.blockers.clone().unwrap_or_default();
-        b.iter()
-            .any(|b| b.name == "app" && b.reason == "Terminating")
+        b.iter().any(|b| b.name == "app" && terminating(&b.reason))
             && b.iter()
                 .any(|b| b.name == OWN_POD && b.reason == "OperatorPod")
     })
@@ -184,7 +189,7 @@ async fn own_pod_is_evicted_last() {
         s.pending_pods.as_deref() == Some(&[OWN_POD.to_string()][..])
             && s.blockers
                 .as_ref()
-                .is_some_and(|b| b.len() == 1 && b[0].reason == "Terminating")
+                .is_some_and(|b| b.len() == 1 && terminating(&b[0].reason))
     })
     .await;
     assert_eq!(last.status.unwrap().phase, Some(MaintenancePhase::Running));
@@ -315,8 +320,7 @@ async fn critical_pods_leave_after_the_others() {
     nm::create(&client, &name, &nodes[0]).await;
     let waiting = nm::wait_status(&client, &name, "critical pods wait for app", LIMIT, |s| {
         let b = s.blockers.clone().unwrap_or_default();
-        b.iter()
-            .any(|b| b.name == "app" && b.reason == "Terminating")
+        b.iter().any(|b| b.name == "app" && terminating(&b.reason))
             && ["dns", "cni"].iter().all(|p| {
                 b.iter().any(|b| {
                     b.name == *p
@@ -405,7 +409,7 @@ async fn pods_tolerating_the_maintenance_taints_are_not_evicted() {
     nm::wait_status(&client, &name, "plain evicted", LIMIT, |s| {
         s.blockers
             .as_ref()
-            .is_some_and(|b| b.len() == 1 && b[0].name == "plain" && b[0].reason == "Terminating")
+            .is_some_and(|b| b.len() == 1 && b[0].name == "plain" && terminating(&b[0].reason))
     })
     .await;
     release(&client, &ns, "plain").await;
