@@ -1285,6 +1285,38 @@ mod tests {
     }
 
     #[test]
+    fn blocked_pass_requeues_at_the_first_per_pod_retry_and_names_skipped_pods_once() {
+        let s0 = running_with_two();
+        let mut rep = report(&["test-pod-1"], &[("test-pod-1", reason::PDB)], &[]);
+        rep.retry_in = Some(Duration::from_millis(4900));
+        let skipped = drain::skipped_entry(&PodReference {
+            namespace: "test-namespace".into(),
+            name: "tolerant".into(),
+        });
+        rep.skipped = vec![skipped.clone()];
+        rep.newly_skipped = vec![skipped];
+        let step = drained(&s0, &rep, GEN, t(1));
+        assert_eq!(step.requeue, Requeue::Fixed(Duration::from_millis(4900)));
+        assert_eq!(reasons(&step.events), vec![event::POD_SKIPPED]);
+        let cond = step.status.conditions.as_ref().unwrap();
+        let drained_cond = cond.iter().find(|c| c.type_ == condition::DRAINED).unwrap();
+        assert!(
+            drained_cond
+                .message
+                .ends_with("; not evicted: test-namespace/tolerant (ToleratesMaintenanceTaints)"),
+            "{}",
+            drained_cond.message
+        );
+        // Announced already: no second event; a retry due at once is not a busy loop.
+        rep.newly_skipped.clear();
+        rep.retry_in = Some(Duration::ZERO);
+        let again = drained(&step.status, &rep, GEN, t(2));
+        assert!(again.events.is_empty());
+        assert_eq!(again.requeue, Requeue::Fixed(Duration::from_millis(200)));
+        assert!(!needs_write(&step.status, &again.status));
+    }
+
+    #[test]
     fn blocked_pass_records_blockers_and_requeues_with_the_fixed_duration() {
         let s0 = running_with_two();
         let rep = report(
