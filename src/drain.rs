@@ -885,6 +885,7 @@ impl Drainer {
             })
             .min();
         let mut listed = HashSet::new();
+        let mut labels = std::collections::BTreeMap::new();
         let mut to_evict = Vec::new();
         for (pod, disposition) in pods {
             let r = pod_ref(&pod);
@@ -925,6 +926,7 @@ impl Drainer {
                 continue;
             }
             listed.insert(uid.clone());
+            labels.insert(r.clone(), pod.labels().clone());
             if let Some((b, error)) = self.retries().held(&uid, started) {
                 report.pending.push(b.clone());
                 report.errors.extend(error.map(str::to_string));
@@ -967,7 +969,8 @@ impl Drainer {
                 report.errors.push(e);
             }
         }
-        self.name_overlapping_budgets(&mut report.pending).await;
+        self.name_overlapping_budgets(&mut report.pending, &labels)
+            .await;
         report
             .pending
             .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
@@ -1002,8 +1005,17 @@ impl Drainer {
     }
 
     /// For pods refused because several budgets select them, names those budgets (the API
-    /// server's 500 names none). Best effort: a failed PDB list leaves the message as it was.
-    async fn name_overlapping_budgets(&self, pending: &mut [PodBlocker]) {
+    /// server's 500 names none). `labels` are the pods' labels as this pass listed them (not
+    /// re-read by name, which could find a same-named replacement). Best effort: a failed PDB
+    /// list leaves the message as it was.
+    async fn name_overlapping_budgets(
+        &self,
+        pending: &mut [PodBlocker],
+        labels: &std::collections::BTreeMap<
+            PodReference,
+            std::collections::BTreeMap<String, String>,
+        >,
+    ) {
         let mut by_namespace: HashMap<String, Vec<PodDisruptionBudget>> = HashMap::new();
         for b in pending
             .iter_mut()
@@ -1017,18 +1029,20 @@ impl Drainer {
                 };
                 by_namespace.insert(b.namespace.clone(), list.items);
             }
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), &b.namespace);
-            let Ok(Some(pod)) = api.get_metadata_opt(&b.name).await else {
+            let key = PodReference {
+                namespace: b.namespace.clone(),
+                name: b.name.clone(),
+            };
+            let Some(labels) = labels.get(&key) else {
                 continue;
             };
-            let labels = pod.metadata.labels.unwrap_or_default();
             let names: Vec<String> = by_namespace[&b.namespace]
                 .iter()
                 .filter(|pdb| {
                     pdb.spec
                         .as_ref()
                         .and_then(|s| s.selector.as_ref())
-                        .is_some_and(|s| selector_matches(s, &labels))
+                        .is_some_and(|s| selector_matches(s, labels))
                 })
                 .map(|pdb| pdb.name_any())
                 .collect();
