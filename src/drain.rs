@@ -1,4 +1,5 @@
-//! The drain: which pods leave a node in maintenance, and one non-blocking eviction pass.
+//! The drain: which pods leave a node in maintenance, in which order, and one non-blocking
+//! eviction pass.
 //!
 //! The pod selection mirrors upstream NMO's settings of the kubectl drain library
 //! (`k8s.io/kubectl/pkg/drain`: `Force`, `DeleteEmptyDirData`, `IgnoreAllDaemonSets`, grace period
@@ -7,30 +8,42 @@
 //! evicts what it can, records why every other pod is still on the node, and returns. The
 //! controller requeues and runs the next pass.
 //!
-//! Pure parts ([`classify`], [`classify_eviction`], [`terminating_blocker`], [`selector_matches`],
-//! [`aggregate_errors`]) are unit-tested below; [`Drainer`] does the API calls.
+//! Pure parts ([`classify`], [`stage`], [`tolerates_maintenance`], [`classify_eviction`],
+//! [`terminating_blocker`], [`selector_matches`], [`aggregate_errors`], [`RetrySchedule`]) are
+//! unit-tested below; [`Drainer`] does the API calls.
 //!
-//! Defaults, documented because kubectl's own defaults are different (each would abort the drain):
-//! DaemonSet-managed pods stay (the DaemonSet would recreate them anyway, and they tolerate the
-//! cordon); a DaemonSet pod whose DaemonSet is gone is evicted; mirror (static) pods stay, since
-//! the API server cannot delete them; pods using emptyDir, pods without a controller and finished
-//! pods are evicted. The operator's own pod (`POD_NAME`/`POD_NAMESPACE` in the environment) is
-//! never evicted, so a maintenance of the node the operator runs on cannot kill the operator
-//! half-way; Kubernetes reschedules it when it is deleted by other means.
+//! Defaults, documented because kubectl's own defaults are different (each would abort the drain),
+//! and our deliberate differences from upstream (`docs/compat.md §7`, `docs/design.md §2`):
+//! - DaemonSet-managed pods stay (the DaemonSet would recreate them anyway). A pod counts as
+//!   DaemonSet-managed only when its controller reference is of group `apps`, kind `DaemonSet`,
+//!   and the DaemonSet of that name has the reference's UID; a pod whose DaemonSet is gone (or
+//!   replaced by a same-named one) is evicted.
+//! - Mirror (static) pods stay, since the API server cannot delete them.
+//! - Pods that tolerate both maintenance taints stay: their replacement would be scheduled back
+//!   onto the same cordoned node, so evicting them only loops.
+//! - Pods using emptyDir, pods without a controller and finished pods are evicted.
+//! - Eviction goes in [`Stage`] order: ordinary pods first, system-critical pods once no ordinary
+//!   pod is left, the operator's own pod (`POD_NAME`/`POD_NAMESPACE`) last, so the drain never
+//!   stops half-way and the webhook is not left without a running pod after the node reboots.
+//! - A refused eviction is retried per pod, no sooner than [`EVICTION_RETRY_INTERVAL`] later,
+//!   whatever triggers the next pass.
 
-use std::collections::HashMap;
-use std::time::Duration;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kube::api::ListParams;
 use kube::core::Status;
 use kube::{Api, Client, ResourceExt};
 
 use crate::api::{PodBlocker, PodReference};
+use crate::node::{DRAIN_TAINT_KEY, NO_SCHEDULE, UNSCHEDULABLE_TAINT_KEY};
 
 /// Annotation that marks a mirror pod: the API server's copy of a kubelet static pod, which an
 /// eviction cannot remove (kubectl's `mirror` filter).
@@ -43,6 +56,17 @@ pub const STUCK_TERMINATING_MARGIN: Duration = Duration::from_secs(60);
 pub const EVICTION_PARALLELISM: usize = 32;
 /// Page size of the pod list (kubectl's `--chunk-size` default).
 pub const LIST_PAGE_SIZE: u32 = 500;
+/// Shortest time between two eviction requests for the same pod after one was refused
+/// (upstream's `waitDurationOnDrainError`). Kept per pod UID in memory, not in the status.
+pub const EVICTION_RETRY_INTERVAL: Duration = Duration::from_secs(5);
+/// Priority from which a pod is system-critical: the value of `system-cluster-critical`
+/// (`system-node-critical` is 2 000 001 000). Only the two built-in classes and other `system-`
+/// classes can reach it (user PriorityClasses are capped at 1 000 000 000); the kubelet's graceful
+/// node shutdown keys its critical pods on the same value.
+pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+/// The built-in system-critical PriorityClasses, for pods whose `spec.priority` was not resolved
+/// (the Priority admission plugin disabled).
+pub const SYSTEM_CRITICAL_CLASSES: [&str; 2] = ["system-node-critical", "system-cluster-critical"];
 
 /// Reasons a pod can still be on the node, as written to `status.blockers[].reason`.
 pub mod reason {
@@ -60,6 +84,13 @@ pub mod reason {
     pub const TOO_MANY_REQUESTS: &str = "TooManyRequests";
     /// Any other eviction failure.
     pub const EVICTION_ERROR: &str = "EvictionError";
+    /// A system-critical pod, not evicted while an ordinary pod is still on the node.
+    pub const SYSTEM_CRITICAL: &str = "SystemCritical";
+    /// The operator's own pod, not evicted while any other evictable pod is still on the node.
+    pub const OPERATOR_POD: &str = "OperatorPod";
+    /// Skipped (never evicted): the pod tolerates both maintenance taints, so its replacement
+    /// would come back to the same node.
+    pub const TOLERATES_MAINTENANCE: &str = "ToleratesMaintenanceTaints";
 }
 
 /// Result labels of an eviction request, as counted by `Metrics::eviction`.
@@ -79,13 +110,13 @@ pub mod result {
 /// Settings of the drain beyond upstream's fixed ones.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DrainOptions {
-    /// The operator's own pod, never evicted. `None` when `POD_NAME`/`POD_NAMESPACE` are unset.
+    /// The operator's own pod, evicted last. `None` when `POD_NAME`/`POD_NAMESPACE` are unset.
     pub own_pod: Option<PodReference>,
 }
 
 impl DrainOptions {
     /// Reads the operator's own pod from `POD_NAME` and `POD_NAMESPACE` (downward API); both must
-    /// be set and non-empty, otherwise no pod is excluded.
+    /// be set and non-empty, otherwise no pod is held back for last.
     pub fn from_env() -> Self {
         let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let own_pod = match (get("POD_NAMESPACE"), get("POD_NAME")) {
@@ -96,23 +127,40 @@ impl DrainOptions {
     }
 }
 
+/// When a pod is evicted relative to the others on its node: every pod of a stage leaves (is no
+/// longer listed on the node) before any pod of a later stage is evicted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Stage {
+    /// Everything not below (finished pods always).
+    Ordinary,
+    /// Running system-critical pods (DNS, network agents that are not DaemonSets), which the
+    /// ordinary pods may need while they terminate; the kubelet's graceful node shutdown and
+    /// Karpenter also stop them last.
+    Critical,
+    /// The operator's own pod: once it goes, the next instance on another node finishes.
+    OwnPod,
+}
+
 /// What the drain does with one pod on the node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Disposition {
-    /// Evict it. `warnings` are kubectl's warning texts for pods it deletes only under
-    /// `--force` / `--delete-emptydir-data` (logged, not an error).
+    /// Evict it, in `stage` order. `warnings` are kubectl's warning texts for pods it deletes only
+    /// under `--force` / `--delete-emptydir-data` (logged, not an error).
     Evict {
         /// kubectl's warnings: `deleting Pods with local storage`,
         /// `deleting Pods that declare no controller`, or the DaemonSet NotFound text for an
         /// orphaned DaemonSet pod.
         warnings: Vec<String>,
+        /// When, relative to the node's other pods.
+        stage: Stage,
     },
     /// Managed by an existing DaemonSet: left alone (`IgnoreAllDaemonSets`).
     SkipDaemonSet,
     /// A mirror pod of a static pod: left alone, silently.
     SkipMirror,
-    /// The operator's own pod.
-    SkipOwnPod,
+    /// Tolerates both maintenance taints: its replacement would land on this node again, so it is
+    /// left alone and reported once.
+    SkipTolerating,
 }
 
 impl Disposition {
@@ -129,9 +177,7 @@ fn is_terminal(pod: &Pod) -> bool {
     )
 }
 
-fn controller_ref(
-    pod: &Pod,
-) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+fn controller_ref(pod: &Pod) -> Option<&OwnerReference> {
     pod.metadata
         .owner_references
         .as_ref()?
@@ -139,37 +185,111 @@ fn controller_ref(
         .find(|o| o.controller == Some(true))
 }
 
-/// The DaemonSet whose existence decides this pod's fate: `Some(name)` for a pod that is not
-/// finished and whose controller reference has kind `DaemonSet` (kubectl checks the kind only).
-/// The caller GETs that DaemonSet in the pod's namespace and passes the answer to [`classify`].
-pub fn daemonset_owner(pod: &Pod) -> Option<&str> {
+/// The API group of an `apiVersion` (`apps/v1` -> `apps`, `v1` -> the core group `""`).
+pub fn api_group(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(group, _)| group)
+}
+
+/// The controller reference that makes a pod DaemonSet-managed, for a pod that is not finished:
+/// group `apps` (any version) and kind `DaemonSet`. A `DaemonSet` kind of another group (a custom
+/// resource) does not count: such a pod is drained like any other controlled pod. The caller
+/// GETs the DaemonSet of that name in the pod's namespace and passes its UID to [`classify`],
+/// which also requires it to equal the reference's UID (kubectl's drain checks kind and
+/// apiVersion, but not the UID).
+pub fn daemonset_owner(pod: &Pod) -> Option<&OwnerReference> {
     if is_terminal(pod) {
         return None;
     }
-    controller_ref(pod)
-        .filter(|o| o.kind == "DaemonSet")
-        .map(|o| o.name.as_str())
+    controller_ref(pod).filter(|o| o.kind == "DaemonSet" && api_group(&o.api_version) == "apps")
+}
+
+/// Whether `toleration` tolerates the taint `key`=`""`:`effect` (the scheduler's rule: an empty
+/// key with `Exists` matches every key, an empty effect every effect, `Equal` (the default
+/// operator) needs the same value).
+pub fn tolerates(toleration: &Toleration, key: &str, effect: &str) -> bool {
+    let effect_ok = toleration
+        .effect
+        .as_deref()
+        .is_none_or(|e| e.is_empty() || e == effect);
+    let operator = toleration.operator.as_deref().unwrap_or("Equal");
+    let tkey = toleration.key.as_deref().unwrap_or("");
+    let key_ok = if tkey.is_empty() {
+        operator == "Exists"
+    } else {
+        tkey == key
+    };
+    let value_ok = match operator {
+        "Exists" => true,
+        "Equal" | "" => toleration.value.as_deref().unwrap_or("").is_empty(),
+        _ => false,
+    };
+    effect_ok && key_ok && value_ok
+}
+
+/// Whether the pod tolerates both `node.kubernetes.io/unschedulable:NoSchedule` (the cordon, which
+/// the scheduler's NodeUnschedulable plugin waives for such pods) and `medik8s.io/drain:NoSchedule`.
+/// The pod's own tolerations stand for its owner's template: admission only adds NoExecute
+/// tolerations, so whatever the owner creates next tolerates at least what this pod does and
+/// would be scheduled onto this node again.
+pub fn tolerates_maintenance(pod: &Pod) -> bool {
+    let tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default();
+    [UNSCHEDULABLE_TAINT_KEY, DRAIN_TAINT_KEY]
+        .iter()
+        .all(|key| tolerations.iter().any(|t| tolerates(t, key, NO_SCHEDULE)))
+}
+
+/// Whether the pod is system-critical: `spec.priority` at least [`SYSTEM_CRITICAL_PRIORITY`]
+/// (the kubelet's rule), or, when the priority was not resolved, one of
+/// [`SYSTEM_CRITICAL_CLASSES`] as its `priorityClassName`.
+pub fn is_system_critical(pod: &Pod) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return false;
+    };
+    match spec.priority {
+        Some(p) => p >= SYSTEM_CRITICAL_PRIORITY,
+        None => spec
+            .priority_class_name
+            .as_deref()
+            .is_some_and(|c| SYSTEM_CRITICAL_CLASSES.contains(&c)),
+    }
+}
+
+fn is_own_pod(pod: &Pod, options: &DrainOptions) -> bool {
+    options.own_pod.as_ref().is_some_and(|own| {
+        pod.metadata.namespace.as_deref() == Some(own.namespace.as_str())
+            && pod.metadata.name.as_deref() == Some(own.name.as_str())
+    })
+}
+
+/// The [`Stage`] of an evictable pod: the operator's own pod last, running system-critical pods
+/// before it, everything else (finished pods included) first.
+pub fn stage(pod: &Pod, options: &DrainOptions) -> Stage {
+    if is_own_pod(pod, options) {
+        Stage::OwnPod
+    } else if !is_terminal(pod) && is_system_critical(pod) {
+        Stage::Critical
+    } else {
+        Stage::Ordinary
+    }
 }
 
 /// Decides what the drain does with `pod`, in kubectl's filter order (DaemonSet, mirror, local
 /// storage, unreplicated) with upstream NMO's flags (force, delete emptyDir data, ignore all
-/// DaemonSets). `daemonset_exists` is the answer for [`daemonset_owner`]'s DaemonSet and is
-/// ignored for other pods. The operator's own pod (`options.own_pod`) is skipped before anything
-/// else.
-pub fn classify(pod: &Pod, daemonset_exists: bool, options: &DrainOptions) -> Disposition {
-    if let Some(own) = &options.own_pod
-        && pod.metadata.namespace.as_deref() == Some(own.namespace.as_str())
-        && pod.metadata.name.as_deref() == Some(own.name.as_str())
-    {
-        return Disposition::SkipOwnPod;
-    }
+/// DaemonSets), then our own rule for pods that tolerate the maintenance taints. `daemonset_uid`
+/// is the UID of the DaemonSet named by [`daemonset_owner`] (`None`: not found); it is ignored
+/// for other pods, and a UID other than the owner reference's counts as not found.
+pub fn classify(pod: &Pod, daemonset_uid: Option<&str>, options: &DrainOptions) -> Disposition {
     let mut warnings = Vec::new();
     if let Some(ds) = daemonset_owner(pod) {
-        if daemonset_exists {
+        if daemonset_uid == Some(ds.uid.as_str()) {
             return Disposition::SkipDaemonSet;
         }
         // kubectl with --force evicts the orphan and warns with the NotFound error text.
-        warnings.push(format!("daemonsets.apps \"{ds}\" not found"));
+        warnings.push(format!("daemonsets.apps \"{}\" not found", ds.name));
     }
     if pod
         .metadata
@@ -180,6 +300,9 @@ pub fn classify(pod: &Pod, daemonset_exists: bool, options: &DrainOptions) -> Di
         return Disposition::SkipMirror;
     }
     let terminal = is_terminal(pod);
+    if !terminal && tolerates_maintenance(pod) {
+        return Disposition::SkipTolerating;
+    }
     let has_empty_dir = pod
         .spec
         .as_ref()
@@ -191,7 +314,129 @@ pub fn classify(pod: &Pod, daemonset_exists: bool, options: &DrainOptions) -> Di
     if !terminal && controller_ref(pod).is_none() {
         warnings.push("deleting Pods that declare no controller".to_string());
     }
-    Disposition::Evict { warnings }
+    Disposition::Evict {
+        warnings,
+        stage: stage(pod, options),
+    }
+}
+
+/// The blocker of an evictable pod held back because pods of an earlier stage are still on the
+/// node; `None` for an ordinary pod. The text has no counts, so it does not change from pass to
+/// pass (every status change is a write).
+pub fn waiting_blocker(
+    pod: &PodReference,
+    stage: Stage,
+    priority_class: Option<&str>,
+) -> Option<PodBlocker> {
+    let (reason, message) = match stage {
+        Stage::Ordinary => return None,
+        Stage::Critical => (
+            reason::SYSTEM_CRITICAL,
+            format!(
+                "system-critical pod (priorityClassName {}): evicted once every other evictable \
+                 pod has left the node",
+                priority_class.unwrap_or("<none>, priority >= 2000000000")
+            ),
+        ),
+        Stage::OwnPod => (
+            reason::OPERATOR_POD,
+            "the operator's own pod: evicted last, once every other evictable pod has left the \
+             node"
+                .to_string(),
+        ),
+    };
+    Some(PodBlocker {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        reason: reason.to_string(),
+        message: Some(message),
+        ..PodBlocker::default()
+    })
+}
+
+/// The status entry of a pod left on the node on purpose ([`Disposition::SkipTolerating`]).
+pub fn skipped_entry(pod: &PodReference) -> PodBlocker {
+    PodBlocker {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        reason: reason::TOLERATES_MAINTENANCE.to_string(),
+        message: Some(format!(
+            "not evicted: the pod tolerates {UNSCHEDULABLE_TAINT_KEY}:{NO_SCHEDULE} and \
+             {DRAIN_TAINT_KEY}:{NO_SCHEDULE}, so its replacement would be scheduled onto this node \
+             again"
+        )),
+        ..PodBlocker::default()
+    }
+}
+
+/// Per-pod eviction retry schedule, kept in memory by pod UID: after a refused eviction, the pod
+/// is not asked again before [`EVICTION_RETRY_INTERVAL`] has passed, whatever triggered the pass
+/// (our own status write, node patch or lease renewal included). Lost on restart: the first pass
+/// of a new process asks each pending pod once more, then the schedule applies again.
+#[derive(Debug, Default)]
+pub struct RetrySchedule {
+    entries: HashMap<String, RetryEntry>,
+    announced: HashMap<String, String>,
+}
+
+#[derive(Debug)]
+struct RetryEntry {
+    node: String,
+    due: Instant,
+    blocker: PodBlocker,
+    error: Option<String>,
+}
+
+impl RetrySchedule {
+    /// The blocker and lastError text of the last refusal, to keep reporting for pod `uid` while
+    /// its retry is not due at `now`; `None` when it may be evicted.
+    pub fn held(&self, uid: &str, now: Instant) -> Option<(&PodBlocker, Option<&str>)> {
+        self.entries
+            .get(uid)
+            .filter(|e| e.due > now)
+            .map(|e| (&e.blocker, e.error.as_deref()))
+    }
+    /// Records the outcome of an eviction of pod `uid` on `node`: a refusal (a blocker other than
+    /// `Terminating`) schedules the next try one interval after `now`; anything else clears it.
+    pub fn record(&mut self, uid: &str, node: &str, outcome: &EvictionOutcome, now: Instant) {
+        match &outcome.blocker {
+            Some(b) if b.reason != reason::TERMINATING => {
+                self.entries.insert(
+                    uid.to_string(),
+                    RetryEntry {
+                        node: node.to_string(),
+                        due: now + EVICTION_RETRY_INTERVAL,
+                        blocker: b.clone(),
+                        error: outcome.error.clone(),
+                    },
+                );
+            }
+            _ => {
+                self.entries.remove(uid);
+            }
+        }
+    }
+    /// Forgets the pods of `node` that are not in `listed` (gone, or no longer up for eviction).
+    pub fn retain(&mut self, node: &str, listed: &HashSet<String>) {
+        self.entries
+            .retain(|uid, e| e.node != node || listed.contains(uid));
+        self.announced
+            .retain(|uid, n| n != node || listed.contains(uid));
+    }
+    /// Time until the earliest retry due on `node`, `None` when none is scheduled.
+    pub fn next_due(&self, node: &str, now: Instant) -> Option<Duration> {
+        self.entries
+            .values()
+            .filter(|e| e.node == node)
+            .map(|e| e.due.saturating_duration_since(now))
+            .min()
+    }
+    /// Whether skipped pod `uid` is reported for the first time (for its one event).
+    pub fn announce(&mut self, uid: &str, node: &str) -> bool {
+        self.announced
+            .insert(uid.to_string(), node.to_string())
+            .is_none()
+    }
 }
 
 /// How one eviction request ended, decided from the API server's answer alone.
@@ -244,7 +489,7 @@ pub fn parse_pdb_cause(message: &str) -> Option<(String, Option<i32>, Option<i32
     Some((name.to_string(), counts.map(|c| c.0), counts.map(|c| c.1)))
 }
 
-/// Classifies the answer to an eviction of `pod` (drain-semantics.md §9): 2xx evicted, 404 gone,
+/// Classifies the answer to an eviction of `pod`: 2xx evicted, 404 gone,
 /// 409 from the UID precondition gone (a same-named pod replaced it), 429 with a
 /// `DisruptionBudget` cause `PodDisruptionBudget`, other 429 `TooManyRequests`, 500 "more than
 /// one PodDisruptionBudget" `MultiplePodDisruptionBudgets`, 403 with a `NamespaceTerminating`
@@ -447,6 +692,13 @@ pub struct DrainReport {
     pub evictable: Vec<PodReference>,
     /// The evictable pods still on the node, each with why.
     pub pending: Vec<PodBlocker>,
+    /// Pods left on the node on purpose (they tolerate the maintenance taints), each with why.
+    pub skipped: Vec<PodBlocker>,
+    /// The part of `skipped` reported for the first time by this process (one event each).
+    pub newly_skipped: Vec<PodBlocker>,
+    /// Time until the earliest per-pod eviction retry on this node; the next pass is not useful
+    /// before then (`None`: no refused eviction waits).
+    pub retry_in: Option<Duration>,
     /// Eviction requests sent in this pass, by result.
     pub evictions: EvictionCounts,
     /// Upstream-format error texts of this pass (failed evictions, stuck terminating pods).
@@ -458,10 +710,16 @@ impl DrainReport {
     pub fn done(&self) -> bool {
         self.pending.is_empty()
     }
-    /// Some pending pod waits for something other than its own termination (a budget, an error),
-    /// so the next pass should come later (5 s) rather than soon (1 s).
+    /// Some pending pod waits for something other than its own termination or the termination
+    /// of the pods evicted before it (a budget, an error), so the next pass should come later
+    /// (at the retry) rather than soon (1 s).
     pub fn blocked(&self) -> bool {
-        self.pending.iter().any(|b| b.reason != reason::TERMINATING)
+        self.pending.iter().any(|b| {
+            !matches!(
+                b.reason.as_str(),
+                reason::TERMINATING | reason::SYSTEM_CRITICAL | reason::OPERATOR_POD
+            )
+        })
     }
     /// The aggregated lastError of this pass, `None` when nothing failed.
     pub fn last_error(&self) -> Option<String> {
@@ -502,6 +760,7 @@ pub struct Drainer {
     client: Client,
     eviction_client: Client,
     options: DrainOptions,
+    retries: Arc<Mutex<RetrySchedule>>,
 }
 
 fn pod_ref(pod: &Pod) -> PodReference {
@@ -518,7 +777,12 @@ impl Drainer {
             client,
             eviction_client,
             options,
+            retries: Arc::default(),
         }
+    }
+
+    fn retries(&self) -> std::sync::MutexGuard<'_, RetrySchedule> {
+        self.retries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// All pods bound to `node`: a field-selected, paginated list (never a cluster-wide cache).
@@ -544,35 +808,36 @@ impl Drainer {
     /// Lists the node's pods and classifies each, looking up each DaemonSet once.
     async fn classified(&self, node: &str) -> Result<Vec<(Pod, Disposition)>, DrainError> {
         let pods = self.list_pods(node).await?;
-        let mut daemonsets: HashMap<(String, String), bool> = HashMap::new();
+        // UID of the DaemonSet found under each (namespace, name); `None` when not found.
+        let mut daemonsets: HashMap<(String, String), Option<String>> = HashMap::new();
         let mut out = Vec::with_capacity(pods.len());
         for pod in pods {
             let exists = match daemonset_owner(&pod) {
-                None => false,
-                Some(ds) => {
+                None => None,
+                Some(owner) => {
                     let namespace = pod.namespace().unwrap_or_default();
-                    let key = (namespace.clone(), ds.to_string());
+                    let key = (namespace.clone(), owner.name.clone());
                     match daemonsets.get(&key) {
-                        Some(e) => *e,
+                        Some(uid) => uid.clone(),
                         None => {
                             let api: Api<DaemonSet> =
                                 Api::namespaced(self.client.clone(), &namespace);
-                            let e = api
-                                .get_metadata_opt(ds)
+                            let uid = api
+                                .get_metadata_opt(&owner.name)
                                 .await
                                 .map_err(|source| DrainError::DaemonSet {
                                     namespace,
-                                    name: ds.to_string(),
+                                    name: owner.name.clone(),
                                     source,
                                 })?
-                                .is_some();
-                            daemonsets.insert(key, e);
-                            e
+                                .and_then(|d| d.metadata.uid);
+                            daemonsets.insert(key, uid.clone());
+                            uid
                         }
                     }
                 }
             };
-            let disposition = classify(&pod, exists, &self.options);
+            let disposition = classify(&pod, exists.as_deref(), &self.options);
             out.push((pod, disposition));
         }
         Ok(out)
@@ -595,30 +860,50 @@ impl Drainer {
         })
     }
 
-    /// One drain pass over `node`: lists its pods, evicts every evictable pod that is not already
-    /// terminating (at most [`EVICTION_PARALLELISM`] requests at once, each with a UID
-    /// precondition and no grace period override, so the pod's own applies), and reports what is
-    /// left. Never sleeps or waits for pods to go: a pod counts as gone once a later pass no
-    /// longer lists it on the node.
+    /// One drain pass over `node`: lists its pods and evicts the evictable ones of the earliest
+    /// [`Stage`] still on the node that are neither terminating nor waiting for their retry
+    /// ([`RetrySchedule`]): at most [`EVICTION_PARALLELISM`] requests at once, each with a UID
+    /// precondition and no grace period override, so the pod's own applies. Reports what is
+    /// left, and why. Never sleeps or waits for pods to go: a pod counts as gone once a later
+    /// pass no longer lists it on the node.
     ///
     /// # Errors
     /// [`DrainError`] when the pod list or a DaemonSet lookup fails; eviction failures are
     /// reported per pod in [`DrainReport::pending`] and [`DrainReport::errors`].
     pub async fn pass(&self, node: &str, now: jiff::Timestamp) -> Result<DrainReport, DrainError> {
         let pods = self.classified(node).await?;
+        let started = Instant::now();
         let mut report = DrainReport {
             total_pods: pods.len(),
             ..DrainReport::default()
         };
+        let first_stage = pods
+            .iter()
+            .filter_map(|(_, d)| match d {
+                Disposition::Evict { stage, .. } => Some(*stage),
+                _ => None,
+            })
+            .min();
+        let mut listed = HashSet::new();
+        let mut labels = std::collections::BTreeMap::new();
         let mut to_evict = Vec::new();
         for (pod, disposition) in pods {
-            let Disposition::Evict { warnings } = disposition else {
-                continue;
-            };
             let r = pod_ref(&pod);
-            if !warnings.is_empty() {
-                tracing::debug!(pod = %format!("{}/{}", r.namespace, r.name), warnings = %warnings.join("; "), "evicting despite kubectl warnings");
-            }
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            let (warnings, stage) = match disposition {
+                Disposition::Evict { warnings, stage } => (warnings, stage),
+                Disposition::SkipTolerating => {
+                    let entry = skipped_entry(&r);
+                    listed.insert(uid.clone());
+                    if self.retries().announce(&uid, node) {
+                        tracing::info!(pod = %format!("{}/{}", r.namespace, r.name), "not evicting a pod that tolerates the maintenance taints");
+                        report.newly_skipped.push(entry.clone());
+                    }
+                    report.skipped.push(entry);
+                    continue;
+                }
+                Disposition::SkipDaemonSet | Disposition::SkipMirror => continue,
+            };
             report.evictable.push(r.clone());
             if let Some(b) = terminating_blocker(&pod, now) {
                 if b.reason == reason::STUCK_TERMINATING {
@@ -632,9 +917,27 @@ impl Drainer {
                 report.pending.push(b);
                 continue;
             }
+            if Some(stage) > first_stage {
+                let class = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.priority_class_name.as_deref());
+                report.pending.extend(waiting_blocker(&r, stage, class));
+                continue;
+            }
+            listed.insert(uid.clone());
+            labels.insert(r.clone(), pod.labels().clone());
+            if let Some((b, error)) = self.retries().held(&uid, started) {
+                report.pending.push(b.clone());
+                report.errors.extend(error.map(str::to_string));
+                continue;
+            }
+            if !warnings.is_empty() {
+                tracing::debug!(pod = %format!("{}/{}", r.namespace, r.name), warnings = %warnings.join("; "), "evicting despite kubectl warnings");
+            }
             to_evict.push((r, pod.metadata.uid.clone()));
         }
-        let outcomes: Vec<EvictionOutcome> = stream::iter(to_evict)
+        let outcomes: Vec<(Option<String>, EvictionOutcome)> = stream::iter(to_evict)
             .map(|(r, uid)| async move {
                 let answer = self.evict(&r, uid.as_deref()).await;
                 if answer.is_ok() {
@@ -644,12 +947,20 @@ impl Drainer {
                 if outcome.result != result::EVICTED && outcome.result != result::GONE {
                     tracing::info!(error = %outcome.error.as_deref().unwrap_or_default(), "eviction refused");
                 }
-                outcome
+                (uid, outcome)
             })
             .buffer_unordered(EVICTION_PARALLELISM)
             .collect()
             .await;
-        for o in outcomes {
+        {
+            let mut retries = self.retries();
+            for (uid, o) in &outcomes {
+                retries.record(uid.as_deref().unwrap_or_default(), node, o, started);
+            }
+            retries.retain(node, &listed);
+            report.retry_in = retries.next_due(node, Instant::now());
+        }
+        for (_, o) in outcomes {
             report.evictions.record(o.result);
             if let Some(b) = o.blocker {
                 report.pending.push(b);
@@ -658,9 +969,13 @@ impl Drainer {
                 report.errors.push(e);
             }
         }
-        self.name_overlapping_budgets(&mut report.pending).await;
+        self.name_overlapping_budgets(&mut report.pending, &labels)
+            .await;
         report
             .pending
+            .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        report
+            .skipped
             .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         report.errors.sort();
         Ok(report)
@@ -690,8 +1005,17 @@ impl Drainer {
     }
 
     /// For pods refused because several budgets select them, names those budgets (the API
-    /// server's 500 names none). Best effort: a failed PDB list leaves the message as it was.
-    async fn name_overlapping_budgets(&self, pending: &mut [PodBlocker]) {
+    /// server's 500 names none). `labels` are the pods' labels as this pass listed them (not
+    /// re-read by name, which could find a same-named replacement). Best effort: a failed PDB
+    /// list leaves the message as it was.
+    async fn name_overlapping_budgets(
+        &self,
+        pending: &mut [PodBlocker],
+        labels: &std::collections::BTreeMap<
+            PodReference,
+            std::collections::BTreeMap<String, String>,
+        >,
+    ) {
         let mut by_namespace: HashMap<String, Vec<PodDisruptionBudget>> = HashMap::new();
         for b in pending
             .iter_mut()
@@ -705,18 +1029,20 @@ impl Drainer {
                 };
                 by_namespace.insert(b.namespace.clone(), list.items);
             }
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), &b.namespace);
-            let Ok(Some(pod)) = api.get_metadata_opt(&b.name).await else {
+            let key = PodReference {
+                namespace: b.namespace.clone(),
+                name: b.name.clone(),
+            };
+            let Some(labels) = labels.get(&key) else {
                 continue;
             };
-            let labels = pod.metadata.labels.unwrap_or_default();
             let names: Vec<String> = by_namespace[&b.namespace]
                 .iter()
                 .filter(|pdb| {
                     pdb.spec
                         .as_ref()
                         .and_then(|s| s.selector.as_ref())
-                        .is_some_and(|s| selector_matches(s, &labels))
+                        .is_some_and(|s| selector_matches(s, labels))
                 })
                 .map(|pdb| pdb.name_any())
                 .collect();
@@ -780,7 +1106,7 @@ mod tests {
     }
     fn evict_warnings(d: Disposition) -> Vec<String> {
         match d {
-            Disposition::Evict { warnings } => warnings,
+            Disposition::Evict { warnings, .. } => warnings,
             other => panic!("expected Evict, got {other:?}"),
         }
     }
@@ -815,9 +1141,9 @@ mod tests {
     #[test]
     fn daemonset_pods_stay_while_their_daemonset_exists() {
         let p = owned(pod("ds-1"), "DaemonSet", "agent");
-        assert_eq!(daemonset_owner(&p), Some("agent"));
+        assert_eq!(daemonset_owner(&p).map(|o| o.name.as_str()), Some("agent"));
         assert_eq!(
-            classify(&p, true, &DrainOptions::default()),
+            classify(&p, Some("x"), &DrainOptions::default()),
             Disposition::SkipDaemonSet
         );
     }
@@ -825,7 +1151,7 @@ mod tests {
     #[test]
     fn orphaned_daemonset_pods_are_evicted_with_kubectls_notfound_warning() {
         let p = owned(pod("ds-1"), "DaemonSet", "agent");
-        let w = evict_warnings(classify(&p, false, &DrainOptions::default()));
+        let w = evict_warnings(classify(&p, None, &DrainOptions::default()));
         assert_eq!(w, vec!["daemonsets.apps \"agent\" not found".to_string()]);
     }
 
@@ -834,7 +1160,7 @@ mod tests {
         let p = phase(owned(pod("ds-1"), "DaemonSet", "agent"), "Succeeded");
         assert_eq!(daemonset_owner(&p), None);
         assert_eq!(
-            evict_warnings(classify(&p, true, &DrainOptions::default())),
+            evict_warnings(classify(&p, Some("x"), &DrainOptions::default())),
             Vec::<String>::new()
         );
     }
@@ -844,7 +1170,7 @@ mod tests {
         let mut p = phase(pod("etcd-node1"), "Failed");
         p.metadata.annotations = Some([(MIRROR_ANNOTATION.to_string(), "abc".to_string())].into());
         assert_eq!(
-            classify(&p, false, &DrainOptions::default()),
+            classify(&p, None, &DrainOptions::default()),
             Disposition::SkipMirror
         );
     }
@@ -858,28 +1184,221 @@ mod tests {
             ..Volume::default()
         }]);
         assert_eq!(
-            evict_warnings(classify(&p, false, &DrainOptions::default())),
+            evict_warnings(classify(&p, None, &DrainOptions::default())),
             vec![
                 "deleting Pods with local storage",
                 "deleting Pods that declare no controller"
             ]
         );
         let managed = owned(pod("rs-pod"), "ReplicaSet", "web-123");
-        assert!(evict_warnings(classify(&managed, false, &DrainOptions::default())).is_empty());
+        assert!(evict_warnings(classify(&managed, None, &DrainOptions::default())).is_empty());
         let done = phase(pod("job-pod"), "Succeeded");
-        assert!(evict_warnings(classify(&done, false, &DrainOptions::default())).is_empty());
+        assert!(evict_warnings(classify(&done, None, &DrainOptions::default())).is_empty());
+    }
+
+    fn stage_of(d: Disposition) -> Stage {
+        match d {
+            Disposition::Evict { stage, .. } => stage,
+            other => panic!("expected Evict, got {other:?}"),
+        }
+    }
+    fn critical(mut p: Pod, class: Option<&str>, priority: Option<i32>) -> Pod {
+        let spec = p.spec.as_mut().unwrap();
+        spec.priority_class_name = class.map(str::to_string);
+        spec.priority = priority;
+        p
+    }
+    fn tolerating(mut p: Pod, tolerations: serde_json::Value) -> Pod {
+        p.spec.as_mut().unwrap().tolerations = Some(serde_json::from_value(tolerations).unwrap());
+        p
     }
 
     #[test]
-    fn the_operators_own_pod_is_never_evicted() {
+    fn the_operators_own_pod_is_evicted_last() {
         let opts = DrainOptions {
             own_pod: Some(r("nmo")),
         };
-        assert_eq!(classify(&pod("nmo"), false, &opts), Disposition::SkipOwnPod);
-        assert!(classify(&pod("other"), false, &opts).evicts());
+        assert_eq!(stage_of(classify(&pod("nmo"), None, &opts)), Stage::OwnPod);
+        assert_eq!(
+            stage_of(classify(&pod("other"), None, &opts)),
+            Stage::Ordinary
+        );
         let mut elsewhere = pod("nmo");
         elsewhere.metadata.namespace = Some("other-ns".into());
-        assert!(classify(&elsewhere, false, &opts).evicts());
+        assert_eq!(stage_of(classify(&elsewhere, None, &opts)), Stage::Ordinary);
+        // Even a critical own pod goes after the critical ones: it evicts them.
+        let own_critical = critical(
+            pod("nmo"),
+            Some("system-cluster-critical"),
+            Some(2_000_000_000),
+        );
+        assert_eq!(
+            stage_of(classify(&own_critical, None, &opts)),
+            Stage::OwnPod
+        );
+        assert!(Stage::Ordinary < Stage::Critical && Stage::Critical < Stage::OwnPod);
+        let b = waiting_blocker(&r("nmo"), Stage::OwnPod, None).unwrap();
+        assert_eq!(b.reason, reason::OPERATOR_POD);
+        assert!(waiting_blocker(&r("p"), Stage::Ordinary, None).is_none());
+    }
+
+    #[test]
+    fn system_critical_pods_are_keyed_on_priority_or_the_builtin_class_names() {
+        let o = DrainOptions::default();
+        for (class, prio) in [
+            (Some("system-node-critical"), Some(2_000_001_000)),
+            (Some("system-cluster-critical"), Some(2_000_000_000)),
+            // Priority admission off: the class name decides.
+            (Some("system-node-critical"), None),
+            // A `system-` class of the same priority under another name.
+            (Some("system-custom"), Some(2_000_000_000)),
+        ] {
+            let p = critical(pod("dns"), class, prio);
+            assert_eq!(
+                stage_of(classify(&p, None, &o)),
+                Stage::Critical,
+                "{class:?} {prio:?}"
+            );
+        }
+        for (class, prio) in [
+            (Some("high"), Some(1_000_000_000)),
+            (Some("system-cluster-critical"), Some(0)),
+            (None, None),
+        ] {
+            let p = critical(pod("app"), class, prio);
+            assert_eq!(
+                stage_of(classify(&p, None, &o)),
+                Stage::Ordinary,
+                "{class:?} {prio:?}"
+            );
+        }
+        // A finished critical pod needs nothing and goes with the ordinary ones.
+        let done = phase(
+            critical(
+                pod("dns"),
+                Some("system-node-critical"),
+                Some(2_000_001_000),
+            ),
+            "Failed",
+        );
+        assert_eq!(stage_of(classify(&done, None, &o)), Stage::Ordinary);
+        let b = waiting_blocker(&r("dns"), Stage::Critical, Some("system-node-critical")).unwrap();
+        assert_eq!(b.reason, reason::SYSTEM_CRITICAL);
+        assert!(b.message.unwrap().contains("system-node-critical"));
+    }
+
+    #[test]
+    fn pods_tolerating_both_maintenance_taints_are_skipped() {
+        let o = DrainOptions::default();
+        let skip = |t: serde_json::Value| {
+            classify(
+                &tolerating(owned(pod("p"), "ReplicaSet", "rs"), t),
+                None,
+                &o,
+            )
+        };
+        assert_eq!(
+            skip(serde_json::json!([{"operator": "Exists"}])),
+            Disposition::SkipTolerating
+        );
+        assert_eq!(
+            skip(serde_json::json!([{"operator": "Exists", "effect": "NoSchedule"}])),
+            Disposition::SkipTolerating
+        );
+        assert_eq!(
+            skip(serde_json::json!([
+                {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "medik8s.io/drain", "effect": "NoSchedule"}
+            ])),
+            Disposition::SkipTolerating
+        );
+        // Only one of the two taints, the wrong effect, or a value the taint does not have.
+        for t in [
+            serde_json::json!([{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}]),
+            serde_json::json!([{"operator": "Exists", "effect": "NoExecute"}]),
+            serde_json::json!([
+                {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"},
+                {"key": "medik8s.io/drain", "operator": "Equal", "value": "yes"}
+            ]),
+            // An empty key needs `Exists`.
+            serde_json::json!([{"operator": "Equal"}]),
+            // What admission adds to every pod.
+            serde_json::json!([
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+            ]),
+        ] {
+            assert!(skip(t.clone()).evicts(), "{t}");
+        }
+        // A finished pod is never replaced: it goes.
+        let done = phase(
+            tolerating(pod("job"), serde_json::json!([{"operator": "Exists"}])),
+            "Succeeded",
+        );
+        assert!(classify(&done, None, &o).evicts());
+        assert_eq!(skipped_entry(&r("p")).reason, reason::TOLERATES_MAINTENANCE);
+    }
+
+    #[test]
+    fn a_daemonset_owner_needs_the_apps_group_and_the_found_daemonsets_uid() {
+        let o = DrainOptions::default();
+        // A custom resource of kind DaemonSet: not a DaemonSet, no lookup, drained as controlled.
+        let mut custom = owned(pod("agent-1"), "DaemonSet", "agent");
+        custom.metadata.owner_references.as_mut().unwrap()[0].api_version =
+            "apps.example.com/v1".into();
+        assert!(daemonset_owner(&custom).is_none());
+        assert_eq!(
+            evict_warnings(classify(&custom, Some("x"), &o)),
+            Vec::<String>::new()
+        );
+        // apps/v1 DaemonSet of that name, but another one (recreated): the pod's owner is gone.
+        let p = owned(pod("ds-1"), "DaemonSet", "agent");
+        assert_eq!(daemonset_owner(&p).map(|o| o.uid.as_str()), Some("x"));
+        assert_eq!(
+            evict_warnings(classify(&p, Some("other-uid"), &o)),
+            vec!["daemonsets.apps \"agent\" not found".to_string()]
+        );
+        // Any version of the apps group.
+        let mut beta = owned(pod("ds-2"), "DaemonSet", "agent");
+        beta.metadata.owner_references.as_mut().unwrap()[0].api_version = "apps/v1beta2".into();
+        assert_eq!(classify(&beta, Some("x"), &o), Disposition::SkipDaemonSet);
+        assert_eq!(api_group("v1"), "");
+        assert_eq!(api_group("apps/v1"), "apps");
+    }
+
+    #[test]
+    fn a_refused_pod_is_not_asked_again_before_its_retry_is_due() {
+        let t0 = Instant::now();
+        let mut s = RetrySchedule::default();
+        let e = api_err(
+            429,
+            "x",
+            &[(
+                "DisruptionBudget",
+                "The disruption budget b needs 1 healthy pods and has 1 currently",
+            )],
+        );
+        let refused = classify_eviction(&r("p"), Err(&e));
+        s.record("uid-p", "n1", &refused, t0);
+        let (b, err) = s.held("uid-p", t0 + Duration::from_millis(100)).unwrap();
+        assert_eq!(b.reason, reason::PDB);
+        assert!(err.is_some());
+        assert!(s.held("uid-p", t0 + EVICTION_RETRY_INTERVAL).is_none());
+        assert!(s.held("uid-q", t0).is_none());
+        assert_eq!(s.next_due("n1", t0), Some(EVICTION_RETRY_INTERVAL));
+        assert_eq!(s.next_due("n2", t0), None);
+        // Another node's pass does not forget it; this node's pass without the pod does.
+        s.retain("n2", &HashSet::new());
+        assert!(s.held("uid-p", t0).is_some());
+        s.retain("n1", &HashSet::new());
+        assert!(s.held("uid-p", t0).is_none());
+        // An accepted eviction clears the schedule.
+        s.record("uid-p", "n1", &refused, t0);
+        s.record("uid-p", "n1", &classify_eviction(&r("p"), Ok(())), t0);
+        assert!(s.held("uid-p", t0).is_none());
+        // Skipped pods are announced once per UID.
+        assert!(s.announce("uid-t", "n1"));
+        assert!(!s.announce("uid-t", "n1"));
     }
 
     #[test]
@@ -1061,5 +1580,13 @@ mod tests {
         rep.pending
             .push(classify_eviction(&r("q"), Err(&e)).blocker.unwrap());
         assert!(rep.blocked());
+        let mut waiting = DrainReport::default();
+        waiting
+            .pending
+            .push(waiting_blocker(&r("nmo"), Stage::OwnPod, None).unwrap());
+        waiting
+            .pending
+            .push(waiting_blocker(&r("dns"), Stage::Critical, None).unwrap());
+        assert!(!waiting.done() && !waiting.blocked());
     }
 }

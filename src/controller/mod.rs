@@ -48,7 +48,7 @@ pub struct ControllerConfig {
     /// NodeMaintenances reconciled at once; 0 means unbounded. One object is never reconciled
     /// concurrently with itself.
     pub concurrency: usize,
-    /// Drain settings (the operator's own pod is never evicted).
+    /// Drain settings (the operator's own pod, evicted last).
     pub drain: DrainOptions,
     /// `reportingInstance` of events; the pod name when known.
     pub reporter_instance: Option<String>,

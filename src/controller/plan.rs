@@ -69,6 +69,9 @@ pub mod event {
     pub const REMOVED: (&str, &str) = ("RemovedMaintenance", "Removed a node maintenance");
     /// Warning, on the NodeMaintenance, when someone undid part of the maintenance (ours).
     pub const REAPPLIED: &str = "MaintenanceReapplied";
+    /// Normal, on the NodeMaintenance, once per pod the drain leaves on the node on purpose
+    /// (it tolerates the maintenance taints; ours, `docs/compat.md §7`).
+    pub const POD_SKIPPED: &str = "PodNotEvicted";
 }
 
 /// The object an event is about.
@@ -652,6 +655,20 @@ fn pending_summary(report: &DrainReport) -> String {
     )
 }
 
+/// `; not evicted: ns/a (reason), ns/b (reason)` for the pods the drain leaves on the node on
+/// purpose, or nothing. Names, not counts, so it changes only when the set does.
+fn skipped_summary(report: &DrainReport) -> String {
+    if report.skipped.is_empty() {
+        return String::new();
+    }
+    let names: Vec<String> = report
+        .skipped
+        .iter()
+        .map(|b| format!("{}/{} ({})", b.namespace, b.name, b.reason))
+        .collect();
+    format!("; not evicted: {}", names.join(", "))
+}
+
 /// After a drain pass. Nothing pending: phase Succeeded, drainProgress 100, pending lists and
 /// lastError cleared, `SucceedMaintenance` on the transition only, next check in 5 min.
 /// Otherwise: phase Running, pending pods with their blockers, drainProgress, the pass's
@@ -676,6 +693,20 @@ pub fn drained(
     }
     s.drain_start_time.get_or_insert_with(|| now_time(now));
     let requeue;
+    for b in &report.newly_skipped {
+        events.push(PlannedEvent::normal(
+            EventTarget::Maintenance,
+            (
+                event::POD_SKIPPED,
+                &format!(
+                    "Pod {}/{} {}",
+                    b.namespace,
+                    b.name,
+                    b.message.as_deref().unwrap_or(&b.reason)
+                ),
+            ),
+        ));
+    }
     if report.done() {
         if old.phase != Some(MaintenancePhase::Succeeded) {
             events.push(PlannedEvent::normal(
@@ -694,7 +725,7 @@ pub fn drained(
             condition::DRAINED,
             true,
             "AllPodsEvicted",
-            "all pods were evicted",
+            format!("all pods were evicted{}", skipped_summary(report)),
             generation,
             now,
         );
@@ -717,12 +748,16 @@ pub fn drained(
             } else {
                 "PodsTerminating"
             },
-            pending_summary(report),
+            format!("{}{}", pending_summary(report), skipped_summary(report)),
             generation,
             now,
         );
         requeue = if blocked {
-            Requeue::Fixed(REQUEUE_BLOCKED)
+            // No earlier than the first per-pod eviction retry is due: a pass before it only
+            // re-reports (docs/design.md §2).
+            Requeue::Fixed(report.retry_in.map_or(REQUEUE_BLOCKED, |d| {
+                d.clamp(Duration::from_millis(200), REQUEUE_BLOCKED)
+            }))
         } else {
             Requeue::Fixed(REQUEUE_TERMINATING)
         };
@@ -1392,6 +1427,38 @@ mod tests {
         );
         let (s, _, _) = pass(&s0, LeaseObservation::Held, &rep, t(1));
         assert_eq!(s.drain_progress, Some(0));
+    }
+
+    #[test]
+    fn blocked_pass_requeues_at_the_first_per_pod_retry_and_names_skipped_pods_once() {
+        let s0 = running_with_two();
+        let mut rep = report(&["test-pod-1"], &[("test-pod-1", reason::PDB)], &[]);
+        rep.retry_in = Some(Duration::from_millis(4900));
+        let skipped = drain::skipped_entry(&PodReference {
+            namespace: "test-namespace".into(),
+            name: "tolerant".into(),
+        });
+        rep.skipped = vec![skipped.clone()];
+        rep.newly_skipped = vec![skipped];
+        let step = drained(&s0, &rep, GEN, t(1));
+        assert_eq!(step.requeue, Requeue::Fixed(Duration::from_millis(4900)));
+        assert_eq!(reasons(&step.events), vec![event::POD_SKIPPED]);
+        let cond = step.status.conditions.as_ref().unwrap();
+        let drained_cond = cond.iter().find(|c| c.type_ == condition::DRAINED).unwrap();
+        assert!(
+            drained_cond
+                .message
+                .ends_with("; not evicted: test-namespace/tolerant (ToleratesMaintenanceTaints)"),
+            "{}",
+            drained_cond.message
+        );
+        // Announced already: no second event; a retry due at once is not a busy loop.
+        rep.newly_skipped.clear();
+        rep.retry_in = Some(Duration::ZERO);
+        let again = drained(&step.status, &rep, GEN, t(2));
+        assert!(again.events.is_empty());
+        assert_eq!(again.requeue, Requeue::Fixed(Duration::from_millis(200)));
+        assert!(!needs_write(&step.status, &again.status));
     }
 
     #[test]
