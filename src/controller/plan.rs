@@ -1458,7 +1458,7 @@ mod tests {
         let again = drained(&step.status, &rep, GEN, t(2));
         assert!(again.events.is_empty());
         assert_eq!(again.requeue, Requeue::Fixed(Duration::from_millis(200)));
-        assert!(!needs_write(&step.status, &again.status));
+        assert!(!needs_write(&step.status, &again.status, &[]));
     }
 
     #[test]
