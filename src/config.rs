@@ -1,6 +1,6 @@
 //! Command-line flags of the manager binary.
 //!
-//! Flag names and defaults follow upstream NMO (nmo-compat.md §10) where upstream has the flag, so
+//! Flag names and defaults follow upstream NMO (docs/compat.md §8) where upstream has the flag, so
 //! the upstream Deployment args (`--health-probe-bind-address=:8081 --leader-elect
 //! --enable-http2=false`) work unchanged. Differences, on purpose:
 //!

@@ -2,12 +2,12 @@
 //! namespace (default `medik8s-leases`), held by `node-maintenance` for 3600 s while a node is in
 //! maintenance. NHC and SNR use the same lease name and namespace, so a valid lease held by them
 //! means "remediation in progress" and blocks maintenance, and ours blocks remediation
-//! (nmo-compat.md §4).
+//! (docs/compat.md §3).
 //!
 //! Semantics mirror medik8s `common` `pkg/lease` (`RequestLease`, `InvalidateLease`) with one
 //! change: a valid lease of ours is renewed only when less than 3/4 of [`LEASE_DURATION`] remains
 //! (upstream renews on every call), so a reconcile every few minutes renews well before expiry
-//! without writing on every pass (nmo-compat.md §16 row 5).
+//! without writing on every pass (docs/compat.md §3).
 //!
 //! [`plan_request`] is pure; [`NodeLeases`] does the I/O without sleeps: `request` costs one GET
 //! when the lease is current, and a conflicting write is returned to the caller for its retry.
@@ -96,7 +96,7 @@ pub fn is_valid(spec: &LeaseSpec, now: Timestamp) -> bool {
 
 /// Decides what requesting the lease means given the lease found (`None`: no lease) at `now`.
 ///
-/// medik8s common's `RequestLease` table (nmo-compat.md §4.1):
+/// medik8s common's `RequestLease` table (docs/compat.md §3):
 /// - no lease: create (holder, 3600 s, acquire = renew = now, transitions 0);
 /// - ours with renew time or duration unset: update and set acquire time and transitions +1;
 /// - ours and lapsed (`renew + duration < now`): update; acquire time and transitions +1 only if

@@ -3,10 +3,10 @@
 //!
 //! Upstream NMO makes these changes in three separate writes (label merge patch, taint JSON patch
 //! with a `test` op on the whole taint list, cordon strategic-merge patch) and on stop removes them
-//! unconditionally (nmo-compat.md §3, §5.3). We instead make every change in ONE JSON merge patch
+//! unconditionally (docs/compat.md §2). We instead make every change in ONE JSON merge patch
 //! that carries `metadata.resourceVersion`, which the API server enforces as a precondition (409 on
 //! a concurrent change; we re-read and re-plan), and we record the prior state on the node so that
-//! stopping restores exactly what was there before (nmo-compat.md §16 rows 7, 8, 16, 19).
+//! stopping restores exactly what was there before (docs/compat.md §2, §13).
 //!
 //! The planning functions (`observe`, `plan_enter`, `plan_exit`, `plan_transfer`) are pure; the
 //! async functions (`enter`, `exit`, `transfer`) do one GET per attempt plus at most one PATCH,
@@ -24,9 +24,9 @@ pub const HOLDER_ANNOTATION: &str = "nodemaintenance.medik8s.io/holder";
 pub const HOLDER_UID_ANNOTATION: &str = "nodemaintenance.medik8s.io/holder-uid";
 /// Annotation with the node's state before the first entry, as JSON [`PriorState`].
 pub const PRIOR_STATE_ANNOTATION: &str = "nodemaintenance.medik8s.io/prior-state";
-/// Annotation surfacing the `NodeMaintenance`'s `spec.reason` on the node (nmo-compat.md §16 row 19).
+/// Annotation surfacing the `NodeMaintenance`'s `spec.reason` on the node (docs/compat.md §2).
 pub const REASON_ANNOTATION: &str = "nodemaintenance.medik8s.io/reason";
-/// Label read by NHC and SNR: a node labelled `"true"` is not remediated (nmo-compat.md §4.5).
+/// Label read by NHC and SNR: a node labelled `"true"` is not remediated (docs/compat.md §2).
 pub const EXCLUDE_LABEL: &str = "remediation.medik8s.io/exclude-from-remediation";
 /// Key of NMO's own taint, `medik8s.io/drain:NoSchedule`.
 pub const DRAIN_TAINT_KEY: &str = "medik8s.io/drain";
@@ -433,7 +433,7 @@ pub enum ExitPlan {
 /// was not `"true"` before and is `"true"` now (upstream's rule), or set back to its earlier other
 /// value; our three annotations are deleted. A node that still carries our holder annotation but
 /// no usable prior state is treated as "nothing was there before". Upstream always uncordons and
-/// removes both taints and the label (nmo-compat.md §5.3); we improve on that per §16 row 8.
+/// removes both taints and the label (docs/compat.md §2); we restore the prior state instead.
 pub fn plan_exit(node: &Node, holder: &str) -> ExitPlan {
     plan_exit_for(node, Claimant::named(holder))
 }
@@ -689,7 +689,7 @@ pub async fn exit_from(
 
 /// Hands node `node` from `from` to `to` (see [`plan_transfer`]), with the same read/plan/patch/
 /// retry loop as [`enter`]. Used when one of two `NodeMaintenance`s for a node goes away while
-/// the other stays, so the node stays in maintenance (nmo-compat.md §16 row 9).
+/// the other stays, so the node stays in maintenance (docs/design.md §3).
 pub async fn transfer(
     api: &Api<Node>,
     node: &str,

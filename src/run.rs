@@ -152,7 +152,7 @@ pub struct ReadinessInputs {
 /// replica that runs the controller (the leader, or every replica without leader election), the
 /// controller's watches have synced. A standby runs no controller, so only its webhook counts:
 /// it can still answer admission reviews. (Upstream's `/readyz` is a plain ping,
-/// nmo-compat.md §16 row 13.)
+/// docs/compat.md §8.)
 ///
 /// # Errors
 /// The reason for not being ready, one line, for the 503 body.

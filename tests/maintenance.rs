@@ -1,7 +1,7 @@
 //! The maintenance lifecycle end to end: the operator binary, acting as the ServiceAccount from
 //! `manifests/`, against a real control plane whose kwok nodes run and terminate pods.
 //!
-//! Upstream's controller cases (nmo-compat.md §15.1) come first, then our improvements.
+//! Upstream's controller cases (its controller test suite) come first, then our improvements.
 
 mod common;
 

@@ -1,7 +1,7 @@
 //! The NodeMaintenance controller: a kube-runtime `Controller` over NodeMaintenances that also
 //! watches Nodes, so drift on a node in maintenance (an uncordon, a removed taint or label, the
 //! node re-appearing) is corrected at once rather than at the next resync (upstream has no Node
-//! watch, nmo-compat.md §16 row 7).
+//! watch, docs/compat.md §2).
 //!
 //! Many NodeMaintenances progress at once ([`ControllerConfig::concurrency`]); the drain never
 //! holds a worker: one pass evicts what it can and the reconcile returns a requeue (upstream
@@ -35,7 +35,7 @@ use crate::node::NodeError;
 
 pub use reconcile::{error_policy, reconcile};
 
-/// The events' reporting controller (upstream's recorder name, nmo-compat.md §6).
+/// The events' reporting controller (upstream's recorder name, docs/compat.md §4).
 pub const REPORTER: &str = "NodeMaintenance";
 /// Longest back-off after repeated reconcile errors of one object.
 pub const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(300);

@@ -2,7 +2,7 @@
 //! observed (the node, the lease, the drain), the new status, the events to emit and when to come
 //! back. The reconciler (`reconcile.rs`) runs the steps in upstream's order and does the I/O.
 //!
-//! Upstream's observable contract (nmo-compat.md §5–§7: phases, events, lastError texts, the
+//! Upstream's observable contract (docs/compat.md §3–§5: phases, events, lastError texts, the
 //! errorOnLeaseCount rules) is kept, with the improvements of §16: events only on transitions, no
 //! status write when nothing changed, lastError cleared on success, drainProgress never negative,
 //! lease ownership tracked explicitly (the `LeaseHeld` condition) instead of `drainProgress > 0`.
@@ -55,7 +55,7 @@ pub mod condition {
     pub const HELD_BY_OTHER: &str = "HeldByOther";
 }
 
-/// Upstream's event reasons and exact messages (nmo-compat.md §6), plus ours.
+/// Upstream's event reasons and exact messages (docs/compat.md §4), plus ours.
 pub mod event {
     /// Normal, on the NodeMaintenance, after the finalizer was added.
     pub const BEGIN: (&str, &str) = ("BeginMaintenance", "Begin a node maintenance");
@@ -425,7 +425,7 @@ pub enum LeaseStep {
     Stop(Step),
 }
 
-/// Upstream's errorOnLeaseCount rules (nmo-compat.md §4.3), with ownership tracked by the
+/// Upstream's errorOnLeaseCount rules (docs/compat.md §3), with ownership tracked by the
 /// `LeaseHeld` condition: AlreadyHeld for a lease we never held is not counted (lastError
 /// `failed to obtain a lease that is not owned by us : <err> errorOnLeaseCount <n>`, wait with
 /// backoff); AlreadyHeld for a lease we held counts (lastError

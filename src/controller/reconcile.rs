@@ -1,4 +1,4 @@
-//! One reconcile of a NodeMaintenance: the steps of upstream's reconcile (nmo-compat.md §5.1) in
+//! One reconcile of a NodeMaintenance: the steps of upstream's reconcile (docs/design.md §1) in
 //! their order, with the decisions taken by `plan` and the I/O done here.
 //!
 //! Every status change is recorded before acting on the node where it matters (status
@@ -60,7 +60,7 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
         Err(err) => {
             ctx.metrics.reconcile_failure(err.metric_label());
             // Also while deleting: a cleanup that failed half-way (node restored, lease or
-            // finalizer not) must say so, as upstream's error sink does (nmo-compat.md §5.1 3.1).
+            // finalizer not) must say so, as upstream's error sink does (docs/compat.md §5).
             if !err.is_stale_object() {
                 record_error(&nm, &ctx, err).await;
             }
@@ -594,7 +594,7 @@ async fn invalidate_lease(ctx: &Context, node: &str) -> Result<(), Error> {
     }
 }
 
-/// The deletion path (nmo-compat.md §5.3 and the handover of §16 row 9): restore the node if we
+/// The deletion path (docs/design.md §3: restore, or hand over to a successor): restore the node if we
 /// hold it and nobody else wants it, invalidate the lease, then remove the finalizer.
 async fn cleanup(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
     let name = nm.name_any();

@@ -234,7 +234,7 @@ pub async fn wait_running(
 }
 
 /// A client with kube's default retry of 429/503/504 switched off, as the operator's eviction
-/// client is: a PodDisruptionBudget refusal must surface at once (rust-stack.md §9).
+/// client is: a PodDisruptionBudget refusal must surface at once (docs/design.md §2).
 pub async fn no_retry_client(cluster: &Cluster) -> Client {
     let kc = kube::config::Kubeconfig::read_from(cluster.kubeconfig()).unwrap();
     let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())

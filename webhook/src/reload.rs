@@ -2,7 +2,7 @@
 //!
 //! The watch is on the certificate *directory* (non-recursive) because the kubelet updates a
 //! Secret volume by renaming a `..data` symlink; a watch on `tls.crt` itself follows the old inode
-//! and goes silent after the first swap (rust-stack.md §7). `Access` events are ignored: our own
+//! and goes silent after the first swap (docs/design.md §8). `Access` events are ignored: our own
 //! reads produce them and would make the reloader spin. The periodic re-read (controller-runtime's
 //! certwatcher polls every 10 s) catches anything the watch misses, e.g. an overflowed inotify
 //! queue or a filesystem without inotify.

@@ -2,7 +2,7 @@
 //!
 //! The serving config is always built here, never by axum-server's `from_pem*` helpers: those put
 //! `h2` into ALPN unconditionally, which breaks every HTTP/2-capable client once the server is
-//! HTTP/1.1 only (rust-stack.md §6).
+//! HTTP/1.1 only (docs/design.md §8).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -55,7 +55,7 @@ pub fn default_cert_dir() -> PathBuf {
         .join("serving-certs")
 }
 
-/// Chooses the certificate pair to serve, as upstream NMO does (nmo-compat.md §11).
+/// Chooses the certificate pair to serve, as upstream NMO does (docs/compat.md §8).
 ///
 /// If both `<cert_dir>/<cert_name>` and `<cert_dir>/<key_name>` exist (the OLM-injected pair
 /// upstream) they are used. Otherwise the controller-runtime default

@@ -1,4 +1,4 @@
-//! The certificate fallback rule (nmo-compat.md §11): the requested pair when both files exist,
+//! The certificate fallback rule (docs/compat.md §8): the requested pair when both files exist,
 //! else `<temp dir>/k8s-webhook-server/serving-certs/tls.{crt,key}`. Its own test binary because
 //! it points `TMPDIR` at a scratch directory for the whole process.
 

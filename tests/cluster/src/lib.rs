@@ -202,7 +202,7 @@ impl Cluster {
             http_get(("127.0.0.1", etcd_client), "/health").is_some_and(|b| b.contains("true"))
         })?;
 
-        // kube-apiserver, with envtest's flags plus our own serving pair (control-plane.md §6).
+        // kube-apiserver, with envtest's flags plus our own serving pair (docs/design.md §7).
         let mut apiserver = Command::new(bins.join("bin/kube-apiserver"));
         apiserver.args([
             format!("--etcd-servers={client_url}"),

@@ -1,6 +1,6 @@
 //! Running the operator binary against a [`Cluster`]: CRD installed, webhook serving pair issued
 //! by the cluster's CA, the ValidatingWebhookConfiguration registered by URL with a `caBundle`
-//! (control-plane.md §8), and readiness awaited on `/readyz`.
+//! (docs/design.md §7), and readiness awaited on `/readyz`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,7 +10,7 @@ use base64::Engine;
 
 use crate::{Child, Cluster, ClusterError, free_ports, http_get};
 
-/// The webhook path upstream registers (nmo-compat.md §9).
+/// The webhook path upstream registers (docs/compat.md §6).
 pub const WEBHOOK_PATH: &str = "/validate-nodemaintenance-medik8s-io-v1beta1-nodemaintenance";
 
 /// How to start one operator process.
