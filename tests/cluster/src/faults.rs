@@ -190,3 +190,16 @@ pub fn swap_serving_pair(cluster: &Cluster, operator_name: &str) -> Result<(), C
     }
     Ok(())
 }
+
+impl Child {
+    /// SIGSTOP: the process keeps its sockets and leases but runs nothing, as in a long GC pause
+    /// or a frozen VM. Undo with [`Child::resume`].
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT after [`Child::pause`].
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+}
