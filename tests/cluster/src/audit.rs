@@ -27,12 +27,12 @@ rules:
 - level: None
 "#;
 
-/// A policy that records evictions by anyone and every request of `users` (e.g.
-/// `system:serviceaccount:<ns>:<name>`), at level Metadata, once each. A watch is recorded when
-/// it ends (ResponseComplete), so count it with the requests of the window it started in by
-/// its `received` time.
-pub fn requests_policy(users: &[&str]) -> String {
-    let users = users
+/// A policy that records evictions by anyone and every request of a user in one of `groups`
+/// (e.g. `system:serviceaccounts`, which in the local cluster only the operator is in: every
+/// control-plane component is `system:masters`), at level Metadata, once each. A watch is
+/// recorded when it ends (ResponseComplete); count it by its `received` time.
+pub fn requests_policy(groups: &[&str]) -> String {
+    let groups = groups
         .iter()
         .map(|u| format!("\"{u}\""))
         .collect::<Vec<_>>()
@@ -47,7 +47,7 @@ rules:
   - group: ""
     resources: ["pods/eviction"]
 - level: Metadata
-  users: [{users}]
+  userGroups: [{groups}]
 - level: None
 "#
     )

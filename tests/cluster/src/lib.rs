@@ -12,6 +12,7 @@
 
 pub mod audit;
 pub mod faults;
+pub mod measure;
 pub mod operator;
 pub mod process;
 
