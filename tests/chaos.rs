@@ -1302,7 +1302,12 @@ async fn invariants_hold_under_faults() {
     tokio::task::block_in_place(env);
     let mut failures = Vec::new();
     for seed in &seeds {
-        failures.extend(round(*seed).await);
+        let found = round(*seed).await;
+        // Printed at once too, so a long run that is cut short still shows what it found.
+        for f in &found {
+            eprintln!("{f}");
+        }
+        failures.extend(found);
     }
     eprintln!(
         "chaos: {} rounds, {} lifecycles, {:.0} s, {} violation(s)",

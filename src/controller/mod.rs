@@ -67,12 +67,47 @@ impl Default for ControllerConfig {
     }
 }
 
-/// Objects per page of the Node watch's initial list and relists. A page is held whole (the
-/// response body, then its objects) until it is processed, so at about 9 KB per node (images,
-/// conditions, nodeInfo) kube's default of 500 would make one page of 4.5 MB the largest thing
-/// in the process on a big cluster; 100 keeps it under 1 MB, at one round trip per 100 nodes
-/// (`docs/design.md §7`, scale benchmark).
+/// Objects per page of the Node watch's initial list and relists when the API server cannot
+/// stream them (see [`streams_initial_lists`]). A page is held whole (the response body, then
+/// its objects) until it is processed, so at about 9 KB per node (images, conditions, nodeInfo)
+/// kube's default of 500 would make one page of 4.5 MB the largest thing in the process on a big
+/// cluster; 100 keeps it under 1 MB, at one round trip per 100 nodes (`docs/design.md §7`).
 pub const NODE_PAGE_SIZE: u32 = 100;
+
+/// Whether the API server streams a watch's initial list (`sendInitialEvents`, Kubernetes'
+/// WatchList feature): then the Node watch gets every node as one watch event at a time, parsed
+/// one by one, with no page round trips, which halves the start-up on a large cluster. Probed
+/// with a watch that selects no node: a server that supports it ends the (empty) initial events
+/// with a bookmark annotated `k8s.io/initial-events-end`; one that does not refuses the
+/// parameters or sends no such bookmark within 2 s. Any doubt means paged lists.
+pub async fn streams_initial_lists(nodes: &Api<WatchedNode>) -> bool {
+    use kube::api::{WatchEvent, WatchParams};
+    let probe = async {
+        let wp = WatchParams::streaming_lists().labels("nodemaintenance.medik8s.io/no-such-label");
+        let mut events = nodes.watch(&wp, "0").await.ok()?.boxed();
+        while let Some(ev) = events.next().await {
+            match ev.ok()? {
+                WatchEvent::Bookmark(b) => {
+                    return Some(
+                        b.metadata
+                            .annotations
+                            .contains_key("k8s.io/initial-events-end"),
+                    );
+                }
+                WatchEvent::Error(_) => return Some(false),
+                _ => {}
+            }
+        }
+        Some(false)
+    };
+    let streams = tokio::time::timeout(Duration::from_secs(2), probe)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false);
+    tracing::debug!(streams, "Node watch initial list strategy probed");
+    streams
+}
 
 /// A Node as the Node watch reads it: the metadata fields a reconcile mapping or the
 /// fingerprint uses (name, uid, resourceVersion, labels, annotations) and `spec`. `status`
@@ -326,40 +361,43 @@ pub async fn run(
     // Node watch: a pass runs when what maintenance cares about changes (cordon, taints, labels,
     // annotations) or the node comes or goes, not on every status heartbeat. No debounce, so a
     // manual uncordon is seen at once. Nodes are not cached: only a fingerprint per node is kept.
-    // Only metadata and spec are parsed (`WatchedNode`), in pages of `NODE_PAGE_SIZE`.
+    // Only metadata and spec are parsed (`WatchedNode`), streamed or in pages of
+    // `NODE_PAGE_SIZE`.
     let (nodes_synced_tx, mut nodes_synced) = tokio::sync::watch::channel(false);
     let fingerprints = Mutex::new(HashMap::<String, u64>::new());
     let watched_nodes: Api<WatchedNode> = Api::all(client.clone());
-    let node_events = watcher(
-        watched_nodes,
-        watcher::Config::default().page_size(NODE_PAGE_SIZE),
-    )
-    .default_backoff()
-    .inspect(move |ev| {
-        if matches!(ev, Ok(watcher::Event::InitDone)) {
-            tracing::debug!("Node watch listed all nodes");
-            nodes_synced_tx.send_replace(true);
-        }
-    })
-    .filter_map(move |ev| {
-        let changed = match ev {
-            Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
-                let print = maintenance_fingerprint(&n);
-                let mut seen = fingerprints.lock().unwrap_or_else(|e| e.into_inner());
-                (seen.insert(n.name_any(), print) != Some(print)).then_some(Ok(n))
+    let node_config = if streams_initial_lists(&watched_nodes).await {
+        watcher::Config::default().streaming_lists()
+    } else {
+        watcher::Config::default().page_size(NODE_PAGE_SIZE)
+    };
+    let node_events = watcher(watched_nodes, node_config)
+        .default_backoff()
+        .inspect(move |ev| {
+            if matches!(ev, Ok(watcher::Event::InitDone)) {
+                tracing::debug!("Node watch listed all nodes");
+                nodes_synced_tx.send_replace(true);
             }
-            Ok(watcher::Event::Delete(n)) => {
-                fingerprints
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&n.name_any());
-                Some(Ok(n))
-            }
-            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
-            Err(e) => Some(Err(e)),
-        };
-        std::future::ready(changed)
-    });
+        })
+        .filter_map(move |ev| {
+            let changed = match ev {
+                Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                    let print = maintenance_fingerprint(&n);
+                    let mut seen = fingerprints.lock().unwrap_or_else(|e| e.into_inner());
+                    (seen.insert(n.name_any(), print) != Some(print)).then_some(Ok(n))
+                }
+                Ok(watcher::Event::Delete(n)) => {
+                    fingerprints
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&n.name_any());
+                    Some(Ok(n))
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+                Err(e) => Some(Err(e)),
+            };
+            std::future::ready(changed)
+        });
     let mapper_store = store.clone();
     let controller = controller
         .watches_stream(node_events, move |node| {
