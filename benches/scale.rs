@@ -128,7 +128,7 @@ fn big_node(i: usize) -> serde_json::Value {
     let images: Vec<serde_json::Value> = (0..40)
         .map(|k| {
             let digest: String =
-                format!("{:016x}", (i as u64 + 1) * 0x9e37_79b9_7f4a_7c15 ^ k).repeat(4);
+                format!("{:016x}", ((i as u64 + 1) * 0x9e37_79b9_7f4a_7c15) ^ k).repeat(4);
             json!({
                 "names": [
                     format!("registry.example.com/platform/component-{k}@sha256:{digest}"),
@@ -300,11 +300,10 @@ impl Bench {
         }
         for n in &names {
             self.wait(&format!("{n} Ready"), || async {
-                Ok(self
-                    .cluster
+                self.cluster
                     .node_ready(n)
                     .then_some(())
-                    .ok_or(anyhow::anyhow!("not ready"))?)
+                    .ok_or(anyhow::anyhow!("not ready"))
             })
             .await?;
         }
@@ -350,9 +349,9 @@ impl Bench {
                     }) && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
                 })
                 .count();
-            Ok((running == want)
+            (running == want)
                 .then_some(())
-                .ok_or(anyhow::anyhow!("{running} Running"))?)
+                .ok_or(anyhow::anyhow!("{running} Running"))
         })
         .await
     }
@@ -465,9 +464,9 @@ impl Bench {
                             == Some(MaintenancePhase::Succeeded)
                     })
                     .count();
-                Ok((done == nodes.len())
+                (done == nodes.len())
                     .then_some(())
-                    .ok_or(anyhow::anyhow!("{done} Succeeded"))?)
+                    .ok_or(anyhow::anyhow!("{done} Succeeded"))
             },
         )
         .await?;
@@ -497,9 +496,9 @@ impl Bench {
         }
         self.wait("NodeMaintenances gone", || async {
             let left = nms.list(&ListParams::default()).await?.items.len();
-            Ok((left == 0)
+            (left == 0)
                 .then_some(())
-                .ok_or(anyhow::anyhow!("{left} left"))?)
+                .ok_or(anyhow::anyhow!("{left} left"))
         })
         .await?;
         tokio::time::sleep(Duration::from_secs(2)).await;
