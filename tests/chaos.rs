@@ -73,6 +73,14 @@ const OPEN_SEEDS: &[(u64, &str)] = &[
          NodeMaintenance the new leader already finished deleting, and evicts there",
     ),
     (6, "stale leader (as seed 1)"),
+    (
+        708_172,
+        "after kube-apiserver is killed and restarted, the operator's watches see 403 (RBAC not \
+         yet synced) then 410 Expired; three Succeeded NodeMaintenances deleted meanwhile were \
+         never reconciled again (no log line for 60 s): stuck with the finalizer, nodes left in \
+         maintenance. A Succeeded maintenance has no periodic requeue that would recover a missed \
+         event. Not reproduced by every replay (timing)",
+    ),
 ];
 /// The leader-election lease of the operator (`src/leader.rs`), which a SIGSTOP must outlast.
 const LEADER_LEASE: Duration = Duration::from_secs(15);
