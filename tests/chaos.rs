@@ -81,6 +81,16 @@ const OPEN_SEEDS: &[(u64, &str)] = &[
          maintenance. A Succeeded maintenance has no periodic requeue that would recover a missed \
          event. Not reproduced by every replay (timing)",
     ),
+    (
+        336_147,
+        "missed deletions after a kube-apiserver restart (as seed 708172)",
+    ),
+    (
+        658_917,
+        "missed deletions after a kube-apiserver restart (as seed 708172)",
+    ),
+    (282_221, "stale leader (as seed 1)"),
+    (651_981, "stale leader (as seed 1)"),
 ];
 /// The leader-election lease of the operator (`src/leader.rs`), which a SIGSTOP must outlast.
 const LEADER_LEASE: Duration = Duration::from_secs(15);
