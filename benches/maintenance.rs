@@ -136,6 +136,7 @@ impl Bench {
         let cluster = Cluster::start(Options {
             workers: 0,
             control_planes: 1,
+            ..Options::default()
         })?;
         let manifests = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests"));
         let account = operator::install_manifests(&cluster, &manifests)?;

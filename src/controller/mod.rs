@@ -20,7 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, NodeSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -67,10 +68,119 @@ impl Default for ControllerConfig {
     }
 }
 
+/// Objects per page of the Node watch's initial list and relists when the API server cannot
+/// stream them (see [`streams_initial_lists`]). A page is held whole (the response body, then
+/// its objects) until it is processed, so at about 9 KB per node (images, conditions, nodeInfo)
+/// kube's default of 500 would make one page of 4.5 MB the largest thing in the process on a big
+/// cluster; 100 keeps it under 1 MB, at one round trip per 100 nodes (`docs/design.md §7`).
+pub const NODE_PAGE_SIZE: u32 = 100;
+
+/// Whether the API server streams a watch's initial list (`sendInitialEvents`, Kubernetes'
+/// WatchList feature): then the Node watch gets every node as one watch event at a time, parsed
+/// one by one, with no page round trips, which halves the start-up on a large cluster. Probed
+/// with a watch that selects no node: a server that supports it ends the (empty) initial events
+/// with a bookmark annotated `k8s.io/initial-events-end`; one that does not refuses the
+/// parameters or sends no such bookmark within 2 s. Any doubt means paged lists.
+pub async fn streams_initial_lists(nodes: &Api<WatchedNode>) -> bool {
+    use kube::api::{WatchEvent, WatchParams};
+    let probe = async {
+        let wp = WatchParams::streaming_lists().labels("nodemaintenance.medik8s.io/no-such-label");
+        let mut events = nodes.watch(&wp, "0").await.ok()?.boxed();
+        while let Some(ev) = events.next().await {
+            match ev.ok()? {
+                WatchEvent::Bookmark(b) => {
+                    return Some(
+                        b.metadata
+                            .annotations
+                            .contains_key("k8s.io/initial-events-end"),
+                    );
+                }
+                WatchEvent::Error(_) => return Some(false),
+                _ => {}
+            }
+        }
+        Some(false)
+    };
+    let streams = tokio::time::timeout(Duration::from_secs(2), probe)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false);
+    tracing::debug!(streams, "Node watch initial list strategy probed");
+    streams
+}
+
+/// A Node as the Node watch reads it: the metadata fields a reconcile mapping or the
+/// fingerprint uses (name, uid, resourceVersion, labels, annotations) and `spec`. `status`
+/// (images, conditions, nodeInfo: most of a real node's size) and `metadata.managedFields` are
+/// skipped while parsing, never allocated, so a list of thousands of nodes costs only their
+/// names and a fingerprint each.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(from = "WatchedNodeWire")]
+pub struct WatchedNode {
+    /// `name`, `uid`, `resourceVersion`, `labels` and `annotations`; every other field empty.
+    pub metadata: ObjectMeta,
+    /// The node's spec (`unschedulable`, `taints`, ...).
+    pub spec: Option<NodeSpec>,
+}
+
+#[derive(serde::Deserialize)]
+struct WatchedNodeWire {
+    #[serde(default)]
+    metadata: WatchedNodeMeta,
+    #[serde(default)]
+    spec: Option<NodeSpec>,
+}
+
+#[derive(Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WatchedNodeMeta {
+    name: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    labels: Option<std::collections::BTreeMap<String, String>>,
+    annotations: Option<std::collections::BTreeMap<String, String>>,
+}
+
+impl From<WatchedNodeWire> for WatchedNode {
+    fn from(w: WatchedNodeWire) -> Self {
+        WatchedNode {
+            metadata: ObjectMeta {
+                name: w.metadata.name,
+                uid: w.metadata.uid,
+                resource_version: w.metadata.resource_version,
+                labels: w.metadata.labels,
+                annotations: w.metadata.annotations,
+                ..ObjectMeta::default()
+            },
+            spec: w.spec,
+        }
+    }
+}
+
+impl k8s_openapi::Resource for WatchedNode {
+    const API_VERSION: &'static str = <Node as k8s_openapi::Resource>::API_VERSION;
+    const GROUP: &'static str = <Node as k8s_openapi::Resource>::GROUP;
+    const KIND: &'static str = <Node as k8s_openapi::Resource>::KIND;
+    const VERSION: &'static str = <Node as k8s_openapi::Resource>::VERSION;
+    const URL_PATH_SEGMENT: &'static str = <Node as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+    type Scope = k8s_openapi::ClusterResourceScope;
+}
+
+impl k8s_openapi::Metadata for WatchedNode {
+    type Ty = ObjectMeta;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 /// A hash of the parts of a Node that maintenance reads or writes: `spec.unschedulable`,
 /// `spec.taints`, labels and annotations. Equal fingerprints mean a watch event changed nothing
 /// a reconcile would act on (typically a status heartbeat).
-pub fn maintenance_fingerprint(node: &Node) -> u64 {
+pub fn maintenance_fingerprint(node: &WatchedNode) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     let spec = node.spec.as_ref();
@@ -348,9 +458,17 @@ pub async fn run(
     // Node watch: a pass runs when what maintenance cares about changes (cordon, taints, labels,
     // annotations) or the node comes or goes, not on every status heartbeat. No debounce, so a
     // manual uncordon is seen at once. Nodes are not cached: only a fingerprint per node is kept.
+    // Only metadata and spec are parsed (`WatchedNode`), streamed or in pages of
+    // `NODE_PAGE_SIZE`.
     let (nodes_synced_tx, mut nodes_synced) = tokio::sync::watch::channel(false);
     let fingerprints = Mutex::new(HashMap::<String, u64>::new());
-    let node_events = watcher(nodes.clone(), watcher::Config::default())
+    let watched_nodes: Api<WatchedNode> = Api::all(client.clone());
+    let node_config = if streams_initial_lists(&watched_nodes).await {
+        watcher::Config::default().streaming_lists()
+    } else {
+        watcher::Config::default().page_size(NODE_PAGE_SIZE)
+    };
+    let node_events = watcher(watched_nodes, node_config)
         .default_backoff()
         .inspect(move |ev| {
             if matches!(ev, Ok(watcher::Event::InitDone)) {
@@ -531,9 +649,10 @@ mod tests {
         );
     }
 
-    fn node(unschedulable: bool, heartbeat: &str) -> Node {
+    fn node(unschedulable: bool, heartbeat: &str) -> WatchedNode {
         serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "n", "uid": "u", "labels": {"a": "b"}},
+            "metadata": {"name": "n", "uid": "u", "labels": {"a": "b"},
+                "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]},
             "spec": {"unschedulable": unschedulable, "taints": [{"key": "k", "effect": "NoSchedule"}]},
             "status": {"conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": heartbeat}]}
         }))
@@ -558,6 +677,22 @@ mod tests {
         assert_ne!(
             maintenance_fingerprint(&a),
             maintenance_fingerprint(&untainted)
+        );
+    }
+
+    #[test]
+    fn watched_node_keeps_what_maintenance_reads_and_drops_status() {
+        let n = node(true, "2026-01-01T00:00:00Z");
+        assert_eq!(n.metadata.name.as_deref(), Some("n"));
+        assert_eq!(n.metadata.uid.as_deref(), Some("u"));
+        assert_eq!(n.metadata.labels.as_ref().unwrap()["a"], "b");
+        assert!(n.metadata.managed_fields.is_none());
+        assert_eq!(n.spec.as_ref().unwrap().unschedulable, Some(true));
+        assert_eq!(n.spec.as_ref().unwrap().taints.as_ref().unwrap().len(), 1);
+        assert_eq!(kube::ResourceExt::name_any(&n), "n");
+        assert_eq!(
+            <WatchedNode as kube::Resource>::url_path(&(), None),
+            "/api/v1/nodes"
         );
     }
 }

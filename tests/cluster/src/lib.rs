@@ -10,6 +10,9 @@
 //! Nothing outlives the caller: see [`process`] for how children and directories are cleaned up
 //! on exit, on panic and on a kill.
 
+pub mod audit;
+pub mod faults;
+pub mod measure;
 pub mod operator;
 pub mod process;
 
@@ -78,6 +81,10 @@ pub struct Options {
     /// Control-plane nodes `kwok-control-plane-0..`, labelled [`CONTROL_PLANE_LABEL`] and tainted
     /// `node-role.kubernetes.io/control-plane:NoSchedule` as kubeadm does.
     pub control_planes: usize,
+    /// An audit policy (YAML, `audit.k8s.io/v1` `Policy`) for kube-apiserver; when set, the API
+    /// server writes JSON audit events to [`Cluster::audit_log_path`]. Off by default: auditing
+    /// costs the API server a write per request. See [`audit`] for ready-made policies.
+    pub audit_policy: Option<String>,
 }
 
 impl Default for Options {
@@ -85,6 +92,7 @@ impl Default for Options {
         Self {
             workers: 3,
             control_planes: 1,
+            audit_policy: None,
         }
     }
 }
@@ -97,6 +105,8 @@ pub struct Cluster {
     server: String,
     ca: Ca,
     components: Mutex<Vec<Child>>,
+    /// How each component was started, so [`faults`] can start it again identically.
+    commands: Mutex<Vec<faults::CommandSpec>>,
     nodes: Vec<String>,
 }
 
@@ -172,6 +182,7 @@ impl Cluster {
             server: server.clone(),
             ca,
             components: Mutex::new(Vec::new()),
+            commands: Mutex::new(Vec::new()),
             nodes: Vec::new(),
         };
 
@@ -223,6 +234,16 @@ impl Cluster {
             format!("--tls-private-key-file={}", api_key.display()),
             "--profiling=false".into(),
         ]);
+        if let Some(policy) = &opts.audit_policy {
+            let file = dir.join("audit-policy.yaml");
+            std::fs::write(&file, policy).map_err(io_err("writing the audit policy"))?;
+            apiserver.args([
+                format!("--audit-policy-file={}", file.display()),
+                format!("--audit-log-path={}", dir.join(audit::LOG_FILE).display()),
+                "--audit-log-format=json".into(),
+                "--audit-log-mode=blocking".into(),
+            ]);
+        }
         cluster.spawn_component("kube-apiserver", apiserver)?;
         cluster.wait_ready("kube-apiserver /readyz", Duration::from_secs(120), || {
             cluster.kubectl_ok(&["get", "--raw=/readyz"])
@@ -492,6 +513,10 @@ status:
     }
 
     fn spawn_component(&self, name: &str, cmd: Command) -> Result<(), ClusterError> {
+        self.commands
+            .lock()
+            .expect("commands lock")
+            .push(faults::CommandSpec::of(name, &cmd));
         let child = self.spawn(name, cmd)?;
         self.components.lock().expect("components lock").push(child);
         Ok(())

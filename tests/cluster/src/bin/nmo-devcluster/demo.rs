@@ -89,6 +89,7 @@ fn demo() -> Result<(), String> {
     let cluster = Cluster::start(Options {
         workers: 3,
         control_planes: 1,
+        ..Options::default()
     })
     .map_err(|e| e.to_string())?;
     let k = |args: &[&str]| cluster.kubectl_run(args, None).map_err(|e| e.to_string());

@@ -1,0 +1,189 @@
+//! The local kube-apiserver's audit log: policies for what the tests need to see, and a reader
+//! that returns the events written since the last read.
+//!
+//! Audit events are the API server's own record of each request (verb, resource, subresource,
+//! object, user, response code, and when it was received), independent of what any client
+//! believes it sent; the chaos suite uses them to see every eviction, the scale benchmark to
+//! count the operator's requests.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// File name of the audit log in the cluster directory.
+pub const LOG_FILE: &str = "audit.log";
+
+/// A policy that records only evictions (`pods/eviction`), by anyone, at level Metadata, once
+/// each (at ResponseComplete, with the response code).
+pub const EVICTIONS_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: Metadata
+  resources:
+  - group: ""
+    resources: ["pods/eviction"]
+- level: None
+"#;
+
+/// A policy that records evictions by anyone and every request of a user in one of `groups`
+/// (e.g. `system:serviceaccounts`, which in the local cluster only the operator is in: every
+/// control-plane component is `system:masters`), at level Metadata, once each. A watch is
+/// recorded when it ends (ResponseComplete); count it by its `received` time.
+pub fn requests_policy(groups: &[&str]) -> String {
+    let groups = groups
+        .iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: Metadata
+  resources:
+  - group: ""
+    resources: ["pods/eviction"]
+- level: Metadata
+  userGroups: [{groups}]
+- level: None
+"#
+    )
+}
+
+/// One audit event (level Metadata).
+#[derive(Clone, Debug)]
+pub struct AuditEvent {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, ...
+    pub verb: String,
+    /// The authenticated user name.
+    pub user: String,
+    /// The resource (`pods`, `nodes`, `nodemaintenances`, ...), empty for non-resource URLs.
+    pub resource: String,
+    /// The subresource (`eviction`, `status`), empty when none.
+    pub subresource: String,
+    /// The object's namespace, empty when cluster-scoped or a collection across namespaces.
+    pub namespace: String,
+    /// The object's name, empty for collections.
+    pub name: String,
+    /// The HTTP status code of the response (0 when the event carries none).
+    pub code: u16,
+    /// When the API server received the request.
+    pub received: jiff::Timestamp,
+    /// When the API server finished it (the event's stage timestamp).
+    pub completed: jiff::Timestamp,
+    /// The request URI.
+    pub uri: String,
+}
+
+impl AuditEvent {
+    /// `verb resource[/subresource]`, e.g. `create pods/eviction`.
+    pub fn verb_resource(&self) -> String {
+        if self.subresource.is_empty() {
+            format!("{} {}", self.verb, self.resource)
+        } else {
+            format!("{} {}/{}", self.verb, self.resource, self.subresource)
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Wire {
+    #[serde(default)]
+    verb: String,
+    #[serde(default)]
+    user: WireUser,
+    #[serde(default)]
+    object_ref: WireRef,
+    #[serde(default)]
+    response_status: WireStatus,
+    request_received_timestamp: jiff::Timestamp,
+    stage_timestamp: jiff::Timestamp,
+    #[serde(default, rename = "requestURI")]
+    request_uri: String,
+}
+
+#[derive(Default, Deserialize)]
+struct WireUser {
+    #[serde(default)]
+    username: String,
+}
+
+#[derive(Default, Deserialize)]
+struct WireRef {
+    #[serde(default)]
+    resource: String,
+    #[serde(default)]
+    subresource: String,
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    name: String,
+}
+
+#[derive(Default, Deserialize)]
+struct WireStatus {
+    #[serde(default)]
+    code: u16,
+}
+
+/// Reads an audit log incrementally: each [`AuditCursor::read`] returns the complete lines
+/// written since the previous one. Survives an API server restart (the file is appended to).
+pub struct AuditCursor {
+    path: PathBuf,
+    offset: u64,
+}
+
+impl AuditCursor {
+    /// A cursor at the start of `path` (which need not exist yet).
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        AuditCursor {
+            path: path.into(),
+            offset: 0,
+        }
+    }
+
+    /// A cursor at the current end of `path`: only events written from now on are read.
+    pub fn at_end(path: impl Into<PathBuf>) -> Self {
+        let path = path.into();
+        let offset = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        AuditCursor { path, offset }
+    }
+
+    /// The events appended since the last read; a trailing partial line is left for the next
+    /// read. Lines that are not audit events are skipped.
+    ///
+    /// # Errors
+    /// The file exists but cannot be read.
+    pub fn read(&mut self) -> std::io::Result<Vec<AuditEvent>> {
+        let mut file = match std::fs::File::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        file.seek(SeekFrom::Start(self.offset))?;
+        let mut buf = Vec::new();
+        file.read_to_end(&mut buf)?;
+        let complete = buf.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        self.offset += complete as u64;
+        Ok(buf[..complete]
+            .split(|b| *b == b'\n')
+            .filter_map(|line| serde_json::from_slice::<Wire>(line).ok())
+            .map(|w| AuditEvent {
+                verb: w.verb,
+                user: w.user.username,
+                resource: w.object_ref.resource,
+                subresource: w.object_ref.subresource,
+                namespace: w.object_ref.namespace,
+                name: w.object_ref.name,
+                code: w.response_status.code,
+                received: w.request_received_timestamp,
+                completed: w.stage_timestamp,
+                uri: w.request_uri,
+            })
+            .collect())
+    }
+}
