@@ -10,6 +10,8 @@
 //! Nothing outlives the caller: see [`process`] for how children and directories are cleaned up
 //! on exit, on panic and on a kill.
 
+pub mod fixtures;
+pub mod load;
 pub mod operator;
 pub mod process;
 
