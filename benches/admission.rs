@@ -317,8 +317,8 @@ async fn main() -> Result<()> {
         "| fresh start with {NODES} nodes present / its peak | {rss_fresh:.1} / {hwm_fresh:.1} |"
     )?;
 
-    if let Some(manager) = std::env::var_os("NMO_UPSTREAM_MANAGER") {
-        if let Err(e) = upstream(
+    if let Some(manager) = std::env::var_os("NMO_UPSTREAM_MANAGER")
+        && let Err(e) = upstream(
             &cluster,
             manager.into(),
             &ca_pem,
@@ -327,9 +327,8 @@ async fn main() -> Result<()> {
             started,
         )
         .await
-        {
-            writeln!(table, "\nupstream manager not measured: {e:#}")?;
-        }
+    {
+        writeln!(table, "\nupstream manager not measured: {e:#}")?;
     }
 
     print!("{table}");
@@ -377,8 +376,9 @@ async fn upstream(
     .env("OPERATOR_NAMESPACE", "node-maintenance-operator-system");
     let mut child = cluster.spawn("upstream-manager", cmd)?;
     let deadline = Instant::now() + Duration::from_secs(60);
+    // Go answers in the request's protocol version.
     while !nmo_devcluster::http_get(("127.0.0.1", ports[1]), "/readyz")
-        .is_some_and(|r| r.starts_with("HTTP/1.1 200"))
+        .is_some_and(|r| r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200"))
     {
         if let Some(status) = child.exited() {
             bail!(
