@@ -13,6 +13,8 @@
 pub mod audit;
 pub mod faults;
 pub mod measure;
+pub mod fixtures;
+pub mod load;
 pub mod operator;
 pub mod process;
 

@@ -1,0 +1,418 @@
+//! Admission benchmark of the running operator on the real local control plane, with the real
+//! rules: the webhook decides from its watch caches with 1,000 nodes and 100 NodeMaintenances
+//! present.
+//!
+//! # Command
+//!
+//! ```text
+//! cargo bench --bench admission
+//! BENCH_SECONDS=10 cargo bench --bench admission     # measured seconds per run (default 5)
+//! ```
+//!
+//! The operator is the release build of this package (`CARGO_BIN_EXE_node-maintenance-operator`)
+//! running as the ServiceAccount of `manifests/`, leader election off, its webhook registered
+//! with the API server. The harness posts AdmissionReviews to the operator's webhook port as the
+//! API server would (HTTP/1.1 over TLS 1.3, keep-alive, one request at a time per connection)
+//! with 4 and then 16 connections, 1 s warm-up, then `BENCH_SECONDS` measured, for:
+//!
+//! - **CREATE allowed**: a worker node that no NodeMaintenance targets (the same object each
+//!   time, as a client retrying: one reservation, renewed);
+//! - **CREATE denied (duplicate)**: a node one of the 100 NodeMaintenances targets;
+//! - **CREATE control-plane (quorum)**: the cluster's only control-plane node, denied because
+//!   its etcd member is the whole quorum (the member majority rule over the cached nodes);
+//! - **UPDATE (finalizer)**: oldObject without, object with the finalizer.
+//!
+//! Each answer is checked (`allowed` as expected); requests/s count the checked answers. Memory:
+//! the operator's `VmRSS` idle with the control plane's own node, after 1,000 nodes and 100
+//! NodeMaintenances were added and settled (the growth is what the admission caches and the
+//! controller's node fingerprints cost), after the load, and of a fresh operator started with the
+//! 1,000 nodes present. Targets on the 2-core development machine: CREATE allowed >= 16,000
+//! requests/s with p99 <= 1 ms; RSS growth <= 4 MiB at 1,000 nodes. The harness and the operator
+//! share the machine's cores, as do the control plane's idle components.
+//!
+//! Progress goes to stderr; the table goes to stdout and to `target/bench-admission.txt`.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use kube::api::{Api, PostParams};
+use nmo_devcluster::fixtures::{create_kwok_nodes, proc_status_bytes, start_registered};
+use nmo_devcluster::load::{LoadOptions, drive};
+use nmo_devcluster::operator::{self, Operator, OperatorOptions};
+use nmo_devcluster::{Cluster, Options};
+use node_maintenance_operator::admission::WEBHOOK_PATH;
+use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
+use serde_json::json;
+
+const OPERATOR_BIN: &str = env!("CARGO_BIN_EXE_node-maintenance-operator");
+const NODES: usize = 1000;
+const MAINTENANCES: usize = 100;
+const MIB: f64 = 1024.0 * 1024.0;
+const CONTROL_PLANE_NODE: &str = "kwok-control-plane-0";
+
+fn node_name(i: usize) -> String {
+    format!("bench-n-{i:04}")
+}
+
+fn nm_json(name: &str, node: &str, finalizers: &[&str]) -> serde_json::Value {
+    json!({
+        "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
+        "kind": "NodeMaintenance",
+        "metadata": {"name": name, "uid": format!("uid-{name}"), "finalizers": finalizers},
+        "spec": {"nodeName": node, "reason": "bench"}
+    })
+}
+
+fn review(operation: &str, object: serde_json::Value, old: Option<serde_json::Value>) -> Bytes {
+    let name = object["metadata"]["name"].clone();
+    Bytes::from(
+        json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "5b3d0b2a-0000-4000-8000-000000000000",
+                "kind": {"group": "nodemaintenance.medik8s.io", "version": "v1beta1", "kind": "NodeMaintenance"},
+                "resource": {"group": "nodemaintenance.medik8s.io", "version": "v1beta1", "resource": "nodemaintenances"},
+                "name": name,
+                "operation": operation,
+                "userInfo": {"username": "bench"},
+                "object": object,
+                "oldObject": old,
+                "dryRun": false
+            }
+        })
+        .to_string(),
+    )
+}
+
+struct Scenario {
+    name: &'static str,
+    body: Bytes,
+    allowed: bool,
+}
+
+fn scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "CREATE allowed (worker)",
+            body: review(
+                "CREATE",
+                nm_json("bench-allowed", &node_name(NODES - 1), &[]),
+                None,
+            ),
+            allowed: true,
+        },
+        Scenario {
+            name: "CREATE denied (duplicate)",
+            body: review("CREATE", nm_json("bench-dup", &node_name(0), &[]), None),
+            allowed: false,
+        },
+        Scenario {
+            name: "CREATE control-plane (quorum)",
+            body: review("CREATE", nm_json("bench-cp", CONTROL_PLANE_NODE, &[]), None),
+            allowed: false,
+        },
+        Scenario {
+            name: "UPDATE (finalizer)",
+            body: review(
+                "UPDATE",
+                nm_json(
+                    "bench-nm-0001",
+                    &node_name(1),
+                    &["foregroundDeleteNodeMaintenance"],
+                ),
+                Some(nm_json("bench-nm-0001", &node_name(1), &[])),
+            ),
+            allowed: true,
+        },
+    ]
+}
+
+fn rss(pid: u32) -> f64 {
+    proc_status_bytes(pid, "VmRSS").unwrap_or(0) as f64 / MIB
+}
+
+fn progress(started: Instant, msg: &str) {
+    eprintln!("[{:6.1} s] {msg}", started.elapsed().as_secs_f64());
+}
+
+/// Runs every scenario against the webhook on `port` and appends the rows; `check` says
+/// whether answers must match the expected `allowed`.
+async fn measure(
+    who: &str,
+    port: u16,
+    ca_pem: &str,
+    seconds: u64,
+    check: bool,
+    out: &mut String,
+    started: Instant,
+) -> Result<()> {
+    for connections in [4, 16] {
+        for s in scenarios() {
+            let opts = LoadOptions {
+                addr: ([127, 0, 0, 1], port).into(),
+                ca_pem: ca_pem.to_string(),
+                path: WEBHOOK_PATH.to_string(),
+                connections,
+                warmup: Duration::from_secs(1),
+                measure: Duration::from_secs(seconds),
+            };
+            let r = drive(&opts, s.body.clone(), check.then_some(s.allowed))
+                .await
+                .map_err(anyhow::Error::msg)?;
+            let row = format!(
+                "| {who} | {} | {connections} | {:.0} | {:.3} | {:.3} | {:.3} | {} |",
+                s.name, r.requests_per_second, r.p50_ms, r.p99_ms, r.max_ms, r.failed
+            );
+            progress(started, &row);
+            if let Some(f) = &r.first_failure {
+                progress(started, &format!("  first unexpected answer: {f}"));
+            }
+            writeln!(out, "{row}")?;
+        }
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let started = Instant::now();
+    let seconds: u64 = std::env::var("BENCH_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let cluster = Cluster::start(Options {
+        workers: 0,
+        control_planes: 1,
+    })?;
+    let manifests = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests"));
+    let account = operator::install_manifests(&cluster, &manifests)?;
+    let sa_kubeconfig = operator::service_account_kubeconfig(&cluster, &account)?;
+    let client = cluster.client().await;
+    let options = |name: &str| {
+        let mut o = OperatorOptions::new(OPERATOR_BIN);
+        o.name = name.into();
+        o.kubeconfig = Some(sa_kubeconfig.clone());
+        o.env
+            .push(("POD_NAMESPACE".into(), account.namespace.clone()));
+        o
+    };
+    let mut op: Operator = start_registered(&cluster, &options("operator"))?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pid = op.process().pid();
+    let rss_idle = rss(pid);
+    progress(
+        started,
+        &format!("operator ready; RSS idle {rss_idle:.1} MiB"),
+    );
+
+    let names: Vec<String> = (0..NODES).map(node_name).collect();
+    create_kwok_nodes(&client, &names, &[("bench", "admission")]).await?;
+    progress(started, &format!("{NODES} nodes created"));
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    for i in 0..MAINTENANCES {
+        let nm: NodeMaintenance =
+            serde_json::from_value(nm_json(&format!("bench-nm-{i:04}"), &node_name(i), &[]))?;
+        let mut nm = nm;
+        nm.metadata.uid = None;
+        nm.metadata.finalizers = None;
+        // A node created a moment ago may still be on its way into the cache: the live lookup
+        // admits it; retry only transport errors.
+        let mut tries = 0;
+        loop {
+            match nms.create(&PostParams::default(), &nm).await {
+                Ok(_) => break,
+                Err(e) if tries < 5 => {
+                    tries += 1;
+                    progress(started, &format!("create {i} failed ({e}); retrying"));
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => bail!("creating NodeMaintenance {i}: {e}"),
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let list = nms.list(&Default::default()).await?;
+        let done = list
+            .items
+            .iter()
+            .filter(|n| {
+                n.status.as_ref().and_then(|s| s.phase) == Some(MaintenancePhase::Succeeded)
+            })
+            .count();
+        if done == MAINTENANCES {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("only {done} of {MAINTENANCES} NodeMaintenances Succeeded after 300 s");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    progress(
+        started,
+        &format!("{MAINTENANCES} NodeMaintenances Succeeded"),
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rss_loaded = rss(pid);
+    progress(
+        started,
+        &format!("RSS with {NODES} nodes and {MAINTENANCES} maintenances: {rss_loaded:.1} MiB"),
+    );
+
+    let mut table = String::new();
+    writeln!(
+        table,
+        "Admission, real rules, {NODES} nodes and {MAINTENANCES} NodeMaintenances, TLS keep-alive, {seconds} s measured per row\n"
+    )?;
+    writeln!(
+        table,
+        "| operator | request | connections | requests/s | p50 ms | p99 ms | max ms | failed |"
+    )?;
+    writeln!(table, "|---|---|---|---|---|---|---|---|")?;
+    let ca_pem = cluster.ca().cert_pem().to_string();
+    measure(
+        "ours",
+        op.webhook_port,
+        &ca_pem,
+        seconds,
+        true,
+        &mut table,
+        started,
+    )
+    .await?;
+    let rss_after = rss(pid);
+    let hwm = proc_status_bytes(pid, "VmHWM").unwrap_or(0) as f64 / MIB;
+    drop(op);
+
+    let mut fresh = start_registered(&cluster, &options("operator-fresh"))?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let fresh_pid = fresh.process().pid();
+    let rss_fresh = rss(fresh_pid);
+    let hwm_fresh = proc_status_bytes(fresh_pid, "VmHWM").unwrap_or(0) as f64 / MIB;
+    drop(fresh);
+
+    writeln!(table)?;
+    writeln!(table, "| operator memory (VmRSS) | MiB |")?;
+    writeln!(table, "|---|---|")?;
+    writeln!(table, "| idle, control-plane node only | {rss_idle:.1} |")?;
+    writeln!(
+        table,
+        "| with {NODES} nodes and {MAINTENANCES} NodeMaintenances, settled | {rss_loaded:.1} |"
+    )?;
+    writeln!(
+        table,
+        "| growth from the caches (target <= 4 MiB) | {:.1} |",
+        rss_loaded - rss_idle
+    )?;
+    writeln!(
+        table,
+        "| after the load / peak (VmHWM) | {rss_after:.1} / {hwm:.1} |"
+    )?;
+    writeln!(
+        table,
+        "| fresh start with {NODES} nodes present / its peak | {rss_fresh:.1} / {hwm_fresh:.1} |"
+    )?;
+
+    if let Some(manager) = std::env::var_os("NMO_UPSTREAM_MANAGER")
+        && let Err(e) = upstream(
+            &cluster,
+            manager.into(),
+            &ca_pem,
+            seconds,
+            &mut table,
+            started,
+        )
+        .await
+    {
+        writeln!(table, "\nupstream manager not measured: {e:#}")?;
+    }
+
+    print!("{table}");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/target")));
+    let out = target.join("bench-admission.txt");
+    std::fs::write(&out, &table).with_context(|| format!("writing {}", out.display()))?;
+    progress(
+        started,
+        &format!("done; table written to {}", out.display()),
+    );
+    Ok(())
+}
+
+/// Upstream's Go manager (built locally, never committed), as the admin: webhook on :9443 with the
+/// serving pair at `$TMPDIR/k8s-webhook-server/serving-certs/tls.{crt,key}` (its fallback), then
+/// the same scenarios. Its rules differ where `docs/compat.md §6` says so (no quorum rule off
+/// OpenShift), so answers are not checked.
+async fn upstream(
+    cluster: &Cluster,
+    manager: PathBuf,
+    ca_pem: &str,
+    seconds: u64,
+    table: &mut String,
+    started: Instant,
+) -> Result<()> {
+    let tmp = cluster.dir().join("upstream-tmp");
+    let certs = tmp.join("k8s-webhook-server/serving-certs");
+    std::fs::create_dir_all(&certs)?;
+    let pair = cluster
+        .ca()
+        .issue_server(&["localhost"], &["127.0.0.1".parse()?])?;
+    std::fs::write(certs.join("tls.crt"), &pair.cert_pem)?;
+    std::fs::write(certs.join("tls.key"), &pair.key_pem)?;
+    let ports = nmo_devcluster::free_ports(2)?;
+    let mut cmd = std::process::Command::new(manager);
+    cmd.args([
+        format!("--kubeconfig={}", cluster.kubeconfig().display()),
+        format!("--metrics-bind-address=127.0.0.1:{}", ports[0]),
+        format!("--health-probe-bind-address=127.0.0.1:{}", ports[1]),
+        "--leader-elect=false".into(),
+    ])
+    .env("TMPDIR", &tmp)
+    .env("OPERATOR_NAMESPACE", "node-maintenance-operator-system");
+    let mut child = cluster.spawn("upstream-manager", cmd)?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Go answers in the request's protocol version.
+    while !nmo_devcluster::http_get(("127.0.0.1", ports[1]), "/readyz")
+        .is_some_and(|r| r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200"))
+    {
+        if let Some(status) = child.exited() {
+            bail!(
+                "upstream manager exited ({status}):\n{}",
+                child.log_tail(30)
+            );
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "upstream manager not ready after 60 s:\n{}",
+                child.log_tail(30)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    operator::register_webhook(cluster, 9443)?;
+    nmo_devcluster::fixtures::wait_for_webhook(cluster, Duration::from_secs(60))?;
+    // Its controller takes over the maintenances first; let it settle.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    progress(started, "upstream manager ready");
+    measure(
+        "upstream (Go)",
+        9443,
+        ca_pem,
+        seconds,
+        false,
+        table,
+        started,
+    )
+    .await?;
+    writeln!(
+        table,
+        "\nupstream manager VmRSS after the load: {:.1} MiB",
+        rss(child.pid())
+    )?;
+    Ok(())
+}
