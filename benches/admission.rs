@@ -187,6 +187,7 @@ async fn main() -> Result<()> {
     let cluster = Cluster::start(Options {
         workers: 0,
         control_planes: 1,
+        ..Options::default()
     })?;
     let manifests = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests"));
     let account = operator::install_manifests(&cluster, &manifests)?;
