@@ -12,9 +12,9 @@
 
 pub mod audit;
 pub mod faults;
-pub mod measure;
 pub mod fixtures;
 pub mod load;
+pub mod measure;
 pub mod operator;
 pub mod process;
 
