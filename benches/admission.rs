@@ -39,8 +39,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use kube::api::{Api, PostParams};
-use nmo_devcluster::fixtures::{create_kwok_nodes, proc_status_bytes, start_registered};
+use nmo_devcluster::fixtures::{create_kwok_nodes, start_registered};
 use nmo_devcluster::load::{LoadOptions, drive};
+use nmo_devcluster::measure::proc_status;
 use nmo_devcluster::operator::{self, Operator, OperatorOptions};
 use nmo_devcluster::{Cluster, Options};
 use node_maintenance_operator::admission::WEBHOOK_PATH;
@@ -132,7 +133,7 @@ fn scenarios() -> Vec<Scenario> {
 }
 
 fn rss(pid: u32) -> f64 {
-    proc_status_bytes(pid, "VmRSS").unwrap_or(0) as f64 / MIB
+    proc_status(pid, "VmRSS").unwrap_or(0) as f64 / MIB
 }
 
 fn progress(started: Instant, msg: &str) {
@@ -286,14 +287,14 @@ async fn main() -> Result<()> {
     )
     .await?;
     let rss_after = rss(pid);
-    let hwm = proc_status_bytes(pid, "VmHWM").unwrap_or(0) as f64 / MIB;
+    let hwm = proc_status(pid, "VmHWM").unwrap_or(0) as f64 / MIB;
     drop(op);
 
     let mut fresh = start_registered(&cluster, &options("operator-fresh"))?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let fresh_pid = fresh.process().pid();
     let rss_fresh = rss(fresh_pid);
-    let hwm_fresh = proc_status_bytes(fresh_pid, "VmHWM").unwrap_or(0) as f64 / MIB;
+    let hwm_fresh = proc_status(fresh_pid, "VmHWM").unwrap_or(0) as f64 / MIB;
     drop(fresh);
 
     writeln!(table)?;

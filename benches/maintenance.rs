@@ -874,14 +874,9 @@ fn classify(method: &str, url: &str) -> (String, String) {
     (verb.into(), resource)
 }
 
-/// A `kB` field of `/proc/<pid>/status`, in bytes.
+/// A `kB` field of `/proc/<pid>/status`, in bytes ([`nmo_devcluster::measure::proc_status`]).
 fn proc_status(pid: u32, field: &str) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
+    nmo_devcluster::measure::proc_status(pid, field)
         .with_context(|| format!("no {field} in /proc/{pid}/status"))
 }
 

@@ -111,14 +111,3 @@ pub async fn create_kwok_nodes(
     .await
     .map(|_| ())
 }
-
-/// A `kB` field of `/proc/<pid>/status` (`VmRSS`, `VmHWM`, ...), in bytes; `None` when the
-/// process or the field is gone.
-pub fn proc_status_bytes(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-}
