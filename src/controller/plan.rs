@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 
@@ -950,6 +951,100 @@ pub fn successor<'a>(
         })
 }
 
+/// What the deletion pass of a NodeMaintenance observed (the input of [`plan_deletion`]).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ObservedDeletion {
+    /// `metadata.name` of the NodeMaintenance being deleted.
+    pub(crate) name: String,
+    /// Its `metadata.uid`.
+    pub(crate) uid: Option<String>,
+    /// The node it entered ([`ENTERED_NODE_ANNOTATION`](crate::api::ENTERED_NODE_ANNOTATION)),
+    /// else `spec.nodeName`.
+    pub(crate) node_name: String,
+    /// The node as read; `None` when it does not exist or `node_name` is no valid node name
+    /// (then it was not read).
+    pub(crate) node: Option<Node>,
+    /// The live NodeMaintenance that should take the node over ([`successor`]): name and uid.
+    pub(crate) successor: Option<(String, Option<String>)>,
+    /// `status.phase` is set: the maintenance was started (by us or by upstream NMO).
+    pub(crate) started: bool,
+}
+
+/// One step of the deletion pass, carried out in the order [`plan_deletion`] lists them; the
+/// first failure ends the pass (the finalizer stays, so the next pass starts over).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum DeletionStep {
+    /// Take the node out of maintenance (emit `UncordonNode` when it was uncordoned); a node
+    /// gone meanwhile counts as restored.
+    ExitNode,
+    /// Hand the node over to the successor; node and lease stay.
+    TransferNode {
+        /// The successor's name.
+        to: String,
+        /// The successor's uid.
+        to_uid: Option<String>,
+    },
+    /// A node left in maintenance by upstream NMO (its drain taint, none of our records):
+    /// adopt it and exit at once, as upstream would have restored it.
+    AdoptAndExit,
+    /// Invalidate the node's lease; one held by another holder (remediation) is left alone.
+    InvalidateLease,
+    /// Remove our finalizer (a 404 counts as removed).
+    RemoveFinalizer,
+    /// Publish an event about the NodeMaintenance (after the finalizer write it belongs to).
+    Publish(PlannedEvent),
+}
+
+/// Plans the deletion pass (docs/design.md §3: restore, or hand over to a successor): the node
+/// steps, the lease, then the finalizer and `RemovedMaintenance`. An invalid node name touches
+/// no node and no lease.
+pub(crate) fn plan_deletion(o: &ObservedDeletion) -> Vec<DeletionStep> {
+    let mut steps = Vec::new();
+    if validate_node_name(&o.node_name).is_ok() {
+        let record = o.node.as_ref().map(crate::node::observe);
+        let me = crate::node::Claimant {
+            name: &o.name,
+            uid: o.uid.as_deref(),
+        };
+        // A record of our name but another uid is an earlier object's: not ours to restore.
+        let holder = record.as_ref().and_then(|r| {
+            let h = r.holder.as_deref()?;
+            Some(if me.owns(h, r.holder_uid.as_deref()) || h != o.name {
+                h.to_string()
+            } else {
+                format!("{h} (uid {})", r.holder_uid.as_deref().unwrap_or_default())
+            })
+        });
+        let seen = match &record {
+            None => NodeSeen::Missing,
+            Some(_) => NodeSeen::Holder(holder.as_deref()),
+        };
+        let successor = o.successor.as_ref().map(|(n, _)| n.as_str());
+        match deletion_plan(seen, &o.name, successor) {
+            DeletionPlan::Exit => {
+                steps.extend([DeletionStep::ExitNode, DeletionStep::InvalidateLease])
+            }
+            DeletionPlan::Transfer { to } => steps.push(DeletionStep::TransferNode {
+                to,
+                to_uid: o.successor.as_ref().and_then(|(_, u)| u.clone()),
+            }),
+            DeletionPlan::InvalidateLease => {
+                if o.started && record.is_some_and(|r| r.drain_taint) {
+                    steps.push(DeletionStep::AdoptAndExit);
+                }
+                steps.push(DeletionStep::InvalidateLease);
+            }
+            DeletionPlan::Nothing => {}
+        }
+    }
+    steps.push(DeletionStep::RemoveFinalizer);
+    steps.push(DeletionStep::Publish(PlannedEvent::normal(
+        EventTarget::Maintenance,
+        event::REMOVED,
+    )));
+    steps
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1292,6 +1387,119 @@ mod tests {
             deletion_plan(NodeSeen::Missing, "a", Some("b")),
             DeletionPlan::Nothing
         );
+    }
+
+    /// The deletion pass as a table of observations -> ordered steps.
+    #[test]
+    fn deletion_pass_is_planned_whole_in_order() {
+        use crate::node::{DRAIN_TAINT_KEY, HOLDER_ANNOTATION, HOLDER_UID_ANNOTATION};
+        use k8s_openapi::api::core::v1::{NodeSpec, Taint};
+        fn node(holder: Option<(&str, &str)>, drain_taint: bool) -> Option<Node> {
+            let mut n = Node::default();
+            n.metadata.name = Some("node01".into());
+            if let Some((h, uid)) = holder {
+                n.metadata.annotations = Some(
+                    [
+                        (HOLDER_ANNOTATION.to_string(), h.to_string()),
+                        (HOLDER_UID_ANNOTATION.to_string(), uid.to_string()),
+                    ]
+                    .into(),
+                );
+            }
+            if drain_taint {
+                n.spec = Some(NodeSpec {
+                    taints: Some(vec![Taint {
+                        key: DRAIN_TAINT_KEY.into(),
+                        effect: "NoSchedule".into(),
+                        ..Taint::default()
+                    }]),
+                    ..NodeSpec::default()
+                });
+            }
+            Some(n)
+        }
+        let observed = |node_name: &str, node: Option<Node>, successor: Option<&str>, started| {
+            ObservedDeletion {
+                name: "a".into(),
+                uid: Some("uid-a".into()),
+                node_name: node_name.into(),
+                node,
+                successor: successor.map(|s| (s.to_string(), Some(format!("uid-{s}")))),
+                started,
+            }
+        };
+        use DeletionStep as S;
+        let tail = || {
+            vec![
+                S::RemoveFinalizer,
+                S::Publish(PlannedEvent::normal(
+                    EventTarget::Maintenance,
+                    event::REMOVED,
+                )),
+            ]
+        };
+        let with_tail = |mut v: Vec<DeletionStep>| {
+            v.extend(tail());
+            v
+        };
+        let cases: Vec<(&str, ObservedDeletion, Vec<DeletionStep>)> = vec![
+            (
+                "held by us, nobody else wants it: exit, then the lease",
+                observed("node01", node(Some(("a", "uid-a")), true), None, true),
+                with_tail(vec![S::ExitNode, S::InvalidateLease]),
+            ),
+            (
+                "held by us, a successor: hand over, lease stays",
+                observed("node01", node(Some(("a", "uid-a")), true), Some("b"), true),
+                with_tail(vec![S::TransferNode {
+                    to: "b".into(),
+                    to_uid: Some("uid-b".into()),
+                }]),
+            ),
+            (
+                "held under our name by an earlier object (other uid): not ours",
+                observed("node01", node(Some(("a", "uid-old")), true), None, true),
+                tail(),
+            ),
+            (
+                "held by another NodeMaintenance: node and lease alone",
+                observed("node01", node(Some(("b", "uid-b")), true), None, true),
+                tail(),
+            ),
+            (
+                "node missing: the lease by name",
+                observed("node01", None, None, true),
+                with_tail(vec![S::InvalidateLease]),
+            ),
+            (
+                "node missing, a successor: nothing",
+                observed("node01", None, Some("b"), true),
+                tail(),
+            ),
+            (
+                "left in maintenance by upstream NMO: adopt and exit, then the lease",
+                observed("node01", node(None, true), None, true),
+                with_tail(vec![S::AdoptAndExit, S::InvalidateLease]),
+            ),
+            (
+                "drain taint but never started: only the lease",
+                observed("node01", node(None, true), None, false),
+                with_tail(vec![S::InvalidateLease]),
+            ),
+            (
+                "no record, no taint: only the lease",
+                observed("node01", node(None, false), None, true),
+                with_tail(vec![S::InvalidateLease]),
+            ),
+            (
+                "invalid node name: no node, no lease",
+                observed("Node_01", None, None, true),
+                tail(),
+            ),
+        ];
+        for (what, o, want) in cases {
+            assert_eq!(plan_deletion(&o), want, "{what}");
+        }
     }
 
     /// Issue 10 item 3: on upstream's schema the stored status lacks our additions; once the

@@ -21,8 +21,8 @@ use kube::{Resource, ResourceExt};
 use tracing::Instrument;
 
 use super::plan::{
-    self, DeletionPlan, Entry, EventTarget, LeaseObservation, LeaseStep, NodeSeen, PlannedEvent,
-    Requeue, Step,
+    self, DeletionStep, Entry, EventTarget, LeaseObservation, LeaseStep, PlannedEvent, Requeue,
+    Step,
 };
 use super::{Context, Error, MAX_ERROR_BACKOFF};
 use crate::api::{
@@ -92,41 +92,37 @@ pub fn error_policy(nm: Arc<NodeMaintenance>, err: &Error, ctx: Arc<Context>) ->
     Action::requeue(delay)
 }
 
+/// One pass: the entry decision, then the deletion pass or the maintenance pass. Adding the
+/// finalizer does not end the pass (upstream carries on in the same pass): it is followed by the
+/// decision on the updated object, which cannot ask for the finalizer again.
 async fn reconcile_inner(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
     let mut current = nm.clone();
-    loop {
-        match plan::entry(&current) {
-            Entry::Ignore => return Ok(Action::await_change()),
-            Entry::Cleanup => return cleanup(&current, ctx).await,
-            Entry::AddFinalizer => {
-                current = add_finalizer(&current, ctx).await?;
-                publish(
-                    ctx,
-                    &current,
-                    None,
-                    &PlannedEvent::normal(EventTarget::Maintenance, plan::event::BEGIN),
-                )
-                .await;
-                // Continue in the same pass, as upstream does.
+    let mut entry = plan::entry(&current);
+    if entry == Entry::AddFinalizer {
+        current = add_finalizer(&current, ctx).await?;
+        let begin = PlannedEvent::normal(EventTarget::Maintenance, plan::event::BEGIN);
+        publish(ctx, &current, None, &begin).await;
+        entry = plan::entry(&current);
+    }
+    match entry {
+        Entry::Ignore | Entry::Terminal | Entry::AddFinalizer => Ok(Action::await_change()),
+        Entry::Cleanup => cleanup(&current, ctx).await,
+        Entry::InvalidNodeName(why) => {
+            if let Some(action) = leave_if_node_changed(&mut current, ctx).await? {
+                return Ok(action);
             }
-            Entry::Terminal => return Ok(Action::await_change()),
-            Entry::InvalidNodeName(why) => {
-                if let Some(action) = leave_if_node_changed(&mut current, ctx).await? {
-                    return Ok(action);
-                }
-                tracing::warn!(why = %why, "invalid nodeName, not touching any node");
-                let old = status_of(&current);
-                let step = plan::invalid_node_name(
-                    &old,
-                    &current.spec.node_name,
-                    &why,
-                    current.metadata.generation,
-                    now(),
-                );
-                return finish(&mut current, ctx, None, step, Vec::new()).await;
-            }
-            Entry::Maintain => return maintain(current, ctx).await,
+            tracing::warn!(why = %why, "invalid nodeName, not touching any node");
+            let old = status_of(&current);
+            let step = plan::invalid_node_name(
+                &old,
+                &current.spec.node_name,
+                &why,
+                current.metadata.generation,
+                now(),
+            );
+            finish(&mut current, ctx, None, step, Vec::new()).await
         }
+        Entry::Maintain => maintain(current, ctx).await,
     }
 }
 
@@ -594,124 +590,125 @@ async fn invalidate_lease(ctx: &Context, node: &str) -> Result<(), Error> {
     }
 }
 
-/// The deletion path (docs/design.md §3: restore, or hand over to a successor): restore the node if we
-/// hold it and nobody else wants it, invalidate the lease, then remove the finalizer.
+/// The deletion pass: observe, plan ([`plan::plan_deletion`]), act.
 async fn cleanup(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
-    let name = nm.name_any();
-    let uid = nm.metadata.uid.clone();
-    let me = Claimant {
-        name: &name,
-        uid: uid.as_deref(),
-    };
-    // The node actually entered, whatever spec.nodeName says now (docs/design.md §1).
-    let node_name = &entered_node(nm).unwrap_or_else(|| nm.spec.node_name.clone());
-    if plan::validate_node_name(node_name).is_ok() {
-        let node = ctx.nodes.get_opt(node_name).await.map_err(Error::GetNode)?;
-        // A record of our name but another uid is an earlier object's: not ours to restore.
-        let holder = node.as_ref().and_then(|n| {
-            let state = node::observe(n);
-            let h = state.holder?;
-            Some(if me.owns(&h, state.holder_uid.as_deref()) || h != name {
-                h
-            } else {
-                format!("{h} (uid {})", state.holder_uid.unwrap_or_default())
-            })
-        });
-        let seen = match &node {
-            None => NodeSeen::Missing,
-            Some(_) => NodeSeen::Holder(holder.as_deref()),
-        };
+    let observed = observe_deletion(nm, ctx).await?;
+    let steps = plan::plan_deletion(&observed);
+    act_deletion(nm, ctx, &observed, steps).await?;
+    ctx.lease_waits
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&observed.name);
+    Ok(Action::await_change())
+}
+
+/// Reads what the deletion pass needs: the node actually entered (whatever `spec.nodeName`
+/// says now, docs/design.md §1), read directly, and the successor from the cache.
+///
+/// # Errors
+/// [`Error::GetNode`] when the node cannot be read (a missing node is an observation).
+async fn observe_deletion(
+    nm: &NodeMaintenance,
+    ctx: &Context,
+) -> Result<plan::ObservedDeletion, Error> {
+    let node_name = entered_node(nm).unwrap_or_else(|| nm.spec.node_name.clone());
+    let (node, successor) = if plan::validate_node_name(&node_name).is_ok() {
+        let node = ctx
+            .nodes
+            .get_opt(&node_name)
+            .await
+            .map_err(Error::GetNode)?;
         let all = ctx.store.state();
-        let successor = plan::successor(nm, node_name, all.iter().map(|o| o.as_ref()));
-        match plan::deletion_plan(
-            seen,
-            &name,
-            successor.as_ref().map(|s| s.name_any()).as_deref(),
-        ) {
-            DeletionPlan::Exit => {
+        let successor = plan::successor(nm, &node_name, all.iter().map(|o| o.as_ref()))
+            .map(|s| (s.name_any(), s.metadata.uid.clone()));
+        (node, successor)
+    } else {
+        (None, None)
+    };
+    Ok(plan::ObservedDeletion {
+        name: nm.name_any(),
+        uid: nm.metadata.uid.clone(),
+        node_name,
+        node,
+        successor,
+        started: nm.status.as_ref().and_then(|s| s.phase).is_some(),
+    })
+}
+
+/// Carries out the deletion steps in order, stopping at the first failure.
+async fn act_deletion(
+    nm: &NodeMaintenance,
+    ctx: &Context,
+    o: &plan::ObservedDeletion,
+    steps: Vec<DeletionStep>,
+) -> Result<(), Error> {
+    let me = Claimant {
+        name: &o.name,
+        uid: o.uid.as_deref(),
+    };
+    let node_name = o.node_name.as_str();
+    let uncordon = PlannedEvent::normal(EventTarget::Node, plan::event::UNCORDON);
+    if steps
+        .iter()
+        .all(|s| matches!(s, DeletionStep::RemoveFinalizer | DeletionStep::Publish(_)))
+        && plan::validate_node_name(node_name).is_ok()
+    {
+        let holder = o.node.as_ref().and_then(|n| node::observe(n).holder);
+        tracing::info!(holder = ?holder, "node is held by another NodeMaintenance, leaving it alone");
+    }
+    for step in steps {
+        match step {
+            DeletionStep::ExitNode => {
                 tracing::info!("Maintenance taints  will be removed from node {node_name}");
-                match node::exit_from(&ctx.nodes, node_name, node.clone(), me).await {
+                match node::exit_from(&ctx.nodes, node_name, o.node.clone(), me).await {
                     Ok(ExitOutcome::Restored { uncordoned: true }) => {
-                        let e = PlannedEvent::normal(EventTarget::Node, plan::event::UNCORDON);
-                        publish_on(ctx, nm, node_name, node.as_ref(), &e).await;
+                        publish_on(ctx, nm, node_name, o.node.as_ref(), &uncordon).await;
                     }
                     Ok(_) | Err(NodeError::NotFound(_)) => {}
                     Err(e) => return Err(e.into()),
                 }
-                invalidate_lease(ctx, node_name).await?;
             }
-            DeletionPlan::Transfer { to } => {
+            DeletionStep::TransferNode { to, to_uid } => {
                 tracing::info!(successor = %to, "handing the node over to the next NodeMaintenance");
-                let to_uid = successor.as_ref().and_then(|s| s.metadata.uid.clone());
                 let to = Claimant {
                     name: &to,
                     uid: to_uid.as_deref(),
                 };
-                match node::transfer(&ctx.nodes, node_name, &name, to).await {
+                match node::transfer(&ctx.nodes, node_name, &o.name, to).await {
                     Ok(_) | Err(NodeError::NotFound(_)) => {}
                     Err(e) => return Err(e.into()),
                 }
             }
-            DeletionPlan::InvalidateLease => {
-                // A node left in maintenance by upstream NMO (its drain taint, none of our
-                // annotations) whose NodeMaintenance is deleted before we ever entered it: hand it
-                // back as upstream would have, by adopting it and exiting at once.
-                if node.as_ref().is_some_and(|n| node::observe(n).drain_taint)
-                    && nm.status.as_ref().and_then(|s| s.phase).is_some()
-                {
-                    tracing::info!(
-                        "adopting a node left in maintenance by upstream NMO, to restore it"
-                    );
-                    match node::enter(&ctx.nodes, node_name, me, None, &|_, _| true).await {
-                        // Whatever `enter` recorded, what it entered must be exited.
-                        Ok(node::EnterOutcome::Entered { .. }) => {
-                            match node::exit(&ctx.nodes, node_name, me).await {
-                                Ok(ExitOutcome::Restored { uncordoned: true }) => {
-                                    let e = PlannedEvent::normal(
-                                        EventTarget::Node,
-                                        plan::event::UNCORDON,
-                                    );
-                                    publish_on(ctx, nm, node_name, node.as_ref(), &e).await;
-                                }
-                                Ok(_) | Err(NodeError::NotFound(_)) => {}
-                                Err(e) => return Err(e.into()),
+            DeletionStep::AdoptAndExit => {
+                tracing::info!(
+                    "adopting a node left in maintenance by upstream NMO, to restore it"
+                );
+                match node::enter(&ctx.nodes, node_name, me, None, &|_, _| true).await {
+                    // Whatever `enter` recorded, what it entered must be exited.
+                    Ok(EnterOutcome::Entered { .. }) => {
+                        match node::exit(&ctx.nodes, node_name, me).await {
+                            Ok(ExitOutcome::Restored { uncordoned: true }) => {
+                                publish_on(ctx, nm, node_name, o.node.as_ref(), &uncordon).await;
                             }
+                            Ok(_) | Err(NodeError::NotFound(_)) => {}
+                            Err(e) => return Err(e.into()),
                         }
-                        Ok(_) | Err(NodeError::NotFound(_)) => {}
-                        Err(e) => return Err(e.into()),
                     }
-                }
-                if node.is_none() {
-                    tracing::info!("node not found, invalidating its lease by name");
-                }
-                match ctx.leases.invalidate(node_name).await {
-                    Ok(()) => {}
-                    Err(LeaseError::AlreadyHeld { .. }) => {
-                        tracing::info!(
-                            "lease is held by another entity, skipping invalidation during deletion cleanup"
-                        );
-                    }
+                    Ok(_) | Err(NodeError::NotFound(_)) => {}
                     Err(e) => return Err(e.into()),
                 }
             }
-            DeletionPlan::Nothing => {
-                tracing::info!(holder = ?holder, "node is held by another NodeMaintenance, leaving it alone");
+            DeletionStep::InvalidateLease => {
+                if o.node.is_none() {
+                    tracing::info!("node not found, invalidating its lease by name");
+                }
+                invalidate_lease(ctx, node_name).await?;
             }
+            DeletionStep::RemoveFinalizer => remove_finalizer(nm, ctx).await?,
+            DeletionStep::Publish(e) => publish(ctx, nm, None, &e).await,
         }
     }
-    remove_finalizer(nm, ctx).await?;
-    publish(
-        ctx,
-        nm,
-        None,
-        &PlannedEvent::normal(EventTarget::Maintenance, plan::event::REMOVED),
-    )
-    .await;
-    ctx.lease_waits
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&name);
-    Ok(Action::await_change())
+    Ok(())
 }
 
 fn node_ref(name: &str, node: Option<&Node>) -> ObjectReference {
