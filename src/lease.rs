@@ -232,12 +232,29 @@ impl NodeLeases {
         node: &str,
         node_uid: Option<&str>,
     ) -> Result<LeaseOutcome, LeaseError> {
+        self.request_from(node, node_uid, None).await
+    }
+
+    /// As [`request`](Self::request), but the first attempt plans on `read`, the lease as the
+    /// caller has just read it with [`get`](Self::get) (`Some(None)`: no lease), instead of
+    /// reading it again. A stale copy costs a 409 (the replace carries its resourceVersion) or
+    /// an already-exists (the create re-reads once). Errors as [`request`](Self::request).
+    pub(crate) async fn request_from(
+        &self,
+        node: &str,
+        node_uid: Option<&str>,
+        read: Option<Option<Lease>>,
+    ) -> Result<LeaseOutcome, LeaseError> {
         let api = self.api();
         let name = lease_name(node);
         let mut retried = false;
+        let mut read = read;
         loop {
             self.ensure_namespace().await?;
-            let existing = api.get_opt(&name).await.map_err(LeaseError::Api)?;
+            let existing = match read.take() {
+                Some(l) => l,
+                None => api.get_opt(&name).await.map_err(LeaseError::Api)?,
+            };
             match plan_request(existing.as_ref(), Timestamp::now()) {
                 LeasePlan::Current => return Ok(LeaseOutcome::Current),
                 LeasePlan::AlreadyHeld { holder } => {
@@ -278,6 +295,19 @@ impl NodeLeases {
                     }
                 }
             }
+        }
+    }
+
+    /// Reads the lease of `node` (`None`: there is none, also when its namespace is missing),
+    /// without writing anything.
+    ///
+    /// # Errors
+    /// [`LeaseError::Api`] when the read fails.
+    pub(crate) async fn get(&self, node: &str) -> Result<Option<Lease>, LeaseError> {
+        match self.api().get_opt(&lease_name(node)).await {
+            Ok(l) => Ok(l),
+            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(None),
+            Err(e) => Err(LeaseError::Api(e)),
         }
     }
 

@@ -619,33 +619,57 @@ pub async fn enter_from(
             Some(n) => n,
             None => get_node(api, node).await?,
         };
-        let decision = decide_enter(&current, me, reason, is_live);
-        let (patch, outcome) = match decision.plan {
-            EnterPlan::Unchanged => return Ok(EnterOutcome::Unchanged),
-            EnterPlan::HeldBy(other) => return Ok(EnterOutcome::HeldBy(other)),
-            EnterPlan::Apply { patch, repaired } => {
-                let outcome = if decision.first {
-                    EnterOutcome::Entered {
-                        cordoned: decision.cordons,
-                        adopted: decision.adopted,
-                        discarded: match &decision.record {
-                            Record::Discarded(h) => Some(h.clone()),
-                            _ => None,
-                        },
-                    }
-                } else if let Record::Reused(from) = &decision.record {
-                    EnterOutcome::TookOver { from: from.clone() }
-                } else if repaired.is_empty() {
-                    EnterOutcome::ReasonUpdated
-                } else {
-                    EnterOutcome::Repaired(repaired)
-                };
-                (patch, outcome)
-            }
+        let (patch, outcome) = decide_enter_outcome(&current, me, reason, is_live);
+        let Some(patch) = patch else {
+            return Ok(outcome);
         };
         match patch_node(api, node, &patch, attempt).await? {
             Patched::Done => return Ok(outcome),
             Patched::Conflict => attempt += 1,
+        }
+    }
+}
+
+/// What [`enter`] would report for `node` as read, if its patch (when one is needed) succeeds:
+/// the reconcile's planner decides on this without I/O. Pure.
+pub(crate) fn plan_enter_outcome(
+    node: &Node,
+    me: Claimant<'_>,
+    reason: Option<&str>,
+    is_live: HolderLive<'_>,
+) -> EnterOutcome {
+    decide_enter_outcome(node, me, reason, is_live).1
+}
+
+/// The patch to send (none when nothing changes) and the outcome it stands for.
+fn decide_enter_outcome(
+    node: &Node,
+    me: Claimant<'_>,
+    reason: Option<&str>,
+    is_live: HolderLive<'_>,
+) -> (Option<Value>, EnterOutcome) {
+    let decision = decide_enter(node, me, reason, is_live);
+    match decision.plan {
+        EnterPlan::Unchanged => (None, EnterOutcome::Unchanged),
+        EnterPlan::HeldBy(other) => (None, EnterOutcome::HeldBy(other)),
+        EnterPlan::Apply { patch, repaired } => {
+            let outcome = if decision.first {
+                EnterOutcome::Entered {
+                    cordoned: decision.cordons,
+                    adopted: decision.adopted,
+                    discarded: match &decision.record {
+                        Record::Discarded(h) => Some(h.clone()),
+                        _ => None,
+                    },
+                }
+            } else if let Record::Reused(from) = &decision.record {
+                EnterOutcome::TookOver { from: from.clone() }
+            } else if repaired.is_empty() {
+                EnterOutcome::ReasonUpdated
+            } else {
+                EnterOutcome::Repaired(repaired)
+            };
+            (Some(patch), outcome)
         }
     }
 }

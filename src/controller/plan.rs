@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
@@ -949,6 +950,252 @@ pub fn successor<'a>(
             };
             key(a).cmp(&key(b))
         })
+}
+
+/// Everything one pass reads (the output of the reconcile's `observe`, the input of [`plan`]).
+#[derive(Clone, Debug)]
+pub(crate) struct Observed {
+    /// The NodeMaintenance as the pass began with it.
+    pub(crate) nm: NodeMaintenance,
+    /// What was read besides it; which part depends on [`entry_with_finalizer`].
+    pub(crate) world: World,
+}
+
+/// What a pass read besides the NodeMaintenance.
+#[derive(Clone, Debug)]
+pub(crate) enum World {
+    /// Nothing: the pass ends without touching node or lease.
+    Nothing,
+    /// The deletion pass's reads.
+    Deletion(ObservedDeletion),
+    /// The maintenance pass's reads.
+    Maintenance(ObservedMaintenance),
+}
+
+/// What a maintenance pass read: pods, node and lease, each only when the pass gets that far
+/// (`None` otherwise, or when absent).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ObservedMaintenance {
+    /// The pods on the node, read only while `status.phase` is unset (status initialisation).
+    pub(crate) survey: Option<Survey>,
+    /// The node (`None`: it does not exist, or it was not read).
+    pub(crate) node: Option<Node>,
+    /// The node's medik8s lease (`None`: there is none, or it was not read).
+    pub(crate) lease: Option<Lease>,
+    /// Whether the NodeMaintenance recorded as the node's holder still exists (`true` while the
+    /// cache has not listed everything).
+    pub(crate) holder_live: bool,
+}
+
+/// Everything one pass does, in order: the finalizer first, then the work.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Plan {
+    /// Add our finalizer, then publish `BeginMaintenance`; the rest of the pass follows, as
+    /// upstream carries on in the same pass.
+    pub(crate) add_finalizer: bool,
+    /// The rest of the pass.
+    pub(crate) work: Work,
+}
+
+/// The part of a pass after the finalizer.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Work {
+    /// Nothing (deleted without our finalizer, failed for good): wait for a change.
+    Nothing,
+    /// The deletion steps, in order; then wait for a change.
+    Deletion(Vec<DeletionStep>),
+    /// The maintenance steps, in order, then how the pass ends.
+    Maintenance {
+        /// Carried out in order; the first failure ends the pass.
+        steps: Vec<MaintenanceStep>,
+        /// The last step, which sets the status, the events and the requeue.
+        end: PassEnd,
+    },
+}
+
+/// One step of a maintenance pass.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum MaintenanceStep {
+    /// `spec.nodeName` no longer names the node entered (possible only where neither the
+    /// webhook nor the CRD's rule guards it): take that node out of maintenance if it is still
+    /// ours, and invalidate its lease when it was.
+    LeaveEnteredNode(String),
+    /// Record (`Some`) or clear (`None`) the entered node on the NodeMaintenance.
+    RecordEnteredNode(Option<String>),
+    /// Write this status (when it differs in more than `lastUpdate`).
+    WriteStatus(NodeMaintenanceStatus),
+    /// Create, renew or take over the lease (planned as ours: a lease found held meanwhile
+    /// fails the pass).
+    RequestLease,
+    /// Take the node out of maintenance after the lease was lost for good.
+    ExitNodeAfterLeaseLoss,
+    /// Invalidate the lease (one held by another holder is left alone).
+    InvalidateLease,
+    /// Cordon, taint, label the node (one patch, re-applied when partly undone). A node found
+    /// held by another or gone meanwhile ends the pass with an immediate requeue.
+    EnterNode,
+}
+
+/// How a maintenance pass ends.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum PassEnd {
+    /// Write the step's status, publish its events, requeue as it says.
+    Finish(Step),
+    /// One drain pass; its report decides the final status through [`drained`] from `status`
+    /// (the one decision that needs what the evictions answered). `events` (the node entry's)
+    /// are published after that status, or alone when the drain pass fails.
+    Drain {
+        /// The status before the drain pass.
+        status: NodeMaintenanceStatus,
+        /// Events of the node entry.
+        events: Vec<PlannedEvent>,
+    },
+}
+
+/// The entry decision, with our finalizer taken as added when it is missing: whether to add it,
+/// and what the pass does then.
+pub(crate) fn entry_with_finalizer(nm: &NodeMaintenance) -> (bool, Entry) {
+    match entry(nm) {
+        Entry::AddFinalizer => {
+            let mut with = nm.clone();
+            with.finalizers_mut().push(FINALIZER.to_string());
+            (true, entry(&with))
+        }
+        e => (false, e),
+    }
+}
+
+/// The whole decision of one pass (pure: no I/O, no clock).
+pub(crate) fn plan(o: &Observed, now: jiff::Timestamp) -> Plan {
+    let (add_finalizer, e) = entry_with_finalizer(&o.nm);
+    let work = match (&o.world, e) {
+        (World::Deletion(d), Entry::Cleanup) => Work::Deletion(plan_deletion(d)),
+        (World::Maintenance(m), Entry::Maintain) => plan_maintenance(&o.nm, m, None, now),
+        (World::Maintenance(m), Entry::InvalidNodeName(why)) => {
+            plan_maintenance(&o.nm, m, Some(&why), now)
+        }
+        _ => Work::Nothing,
+    };
+    Plan {
+        add_finalizer,
+        work,
+    }
+}
+
+/// The node a NodeMaintenance entered (its annotation), if recorded.
+pub(crate) fn entered_node(nm: &NodeMaintenance) -> Option<&str> {
+    nm.annotations()
+        .get(crate::api::ENTERED_NODE_ANNOTATION)
+        .map(String::as_str)
+}
+
+/// Whether `nm` entered a node other than the one `spec.nodeName` names now.
+pub(crate) fn node_changed(nm: &NodeMaintenance) -> bool {
+    entered_node(nm).is_some_and(|n| n != nm.spec.node_name)
+}
+
+/// The maintenance pass (upstream's reconcile, docs/design.md §1): status initialised before the
+/// node is touched, the lease, its ownership recorded before entering, the node entered, one
+/// drain pass. `invalid` says why `spec.nodeName` cannot name a node.
+fn plan_maintenance(
+    nm: &NodeMaintenance,
+    o: &ObservedMaintenance,
+    invalid: Option<&str>,
+    now: jiff::Timestamp,
+) -> Work {
+    use MaintenanceStep as S;
+    let done = |steps, end| Work::Maintenance { steps, end };
+    let node_name = nm.spec.node_name.as_str();
+    let generation = nm.metadata.generation;
+    let old = nm.status.clone().unwrap_or_default();
+    if let Some(entered) = entered_node(nm).filter(|n| *n != node_name) {
+        // Restore the node entered first; the next pass starts over on the new one.
+        let steps = vec![
+            S::LeaveEnteredNode(entered.to_string()),
+            S::RecordEnteredNode(None),
+        ];
+        return done(
+            steps,
+            PassEnd::Finish(Step {
+                status: NodeMaintenanceStatus::default(),
+                events: Vec::new(),
+                requeue: Requeue::After(Duration::from_millis(100)),
+            }),
+        );
+    }
+    if let Some(why) = invalid {
+        let step = invalid_node_name(&old, node_name, why, generation, now);
+        return done(Vec::new(), PassEnd::Finish(step));
+    }
+    let mut steps = Vec::new();
+    let mut status = old.clone();
+    if let Some(s) = o
+        .survey
+        .as_ref()
+        .and_then(|survey| init_status(&old, survey, generation, now))
+    {
+        steps.push(S::WriteStatus(s.clone()));
+        status = s;
+    }
+    let Some(node) = &o.node else {
+        let step = node_missing(&status, node_name, generation, now);
+        return done(steps, PassEnd::Finish(step));
+    };
+    let status = node_present(&status);
+    let name = nm.name_any();
+    let me = crate::node::Claimant {
+        name: &name,
+        uid: nm.metadata.uid.as_deref(),
+    };
+    let lease = match crate::lease::plan_request(o.lease.as_ref(), now) {
+        crate::lease::LeasePlan::AlreadyHeld { holder } => LeaseObservation::AlreadyHeld(
+            crate::lease::LeaseError::AlreadyHeld { holder }.to_string(),
+        ),
+        _ => LeaseObservation::Held,
+    };
+    let record = crate::node::observe(node);
+    let holds_node = record
+        .holder
+        .as_deref()
+        .is_some_and(|h| me.owns(h, record.holder_uid.as_deref()));
+    let status = match lease_result(&status, &lease, holds_node, generation, now) {
+        LeaseStep::Proceed(s) => {
+            // Ownership (and a phase back from Failed) is recorded before touching the node.
+            steps.extend([S::RequestLease, S::WriteStatus(s.clone())]);
+            s
+        }
+        LeaseStep::Wait(step) => return done(steps, PassEnd::Finish(step)),
+        LeaseStep::Stop(step) => {
+            let uncordon = matches!(
+                crate::node::plan_exit_for(node, me),
+                crate::node::ExitPlan::Apply { uncordon: true, .. }
+            );
+            let failed = lease_failed(&step.status, uncordon, generation, now);
+            steps.extend([
+                S::WriteStatus(step.status),
+                S::ExitNodeAfterLeaseLoss,
+                S::InvalidateLease,
+            ]);
+            return done(steps, PassEnd::Finish(failed));
+        }
+    };
+    // The node to restore at the end is recorded before it is touched.
+    if entered_node(nm) != Some(node_name) {
+        steps.push(S::RecordEnteredNode(Some(node_name.to_string())));
+    }
+    let live = |_: &str, _: Option<&str>| o.holder_live;
+    let repaired = match crate::node::plan_enter_outcome(node, me, nm.spec.reason.as_deref(), &live)
+    {
+        crate::node::EnterOutcome::HeldBy(other) => {
+            let step = held_by_other(&status, node_name, &other, generation, now);
+            return done(steps, PassEnd::Finish(step));
+        }
+        crate::node::EnterOutcome::Repaired(what) => what,
+        _ => Vec::new(),
+    };
+    steps.push(S::EnterNode);
+    let (status, events) = entered(&status, node_name, &repaired, generation, now);
+    done(steps, PassEnd::Drain { status, events })
 }
 
 /// What the deletion pass of a NodeMaintenance observed (the input of [`plan_deletion`]).

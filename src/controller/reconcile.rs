@@ -21,8 +21,8 @@ use kube::{Resource, ResourceExt};
 use tracing::Instrument;
 
 use super::plan::{
-    self, DeletionStep, Entry, EventTarget, LeaseObservation, LeaseStep, PlannedEvent, Requeue,
-    Step,
+    self, DeletionStep, Entry, EventTarget, MaintenanceStep, Observed, ObservedMaintenance,
+    PassEnd, Plan, PlannedEvent, Requeue, Step, Work, World,
 };
 use super::{Context, Error, MAX_ERROR_BACKOFF};
 use crate::api::{
@@ -92,38 +92,12 @@ pub fn error_policy(nm: Arc<NodeMaintenance>, err: &Error, ctx: Arc<Context>) ->
     Action::requeue(delay)
 }
 
-/// One pass: the entry decision, then the deletion pass or the maintenance pass. Adding the
-/// finalizer does not end the pass (upstream carries on in the same pass): it is followed by the
-/// decision on the updated object, which cannot ask for the finalizer again.
+/// One pass: observe, plan, act (docs/design.md §1).
 async fn reconcile_inner(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
-    let mut current = nm.clone();
-    let mut entry = plan::entry(&current);
-    if entry == Entry::AddFinalizer {
-        current = add_finalizer(&current, ctx).await?;
-        let begin = PlannedEvent::normal(EventTarget::Maintenance, plan::event::BEGIN);
-        publish(ctx, &current, None, &begin).await;
-        entry = plan::entry(&current);
-    }
-    match entry {
-        Entry::Ignore | Entry::Terminal | Entry::AddFinalizer => Ok(Action::await_change()),
-        Entry::Cleanup => cleanup(&current, ctx).await,
-        Entry::InvalidNodeName(why) => {
-            if let Some(action) = leave_if_node_changed(&mut current, ctx).await? {
-                return Ok(action);
-            }
-            tracing::warn!(why = %why, "invalid nodeName, not touching any node");
-            let old = status_of(&current);
-            let step = plan::invalid_node_name(
-                &old,
-                &current.spec.node_name,
-                &why,
-                current.metadata.generation,
-                now(),
-            );
-            finish(&mut current, ctx, None, step, Vec::new()).await
-        }
-        Entry::Maintain => maintain(current, ctx).await,
-    }
+    let observed = observe(nm, ctx).await?;
+    let plan = plan::plan(&observed, now());
+    tracing::debug!(?plan, "planned");
+    act(observed, plan, ctx).await
 }
 
 fn now() -> jiff::Timestamp {
@@ -134,142 +108,177 @@ fn status_of(nm: &NodeMaintenance) -> NodeMaintenanceStatus {
     nm.status.clone().unwrap_or_default()
 }
 
-/// When `spec.nodeName` no longer names the node this NodeMaintenance entered (possible only
-/// where neither the webhook nor the CRD's rule guards it, e.g. upstream's CRD with the webhook
-/// removed): leaves the node entered first, clears the record and the status so that the next
-/// pass starts over on the new node, and returns that pass's action. `None` when nothing changed.
-async fn leave_if_node_changed(
-    current: &mut NodeMaintenance,
-    ctx: &Context,
-) -> Result<Option<Action>, Error> {
-    let Some(entered) = entered_node(current).filter(|n| *n != current.spec.node_name) else {
-        return Ok(None);
+/// Reads everything the pass needs (what it reads follows [`plan::entry_with_finalizer`]).
+///
+/// # Errors
+/// Read failures the planner does not decide on: [`Error::InitStatus`] (pod survey),
+/// [`Error::GetNode`], [`Error::Lease`] (the lease read). A missing node is an observation.
+async fn observe(nm: &NodeMaintenance, ctx: &Context) -> Result<Observed, Error> {
+    let world = match plan::entry_with_finalizer(nm).1 {
+        Entry::Cleanup => World::Deletion(observe_deletion(nm, ctx).await?),
+        Entry::Maintain => World::Maintenance(observe_maintenance(nm, ctx).await?),
+        Entry::InvalidNodeName(_) => World::Maintenance(ObservedMaintenance::default()),
+        Entry::Ignore | Entry::Terminal | Entry::AddFinalizer => World::Nothing,
     };
-    tracing::warn!(entered = %entered, "spec.nodeName changed after the node was entered; restoring that node first");
-    let (name, uid) = (current.name_any(), current.metadata.uid.clone());
-    let me = Claimant {
-        name: &name,
-        uid: uid.as_deref(),
-    };
-    leave_node(ctx, current, &entered, me).await?;
-    *current = record_entered_node(ctx, current, None).await?;
-    write_status(current, ctx, &NodeMaintenanceStatus::default()).await?;
-    Ok(Some(Action::requeue(Duration::from_millis(100))))
+    Ok(Observed {
+        nm: nm.clone(),
+        world,
+    })
 }
 
-async fn maintain(mut current: NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
-    if let Some(action) = leave_if_node_changed(&mut current, ctx).await? {
-        return Ok(action);
+/// The maintenance pass's reads, in the order the pass needs them: the pods while the status is
+/// not initialised, the node (directly, not from a cache), then the lease and whether the
+/// node's recorded holder still exists. Nothing when the node entered is not the one named.
+async fn observe_maintenance(
+    nm: &NodeMaintenance,
+    ctx: &Context,
+) -> Result<ObservedMaintenance, Error> {
+    let mut o = ObservedMaintenance {
+        holder_live: true,
+        ..ObservedMaintenance::default()
+    };
+    if plan::node_changed(nm) {
+        return Ok(o);
     }
-    let name = current.name_any();
-    let node_name = current.spec.node_name.clone();
-    let generation = current.metadata.generation;
-
-    // Status initialisation, recorded before the node is touched.
-    let old = status_of(&current);
-    if old.phase.is_none() {
+    let node_name = nm.spec.node_name.as_str();
+    if nm.status.as_ref().and_then(|s| s.phase).is_none() {
         tracing::info!(
-            reason = current.spec.reason.as_deref().unwrap_or_default(),
+            reason = nm.spec.reason.as_deref().unwrap_or_default(),
             "Applying maintenance mode"
         );
         let survey = ctx
             .drainer
-            .survey(&node_name)
+            .survey(node_name)
             .await
             .map_err(Error::InitStatus)?;
-        if let Some(s) = plan::init_status(&old, &survey, generation, now()) {
-            write_status(&mut current, ctx, &s).await?;
-        }
+        o.survey = Some(survey);
     }
-
-    // The node, read directly (not from a cache).
-    let Some(node) = ctx
-        .nodes
-        .get_opt(&node_name)
-        .await
-        .map_err(Error::GetNode)?
-    else {
+    o.node = ctx.nodes.get_opt(node_name).await.map_err(Error::GetNode)?;
+    let Some(node) = &o.node else {
         tracing::info!("Didn't find a node matching the NodeName field");
-        let step = plan::node_missing(&status_of(&current), &node_name, generation, now());
-        return finish(&mut current, ctx, None, step, Vec::new()).await;
+        return Ok(o);
     };
-    let status = plan::node_present(&status_of(&current));
+    let record = node::observe(node);
+    if let Some(holder) = record.holder.as_deref() {
+        o.holder_live = holder_is_live(ctx, holder, record.holder_uid.as_deref());
+    }
+    o.lease = ctx.leases.get(node_name).await?;
+    Ok(o)
+}
+
+/// Carries out `plan` in its order (the finalizer, then the work) and stops at the first
+/// failure, which the next pass observes (its error is written to `status.lastError` by
+/// [`reconcile`]).
+async fn act(observed: Observed, plan: Plan, ctx: &Context) -> Result<Action, Error> {
+    let mut current = observed.nm;
+    if plan.add_finalizer {
+        current = add_finalizer(&current, ctx).await?;
+        let begin = PlannedEvent::normal(EventTarget::Maintenance, plan::event::BEGIN);
+        publish(ctx, &current, None, &begin).await;
+    }
+    match (plan.work, observed.world) {
+        (Work::Deletion(steps), World::Deletion(o)) => {
+            act_deletion(&current, ctx, &o, steps).await?;
+            ctx.lease_waits
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&o.name);
+            Ok(Action::await_change())
+        }
+        (Work::Maintenance { steps, end }, World::Maintenance(o)) => {
+            act_maintenance(current, ctx, &o, steps, end).await
+        }
+        // `plan` returns deletion or maintenance work only for the matching observation.
+        _ => Ok(Action::await_change()),
+    }
+}
+
+/// Carries out the maintenance steps in order, then the pass's end.
+async fn act_maintenance(
+    mut current: NodeMaintenance,
+    ctx: &Context,
+    o: &ObservedMaintenance,
+    steps: Vec<MaintenanceStep>,
+    end: PassEnd,
+) -> Result<Action, Error> {
+    let name = current.name_any();
     let uid = current.metadata.uid.clone();
     let me = Claimant {
         name: &name,
         uid: uid.as_deref(),
     };
-
-    // The medik8s lease.
-    let observed = match ctx
-        .leases
-        .request(&node_name, node.metadata.uid.as_deref())
-        .await
-    {
-        Ok(outcome) => {
-            tracing::debug!(?outcome, "lease obtained successfully");
-            ctx.lease_waits
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&name);
-            LeaseObservation::Held
+    let node_name = current.spec.node_name.clone();
+    let node = o.node.as_ref();
+    for step in steps {
+        match step {
+            MaintenanceStep::LeaveEnteredNode(entered) => {
+                tracing::warn!(entered = %entered, "spec.nodeName changed after the node was entered; restoring that node first");
+                leave_node(ctx, &current, &entered, me).await?;
+            }
+            MaintenanceStep::RecordEnteredNode(record) => {
+                current = record_entered_node(ctx, &current, record.as_deref()).await?;
+            }
+            MaintenanceStep::WriteStatus(s) => write_status(&mut current, ctx, &s).await?,
+            MaintenanceStep::RequestLease => {
+                let node_uid = node.and_then(|n| n.metadata.uid.as_deref());
+                let read = Some(o.lease.clone());
+                let outcome = ctx.leases.request_from(&node_name, node_uid, read).await?;
+                tracing::debug!(?outcome, "lease obtained successfully");
+                ctx.lease_waits
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&name);
+            }
+            MaintenanceStep::ExitNodeAfterLeaseLoss => {
+                tracing::warn!("lease could not be extended, failing maintenance");
+                match node::exit(&ctx.nodes, &node_name, me).await {
+                    Ok(_) | Err(NodeError::NotFound(_)) => {}
+                    Err(e) => return Err(Error::StopAfterLeaseLoss(e)),
+                }
+            }
+            MaintenanceStep::InvalidateLease => invalidate_lease(ctx, &node_name).await?,
+            MaintenanceStep::EnterNode => {
+                if let Some(action) = enter_node(ctx, &current, node, me).await? {
+                    return Ok(action);
+                }
+            }
         }
-        Err(err @ LeaseError::AlreadyHeld { .. }) => LeaseObservation::AlreadyHeld(err.to_string()),
-        Err(err) => return Err(err.into()),
-    };
-    let record = node::observe(&node);
-    let entered = record
-        .holder
-        .as_deref()
-        .is_some_and(|h| me.owns(h, record.holder_uid.as_deref()));
-    let status = match plan::lease_result(&status, &observed, entered, generation, now()) {
-        LeaseStep::Proceed(s) => {
-            // Record ownership (and a phase back from Failed) before touching the node.
-            write_status(&mut current, ctx, &s).await?;
-            s
-        }
-        LeaseStep::Wait(step) => {
-            tracing::info!(error = %step.status.last_error.as_deref().unwrap_or_default(), "lease is held by another entity");
-            return finish(&mut current, ctx, Some(&node), step, Vec::new()).await;
-        }
-        LeaseStep::Stop(step) => {
-            tracing::warn!("lease could not be extended, failing maintenance");
-            write_status(&mut current, ctx, &step.status).await?;
-            let uncordoned = match node::exit(&ctx.nodes, &node_name, me).await {
-                Ok(ExitOutcome::Restored { uncordoned }) => uncordoned,
-                Ok(ExitOutcome::NotHeld(_)) | Err(NodeError::NotFound(_)) => false,
-                Err(e) => return Err(Error::StopAfterLeaseLoss(e)),
-            };
-            invalidate_lease(ctx, &node_name).await?;
-            let failed = plan::lease_failed(&step.status, uncordoned, generation, now());
-            return finish(&mut current, ctx, Some(&node), failed, Vec::new()).await;
-        }
-    };
-
-    // Cordon, taint, label (one patch; re-applied when someone undid part of it), after the
-    // node to restore at the end is recorded on the NodeMaintenance.
-    if entered_node(&current).as_deref() != Some(node_name.as_str()) {
-        current = record_entered_node(ctx, &current, Some(&node_name)).await?;
     }
-    let reason = current.spec.reason.clone();
+    match end {
+        PassEnd::Finish(step) => {
+            if step.requeue == Requeue::LeaseWait {
+                tracing::info!(error = %step.status.last_error.as_deref().unwrap_or_default(), "lease is held by another entity");
+            }
+            finish(&mut current, ctx, node, step, Vec::new()).await
+        }
+        PassEnd::Drain { status, events } => drain(current, ctx, node, status, events).await,
+    }
+}
+
+/// Cordons, taints and labels the node (one patch; re-applied when someone undid part of it).
+/// `Some` ends the pass with an immediate requeue: the node was found held by another
+/// NodeMaintenance or gone since it was observed, and nothing was written to it.
+async fn enter_node(
+    ctx: &Context,
+    current: &NodeMaintenance,
+    node: Option<&Node>,
+    me: Claimant<'_>,
+) -> Result<Option<Action>, Error> {
+    let node_name = current.spec.node_name.as_str();
     let is_live = |holder: &str, uid: Option<&str>| holder_is_live(ctx, holder, uid);
-    let outcome = node::enter_from(
-        &ctx.nodes,
-        &node_name,
-        Some(node.clone()),
-        me,
-        reason.as_deref(),
-        &is_live,
-    )
-    .await;
-    let repaired = match outcome {
+    let reason = current.spec.reason.as_deref();
+    let outcome = node::enter_from(&ctx.nodes, node_name, node.cloned(), me, reason, &is_live);
+    match outcome.await {
         Ok(EnterOutcome::HeldBy(other)) => {
-            let step = plan::held_by_other(&status, &node_name, &other, generation, now());
-            return finish(&mut current, ctx, Some(&node), step, Vec::new()).await;
+            tracing::info!(holder = %other, "the node was taken by another NodeMaintenance since it was read; starting over");
+            return Ok(Some(Action::requeue(Duration::from_millis(100))));
+        }
+        Err(NodeError::NotFound(_)) => {
+            tracing::info!("the node disappeared since it was read; starting over");
+            return Ok(Some(Action::requeue(Duration::from_millis(100))));
         }
         Ok(EnterOutcome::Repaired(what)) => {
             tracing::warn!(repaired = ?what, "maintenance had been partly undone on the node, re-applied");
-            what
         }
         Ok(EnterOutcome::Entered {
             cordoned,
@@ -284,30 +293,33 @@ async fn maintain(mut current: NodeMaintenance, ctx: &Context) -> Result<Action,
                 adopted,
                 "Maintenance taints will be added to node {node_name}"
             );
-            Vec::new()
         }
         Ok(EnterOutcome::TookOver { from }) => {
             tracing::warn!(vanished_holder = %from, "node is held by a NodeMaintenance that no longer exists and still carries its maintenance, taking it over");
-            Vec::new()
         }
-        Ok(EnterOutcome::ReasonUpdated | EnterOutcome::Unchanged) => Vec::new(),
-        Err(NodeError::NotFound(_)) => {
-            let step = plan::node_missing(&status, &node_name, generation, now());
-            return finish(&mut current, ctx, None, step, Vec::new()).await;
-        }
+        Ok(EnterOutcome::ReasonUpdated | EnterOutcome::Unchanged) => {}
         Err(e) => return Err(e.into()),
-    };
-    let (status, enter_events) = plan::entered(&status, &node_name, &repaired, generation, now());
+    }
+    Ok(None)
+}
 
-    // One drain pass.
+/// One drain pass, then the status [`plan::drained`] makes of its report, with `enter_events`
+/// (the node entry's) published after it, or alone when the pass fails: the next pass sees
+/// nothing to repair, so this is the only chance to say what had been undone.
+async fn drain(
+    mut current: NodeMaintenance,
+    ctx: &Context,
+    node: Option<&Node>,
+    status: NodeMaintenanceStatus,
+    enter_events: Vec<PlannedEvent>,
+) -> Result<Action, Error> {
+    let node_name = current.spec.node_name.clone();
     tracing::debug!("Evict all Pods from Node");
     let report = match ctx.drainer.pass(&node_name, now()).await {
         Ok(report) => report,
         Err(e) => {
-            // The node was repaired even though the pass failed; the next pass sees nothing to
-            // repair, so this is the only chance to say what had been undone.
             for event in &enter_events {
-                publish(ctx, &current, Some(&node), event).await;
+                publish(ctx, &current, node, event).await;
             }
             return Err(e.into());
         }
@@ -317,7 +329,7 @@ async fn maintain(mut current: NodeMaintenance, ctx: &Context) -> Result<Action,
             ctx.metrics.eviction(result);
         }
     }
-    let step = plan::drained(&status, &report, generation, now());
+    let step = plan::drained(&status, &report, current.metadata.generation, now());
     if step.status.phase == Some(MaintenancePhase::Succeeded)
         && status.phase != Some(MaintenancePhase::Succeeded)
     {
@@ -329,7 +341,7 @@ async fn maintain(mut current: NodeMaintenance, ctx: &Context) -> Result<Action,
     } else if !report.done() {
         tracing::info!(pending = report.pending.len(), "Not all pods evicted");
     }
-    finish(&mut current, ctx, Some(&node), step, enter_events).await
+    finish(&mut current, ctx, node, step, enter_events).await
 }
 
 /// Whether the NodeMaintenance a node record names still exists: in the cache under that name,
@@ -343,11 +355,6 @@ fn holder_is_live(ctx: &Context, holder: &str, uid: Option<&str>) -> bool {
     ctx.store
         .get(&ObjectRef::new(holder))
         .is_some_and(|o| uid.is_none_or(|u| o.metadata.uid.as_deref() == Some(u)))
-}
-
-/// The node this NodeMaintenance entered ([`ENTERED_NODE_ANNOTATION`]), if recorded.
-fn entered_node(nm: &NodeMaintenance) -> Option<String> {
-    nm.annotations().get(ENTERED_NODE_ANNOTATION).cloned()
 }
 
 /// Records (`Some`) or clears (`None`) the entered node on the NodeMaintenance: a merge patch of
@@ -590,18 +597,6 @@ async fn invalidate_lease(ctx: &Context, node: &str) -> Result<(), Error> {
     }
 }
 
-/// The deletion pass: observe, plan ([`plan::plan_deletion`]), act.
-async fn cleanup(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
-    let observed = observe_deletion(nm, ctx).await?;
-    let steps = plan::plan_deletion(&observed);
-    act_deletion(nm, ctx, &observed, steps).await?;
-    ctx.lease_waits
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&observed.name);
-    Ok(Action::await_change())
-}
-
 /// Reads what the deletion pass needs: the node actually entered (whatever `spec.nodeName`
 /// says now, docs/design.md §1), read directly, and the successor from the cache.
 ///
@@ -611,7 +606,7 @@ async fn observe_deletion(
     nm: &NodeMaintenance,
     ctx: &Context,
 ) -> Result<plan::ObservedDeletion, Error> {
-    let node_name = entered_node(nm).unwrap_or_else(|| nm.spec.node_name.clone());
+    let node_name = plan::entered_node(nm).map_or_else(|| nm.spec.node_name.clone(), str::to_owned);
     let (node, successor) = if plan::validate_node_name(&node_name).is_ok() {
         let node = ctx
             .nodes
