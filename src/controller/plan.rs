@@ -1636,6 +1636,250 @@ mod tests {
         );
     }
 
+    /// One pass as a table of observations -> plans: whether the finalizer is added, the
+    /// ordered steps, and how the pass ends (its status phase, events and requeue).
+    #[test]
+    fn one_pass_is_planned_whole_from_one_observation() {
+        use crate::node::{
+            DRAIN_TAINT_KEY, EXCLUDE_LABEL, HOLDER_ANNOTATION, HOLDER_UID_ANNOTATION,
+            UNSCHEDULABLE_TAINT_KEY,
+        };
+        use k8s_openapi::api::coordination::v1::LeaseSpec;
+        use k8s_openapi::api::core::v1::{NodeSpec, Taint};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        let now = t(100);
+        // A node; `holder` records a NodeMaintenance (name, uid); `marks`: cordoned, both
+        // maintenance taints, excluded from remediation.
+        let node = |holder: Option<(&str, &str)>, marks: bool| {
+            let mut n = Node::default();
+            n.metadata.name = Some("node01".into());
+            if let Some((h, uid)) = holder {
+                n.metadata.annotations = Some(
+                    [
+                        (HOLDER_ANNOTATION.to_string(), h.to_string()),
+                        (HOLDER_UID_ANNOTATION.to_string(), uid.to_string()),
+                    ]
+                    .into(),
+                );
+            }
+            if marks {
+                n.metadata.labels = Some([(EXCLUDE_LABEL.to_string(), "true".into())].into());
+                let taint = |key: &str| Taint {
+                    key: key.into(),
+                    effect: "NoSchedule".into(),
+                    ..Taint::default()
+                };
+                n.spec = Some(NodeSpec {
+                    unschedulable: Some(true),
+                    taints: Some(vec![taint(DRAIN_TAINT_KEY), taint(UNSCHEDULABLE_TAINT_KEY)]),
+                    ..NodeSpec::default()
+                });
+            }
+            Some(n)
+        };
+        let foreign_lease = || {
+            Some(Lease {
+                spec: Some(LeaseSpec {
+                    holder_identity: Some("NodeHealthCheck-x".into()),
+                    lease_duration_seconds: Some(3600),
+                    renew_time: Some(MicroTime(t(90))),
+                    ..LeaseSpec::default()
+                }),
+                ..Lease::default()
+            })
+        };
+        let mine = || {
+            let mut o = nm("nm", "node01");
+            o.metadata.uid = Some("uid-nm".into());
+            o.status = Some(running_with_two());
+            o
+        };
+        let seen = |node: Option<Node>, lease: Option<Lease>, holder_live: bool| {
+            World::Maintenance(ObservedMaintenance {
+                survey: None,
+                node,
+                lease,
+                holder_live,
+            })
+        };
+        fn label(step: &MaintenanceStep) -> String {
+            match step {
+                MaintenanceStep::LeaveEnteredNode(n) => format!("leave {n}"),
+                MaintenanceStep::RecordEnteredNode(n) => format!("record {n:?}"),
+                MaintenanceStep::WriteStatus(s) => format!("write {:?}", s.phase),
+                MaintenanceStep::RequestLease => "request lease".into(),
+                MaintenanceStep::ExitNodeAfterLeaseLoss => "exit".into(),
+                MaintenanceStep::InvalidateLease => "invalidate lease".into(),
+                MaintenanceStep::EnterNode => "enter".into(),
+            }
+        }
+        // (what, the NodeMaintenance, the reads, finalizer added, steps, end)
+        type Case<'a> = (&'a str, NodeMaintenance, World, bool, Vec<&'a str>, &'a str);
+        let mut fresh = nm("nm", "node01");
+        fresh.metadata.finalizers = None;
+        let mut deleted = nm("nm", "node01");
+        deleted.metadata.finalizers = Some(vec!["test/blocker".into()]);
+        deleted.metadata.deletion_timestamp = Some(now_time(t(0)));
+        let mut terminal = mine();
+        terminal.status = Some(NodeMaintenanceStatus {
+            phase: Some(MaintenancePhase::Failed),
+            error_on_lease_count: Some(MAX_LEASE_ERRORS + 1),
+            ..NodeMaintenanceStatus::default()
+        });
+        let mut moved = mine();
+        moved
+            .annotations_mut()
+            .insert(crate::api::ENTERED_NODE_ANNOTATION.into(), "node02".into());
+        let mut entered_here = mine();
+        entered_here
+            .annotations_mut()
+            .insert(crate::api::ENTERED_NODE_ANNOTATION.into(), "node01".into());
+        let mut striking = entered_here.clone();
+        if let Some(s) = striking.status.as_mut() {
+            s.error_on_lease_count = Some(MAX_LEASE_ERRORS);
+            s.last_update = Some(now_time(t(0)));
+        }
+        let cases: Vec<Case> = vec![
+            (
+                "new: finalizer, status initialised before anything else, node missing",
+                fresh,
+                World::Maintenance(ObservedMaintenance {
+                    survey: Some(survey(&["a", "b"])),
+                    ..ObservedMaintenance::default()
+                }),
+                true,
+                vec!["write Some(Running)"],
+                "finish Some(Failed) After(30s) [FailedMaintenance]",
+            ),
+            (
+                "deleted without our finalizer: nothing",
+                deleted,
+                World::Nothing,
+                false,
+                vec![],
+                "nothing",
+            ),
+            (
+                "failed for good: nothing",
+                terminal,
+                World::Nothing,
+                false,
+                vec![],
+                "nothing",
+            ),
+            (
+                "invalid nodeName: failed, no node touched",
+                nm("nm", "Node_01"),
+                World::Maintenance(ObservedMaintenance::default()),
+                false,
+                vec![],
+                "finish Some(Failed) After(300s) [FailedMaintenance]",
+            ),
+            (
+                "nodeName changed: restore the node entered, clear record and status, start over",
+                moved,
+                World::Maintenance(ObservedMaintenance::default()),
+                false,
+                vec!["leave node02", "record None"],
+                "finish None After(100ms) []",
+            ),
+            (
+                "free node, no lease: lease, ownership recorded, node recorded, entered, drain",
+                mine(),
+                seen(node(None, false), None, true),
+                false,
+                vec![
+                    "request lease",
+                    "write Some(Running)",
+                    "record Some(\"node01\")",
+                    "enter",
+                ],
+                "drain []",
+            ),
+            (
+                "lease held by another holder, never ours: wait, the node untouched",
+                mine(),
+                seen(node(None, false), foreign_lease(), true),
+                false,
+                vec![],
+                "finish Some(Running) LeaseWait []",
+            ),
+            (
+                "node held by another live NodeMaintenance: no drain",
+                mine(),
+                seen(node(Some(("other", "uid-o")), true), None, true),
+                false,
+                vec![
+                    "request lease",
+                    "write Some(Running)",
+                    "record Some(\"node01\")",
+                ],
+                "finish Some(Running) After(30s) []",
+            ),
+            (
+                "node held by a vanished NodeMaintenance: taken over, drain",
+                mine(),
+                seen(node(Some(("other", "uid-o")), true), None, false),
+                false,
+                vec![
+                    "request lease",
+                    "write Some(Running)",
+                    "record Some(\"node01\")",
+                    "enter",
+                ],
+                "drain []",
+            ),
+            (
+                "ours, partly undone: re-applied and said so",
+                entered_here.clone(),
+                seen(node(Some(("nm", "uid-nm")), false), None, true),
+                false,
+                vec!["request lease", "write Some(Running)", "enter"],
+                "drain [MaintenanceReapplied]",
+            ),
+            (
+                "ours, complete: nothing to write on the node but the pass goes on",
+                entered_here,
+                seen(node(Some(("nm", "uid-nm")), true), None, true),
+                false,
+                vec!["request lease", "write Some(Running)", "enter"],
+                "drain []",
+            ),
+            (
+                "lease lost past the limit: count recorded before leaving, then node, then lease",
+                striking,
+                seen(node(Some(("nm", "uid-nm")), true), foreign_lease(), true),
+                false,
+                vec!["write Some(Running)", "exit", "invalidate lease"],
+                "finish Some(Failed) Never [UncordonNode,FailedMaintenance]",
+            ),
+        ];
+        for (what, nm, world, add, steps, end) in cases {
+            let got = plan(&Observed { nm, world }, now);
+            assert_eq!(got.add_finalizer, add, "{what}");
+            let (got_steps, got_end) = match &got.work {
+                Work::Nothing => (vec![], "nothing".to_string()),
+                Work::Deletion(_) => panic!("{what}: deletion work"),
+                Work::Maintenance { steps, end } => (
+                    steps.iter().map(label).collect::<Vec<_>>(),
+                    match end {
+                        PassEnd::Finish(step) => format!(
+                            "finish {:?} {:?} [{}]",
+                            step.status.phase,
+                            step.requeue,
+                            reasons(&step.events).join(",")
+                        ),
+                        PassEnd::Drain { events, .. } => {
+                            format!("drain [{}]", reasons(events).join(","))
+                        }
+                    },
+                ),
+            };
+            assert_eq!(got_steps, steps, "{what}");
+            assert_eq!(got_end, end, "{what}");
+        }
+    }
+
     /// The deletion pass as a table of observations -> ordered steps.
     #[test]
     fn deletion_pass_is_planned_whole_in_order() {
