@@ -967,9 +967,9 @@ pub(crate) enum World {
     /// Nothing: the pass ends without touching node or lease.
     Nothing,
     /// The deletion pass's reads.
-    Deletion(ObservedDeletion),
+    Deletion(Box<ObservedDeletion>),
     /// The maintenance pass's reads.
-    Maintenance(ObservedMaintenance),
+    Maintenance(Box<ObservedMaintenance>),
 }
 
 /// What a maintenance pass read: pods, node and lease, each only when the pass gets that far
@@ -1009,7 +1009,7 @@ pub(crate) enum Work {
         /// Carried out in order; the first failure ends the pass.
         steps: Vec<MaintenanceStep>,
         /// The last step, which sets the status, the events and the requeue.
-        end: PassEnd,
+        end: Box<PassEnd>,
     },
 }
 
@@ -1104,7 +1104,10 @@ fn plan_maintenance(
     now: jiff::Timestamp,
 ) -> Work {
     use MaintenanceStep as S;
-    let done = |steps, end| Work::Maintenance { steps, end };
+    let done = |steps, end| Work::Maintenance {
+        steps,
+        end: Box::new(end),
+    };
     let node_name = nm.spec.node_name.as_str();
     let generation = nm.metadata.generation;
     let old = nm.status.clone().unwrap_or_default();
@@ -1695,12 +1698,12 @@ mod tests {
             o
         };
         let seen = |node: Option<Node>, lease: Option<Lease>, holder_live: bool| {
-            World::Maintenance(ObservedMaintenance {
+            World::Maintenance(Box::new(ObservedMaintenance {
                 survey: None,
                 node,
                 lease,
                 holder_live,
-            })
+            }))
         };
         fn label(step: &MaintenanceStep) -> String {
             match step {
@@ -1743,10 +1746,10 @@ mod tests {
             (
                 "new: finalizer, status initialised before anything else, node missing",
                 fresh,
-                World::Maintenance(ObservedMaintenance {
+                World::Maintenance(Box::new(ObservedMaintenance {
                     survey: Some(survey(&["a", "b"])),
                     ..ObservedMaintenance::default()
-                }),
+                })),
                 true,
                 vec!["write Some(Running)"],
                 "finish Some(Failed) After(30s) [FailedMaintenance]",
@@ -1770,7 +1773,7 @@ mod tests {
             (
                 "invalid nodeName: failed, no node touched",
                 nm("nm", "Node_01"),
-                World::Maintenance(ObservedMaintenance::default()),
+                World::Maintenance(Box::default()),
                 false,
                 vec![],
                 "finish Some(Failed) After(300s) [FailedMaintenance]",
@@ -1778,7 +1781,7 @@ mod tests {
             (
                 "nodeName changed: restore the node entered, clear record and status, start over",
                 moved,
-                World::Maintenance(ObservedMaintenance::default()),
+                World::Maintenance(Box::default()),
                 false,
                 vec!["leave node02", "record None"],
                 "finish None After(100ms) []",
@@ -1862,7 +1865,7 @@ mod tests {
                 Work::Deletion(_) => panic!("{what}: deletion work"),
                 Work::Maintenance { steps, end } => (
                     steps.iter().map(label).collect::<Vec<_>>(),
-                    match end {
+                    match end.as_ref() {
                         PassEnd::Finish(step) => format!(
                             "finish {:?} {:?} [{}]",
                             step.status.phase,

@@ -115,9 +115,9 @@ fn status_of(nm: &NodeMaintenance) -> NodeMaintenanceStatus {
 /// [`Error::GetNode`], [`Error::Lease`] (the lease read). A missing node is an observation.
 async fn observe(nm: &NodeMaintenance, ctx: &Context) -> Result<Observed, Error> {
     let world = match plan::entry_with_finalizer(nm).1 {
-        Entry::Cleanup => World::Deletion(observe_deletion(nm, ctx).await?),
-        Entry::Maintain => World::Maintenance(observe_maintenance(nm, ctx).await?),
-        Entry::InvalidNodeName(_) => World::Maintenance(ObservedMaintenance::default()),
+        Entry::Cleanup => World::Deletion(Box::new(observe_deletion(nm, ctx).await?)),
+        Entry::Maintain => World::Maintenance(Box::new(observe_maintenance(nm, ctx).await?)),
+        Entry::InvalidNodeName(_) => World::Maintenance(Box::default()),
         Entry::Ignore | Entry::Terminal | Entry::AddFinalizer => World::Nothing,
     };
     Ok(Observed {
@@ -186,7 +186,7 @@ async fn act(observed: Observed, plan: Plan, ctx: &Context) -> Result<Action, Er
             Ok(Action::await_change())
         }
         (Work::Maintenance { steps, end }, World::Maintenance(o)) => {
-            act_maintenance(current, ctx, &o, steps, end).await
+            act_maintenance(current, ctx, &o, steps, *end).await
         }
         // `plan` returns deletion or maintenance work only for the matching observation.
         _ => Ok(Action::await_change()),
