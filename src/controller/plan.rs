@@ -1,6 +1,7 @@
-//! The maintenance state machine, without I/O: given a NodeMaintenance's status and what a step
-//! observed (the node, the lease, the drain), the new status, the events to emit and when to come
-//! back. The reconciler (`reconcile.rs`) runs the steps in upstream's order and does the I/O.
+//! The decision of a reconcile, without I/O or clock: [`plan`] turns what one pass observed
+//! ([`Observed`]) into everything the pass does ([`Plan`]: the finalizer, the ordered steps, the
+//! status to write, the events and the requeue), built from the per-step functions below
+//! (docs/design.md §1). The reconciler (`reconcile.rs`) observes and acts.
 //!
 //! Upstream's observable contract (docs/compat.md §3–§5: phases, events, lastError texts, the
 //! errorOnLeaseCount rules) is kept, with the improvements of §16: events only on transitions, no

@@ -1,10 +1,11 @@
-//! One reconcile of a NodeMaintenance: the steps of upstream's reconcile (docs/design.md §1) in
-//! their order, with the decisions taken by `plan` and the I/O done here.
+//! One reconcile of a NodeMaintenance in three steps (docs/design.md §1): `observe` reads what
+//! the pass needs into one [`Observed`], the pure [`plan::plan`] decides the whole pass, and
+//! `act` carries it out in order, stopping at the first failure.
 //!
-//! Every status change is recorded before acting on the node where it matters (status
-//! initialised to Running before the node is touched, lease ownership before entering, the lease
-//! error count before leaving), so a failed reconcile never leaves a node changed without the
-//! status saying so. Status writes are JSON merge patches on the status subresource carrying
+//! The plan orders every status change before the node change it covers (status initialised to
+//! Running before the node is touched, lease ownership before entering, the lease error count
+//! before leaving), so a failed reconcile never leaves a node changed without the status saying
+//! so. Status writes are JSON merge patches on the status subresource carrying
 //! `metadata.resourceVersion` (a stale copy gets a 409 and is retried from the watch's newer
 //! one) and explicit nulls for cleared fields; nothing is written when only `lastUpdate` would
 //! change. Events are published after the write they belong to.
