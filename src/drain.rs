@@ -110,21 +110,9 @@ pub mod result {
 /// Settings of the drain beyond upstream's fixed ones.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DrainOptions {
-    /// The operator's own pod, evicted last. `None` when `POD_NAME`/`POD_NAMESPACE` are unset.
+    /// The operator's own pod, evicted last ([`crate::config::Config::own_pod`]); `None` when
+    /// `--pod-name`/`--pod-namespace` (`POD_NAME`/`POD_NAMESPACE`) are not both given.
     pub own_pod: Option<PodReference>,
-}
-
-impl DrainOptions {
-    /// Reads the operator's own pod from `POD_NAME` and `POD_NAMESPACE` (downward API); both must
-    /// be set and non-empty, otherwise no pod is held back for last.
-    pub fn from_env() -> Self {
-        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let own_pod = match (get("POD_NAMESPACE"), get("POD_NAME")) {
-            (Some(namespace), Some(name)) => Some(PodReference { namespace, name }),
-            _ => None,
-        };
-        Self { own_pod }
-    }
 }
 
 /// When a pod is evicted relative to the others on its node: every pod of a stage leaves (is no

@@ -27,22 +27,13 @@ use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 pub const LEASE_HOLDER: &str = "node-maintenance";
 /// `spec.leaseDurationSeconds` of our leases: 3600 s.
 pub const LEASE_DURATION: Duration = Duration::from_secs(3600);
-/// Lease namespace when `LEASE_NAMESPACE` is unset (medik8s default).
+/// Lease namespace when `--lease-namespace`/`LEASE_NAMESPACE` is unset or empty (medik8s
+/// default; parsed by [`crate::config::parse_lease_namespace`]).
 pub const DEFAULT_LEASE_NAMESPACE: &str = "medik8s-leases";
-/// Environment variable naming the lease namespace (the one upstream reads).
-pub const LEASE_NAMESPACE_ENV: &str = "LEASE_NAMESPACE";
 /// A valid lease of ours is renewed once this much of [`LEASE_DURATION`] has elapsed since its
 /// last renewal (900 s, i.e. when less than 3/4 of the duration remains). Callers should reconcile
 /// a node in maintenance at least this often.
 pub const RENEW_AFTER: Duration = Duration::from_secs(LEASE_DURATION.as_secs() / 4);
-
-/// The lease namespace from `LEASE_NAMESPACE`, or [`DEFAULT_LEASE_NAMESPACE`] when unset or empty.
-pub fn namespace_from_env() -> String {
-    std::env::var(LEASE_NAMESPACE_ENV)
-        .ok()
-        .filter(|ns| !ns.is_empty())
-        .unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.to_owned())
-}
 
 /// The lease name for `node`: lower-cased `node-<node>`, as medik8s names it (`<kind>-<name>`).
 pub fn lease_name(node: &str) -> String {
@@ -206,7 +197,7 @@ pub struct NodeLeases {
 }
 
 impl NodeLeases {
-    /// Leases live in `namespace` (see [`namespace_from_env`]). No I/O until the first request.
+    /// Leases live in `namespace` (`--lease-namespace`, [`crate::config::Config::lease_namespace`]). No I/O until the first request.
     pub fn new(client: Client, namespace: String) -> Self {
         Self {
             client,

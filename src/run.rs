@@ -21,7 +21,7 @@
 //! standby (the controller-runtime behaviour).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -114,13 +114,14 @@ pub async fn kube_config(flag: Option<&Path>) -> Result<kube::Config, RunError> 
                 RunError::KubeConfig(format!("cannot use --kubeconfig {}: {e}", path.display()))
             });
     }
-    if let Some(env) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
-        return kube::Config::from_kubeconfig(&opts).await.map_err(|e| {
-            RunError::KubeConfig(format!(
-                "cannot use KUBECONFIG={}: {e}",
-                PathBuf::from(env).display()
-            ))
-        });
+    // kube reads `$KUBECONFIG` itself (a path list, merged as kubectl does); asking it first
+    // keeps controller-runtime's order, in which the variable wins over the in-cluster account.
+    let from_env = Kubeconfig::from_env()
+        .map_err(|e| RunError::KubeConfig(format!("cannot use KUBECONFIG: {e}")))?;
+    if let Some(kc) = from_env {
+        return kube::Config::from_custom_kubeconfig(kc, &opts)
+            .await
+            .map_err(|e| RunError::KubeConfig(format!("cannot use KUBECONFIG: {e}")));
     }
     match kube::Config::incluster() {
         Ok(c) => Ok(c),
@@ -235,9 +236,12 @@ fn serve_metrics(
     let router = metrics_router(metrics);
     match listener {
         Some(listener) if config.metrics_secure => {
-            let tls =
-                secure::server_config(config.metrics_cert_path.as_deref(), config.enable_http2)
-                    .map_err(RunError::MetricsTls)?;
+            let tls = secure::server_config(
+                config.metrics_cert_path.as_deref(),
+                config.pod_name(),
+                config.enable_http2,
+            )
+            .map_err(RunError::MetricsTls)?;
             let router = secure::authenticated(router, client);
             Ok(secure::serve_tls(
                 listener,
@@ -581,8 +585,7 @@ impl Operator {
         let run = wiring::run_controller(
             self.clients.controller.clone(),
             self.clients.eviction.clone(),
-            self.config.lease_namespace.clone(),
-            usize::from(self.config.max_concurrent_reconciles),
+            crate::controller::ControllerConfig::from(&self.config),
             self.metrics.clone(),
             self.synced.clone(),
             graceful.cancelled_owned(),
@@ -676,17 +679,11 @@ mod wiring {
     pub(super) async fn run_controller(
         client: Client,
         eviction_client: Client,
-        lease_namespace: String,
-        concurrency: usize,
+        config: ControllerConfig,
         metrics: Arc<Metrics>,
         synced: watch::Sender<bool>,
         shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     ) {
-        let config = ControllerConfig {
-            lease_namespace,
-            concurrency,
-            ..ControllerConfig::default()
-        };
         controller::run(client, eviction_client, config, metrics, synced, shutdown).await;
     }
 }

@@ -41,29 +41,30 @@ pub const REPORTER: &str = "NodeMaintenance";
 /// Longest back-off after repeated reconcile errors of one object.
 pub const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(300);
 
-/// Settings of the controller.
+/// Settings of the controller, taken from the parsed command line ([`crate::config::Config`]).
 #[derive(Clone, Debug)]
 pub struct ControllerConfig {
-    /// Namespace of the medik8s per-node leases (`LEASE_NAMESPACE`, default `medik8s-leases`).
+    /// Namespace of the medik8s per-node leases (`--lease-namespace`/`LEASE_NAMESPACE`, default
+    /// `medik8s-leases`).
     pub lease_namespace: String,
     /// NodeMaintenances reconciled at once; 0 means unbounded. One object is never reconciled
     /// concurrently with itself.
     pub concurrency: usize,
     /// Drain settings (the operator's own pod, evicted last).
     pub drain: DrainOptions,
-    /// `reportingInstance` of events; the pod name when known.
+    /// `reportingInstance` of events; the pod name (`--pod-name`/`POD_NAME`) when known.
     pub reporter_instance: Option<String>,
 }
 
-impl Default for ControllerConfig {
-    /// `medik8s-leases` (or `LEASE_NAMESPACE`), concurrency 32, the own pod from
-    /// `POD_NAME`/`POD_NAMESPACE`, reporter instance `POD_NAME`.
-    fn default() -> Self {
+impl From<&crate::config::Config> for ControllerConfig {
+    fn from(config: &crate::config::Config) -> Self {
         Self {
-            lease_namespace: crate::lease::namespace_from_env(),
-            concurrency: 32,
-            drain: DrainOptions::from_env(),
-            reporter_instance: std::env::var("POD_NAME").ok().filter(|v| !v.is_empty()),
+            lease_namespace: config.lease_namespace.clone(),
+            concurrency: usize::from(config.max_concurrent_reconciles),
+            drain: DrainOptions {
+                own_pod: config.own_pod(),
+            },
+            reporter_instance: config.pod_name().map(str::to_owned),
         }
     }
 }

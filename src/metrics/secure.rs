@@ -41,13 +41,15 @@ const DENIED_TTL: Duration = Duration::from_secs(30);
 /// Entries kept per cache; expired ones are dropped first, then the cache is emptied.
 const CACHE_LIMIT: usize = 1024;
 
-/// The serving configuration for the secure metrics server.
+/// The serving configuration for the secure metrics server: the pair in `cert_dir`, else a
+/// self-signed one for `localhost` and `pod_name` (`--pod-name`/`POD_NAME`) when given.
 ///
 /// # Errors
 /// One line naming the file that cannot be read or the reason the pair is unusable, or why a
 /// self-signed pair could not be generated.
 pub fn server_config(
     cert_dir: Option<&Path>,
+    pod_name: Option<&str>,
     enable_http2: bool,
 ) -> Result<rustls::ServerConfig, String> {
     let pair = match cert_dir {
@@ -67,8 +69,9 @@ pub fn server_config(
             }
         }
         None => {
-            let host = std::env::var("POD_NAME").unwrap_or_else(|_| "localhost".into());
-            let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_string(), host])
+            let mut hosts = vec!["localhost".to_string()];
+            hosts.extend(pod_name.map(str::to_owned));
+            let generated = rcgen::generate_simple_self_signed(hosts)
                 .map_err(|e| format!("cannot generate a self-signed metrics certificate: {e}"))?;
             nmo_webhook::PemPair {
                 cert: generated.cert.pem().into_bytes(),
@@ -345,8 +348,10 @@ mod tests {
     #[test]
     fn a_self_signed_pair_is_generated_and_a_missing_directory_named() {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        assert!(server_config(None, false).is_ok());
-        let err = server_config(Some(Path::new("/no/such/metrics-certs")), false).unwrap_err();
+        assert!(server_config(None, None, false).is_ok());
+        assert!(server_config(None, Some("nmo-0"), false).is_ok());
+        let err =
+            server_config(Some(Path::new("/no/such/metrics-certs")), None, false).unwrap_err();
         assert!(err.contains("/no/such/metrics-certs/tls.crt"), "{err}");
     }
 
