@@ -95,16 +95,17 @@ pub mod reason {
 
 /// Result labels of an eviction request, as counted by `Metrics::eviction`.
 pub mod result {
+    use crate::metrics::EvictionResult;
     /// 2xx: the API server accepted the eviction.
-    pub const EVICTED: &str = "evicted";
+    pub const EVICTED: EvictionResult = EvictionResult::evicted;
     /// 404, or the pod was replaced by a same-named one (UID precondition failed).
-    pub const GONE: &str = "gone";
+    pub const GONE: EvictionResult = EvictionResult::gone;
     /// 429 from a PodDisruptionBudget.
-    pub const BLOCKED_PDB: &str = "blocked_pdb";
+    pub const BLOCKED_PDB: EvictionResult = EvictionResult::blocked_pdb;
     /// 429 for another reason.
-    pub const TOO_MANY_REQUESTS: &str = "too_many_requests";
+    pub const TOO_MANY_REQUESTS: EvictionResult = EvictionResult::too_many_requests;
     /// Anything else.
-    pub const ERROR: &str = "error";
+    pub const ERROR: EvictionResult = EvictionResult::error;
 }
 
 /// Settings of the drain beyond upstream's fixed ones.
@@ -431,7 +432,7 @@ impl RetrySchedule {
 #[derive(Clone, Debug, PartialEq)]
 pub struct EvictionOutcome {
     /// Metrics label, one of [`result`]'s constants.
-    pub result: &'static str,
+    pub result: crate::metrics::EvictionResult,
     /// Why the pod stays, when it does (namespace and name filled from the pod). For an accepted
     /// eviction this is a `Terminating` blocker: the pod is gone only once it is no longer listed.
     pub blocker: Option<PodBlocker>,
@@ -522,8 +523,8 @@ pub fn classify_eviction(pod: &PodReference, answer: Result<(), &kube::Error>) -
         };
     };
     match status.code {
-        404 => gone,
-        409 if status.message.contains("Precondition failed") => gone,
+        _ if status.is_not_found() => gone,
+        _ if status.is_conflict() && status.message.contains("Precondition failed") => gone,
         429 => match cause(status, "DisruptionBudget") {
             Some(msg) => {
                 let mut b = blocker(reason::PDB, format!("{}: {msg}", status.message));
@@ -604,29 +605,14 @@ pub fn terminating_blocker(pod: &Pod, now: jiff::Timestamp) -> Option<PodBlocker
 }
 
 /// Whether a label selector selects a pod with `labels` (policy/v1 semantics: an empty selector
-/// selects everything, an absent one nothing; the caller handles the absent case).
+/// selects everything, an absent one nothing; the caller handles the absent case). A selector
+/// kube cannot evaluate (an unknown operator, `In` without values) selects nothing.
 pub fn selector_matches(
     selector: &LabelSelector,
     labels: &std::collections::BTreeMap<String, String>,
 ) -> bool {
-    let labels_ok = selector
-        .match_labels
-        .as_ref()
-        .is_none_or(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)));
-    let exprs_ok = selector.match_expressions.as_ref().is_none_or(|exprs| {
-        exprs.iter().all(|e| {
-            let values = e.values.as_deref().unwrap_or_default();
-            let value = labels.get(&e.key);
-            match e.operator.as_str() {
-                "In" => value.is_some_and(|v| values.contains(v)),
-                "NotIn" => value.is_none_or(|v| !values.contains(v)),
-                "Exists" => value.is_some(),
-                "DoesNotExist" => value.is_none(),
-                _ => false,
-            }
-        })
-    });
-    labels_ok && exprs_ok
+    use kube::core::{Selector, SelectorExt};
+    Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels))
 }
 
 /// `utilerrors.NewAggregate(errs).Error()`: `None` for none, the text itself for one,
@@ -649,16 +635,16 @@ pub fn aggregate_errors(errors: &[String]) -> Option<String> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EvictionCounts {
     /// Label -> number of requests.
-    pub by_result: std::collections::BTreeMap<&'static str, u32>,
+    pub by_result: std::collections::BTreeMap<crate::metrics::EvictionResult, u32>,
 }
 
 impl EvictionCounts {
-    fn record(&mut self, result: &'static str) {
+    fn record(&mut self, result: crate::metrics::EvictionResult) {
         *self.by_result.entry(result).or_default() += 1;
     }
     /// Requests with this result label.
-    pub fn get(&self, result: &str) -> u32 {
-        self.by_result.get(result).copied().unwrap_or(0)
+    pub fn get(&self, result: crate::metrics::EvictionResult) -> u32 {
+        self.by_result.get(&result).copied().unwrap_or(0)
     }
 }
 
@@ -1099,7 +1085,16 @@ mod tests {
         }
     }
     fn api_err(code: u16, message: &str, causes: &[(&str, &str)]) -> kube::Error {
-        let mut s = Status::failure(message, "").with_code(code);
+        // The API server's reason for each code, as kube's `Status::is_*` helpers read it.
+        let reason = match code {
+            403 => "Forbidden",
+            404 => "NotFound",
+            409 => "Conflict",
+            429 => "TooManyRequests",
+            500 => "InternalError",
+            _ => "",
+        };
+        let mut s = Status::failure(message, reason).with_code(code);
         if !causes.is_empty() {
             s.details = Some(StatusDetails {
                 name: String::new(),

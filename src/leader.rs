@@ -517,7 +517,7 @@ impl Elector {
                 Ok(Ok(_)) => {}
                 // A 409 only says another candidate wrote first; anything else (RBAC, API down)
                 // an operator of the cluster needs to see.
-                Ok(Err(kube::Error::Api(s))) if s.code == 409 => {
+                Ok(Err(kube::Error::Api(s))) if s.is_conflict() || s.is_already_exists() => {
                     tracing::debug!(
                         lease = LEADER_ELECTION_ID,
                         "Lease changed under this attempt (409)"

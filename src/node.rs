@@ -719,8 +719,8 @@ enum Patched {
 }
 
 async fn get_node(api: &Api<Node>, name: &str) -> Result<Node, NodeError> {
-    api.get(name).await.map_err(|e| match api_code(&e) {
-        Some(404) => NodeError::NotFound(name.to_owned()),
+    api.get(name).await.map_err(|e| match &e {
+        kube::Error::Api(s) if s.is_not_found() => NodeError::NotFound(name.to_owned()),
         _ => NodeError::Get(e),
     })
 }
@@ -737,8 +737,8 @@ async fn patch_node(
         .await
     {
         Ok(_) => Ok(Patched::Done),
-        Err(e) => match api_code(&e) {
-            Some(409) if attempt < MAX_ATTEMPTS => {
+        Err(e) => match &e {
+            kube::Error::Api(s) if s.is_conflict() && attempt < MAX_ATTEMPTS => {
                 tracing::debug!(
                     node = name,
                     attempt,
@@ -746,16 +746,9 @@ async fn patch_node(
                 );
                 Ok(Patched::Conflict)
             }
-            Some(404) => Err(NodeError::NotFound(name.to_owned())),
+            kube::Error::Api(s) if s.is_not_found() => Err(NodeError::NotFound(name.to_owned())),
             _ => Err(NodeError::Patch(e)),
         },
-    }
-}
-
-fn api_code(error: &kube::Error) -> Option<u16> {
-    match error {
-        kube::Error::Api(status) => Some(status.code),
-        _ => None,
     }
 }
 

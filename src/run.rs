@@ -663,7 +663,7 @@ mod wiring {
         if let Err(kube::Error::Api(status)) = nms
             .list_metadata(&kube::api::ListParams::default().limit(1))
             .await
-            && status.code == 404
+            && status.is_not_found()
         {
             return Err(RunError::CrdMissing);
         }

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use super::cache::{self, CacheTasks, Caches, NmEvent, QuorumStores};
 use super::*;
 use crate::api::NodeMaintenance;
-use crate::metrics::Metrics;
+use crate::metrics::{AdmissionOperation, AdmissionResult, Metrics};
 
 /// Path of the validating webhook (upstream's, derived by kubebuilder from the GVK).
 pub const WEBHOOK_PATH: &str = "/validate-nodemaintenance-medik8s-io-v1beta1-nodemaintenance";
@@ -358,25 +358,25 @@ async fn confirm_reservation(
     }
 }
 
-fn operation_name(op: &Operation) -> &'static str {
+fn operation_name(op: &Operation) -> AdmissionOperation {
     match op {
-        Operation::Create => "CREATE",
-        Operation::Update => "UPDATE",
-        Operation::Delete => "DELETE",
-        Operation::Connect => "CONNECT",
+        Operation::Create => AdmissionOperation::CREATE,
+        Operation::Update => AdmissionOperation::UPDATE,
+        Operation::Delete => AdmissionOperation::DELETE,
+        Operation::Connect => AdmissionOperation::CONNECT,
     }
 }
 
 /// The `operation` metric label of a review that could not be decoded: one of the four
 /// admission operations, else `UNKNOWN`. The text comes from an unauthenticated request body, so
 /// it must never become a label value as is (each distinct value is a new series, held forever).
-pub fn operation_label(operation: Option<&str>) -> &'static str {
+pub fn operation_label(operation: Option<&str>) -> AdmissionOperation {
     match operation {
-        Some("CREATE") => "CREATE",
-        Some("UPDATE") => "UPDATE",
-        Some("DELETE") => "DELETE",
-        Some("CONNECT") => "CONNECT",
-        _ => "UNKNOWN",
+        Some("CREATE") => AdmissionOperation::CREATE,
+        Some("UPDATE") => AdmissionOperation::UPDATE,
+        Some("DELETE") => AdmissionOperation::DELETE,
+        Some("CONNECT") => AdmissionOperation::CONNECT,
+        _ => AdmissionOperation::UNKNOWN,
     }
 }
 
@@ -391,12 +391,12 @@ impl nmo_webhook::Validator for Admission {
             .as_ref()
             .map(|o| o.spec.node_name.clone())
             .unwrap_or_default();
-        tracing::debug!(name = %req.name, node = %node, operation, dry_run = req.dry_run, "validate {}", operation.to_lowercase());
+        tracing::debug!(name = %req.name, node = %node, ?operation, dry_run = req.dry_run, "validate {}", format!("{operation:?}").to_lowercase());
         let (resp, result) = match self.decide(&req).await {
-            Ok(()) => (nmo_webhook::allow(&req), "allowed"),
+            Ok(()) => (nmo_webhook::allow(&req), AdmissionResult::allowed),
             Err(denial) => {
-                tracing::info!(name = %req.name, node = %node, operation, reason = %denial, "validation failed");
-                (nmo_webhook::deny(&req, &denial), "denied")
+                tracing::info!(name = %req.name, node = %node, ?operation, reason = %denial, "validation failed");
+                (nmo_webhook::deny(&req, &denial), AdmissionResult::denied)
             }
         };
         self.metrics
@@ -406,7 +406,7 @@ impl nmo_webhook::Validator for Admission {
 
     fn rejected(&self, operation: Option<&str>, _error: &nmo_webhook::EnvelopeError) {
         self.metrics
-            .admission(operation_label(operation), "invalid", 0.0);
+            .admission(operation_label(operation), AdmissionResult::invalid, 0.0);
     }
 }
 
@@ -424,7 +424,7 @@ mod tests {
     #[test]
     fn rejected_reviews_get_a_bounded_operation_label() {
         for op in ["CREATE", "UPDATE", "DELETE", "CONNECT"] {
-            assert_eq!(operation_label(Some(op)), op);
+            assert_eq!(format!("{:?}", operation_label(Some(op))), op);
         }
         for junk in [
             None,
@@ -432,7 +432,7 @@ mod tests {
             Some("create"),
             Some("x".repeat(4096).as_str()),
         ] {
-            assert_eq!(operation_label(junk), "UNKNOWN");
+            assert_eq!(operation_label(junk), AdmissionOperation::UNKNOWN);
         }
     }
 }

@@ -31,7 +31,7 @@ use kube::{Api, Client, ResourceExt};
 use crate::api::NodeMaintenance;
 use crate::drain::{DrainError, DrainOptions, Drainer};
 use crate::lease::{LeaseError, NodeLeases};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ReconcileErrorKind};
 use crate::node::NodeError;
 
 pub use reconcile::{error_policy, reconcile};
@@ -241,29 +241,21 @@ pub enum Error {
 /// server (the client's own 429/503/504 retries) makes one last this long.
 pub const RECONCILE_TIMEOUT: Duration = Duration::from_secs(60);
 
-fn kube_code(e: &kube::Error) -> Option<u16> {
-    match e {
-        kube::Error::Api(s) => Some(s.code),
-        _ => None,
-    }
-}
-
 impl Error {
-    /// Bounded label for `nmo_reconcile_failures`; every value is listed in
-    /// [`crate::metrics::RECONCILE_ERRORS`], which creates the series at zero.
-    pub fn metric_label(&self) -> &'static str {
+    /// The `error` label of `nmo_reconcile_failures_total`.
+    pub fn metric_label(&self) -> ReconcileErrorKind {
         match self {
-            Error::Node(NodeError::NotFound(_)) => "node_not_found",
-            Error::Node(_) | Error::GetNode(_) => "node",
-            Error::StopAfterLeaseLoss(_) => "stop_after_lease_loss",
-            Error::Lease(_) => "lease",
-            Error::Drain(_) | Error::InitStatus(_) => "drain",
+            Error::Node(NodeError::NotFound(_)) => ReconcileErrorKind::node_not_found,
+            Error::Node(_) | Error::GetNode(_) => ReconcileErrorKind::node,
+            Error::StopAfterLeaseLoss(_) => ReconcileErrorKind::stop_after_lease_loss,
+            Error::Lease(_) => ReconcileErrorKind::lease,
+            Error::Drain(_) | Error::InitStatus(_) => ReconcileErrorKind::drain,
             // Every write to the NodeMaintenance's metadata.
             Error::AddFinalizer(_) | Error::RemoveFinalizer(_) | Error::RecordEnteredNode(_) => {
-                "finalizer"
+                ReconcileErrorKind::finalizer
             }
-            Error::Status(_) => "status",
-            Error::Timeout(_) => "timeout",
+            Error::Status(_) => ReconcileErrorKind::status,
+            Error::Timeout(_) => ReconcileErrorKind::timeout,
         }
     }
 
@@ -276,7 +268,9 @@ impl Error {
             Error::Status(e)
             | Error::AddFinalizer(e)
             | Error::RemoveFinalizer(e)
-            | Error::RecordEnteredNode(e) => kube_code(e) == Some(409),
+            | Error::RecordEnteredNode(e) => {
+                matches!(e, kube::Error::Api(s) if s.is_conflict())
+            }
             _ => false,
         }
     }
@@ -369,21 +363,34 @@ pub struct Context {
 impl Context {
     /// Sets `nmo_maintenances{phase}` from the cache.
     fn update_phase_gauges(&self) {
-        let mut counts: HashMap<&'static str, i64> =
-            [("Running", 0), ("Succeeded", 0), ("Failed", 0), ("", 0)].into();
-        for nm in self.store.state() {
-            let phase = match nm.status.as_ref().and_then(|s| s.phase) {
-                Some(crate::api::MaintenancePhase::Running) => "Running",
-                Some(crate::api::MaintenancePhase::Succeeded) => "Succeeded",
-                Some(crate::api::MaintenancePhase::Failed) => "Failed",
-                None => "",
-            };
-            *counts.entry(phase).or_default() += 1;
-        }
-        for (phase, count) in counts {
+        for (phase, count) in phase_counts(
+            self.store
+                .state()
+                .iter()
+                .map(|nm| nm.status.as_ref().and_then(|s| s.phase)),
+        ) {
             self.metrics.set_maintenances(phase, count);
         }
     }
+}
+
+/// NodeMaintenances per phase, every phase present. An object without a phase yet (created,
+/// not reconciled) counts as `Running`, the phase its first reconcile gives it as upstream's
+/// does: a `phase=""` series would read in PromQL as a series without the label
+/// (`docs/compat.md §10`).
+fn phase_counts(
+    phases: impl IntoIterator<Item = Option<crate::api::MaintenancePhase>>,
+) -> Vec<(crate::api::MaintenancePhase, i64)> {
+    use crate::api::MaintenancePhase;
+    let mut counts: Vec<(MaintenancePhase, i64)> =
+        MaintenancePhase::ALL.iter().map(|&p| (p, 0)).collect();
+    for phase in phases {
+        let phase = phase.unwrap_or(MaintenancePhase::Running);
+        if let Some((_, n)) = counts.iter_mut().find(|(p, _)| *p == phase) {
+            *n += 1;
+        }
+    }
+    counts
 }
 
 /// The NodeMaintenances in `store` whose `spec.nodeName` is `node` or that entered `node`
@@ -600,11 +607,24 @@ pub async fn run(
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_maintenance_without_a_phase_counts_as_running() {
+        use crate::api::MaintenancePhase::{Failed, Running, Succeeded};
+        assert_eq!(
+            phase_counts([None, Some(Running), Some(Failed), None]),
+            vec![(Running, 3), (Succeeded, 0), (Failed, 1)]
+        );
+        assert_eq!(
+            phase_counts([]),
+            vec![(Running, 0), (Succeeded, 0), (Failed, 0)]
+        );
+    }
+
     fn status(code: u16, message: &str, causes: &[&str]) -> kube::core::Status {
         serde_json::from_value(serde_json::json!({
             "code": code,
             "message": message,
-            "reason": "Invalid",
+            "reason": if code == 409 { "Conflict" } else { "Invalid" },
             "details": {"causes": causes.iter().map(|f| serde_json::json!({"field": f, "reason": "FieldValueInvalid"})).collect::<Vec<_>>()},
         }))
         .unwrap()

@@ -43,37 +43,18 @@ pub const RECONCILE_TIME_BUCKETS: [f64; 40] = [
     25.0, 30.0, 40.0, 50.0, 60.0,
 ];
 
-/// How one reconcile ended, as controller-runtime's `result` label says it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ReconcileResult {
-    /// Done; nothing is queued until a watch event.
-    Success,
-    /// Failed; retried with back-off.
-    Error,
-    /// Requeued at once (rate limited) without an error.
-    Requeue,
-    /// Requeued after a delay.
-    RequeueAfter,
-}
-
-impl ReconcileResult {
-    /// The label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            ReconcileResult::Success => "success",
-            ReconcileResult::Error => "error",
-            ReconcileResult::Requeue => "requeue",
-            ReconcileResult::RequeueAfter => "requeue_after",
-        }
+label_values! {
+    /// How one reconcile ended, as controller-runtime's `result` label says it.
+    pub enum ReconcileResult {
+        /// Done; nothing is queued until a watch event.
+        success,
+        /// Failed; retried with back-off.
+        error,
+        /// Requeued at once (rate limited) without an error.
+        requeue,
+        /// Requeued after a delay.
+        requeue_after,
     }
-
-    /// Every value, for creating the series at zero as controller-runtime does.
-    pub const ALL: [ReconcileResult; 4] = [
-        ReconcileResult::Success,
-        ReconcileResult::Error,
-        ReconcileResult::Requeue,
-        ReconcileResult::RequeueAfter,
-    ];
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -84,7 +65,7 @@ struct ControllerLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
     controller: &'static str,
-    result: &'static str,
+    result: ReconcileResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -293,10 +274,10 @@ impl RuntimeMetrics {
             "Total number of retries handled by workqueue",
             m.retries.clone(),
         );
-        for r in ReconcileResult::ALL {
+        for &result in ReconcileResult::ALL {
             let _ = m.reconcile_total.get_or_create(&ResultLabels {
                 controller: CONTROLLER_NAME,
-                result: r.label(),
+                result,
             });
         }
         let _ = m.reconcile_errors.get_or_create(&C);
@@ -369,10 +350,10 @@ impl RuntimeMetrics {
         self.reconcile_total
             .get_or_create(&ResultLabels {
                 controller: CONTROLLER_NAME,
-                result: result.label(),
+                result,
             })
             .inc();
-        if result == ReconcileResult::Error {
+        if result == ReconcileResult::error {
             self.reconcile_errors.get_or_create(&C).inc();
         }
         if let Some(after) = requeue_after {
@@ -435,11 +416,11 @@ where
     let out = reconcile.await;
     let (result, after) = match &out {
         Ok(action) => match action_requeue_after(action) {
-            None => (ReconcileResult::Success, None),
-            Some(d) if d.is_zero() => (ReconcileResult::Requeue, Some(d)),
-            Some(d) => (ReconcileResult::RequeueAfter, Some(d)),
+            None => (ReconcileResult::success, None),
+            Some(d) if d.is_zero() => (ReconcileResult::requeue, Some(d)),
+            Some(d) => (ReconcileResult::requeue_after, Some(d)),
         },
-        Err(_) => (ReconcileResult::Error, None),
+        Err(_) => (ReconcileResult::error, None),
     };
     run.ended = true;
     metrics.reconcile_finished(&run.key, run.start.elapsed(), result, after);

@@ -101,7 +101,7 @@ pub async fn create_kwok_nodes(
         async move {
             match api.create(&PostParams::default(), &node).await {
                 Ok(_) => Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(()),
                 Err(e) => Err(e),
             }
         }

@@ -42,9 +42,8 @@ pub fn run() -> i32 {
 
 fn demo() -> Result<(), String> {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        let _ = super::signal_flag(sig, stop.clone());
-    }
+    super::stop_on_signal(stop.clone())
+        .map_err(|e| format!("cannot install the signal handlers: {e}"))?;
     let interrupted = || {
         if stop.load(std::sync::atomic::Ordering::SeqCst) {
             Err("interrupted".to_string())
