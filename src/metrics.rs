@@ -27,7 +27,8 @@ use crate::api::MaintenancePhase;
 macro_rules! label_values {
     ($(#[$meta:meta])* $vis:vis enum $name:ident { $($(#[$vmeta:meta])* $variant:ident,)+ }) => {
         $(#[$meta])*
-        #[allow(non_camel_case_types)]
+        // Spelled as exported, whatever Rust's naming conventions say.
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
         #[derive(
             Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash,
             prometheus_client::encoding::EncodeLabelValue,
@@ -38,23 +39,23 @@ macro_rules! label_values {
 
         impl $name {
             /// Every value, in declaration order.
-            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+            $vis const ALL: &'static [$name] = &[$($name::$variant,)+];
         }
     };
 }
 
-pub mod runtime;
-pub mod secure;
+pub(crate) mod runtime;
+pub(crate) mod secure;
 
 /// The content type of [`Metrics::encode`]'s output, for the `Content-Type` header of
 /// `GET /metrics`.
-pub const OPENMETRICS_CONTENT_TYPE: &str =
+pub(crate) const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 label_values! {
     /// The `error` label of `nmo_reconcile_failures_total`: which step of a reconcile failed
     /// (the controller's `Error::metric_label`). Every value exists from start-up at zero.
-    pub enum ReconcileErrorKind {
+    pub(crate) enum ReconcileErrorKind {
         /// The NodeMaintenance's node does not exist.
         node_not_found,
         /// Reading or patching the node.
@@ -77,7 +78,7 @@ label_values! {
 label_values! {
     /// The `result` label of `nmo_evictions_total`: how the API server answered one eviction
     /// request. Every value exists from start-up at zero.
-    pub enum EvictionResult {
+    pub(crate) enum EvictionResult {
         /// 2xx: the API server accepted the eviction.
         evicted,
         /// 404, or the pod was replaced by a same-named one (UID precondition failed).
@@ -93,7 +94,7 @@ label_values! {
 
 label_values! {
     /// The `result` label of `nmo_admission_requests_total`.
-    pub enum AdmissionResult {
+    pub(crate) enum AdmissionResult {
         /// The review was answered `allowed: true`.
         allowed,
         /// The review was answered with a denial.
@@ -103,22 +104,24 @@ label_values! {
     }
 }
 
-label_values! {
-    /// The `operation` label of the admission families: the review's operation, or `UNKNOWN`
-    /// for a request too broken to say (never the request's own text: each distinct value
-    /// would be a new series, held forever).
-    pub enum AdmissionOperation {
-        /// `CREATE`.
-        CREATE,
-        /// `UPDATE`.
-        UPDATE,
-        /// `DELETE`.
-        DELETE,
-        /// `CONNECT`.
-        CONNECT,
-        /// Not one of the four.
-        UNKNOWN,
-    }
+/// The `operation` label of the admission families: the review's operation, or `UNKNOWN`
+/// for a request too broken to say (never the request's own text: each distinct value
+/// would be a new series, held forever).
+#[allow(clippy::upper_case_acronyms)] // spelled as exported
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, prometheus_client::encoding::EncodeLabelValue,
+)]
+pub(crate) enum AdmissionOperation {
+    /// `CREATE`.
+    CREATE,
+    /// `UPDATE`.
+    UPDATE,
+    /// `DELETE`.
+    DELETE,
+    /// `CONNECT`.
+    CONNECT,
+    /// Not one of the four.
+    UNKNOWN,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -177,7 +180,7 @@ fn drain_histogram() -> Histogram {
 /// | `nmo_drain_duration_seconds` | histogram | — |
 /// | `nmo_admission_requests_total` | counter | `operation`, `result` |
 /// | `nmo_admission_duration_seconds` | histogram | `operation` |
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     runtime: runtime::RuntimeMetrics,
     reconciles: Counter,
@@ -204,7 +207,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Creates the registry with every family registered (all at zero).
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut root = Registry::default();
         let registry = root.sub_registry_with_prefix("nmo");
         let reconciles = Counter::default();
@@ -295,14 +298,14 @@ impl Metrics {
     }
 
     /// The controller-runtime families (`controller_runtime_*`, `workqueue_*`).
-    pub fn runtime(&self) -> &runtime::RuntimeMetrics {
+    pub(crate) fn runtime(&self) -> &runtime::RuntimeMetrics {
         &self.runtime
     }
 
     /// Counts one reconcile run now and returns a guard that observes the run's duration (in
     /// seconds) into `nmo_reconcile_duration_seconds` when dropped. Keep the guard alive for the
     /// whole reconcile.
-    pub fn reconcile(&self) -> ReconcileTimer {
+    pub(crate) fn reconcile(&self) -> ReconcileTimer {
         self.reconciles.inc();
         ReconcileTimer {
             histogram: self.reconcile_duration.clone(),
@@ -311,7 +314,7 @@ impl Metrics {
     }
 
     /// Counts one failed reconcile of kind `error`.
-    pub fn reconcile_failure(&self, error: ReconcileErrorKind) {
+    pub(crate) fn reconcile_failure(&self, error: ReconcileErrorKind) {
         self.reconcile_failures
             .get_or_create(&ErrorLabels { error })
             .inc();
@@ -319,27 +322,32 @@ impl Metrics {
 
     /// Sets the number of NodeMaintenance objects currently in `phase` (an object without a
     /// phase yet is counted by the caller as `Running`, `docs/compat.md §10`).
-    pub fn set_maintenances(&self, phase: MaintenancePhase, count: i64) {
+    pub(crate) fn set_maintenances(&self, phase: MaintenancePhase, count: i64) {
         self.maintenances
             .get_or_create(&PhaseLabels { phase })
             .set(count);
     }
 
     /// Counts one eviction attempt that ended with `result`.
-    pub fn eviction(&self, result: &EvictionResult) {
+    pub(crate) fn eviction(&self, result: &EvictionResult) {
         self.evictions
             .get_or_create(&ResultLabels { result: *result })
             .inc();
     }
 
     /// Observes the duration (seconds) of a completed drain.
-    pub fn drain_duration(&self, seconds: f64) {
+    pub(crate) fn drain_duration(&self, seconds: f64) {
         self.drain_duration.observe(seconds);
     }
 
     /// Counts one admission review of `operation` with `result` and observes its latency in
     /// seconds.
-    pub fn admission(&self, operation: AdmissionOperation, result: AdmissionResult, seconds: f64) {
+    pub(crate) fn admission(
+        &self,
+        operation: AdmissionOperation,
+        result: AdmissionResult,
+        seconds: f64,
+    ) {
         self.admission_requests
             .get_or_create(&AdmissionLabels { operation, result })
             .inc();
@@ -350,7 +358,7 @@ impl Metrics {
 
     /// Encodes every family as OpenMetrics text (ending in `# EOF`); serve it with
     /// [`OPENMETRICS_CONTENT_TYPE`].
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         self.runtime.refresh();
         let mut out = String::new();
         // Writing into a String cannot fail; an error here would be a prometheus-client bug.
@@ -364,7 +372,7 @@ impl Metrics {
 /// `nmo_reconcile_duration_seconds` when dropped. Owns a handle to the histogram, so it may be
 /// held across `.await` points and outlive the borrow of [`Metrics`].
 #[must_use = "the duration is observed when the guard is dropped"]
-pub struct ReconcileTimer {
+pub(crate) struct ReconcileTimer {
     histogram: Histogram,
     start: Instant,
 }

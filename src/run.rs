@@ -38,12 +38,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::leader;
+pub use crate::leader::LeaderError;
 use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE};
 
 /// How long `run` waits for the controller to finish in-flight reconciles on shutdown before
 /// giving up on it (the Lease is then left to expire rather than released under a running
 /// reconcile).
-pub const CONTROLLER_STOP_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const CONTROLLER_STOP_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Errors that end the process. Each displays as one line naming what failed and why.
 #[derive(Debug, thiserror::Error)]
@@ -102,7 +103,7 @@ pub enum RunError {
 ///
 /// # Errors
 /// [`RunError::KubeConfig`] naming the file or source and the reason.
-pub async fn kube_config(flag: Option<&Path>) -> Result<kube::Config, RunError> {
+pub(crate) async fn kube_config(flag: Option<&Path>) -> Result<kube::Config, RunError> {
     let opts = KubeConfigOptions::default();
     if let Some(path) = flag {
         let kc = Kubeconfig::read_from(path).map_err(|e| {
@@ -135,7 +136,7 @@ pub async fn kube_config(flag: Option<&Path>) -> Result<kube::Config, RunError> 
 
 /// Inputs of the `/readyz` decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReadinessInputs {
+pub(crate) struct ReadinessInputs {
     /// The webhook server is serving with a loaded certificate.
     pub cert_loaded: bool,
     /// `--leader-elect` is on.
@@ -157,7 +158,7 @@ pub struct ReadinessInputs {
 ///
 /// # Errors
 /// The reason for not being ready, one line, for the 503 body.
-pub fn readiness(i: ReadinessInputs) -> Result<(), &'static str> {
+pub(crate) fn readiness(i: ReadinessInputs) -> Result<(), &'static str> {
     if !i.cert_loaded {
         return Err("webhook server has no certificate loaded (or is shutting down)");
     }
@@ -206,7 +207,7 @@ fn probe_router(state: ProbeState) -> Router {
 }
 
 /// `GET /metrics`: the registry as OpenMetrics text.
-pub fn metrics_router(metrics: Arc<Metrics>) -> Router {
+pub(crate) fn metrics_router(metrics: Arc<Metrics>) -> Router {
     Router::new()
         .route(
             "/metrics",
@@ -294,7 +295,9 @@ fn serve_plain(
 ///
 /// # Errors
 /// [`RunError::Signal`] when a handler cannot be installed.
-pub fn cancel_on_signal(root: CancellationToken) -> Result<tokio::task::JoinHandle<()>, RunError> {
+pub(crate) fn cancel_on_signal(
+    root: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>, RunError> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).map_err(|e| RunError::Signal("SIGTERM", e))?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| RunError::Signal("SIGINT", e))?;
@@ -436,7 +439,7 @@ impl Election {
 /// The process: owns the webhook, probe and metrics servers, the leader election and the
 /// controller, all stopped through one cancellation tree rooted at the signal handler's token
 /// (`docs/design.md §5`).
-pub struct Operator {
+pub(crate) struct Operator {
     config: Config,
     root: CancellationToken,
     fatal: Fatal,
@@ -456,7 +459,7 @@ impl Operator {
     /// Start-up failures: [`RunError::KubeConfig`], [`RunError::Client`], [`RunError::Bind`],
     /// [`RunError::Webhook`], [`RunError::CrdMissing`], [`RunError::Admission`],
     /// [`RunError::Leader`].
-    pub async fn start(config: Config, root: CancellationToken) -> Result<Self, RunError> {
+    pub(crate) async fn start(config: Config, root: CancellationToken) -> Result<Self, RunError> {
         let metrics = Arc::new(Metrics::new());
         let kube_cfg = kube_config(config.kubeconfig.as_deref()).await?;
         tracing::info!(api = %kube_cfg.cluster_url, "Kubernetes API");
@@ -545,7 +548,7 @@ impl Operator {
     /// # Errors
     /// The first fatal condition: [`RunError::LeadershipLost`], [`RunError::TaskEnded`],
     /// [`RunError::Webhook`].
-    pub async fn run(mut self) -> Result<(), RunError> {
+    pub(crate) async fn run(mut self) -> Result<(), RunError> {
         let acquired = tokio::select! {
             biased;
             () = self.root.cancelled() => None,

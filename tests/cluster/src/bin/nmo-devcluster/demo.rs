@@ -27,7 +27,7 @@ fn step(text: &str) {
 }
 
 /// Runs the demo; the process exit code.
-pub fn run() -> i32 {
+pub(crate) fn run() -> i32 {
     match demo() {
         Ok(()) => {
             step("Done: the node went into maintenance, was drained, and was restored.");
