@@ -14,6 +14,7 @@ use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 pub(crate) use nmo_devcluster::Cluster;
+pub(crate) use nmo_devcluster::fixtures::{self, Installed};
 
 /// A name unique within this test process: `<prefix>-<counter>-<pid>`, DNS-1123 safe.
 pub(crate) fn unique(prefix: &str) -> String {
@@ -102,20 +103,7 @@ pub(crate) async fn worker_nodes(
 
 /// Creates one kwok worker node `name` labelled `nmo-test=<group>`, without waiting for it.
 pub(crate) async fn create_worker_node(client: &Client, name: &str, group: &str) {
-    let node: Node = serde_json::from_value(json!({
-        "metadata": {
-            "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {"kubernetes.io/hostname": name, "type": "kwok", "nmo-test": group}
-        },
-        "status": {
-            "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "1000"},
-            "capacity": {"cpu": "64", "memory": "256Gi", "pods": "1000"}
-        }
-    }))
-    .unwrap();
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &node)
+    fixtures::create_kwok_nodes(client, &[name.to_string()], &[("nmo-test", group)])
         .await
         .unwrap();
 }
@@ -248,18 +236,26 @@ pub(crate) async fn no_retry_client(cluster: &Cluster) -> Client {
 /// `manifests/` (so every end-to-end test also proves the RBAC), with its webhook registered.
 pub(crate) struct OperatorEnv {
     /// The cluster.
-    pub cluster: &'static Cluster,
+    pub(crate) cluster: &'static Cluster,
     /// The operator process.
-    pub operator: std::sync::Mutex<nmo_devcluster::operator::Operator>,
-    /// The ServiceAccount it runs as.
-    pub account: nmo_devcluster::operator::ServiceAccountRef,
-    /// A kubeconfig for that ServiceAccount.
-    pub kubeconfig: std::path::PathBuf,
+    pub(crate) operator: std::sync::Mutex<nmo_devcluster::operator::Operator>,
+    /// The manifests, the ServiceAccount it runs as and that account's kubeconfig.
+    pub(crate) installed: Installed,
 }
 
 /// Where the repository's `manifests/` directory is.
 pub(crate) fn manifests_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests")
+}
+
+/// `manifests/` installed on `cluster` for this package's operator binary ([`Installed`]).
+pub(crate) fn installed(cluster: &Cluster) -> Installed {
+    Installed::new(
+        cluster,
+        &manifests_dir(),
+        env!("CARGO_BIN_EXE_node-maintenance-operator"),
+    )
+    .unwrap_or_else(|e| panic!("installing manifests/: {e}"))
 }
 
 /// Options to start the operator binary of this package as `account`.
@@ -268,62 +264,43 @@ pub(crate) fn operator_options(
     account: &nmo_devcluster::operator::ServiceAccountRef,
     kubeconfig: &std::path::Path,
 ) -> nmo_devcluster::operator::OperatorOptions {
-    let mut opts = nmo_devcluster::operator::OperatorOptions::new(env!(
-        "CARGO_BIN_EXE_node-maintenance-operator"
-    ));
-    opts.name = name.to_string();
-    opts.kubeconfig = Some(kubeconfig.to_path_buf());
-    opts.env
-        .push(("POD_NAMESPACE".into(), account.namespace.clone()));
-    opts
+    Installed {
+        account: account.clone(),
+        kubeconfig: kubeconfig.to_path_buf(),
+        binary: env!("CARGO_BIN_EXE_node-maintenance-operator").into(),
+    }
+    .options(name)
 }
 
 /// Installs the manifests once per test binary, starts one operator and registers its webhook.
 pub(crate) fn operator_env() -> &'static OperatorEnv {
     static ENV: std::sync::OnceLock<OperatorEnv> = std::sync::OnceLock::new();
-    ENV.get_or_init(|| {
-        let cluster = Cluster::shared();
-        let account =
-            nmo_devcluster::operator::install_manifests(cluster, &manifests_dir()).unwrap();
-        let kubeconfig =
-            nmo_devcluster::operator::service_account_kubeconfig(cluster, &account).unwrap();
-        let operator = nmo_devcluster::operator::Operator::start(
-            cluster,
-            &operator_options("operator", &account, &kubeconfig),
-        )
-        .unwrap_or_else(|e| panic!("operator did not start: {e}"));
-        nmo_devcluster::operator::register_webhook(cluster, operator.webhook_port).unwrap();
-        wait_for_webhook(cluster);
-        OperatorEnv {
-            cluster,
-            operator: std::sync::Mutex::new(operator),
-            account,
-            kubeconfig,
-        }
-    })
+    ENV.get_or_init(|| start_env(|_| {}))
 }
 
-/// Waits until the API server calls the webhook (a create for a node that does not exist is
-/// denied with upstream's message), as upstream's e2e BeforeSuite does.
-pub(crate) fn wait_for_webhook(cluster: &Cluster) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let manifest = r#"{"apiVersion":"nodemaintenance.medik8s.io/v1beta1","kind":"NodeMaintenance",
-        "metadata":{"name":"webhook-probe"},"spec":{"nodeName":"webhook-probe-no-such-node"}}"#;
-    loop {
-        let err =
-            match cluster.kubectl_run(&["create", "--dry-run=server", "-f", "-"], Some(manifest)) {
-                Ok(out) => format!("unexpectedly admitted: {out}"),
-                Err(e) => e.to_string(),
-            };
-        if err.contains("no node with name webhook-probe-no-such-node found") {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the webhook never answered; last: {err}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
+/// Installs the manifests on [`Cluster::shared`], starts an operator named `operator` with the
+/// options `customize` leaves, and registers its webhook.
+pub(crate) fn start_env(
+    customize: impl FnOnce(&mut nmo_devcluster::operator::OperatorOptions),
+) -> OperatorEnv {
+    let cluster = Cluster::shared();
+    let installed = installed(cluster);
+    let mut opts = installed.options("operator");
+    customize(&mut opts);
+    let operator = fixtures::start_registered(cluster, &opts)
+        .unwrap_or_else(|e| panic!("operator did not start: {e}"));
+    OperatorEnv {
+        cluster,
+        operator: std::sync::Mutex::new(operator),
+        installed,
     }
+}
+
+/// Waits up to 60 s until the API server calls the webhook
+/// ([`fixtures::wait_for_webhook`]).
+pub(crate) fn wait_for_webhook(cluster: &Cluster) {
+    fixtures::wait_for_webhook(cluster, Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("the webhook never answered: {e}"));
 }
 
 /// NodeMaintenance helpers for end-to-end tests.
