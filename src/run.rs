@@ -663,10 +663,13 @@ mod wiring {
         metrics: Arc<Metrics>,
     ) -> Result<(Router, watch::Receiver<bool>), RunError> {
         let nms: kube::Api<crate::api::NodeMaintenance> = kube::Api::all(client.clone());
+        // The code, not kube's `Status::is_not_found`: for a resource it does not serve, the API
+        // server answers a plain-text `404 page not found`, which kube turns into a Status
+        // without the `NotFound` reason that `is_not_found` reads.
         if let Err(kube::Error::Api(status)) = nms
             .list_metadata(&kube::api::ListParams::default().limit(1))
             .await
-            && status.is_not_found()
+            && status.code == 404
         {
             return Err(RunError::CrdMissing);
         }
