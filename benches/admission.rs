@@ -39,11 +39,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use kube::api::{Api, PostParams};
-use nmo_devcluster::fixtures::{create_kwok_nodes, start_registered};
+use nmo_devcluster::Cluster;
+use nmo_devcluster::fixtures::{bench_cluster, create_kwok_nodes, start_registered};
 use nmo_devcluster::load::{LoadOptions, drive};
 use nmo_devcluster::measure::proc_status;
-use nmo_devcluster::operator::{self, Operator, OperatorOptions};
-use nmo_devcluster::{Cluster, Options};
+use nmo_devcluster::operator::{self, Operator};
 use node_maintenance_operator::admission::WEBHOOK_PATH;
 use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
 use serde_json::json;
@@ -185,23 +185,10 @@ async fn main() -> Result<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
-    let cluster = Cluster::start(Options {
-        workers: 0,
-        control_planes: 1,
-        ..Options::default()
-    })?;
     let manifests = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests"));
-    let account = operator::install_manifests(&cluster, &manifests)?;
-    let sa_kubeconfig = operator::service_account_kubeconfig(&cluster, &account)?;
+    let (cluster, installed) = bench_cluster(None, &manifests, OPERATOR_BIN)?;
     let client = cluster.client().await;
-    let options = |name: &str| {
-        let mut o = OperatorOptions::new(OPERATOR_BIN);
-        o.name = name.into();
-        o.kubeconfig = Some(sa_kubeconfig.clone());
-        o.env
-            .push(("POD_NAMESPACE".into(), account.namespace.clone()));
-        o
-    };
+    let options = |name: &str| installed.options(name);
     let mut op: Operator = start_registered(&cluster, &options("operator"))?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let pid = op.process().pid();

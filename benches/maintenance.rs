@@ -64,8 +64,9 @@ use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use nmo_devcluster::operator::{self, Operator, OperatorOptions, ServiceAccountRef};
-use nmo_devcluster::{Cluster, Options, free_ports, http_get};
+use nmo_devcluster::fixtures::{self, Installed};
+use nmo_devcluster::operator::{Operator, ServiceAccountRef};
+use nmo_devcluster::{Cluster, free_ports, http_get};
 use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
 use serde_json::json;
 
@@ -133,14 +134,13 @@ async fn main() -> Result<()> {
 impl Bench {
     async fn new() -> Result<Bench> {
         let started = Instant::now();
-        let cluster = Cluster::start(Options {
-            workers: 0,
-            control_planes: 1,
-            ..Options::default()
-        })?;
         let manifests = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests"));
-        let account = operator::install_manifests(&cluster, &manifests)?;
-        let sa_kubeconfig = operator::service_account_kubeconfig(&cluster, &account)?;
+        let (cluster, installed) = fixtures::bench_cluster(None, &manifests, OPERATOR_BIN)?;
+        let Installed {
+            account,
+            kubeconfig: sa_kubeconfig,
+            ..
+        } = installed;
         let client = cluster.client().await;
         Ok(Bench {
             operator: None,
@@ -173,41 +173,18 @@ impl Bench {
     /// named `name` with `env` and `args`, registers its webhook and waits until it answers.
     fn restart_operator(&mut self, name: &str, env: &[(&str, &str)], args: &[&str]) -> Result<()> {
         self.operator = None;
-        let mut opts = OperatorOptions::new(OPERATOR_BIN);
-        opts.name = name.into();
-        opts.kubeconfig = Some(self.sa_kubeconfig.clone());
-        opts.env
-            .push(("POD_NAMESPACE".into(), self.account.namespace.clone()));
+        let mut opts = Installed {
+            account: self.account.clone(),
+            kubeconfig: self.sa_kubeconfig.clone(),
+            binary: OPERATOR_BIN.into(),
+        }
+        .options(name);
         opts.env
             .extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         opts.extra_args = args.iter().map(|a| a.to_string()).collect();
-        let op = Operator::start(&self.cluster, &opts)?;
-        operator::register_webhook(&self.cluster, op.webhook_port)?;
-        self.operator = Some(op);
+        self.operator = Some(fixtures::start_registered(&self.cluster, &opts)?);
         self.operator_name = name.into();
-        self.wait_for_webhook()
-    }
-
-    /// Until the API server calls the new webhook: a dry-run create for a missing node is
-    /// denied with upstream's message only by our webhook.
-    fn wait_for_webhook(&self) -> Result<()> {
-        let nm = r#"{"apiVersion":"nodemaintenance.medik8s.io/v1beta1","kind":"NodeMaintenance",
-            "metadata":{"name":"webhook-probe"},"spec":{"nodeName":"webhook-probe-missing"}}"#;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let seen = match self
-                .cluster
-                .kubectl_run(&["create", "--dry-run=server", "-f", "-"], Some(nm))
-            {
-                Ok(out) => format!("admitted: {out}"),
-                Err(e) => e.to_string(),
-            };
-            if seen.contains("no node with name webhook-probe-missing found") {
-                return Ok(());
-            }
-            ensure!(Instant::now() < deadline, "webhook never answered: {seen}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        Ok(())
     }
 
     fn operator_pid(&mut self) -> u32 {

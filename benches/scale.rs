@@ -55,10 +55,11 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use nmo_devcluster::Cluster;
 use nmo_devcluster::audit::{AuditCursor, requests_policy};
+use nmo_devcluster::fixtures::{Installed, bench_cluster};
 use nmo_devcluster::measure::{Started, proc_status, start_operator_timed};
 use nmo_devcluster::operator::{self, ServiceAccountRef, WEBHOOK_PATH};
-use nmo_devcluster::{Cluster, Options};
 use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
 use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
 use serde_json::json;
@@ -217,14 +218,19 @@ fn big_node(i: usize) -> serde_json::Value {
 impl Bench {
     async fn new() -> Result<Bench> {
         let started = Instant::now();
-        let cluster = Cluster::start(Options {
-            workers: 0,
-            control_planes: 1,
-            audit_policy: Some(requests_policy(&["system:serviceaccounts"])),
-        })?;
         let manifests = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests"));
-        let account = operator::install_manifests(&cluster, &manifests)?;
-        let kubeconfig = operator::service_account_kubeconfig(&cluster, &account)?;
+        let (
+            cluster,
+            Installed {
+                account,
+                kubeconfig,
+                ..
+            },
+        ) = bench_cluster(
+            Some(requests_policy(&["system:serviceaccounts"])),
+            &manifests,
+            OPERATOR_BIN,
+        )?;
         let cert_dir = cluster.dir().join("scale-certs");
         std::fs::create_dir_all(&cert_dir)?;
         let pair = cluster

@@ -56,8 +56,20 @@ pub struct NodeMaintenanceSpec {
     pub reason: Option<String>,
 }
 
-/// Phase of a maintenance, upstream's three values.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+/// Phase of a maintenance, upstream's three values (also the `phase` label of
+/// `nmo_maintenances`, spelled as the variant).
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    JsonSchema,
+    prometheus_client::encoding::EncodeLabelValue,
+)]
 pub enum MaintenancePhase {
     /// The node is being cordoned, tainted and drained (or waits for the lease).
     Running,
@@ -65,6 +77,11 @@ pub enum MaintenancePhase {
     Succeeded,
     /// Maintenance could not be carried out (missing node, lease lost for good).
     Failed,
+}
+
+impl MaintenancePhase {
+    /// Every phase.
+    pub const ALL: &'static [MaintenancePhase] = &[Self::Running, Self::Succeeded, Self::Failed];
 }
 
 impl std::fmt::Display for MaintenancePhase {

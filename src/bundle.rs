@@ -32,7 +32,7 @@ use serde_json::{Map, Value, json};
 /// both can sit in one catalog; the CRD and every in-cluster name are upstream's).
 pub const PACKAGE: &str = "node-maintenance-operator-rs";
 /// The bundle's only channel, also its default channel.
-pub const CHANNEL: &str = "stable";
+pub(crate) const CHANNEL: &str = "stable";
 /// Oldest Kubernetes the CSV admits: every API the operator calls is GA there (policy/v1
 /// evictions and PodDisruptionBudgets, events.k8s.io/v1, coordination.k8s.io/v1) and Pod Security
 /// admission's `restricted` level, which the pod spec meets, is enforced.
@@ -42,7 +42,7 @@ pub const SOURCE_OVERLAY: &str = "manifests/overlays/metrics-secure";
 
 /// The annotation keys of `metadata/annotations.yaml`, which `bundle.Dockerfile` repeats as
 /// image labels (OLM reads either).
-pub fn bundle_annotations() -> Vec<(&'static str, &'static str)> {
+pub(crate) fn bundle_annotations() -> Vec<(&'static str, &'static str)> {
     vec![
         (
             "operators.operatorframework.io.bundle.mediatype.v1",
@@ -125,7 +125,7 @@ fn one<'a>(docs: &'a [Value], k: &str) -> Result<&'a Value, BundleError> {
 
 /// The Deployment's pod spec as OLM installs it: Secret volumes and their mounts removed (OLM
 /// mounts its own serving pair for the webhook).
-pub fn olm_deployment_spec(deployment: &Value) -> Value {
+pub(crate) fn olm_deployment_spec(deployment: &Value) -> Value {
     let mut spec = deployment["spec"].clone();
     let pod = &mut spec["template"]["spec"];
     let secret_volumes: Vec<String> = pod["volumes"]
@@ -159,7 +159,7 @@ pub fn olm_deployment_spec(deployment: &Value) -> Value {
 
 /// RBAC of the rendered manifests, split the way OLM grants it (see the module documentation).
 #[derive(Debug, Default)]
-pub struct SplitRbac {
+pub(crate) struct SplitRbac {
     /// Rules for the install namespace (CSV `permissions`).
     pub permissions: Vec<Value>,
     /// Cluster-wide rules (CSV `clusterPermissions`).
@@ -173,7 +173,7 @@ pub struct SplitRbac {
 ///
 /// # Errors
 /// A binding that names a missing role; a Role that nothing binds to the account.
-pub fn split_rbac(docs: &[Value], account: (&str, &str)) -> Result<SplitRbac, BundleError> {
+pub(crate) fn split_rbac(docs: &[Value], account: (&str, &str)) -> Result<SplitRbac, BundleError> {
     let binds_account = |b: &Value| {
         b["subjects"].as_array().is_some_and(|s| {
             s.iter().any(|s| {
@@ -286,7 +286,7 @@ const ICON_SVG: &str = r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 
 /// # Errors
 /// [`BundleError::Shape`] when the rendered manifests lack a piece the CSV needs (exactly one
 /// Deployment, CRD version, ValidatingWebhookConfiguration, the Service it points at).
-pub fn cluster_service_version(
+pub(crate) fn cluster_service_version(
     docs: &[Value],
     crd: &Value,
     version: &str,

@@ -170,10 +170,20 @@ pub struct Config {
           default_missing_value = "true", value_name = "BOOL")]
     pub leader_elect: bool,
 
-    /// Namespace of the leader-election Lease. Unset: the pod's service-account namespace, else
-    /// node-maintenance-operator-system.
-    #[arg(long, env = "POD_NAMESPACE")]
+    /// Namespace of the leader-election Lease. Unset: --pod-namespace, else the pod's
+    /// service-account namespace, else node-maintenance-operator-system.
+    #[arg(long)]
     pub leader_election_namespace: Option<String>,
+
+    /// Name of this pod (downward API): the `reportingInstance` of events, a host name of the
+    /// self-signed metrics certificate, and, with --pod-namespace, the pod a drain evicts last.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+
+    /// Namespace of this pod (downward API): the default leader-election namespace, and, with
+    /// --pod-name, the pod a drain evicts last.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub pod_namespace: Option<String>,
 
     /// Offer HTTP/2 on the webhook server (ALPN h2); off by default, as upstream, so that only
     /// HTTP/1.1 is negotiated.
@@ -225,18 +235,39 @@ pub struct Config {
 }
 
 impl Config {
-    /// The leader-election namespace: the flag or `POD_NAMESPACE`, else the namespace in
-    /// [`SERVICE_ACCOUNT_NAMESPACE_FILE`], else [`DEFAULT_OPERATOR_NAMESPACE`] (so a developer
-    /// running outside a cluster gets the manifests' namespace). Mirrors controller-runtime, which
-    /// also falls back to the in-cluster namespace file.
+    /// The leader-election namespace: `--leader-election-namespace`, else `--pod-namespace`
+    /// (`POD_NAMESPACE`), else the namespace in [`SERVICE_ACCOUNT_NAMESPACE_FILE`], else
+    /// [`DEFAULT_OPERATOR_NAMESPACE`] (so a developer running outside a cluster gets the
+    /// manifests' namespace). Mirrors controller-runtime, which also falls back to the in-cluster
+    /// namespace file.
     pub fn operator_namespace(&self) -> String {
+        let explicit = non_empty(self.leader_election_namespace.as_deref())
+            .or_else(|| non_empty(self.pod_namespace.as_deref()));
         resolve_namespace(
-            self.leader_election_namespace.as_deref(),
+            explicit,
             std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE_FILE)
                 .ok()
                 .as_deref(),
         )
     }
+
+    /// This pod's name (`--pod-name` / `POD_NAME`), `None` when unset or empty.
+    pub fn pod_name(&self) -> Option<&str> {
+        non_empty(self.pod_name.as_deref())
+    }
+
+    /// The operator's own pod, which a drain evicts last: both `--pod-name` and
+    /// `--pod-namespace` (`POD_NAME`, `POD_NAMESPACE`) set and non-empty, else `None`.
+    pub fn own_pod(&self) -> Option<crate::api::PodReference> {
+        Some(crate::api::PodReference {
+            namespace: non_empty(self.pod_namespace.as_deref())?.to_owned(),
+            name: self.pod_name()?.to_owned(),
+        })
+    }
+}
+
+fn non_empty(s: Option<&str>) -> Option<&str> {
+    s.map(str::trim).filter(|s| !s.is_empty())
 }
 
 /// Pure part of [`Config::operator_namespace`]: `explicit` wins when non-empty, then the trimmed
@@ -254,10 +285,140 @@ pub fn resolve_namespace(explicit: Option<&str>, sa_file: Option<&str>) -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
+    use clap::{CommandFactory, FromArgMatches};
 
+    /// Parses `args` as if no environment variable were set, whatever the test process's own
+    /// environment holds: no argument reads the environment.
     fn parse(args: &[&str]) -> Result<Config, clap::Error> {
-        Config::try_parse_from(std::iter::once("manager").chain(args.iter().copied()))
+        let mut cmd = Config::command();
+        let ids: Vec<clap::Id> = cmd.get_arguments().map(|a| a.get_id().clone()).collect();
+        for id in ids {
+            cmd = cmd.mut_arg(id, |a| a.env(None::<&'static str>));
+        }
+        let matches =
+            cmd.try_get_matches_from(std::iter::once("manager").chain(args.iter().copied()))?;
+        Config::from_arg_matches(&matches)
+    }
+
+    const CHILD_ARGS: &str = "NMO_CONFIG_TEST_CHILD_ARGS";
+
+    /// Parses `args` in a child process of this test binary whose environment is exactly `env`
+    /// (clap reads the real environment, and changing this process's environment would race
+    /// with the other tests). Returns the child's `Debug` of the parsed `Config`, or the first
+    /// line of the error prefixed `error: `.
+    fn parse_in_child(args: &[&str], env: &[(&str, &str)]) -> String {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "config::tests::child_parse", "--nocapture"])
+            .args(["--test-threads", "1"])
+            .env_clear()
+            .envs(env.iter().copied())
+            .env(CHILD_ARGS, args.join("\u{1f}"))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .find_map(|l| l.split_once("PARSED ").map(|(_, parsed)| parsed))
+            .unwrap_or_else(|| {
+                panic!(
+                    "child printed no result: {stdout}\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            });
+        line.to_string()
+    }
+
+    /// The child half of [`parse_in_child`]; does nothing when run as an ordinary test.
+    #[test]
+    fn child_parse() {
+        let Some(args) = std::env::var_os(CHILD_ARGS) else {
+            return;
+        };
+        let args = args.to_string_lossy().into_owned();
+        let args = args.split('\u{1f}').filter(|a| !a.is_empty());
+        match Config::try_parse_from(std::iter::once("manager").chain(args)) {
+            Ok(c) => println!("PARSED {c:?}"),
+            Err(e) => println!(
+                "PARSED error: {}",
+                e.to_string().lines().next().unwrap_or_default()
+            ),
+        }
+    }
+
+    #[test]
+    fn environment_is_the_fallback_of_its_flag() {
+        let env = [
+            ("LEASE_NAMESPACE", "from-env"),
+            ("POD_NAME", "nmo-0"),
+            ("POD_NAMESPACE", "ops"),
+            ("RUST_LOG", "debug"),
+        ];
+        let c = parse_in_child(&[], &env);
+        for field in [
+            "lease_namespace: \"from-env\"",
+            "pod_name: Some(\"nmo-0\")",
+            "pod_namespace: Some(\"ops\")",
+            "log_level: \"debug\"",
+        ] {
+            assert!(c.contains(field), "{field} missing from {c}");
+        }
+        // The flag beats the variable.
+        let c = parse_in_child(
+            &[
+                "--lease-namespace=from-flag",
+                "--pod-name=nmo-1",
+                "--log-level=warn",
+            ],
+            &env,
+        );
+        for field in [
+            "lease_namespace: \"from-flag\"",
+            "pod_name: Some(\"nmo-1\")",
+            "pod_namespace: Some(\"ops\")",
+            "log_level: \"warn\"",
+        ] {
+            assert!(c.contains(field), "{field} missing from {c}");
+        }
+        // Neither: the defaults.
+        let c = parse_in_child(&[], &[]);
+        for field in [
+            "lease_namespace: \"medik8s-leases\"",
+            "pod_name: None",
+            "pod_namespace: None",
+            "log_level: \"info\"",
+        ] {
+            assert!(c.contains(field), "{field} missing from {c}");
+        }
+    }
+
+    #[test]
+    fn an_invalid_environment_value_is_a_clear_error() {
+        let c = parse_in_child(&[], &[("LEASE_NAMESPACE", "Not_A_Namespace")]);
+        assert!(c.starts_with("error: "), "{c}");
+        assert!(
+            c.contains("\"Not_A_Namespace\" is not a namespace name"),
+            "{c}"
+        );
+        assert!(c.contains("--lease-namespace"), "{c}");
+    }
+
+    #[test]
+    fn own_pod_and_namespaces_come_from_the_pod_flags() {
+        let c = parse(&["--pod-name=nmo-0", "--pod-namespace=ops"]).unwrap();
+        assert_eq!(c.pod_name(), Some("nmo-0"));
+        assert_eq!(
+            c.own_pod(),
+            Some(crate::api::PodReference {
+                namespace: "ops".into(),
+                name: "nmo-0".into()
+            })
+        );
+        assert_eq!(c.operator_namespace(), "ops");
+        let c = parse(&["--pod-namespace=ops", "--leader-election-namespace=le"]).unwrap();
+        assert_eq!(c.operator_namespace(), "le");
+        assert_eq!(c.own_pod(), None, "no pod name, no own pod");
+        let c = parse(&["--pod-name="]).unwrap();
+        assert_eq!(c.pod_name(), None);
     }
 
     #[test]
@@ -327,13 +488,9 @@ mod tests {
         assert_eq!(c.kubeconfig, None);
         assert_eq!(c.log_format, LogFormat::Text);
         assert_eq!(c.max_concurrent_reconciles, 32);
-        // Environment-backed flags: only assert when the test environment leaves them unset.
-        if std::env::var_os("RUST_LOG").is_none() {
-            assert_eq!(c.log_level, "info");
-        }
-        if std::env::var_os("LEASE_NAMESPACE").is_none() {
-            assert_eq!(c.lease_namespace, "medik8s-leases");
-        }
+        assert_eq!(c.log_level, "info");
+        assert_eq!(c.lease_namespace, "medik8s-leases");
+        assert_eq!((c.pod_name, c.pod_namespace), (None, None));
     }
 
     #[test]

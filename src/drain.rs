@@ -47,90 +47,80 @@ use crate::node::{DRAIN_TAINT_KEY, NO_SCHEDULE, UNSCHEDULABLE_TAINT_KEY};
 
 /// Annotation that marks a mirror pod: the API server's copy of a kubelet static pod, which an
 /// eviction cannot remove (kubectl's `mirror` filter).
-pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+pub(crate) const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// How long a pod may stay after its deletion was due (`metadata.deletionTimestamp`, which the
 /// API server sets to the eviction time plus the pod's grace period) before it is reported as
 /// `StuckTerminating`: 60 s, Karpenter's threshold for the same situation.
-pub const STUCK_TERMINATING_MARGIN: Duration = Duration::from_secs(60);
+pub(crate) const STUCK_TERMINATING_MARGIN: Duration = Duration::from_secs(60);
 /// Evictions in flight at once within one pass (kubectl starts one goroutine per pod, unbounded).
-pub const EVICTION_PARALLELISM: usize = 32;
+pub(crate) const EVICTION_PARALLELISM: usize = 32;
 /// Page size of the pod list (kubectl's `--chunk-size` default).
-pub const LIST_PAGE_SIZE: u32 = 500;
+pub(crate) const LIST_PAGE_SIZE: u32 = 500;
 /// Shortest time between two eviction requests for the same pod after one was refused
 /// (upstream's `waitDurationOnDrainError`). Kept per pod UID in memory, not in the status.
-pub const EVICTION_RETRY_INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const EVICTION_RETRY_INTERVAL: Duration = Duration::from_secs(5);
 /// Priority from which a pod is system-critical: the value of `system-cluster-critical`
 /// (`system-node-critical` is 2 000 001 000). Only the two built-in classes and other `system-`
 /// classes can reach it (user PriorityClasses are capped at 1 000 000 000); the kubelet's graceful
 /// node shutdown keys its critical pods on the same value.
-pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+pub(crate) const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 /// The built-in system-critical PriorityClasses, for pods whose `spec.priority` was not resolved
 /// (the Priority admission plugin disabled).
-pub const SYSTEM_CRITICAL_CLASSES: [&str; 2] = ["system-node-critical", "system-cluster-critical"];
+pub(crate) const SYSTEM_CRITICAL_CLASSES: [&str; 2] =
+    ["system-node-critical", "system-cluster-critical"];
 
 /// Reasons a pod can still be on the node, as written to `status.blockers[].reason`.
-pub mod reason {
+pub(crate) mod reason {
     /// A PodDisruptionBudget refused the eviction (429 with a `DisruptionBudget` cause).
-    pub const PDB: &str = "PodDisruptionBudget";
+    pub(crate) const PDB: &str = "PodDisruptionBudget";
     /// More than one PodDisruptionBudget selects the pod; the API server refuses with 500.
-    pub const MULTIPLE_PDBS: &str = "MultiplePodDisruptionBudgets";
+    pub(crate) const MULTIPLE_PDBS: &str = "MultiplePodDisruptionBudgets";
     /// The pod's namespace is being deleted (403 with a `NamespaceTerminating` cause).
-    pub const NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
+    pub(crate) const NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
     /// Evicted (now or earlier); waiting for the kubelet to stop it.
-    pub const TERMINATING: &str = "Terminating";
+    pub(crate) const TERMINATING: &str = "Terminating";
     /// Still on the node more than [`super::STUCK_TERMINATING_MARGIN`] after its deletion was due.
-    pub const STUCK_TERMINATING: &str = "StuckTerminating";
+    pub(crate) const STUCK_TERMINATING: &str = "StuckTerminating";
     /// Another 429, e.g. KubeVirt live-migrating the VM behind a virt-launcher pod.
-    pub const TOO_MANY_REQUESTS: &str = "TooManyRequests";
+    pub(crate) const TOO_MANY_REQUESTS: &str = "TooManyRequests";
     /// Any other eviction failure.
-    pub const EVICTION_ERROR: &str = "EvictionError";
+    pub(crate) const EVICTION_ERROR: &str = "EvictionError";
     /// A system-critical pod, not evicted while an ordinary pod is still on the node.
-    pub const SYSTEM_CRITICAL: &str = "SystemCritical";
+    pub(crate) const SYSTEM_CRITICAL: &str = "SystemCritical";
     /// The operator's own pod, not evicted while any other evictable pod is still on the node.
-    pub const OPERATOR_POD: &str = "OperatorPod";
+    pub(crate) const OPERATOR_POD: &str = "OperatorPod";
     /// Skipped (never evicted): the pod tolerates both maintenance taints, so its replacement
     /// would come back to the same node.
-    pub const TOLERATES_MAINTENANCE: &str = "ToleratesMaintenanceTaints";
+    pub(crate) const TOLERATES_MAINTENANCE: &str = "ToleratesMaintenanceTaints";
 }
 
 /// Result labels of an eviction request, as counted by `Metrics::eviction`.
-pub mod result {
+pub(crate) mod result {
+    use crate::metrics::EvictionResult;
     /// 2xx: the API server accepted the eviction.
-    pub const EVICTED: &str = "evicted";
+    pub(crate) const EVICTED: EvictionResult = EvictionResult::evicted;
     /// 404, or the pod was replaced by a same-named one (UID precondition failed).
-    pub const GONE: &str = "gone";
+    pub(crate) const GONE: EvictionResult = EvictionResult::gone;
     /// 429 from a PodDisruptionBudget.
-    pub const BLOCKED_PDB: &str = "blocked_pdb";
+    pub(crate) const BLOCKED_PDB: EvictionResult = EvictionResult::blocked_pdb;
     /// 429 for another reason.
-    pub const TOO_MANY_REQUESTS: &str = "too_many_requests";
+    pub(crate) const TOO_MANY_REQUESTS: EvictionResult = EvictionResult::too_many_requests;
     /// Anything else.
-    pub const ERROR: &str = "error";
+    pub(crate) const ERROR: EvictionResult = EvictionResult::error;
 }
 
 /// Settings of the drain beyond upstream's fixed ones.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DrainOptions {
-    /// The operator's own pod, evicted last. `None` when `POD_NAME`/`POD_NAMESPACE` are unset.
+pub(crate) struct DrainOptions {
+    /// The operator's own pod, evicted last ([`crate::config::Config::own_pod`]); `None` when
+    /// `--pod-name`/`--pod-namespace` (`POD_NAME`/`POD_NAMESPACE`) are not both given.
     pub own_pod: Option<PodReference>,
-}
-
-impl DrainOptions {
-    /// Reads the operator's own pod from `POD_NAME` and `POD_NAMESPACE` (downward API); both must
-    /// be set and non-empty, otherwise no pod is held back for last.
-    pub fn from_env() -> Self {
-        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let own_pod = match (get("POD_NAMESPACE"), get("POD_NAME")) {
-            (Some(namespace), Some(name)) => Some(PodReference { namespace, name }),
-            _ => None,
-        };
-        Self { own_pod }
-    }
 }
 
 /// When a pod is evicted relative to the others on its node: every pod of a stage leaves (is no
 /// longer listed on the node) before any pod of a later stage is evicted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Stage {
+pub(crate) enum Stage {
     /// Everything not below (finished pods always).
     Ordinary,
     /// Running system-critical pods (DNS, network agents that are not DaemonSets), which the
@@ -143,7 +133,7 @@ pub enum Stage {
 
 /// What the drain does with one pod on the node.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Disposition {
+pub(crate) enum Disposition {
     /// Evict it, in `stage` order. `warnings` are kubectl's warning texts for pods it deletes only
     /// under `--force` / `--delete-emptydir-data` (logged, not an error).
     Evict {
@@ -165,7 +155,7 @@ pub enum Disposition {
 
 impl Disposition {
     /// Whether the pod is up for eviction.
-    pub fn evicts(&self) -> bool {
+    pub(crate) fn evicts(&self) -> bool {
         matches!(self, Self::Evict { .. })
     }
 }
@@ -186,7 +176,7 @@ fn controller_ref(pod: &Pod) -> Option<&OwnerReference> {
 }
 
 /// The API group of an `apiVersion` (`apps/v1` -> `apps`, `v1` -> the core group `""`).
-pub fn api_group(api_version: &str) -> &str {
+pub(crate) fn api_group(api_version: &str) -> &str {
     api_version.rsplit_once('/').map_or("", |(group, _)| group)
 }
 
@@ -196,7 +186,7 @@ pub fn api_group(api_version: &str) -> &str {
 /// GETs the DaemonSet of that name in the pod's namespace and passes its UID to [`classify`],
 /// which also requires it to equal the reference's UID (kubectl's drain checks kind and
 /// apiVersion, but not the UID).
-pub fn daemonset_owner(pod: &Pod) -> Option<&OwnerReference> {
+pub(crate) fn daemonset_owner(pod: &Pod) -> Option<&OwnerReference> {
     if is_terminal(pod) {
         return None;
     }
@@ -206,7 +196,7 @@ pub fn daemonset_owner(pod: &Pod) -> Option<&OwnerReference> {
 /// Whether `toleration` tolerates the taint `key`=`""`:`effect` (the scheduler's rule: an empty
 /// key with `Exists` matches every key, an empty effect every effect, `Equal` (the default
 /// operator) needs the same value).
-pub fn tolerates(toleration: &Toleration, key: &str, effect: &str) -> bool {
+pub(crate) fn tolerates(toleration: &Toleration, key: &str, effect: &str) -> bool {
     let effect_ok = toleration
         .effect
         .as_deref()
@@ -231,7 +221,7 @@ pub fn tolerates(toleration: &Toleration, key: &str, effect: &str) -> bool {
 /// The pod's own tolerations stand for its owner's template: admission only adds NoExecute
 /// tolerations, so whatever the owner creates next tolerates at least what this pod does and
 /// would be scheduled onto this node again.
-pub fn tolerates_maintenance(pod: &Pod) -> bool {
+pub(crate) fn tolerates_maintenance(pod: &Pod) -> bool {
     let tolerations = pod
         .spec
         .as_ref()
@@ -245,7 +235,7 @@ pub fn tolerates_maintenance(pod: &Pod) -> bool {
 /// Whether the pod is system-critical: `spec.priority` at least [`SYSTEM_CRITICAL_PRIORITY`]
 /// (the kubelet's rule), or, when the priority was not resolved, one of
 /// [`SYSTEM_CRITICAL_CLASSES`] as its `priorityClassName`.
-pub fn is_system_critical(pod: &Pod) -> bool {
+pub(crate) fn is_system_critical(pod: &Pod) -> bool {
     let Some(spec) = pod.spec.as_ref() else {
         return false;
     };
@@ -267,7 +257,7 @@ fn is_own_pod(pod: &Pod, options: &DrainOptions) -> bool {
 
 /// The [`Stage`] of an evictable pod: the operator's own pod last, running system-critical pods
 /// before it, everything else (finished pods included) first.
-pub fn stage(pod: &Pod, options: &DrainOptions) -> Stage {
+pub(crate) fn stage(pod: &Pod, options: &DrainOptions) -> Stage {
     if is_own_pod(pod, options) {
         Stage::OwnPod
     } else if !is_terminal(pod) && is_system_critical(pod) {
@@ -282,7 +272,11 @@ pub fn stage(pod: &Pod, options: &DrainOptions) -> Stage {
 /// DaemonSets), then our own rule for pods that tolerate the maintenance taints. `daemonset_uid`
 /// is the UID of the DaemonSet named by [`daemonset_owner`] (`None`: not found); it is ignored
 /// for other pods, and a UID other than the owner reference's counts as not found.
-pub fn classify(pod: &Pod, daemonset_uid: Option<&str>, options: &DrainOptions) -> Disposition {
+pub(crate) fn classify(
+    pod: &Pod,
+    daemonset_uid: Option<&str>,
+    options: &DrainOptions,
+) -> Disposition {
     let mut warnings = Vec::new();
     if let Some(ds) = daemonset_owner(pod) {
         if daemonset_uid == Some(ds.uid.as_str()) {
@@ -323,7 +317,7 @@ pub fn classify(pod: &Pod, daemonset_uid: Option<&str>, options: &DrainOptions) 
 /// The blocker of an evictable pod held back because pods of an earlier stage are still on the
 /// node; `None` for an ordinary pod. The text has no counts, so it does not change from pass to
 /// pass (every status change is a write).
-pub fn waiting_blocker(
+pub(crate) fn waiting_blocker(
     pod: &PodReference,
     stage: Stage,
     priority_class: Option<&str>,
@@ -355,7 +349,7 @@ pub fn waiting_blocker(
 }
 
 /// The status entry of a pod left on the node on purpose ([`Disposition::SkipTolerating`]).
-pub fn skipped_entry(pod: &PodReference) -> PodBlocker {
+pub(crate) fn skipped_entry(pod: &PodReference) -> PodBlocker {
     PodBlocker {
         namespace: pod.namespace.clone(),
         name: pod.name.clone(),
@@ -374,7 +368,7 @@ pub fn skipped_entry(pod: &PodReference) -> PodBlocker {
 /// (our own status write, node patch or lease renewal included). Lost on restart: the first pass
 /// of a new process asks each pending pod once more, then the schedule applies again.
 #[derive(Debug, Default)]
-pub struct RetrySchedule {
+pub(crate) struct RetrySchedule {
     entries: HashMap<String, RetryEntry>,
     announced: HashMap<String, String>,
 }
@@ -390,7 +384,7 @@ struct RetryEntry {
 impl RetrySchedule {
     /// The blocker and lastError text of the last refusal, to keep reporting for pod `uid` while
     /// its retry is not due at `now`; `None` when it may be evicted.
-    pub fn held(&self, uid: &str, now: Instant) -> Option<(&PodBlocker, Option<&str>)> {
+    pub(crate) fn held(&self, uid: &str, now: Instant) -> Option<(&PodBlocker, Option<&str>)> {
         self.entries
             .get(uid)
             .filter(|e| e.due > now)
@@ -398,7 +392,13 @@ impl RetrySchedule {
     }
     /// Records the outcome of an eviction of pod `uid` on `node`: a refusal (a blocker other than
     /// `Terminating`) schedules the next try one interval after `now`; anything else clears it.
-    pub fn record(&mut self, uid: &str, node: &str, outcome: &EvictionOutcome, now: Instant) {
+    pub(crate) fn record(
+        &mut self,
+        uid: &str,
+        node: &str,
+        outcome: &EvictionOutcome,
+        now: Instant,
+    ) {
         match &outcome.blocker {
             Some(b) if b.reason != reason::TERMINATING => {
                 self.entries.insert(
@@ -417,14 +417,14 @@ impl RetrySchedule {
         }
     }
     /// Forgets the pods of `node` that are not in `listed` (gone, or no longer up for eviction).
-    pub fn retain(&mut self, node: &str, listed: &HashSet<String>) {
+    pub(crate) fn retain(&mut self, node: &str, listed: &HashSet<String>) {
         self.entries
             .retain(|uid, e| e.node != node || listed.contains(uid));
         self.announced
             .retain(|uid, n| n != node || listed.contains(uid));
     }
     /// Time until the earliest retry due on `node`, `None` when none is scheduled.
-    pub fn next_due(&self, node: &str, now: Instant) -> Option<Duration> {
+    pub(crate) fn next_due(&self, node: &str, now: Instant) -> Option<Duration> {
         self.entries
             .values()
             .filter(|e| e.node == node)
@@ -432,7 +432,7 @@ impl RetrySchedule {
             .min()
     }
     /// Whether skipped pod `uid` is reported for the first time (for its one event).
-    pub fn announce(&mut self, uid: &str, node: &str) -> bool {
+    pub(crate) fn announce(&mut self, uid: &str, node: &str) -> bool {
         self.announced
             .insert(uid.to_string(), node.to_string())
             .is_none()
@@ -441,9 +441,9 @@ impl RetrySchedule {
 
 /// How one eviction request ended, decided from the API server's answer alone.
 #[derive(Clone, Debug, PartialEq)]
-pub struct EvictionOutcome {
+pub(crate) struct EvictionOutcome {
     /// Metrics label, one of [`result`]'s constants.
-    pub result: &'static str,
+    pub result: crate::metrics::EvictionResult,
     /// Why the pod stays, when it does (namespace and name filled from the pod). For an accepted
     /// eviction this is a `Terminating` blocker: the pod is gone only once it is no longer listed.
     pub blocker: Option<PodBlocker>,
@@ -454,7 +454,7 @@ pub struct EvictionOutcome {
 
 /// Go's `err.Error()` for an API error is the Status message; other errors print as kube prints
 /// them.
-pub fn error_text(err: &kube::Error) -> String {
+pub(crate) fn error_text(err: &kube::Error) -> String {
     match err {
         kube::Error::Api(s) if !s.message.is_empty() => s.message.clone(),
         kube::Error::Api(s) => format!("{} ({})", s.reason, s.code),
@@ -476,7 +476,7 @@ fn cause<'a>(status: &'a Status, kind: &str) -> Option<&'a str> {
 /// `The disruption budget <pdb> needs <desired> healthy pods and has <current> currently` form,
 /// the healthy pods it needs and has. Also accepts `… is still being processed by the server.`
 /// and `… does not allow evicting pods currently …` (no counts).
-pub fn parse_pdb_cause(message: &str) -> Option<(String, Option<i32>, Option<i32>)> {
+pub(crate) fn parse_pdb_cause(message: &str) -> Option<(String, Option<i32>, Option<i32>)> {
     let rest = message.strip_prefix("The disruption budget ")?;
     let (name, rest) = rest.split_once(' ')?;
     let counts = rest
@@ -494,7 +494,10 @@ pub fn parse_pdb_cause(message: &str) -> Option<(String, Option<i32>, Option<i32
 /// `DisruptionBudget` cause `PodDisruptionBudget`, other 429 `TooManyRequests`, 500 "more than
 /// one PodDisruptionBudget" `MultiplePodDisruptionBudgets`, 403 with a `NamespaceTerminating`
 /// cause `NamespaceTerminating`, anything else `EvictionError`. Never retries: the next pass does.
-pub fn classify_eviction(pod: &PodReference, answer: Result<(), &kube::Error>) -> EvictionOutcome {
+pub(crate) fn classify_eviction(
+    pod: &PodReference,
+    answer: Result<(), &kube::Error>,
+) -> EvictionOutcome {
     let blocker = |reason: &str, message: String| PodBlocker {
         namespace: pod.namespace.clone(),
         name: pod.name.clone(),
@@ -534,8 +537,8 @@ pub fn classify_eviction(pod: &PodReference, answer: Result<(), &kube::Error>) -
         };
     };
     match status.code {
-        404 => gone,
-        409 if status.message.contains("Precondition failed") => gone,
+        _ if status.is_not_found() => gone,
+        _ if status.is_conflict() && status.message.contains("Precondition failed") => gone,
         429 => match cause(status, "DisruptionBudget") {
             Some(msg) => {
                 let mut b = blocker(reason::PDB, format!("{}: {msg}", status.message));
@@ -582,7 +585,7 @@ pub fn classify_eviction(pod: &PodReference, answer: Result<(), &kube::Error>) -
 /// deletionTimestamp. The API server sets deletionTimestamp to the deletion time plus the grace
 /// period, so this is "terminating for longer than its grace period plus 60 s". `None` when the
 /// pod is not terminating.
-pub fn terminating_blocker(pod: &Pod, now: jiff::Timestamp) -> Option<PodBlocker> {
+pub(crate) fn terminating_blocker(pod: &Pod, now: jiff::Timestamp) -> Option<PodBlocker> {
     let due = pod.metadata.deletion_timestamp.as_ref()?.0;
     let grace = pod
         .metadata
@@ -616,34 +619,19 @@ pub fn terminating_blocker(pod: &Pod, now: jiff::Timestamp) -> Option<PodBlocker
 }
 
 /// Whether a label selector selects a pod with `labels` (policy/v1 semantics: an empty selector
-/// selects everything, an absent one nothing; the caller handles the absent case).
-pub fn selector_matches(
+/// selects everything, an absent one nothing; the caller handles the absent case). A selector
+/// kube cannot evaluate (an unknown operator, `In` without values) selects nothing.
+pub(crate) fn selector_matches(
     selector: &LabelSelector,
     labels: &std::collections::BTreeMap<String, String>,
 ) -> bool {
-    let labels_ok = selector
-        .match_labels
-        .as_ref()
-        .is_none_or(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)));
-    let exprs_ok = selector.match_expressions.as_ref().is_none_or(|exprs| {
-        exprs.iter().all(|e| {
-            let values = e.values.as_deref().unwrap_or_default();
-            let value = labels.get(&e.key);
-            match e.operator.as_str() {
-                "In" => value.is_some_and(|v| values.contains(v)),
-                "NotIn" => value.is_none_or(|v| !values.contains(v)),
-                "Exists" => value.is_some(),
-                "DoesNotExist" => value.is_none(),
-                _ => false,
-            }
-        })
-    });
-    labels_ok && exprs_ok
+    use kube::core::{Selector, SelectorExt};
+    Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels))
 }
 
 /// `utilerrors.NewAggregate(errs).Error()`: `None` for none, the text itself for one,
 /// `[e1, e2]` for several (duplicates dropped, order kept).
-pub fn aggregate_errors(errors: &[String]) -> Option<String> {
+pub(crate) fn aggregate_errors(errors: &[String]) -> Option<String> {
     let mut seen = std::collections::HashSet::new();
     let unique: Vec<&str> = errors
         .iter()
@@ -659,24 +647,20 @@ pub fn aggregate_errors(errors: &[String]) -> Option<String> {
 
 /// Eviction requests of one pass, by result.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct EvictionCounts {
+pub(crate) struct EvictionCounts {
     /// Label -> number of requests.
-    pub by_result: std::collections::BTreeMap<&'static str, u32>,
+    pub by_result: std::collections::BTreeMap<crate::metrics::EvictionResult, u32>,
 }
 
 impl EvictionCounts {
-    fn record(&mut self, result: &'static str) {
+    fn record(&mut self, result: crate::metrics::EvictionResult) {
         *self.by_result.entry(result).or_default() += 1;
-    }
-    /// Requests with this result label.
-    pub fn get(&self, result: &str) -> u32 {
-        self.by_result.get(result).copied().unwrap_or(0)
     }
 }
 
 /// The pods on a node as the drain sees them.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Survey {
+pub(crate) struct Survey {
     /// Every pod on the node, DaemonSet, mirror and finished ones included (upstream `totalpods`).
     pub total_pods: usize,
     /// The pods up for eviction (upstream's `GetPodsForDeletion` list).
@@ -685,7 +669,7 @@ pub struct Survey {
 
 /// What one drain pass did and found.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct DrainReport {
+pub(crate) struct DrainReport {
     /// Every pod on the node at the start of the pass.
     pub total_pods: usize,
     /// The pods up for eviction at the start of the pass.
@@ -707,13 +691,13 @@ pub struct DrainReport {
 
 impl DrainReport {
     /// Nothing evictable is left on the node.
-    pub fn done(&self) -> bool {
+    pub(crate) fn done(&self) -> bool {
         self.pending.is_empty()
     }
     /// Some pending pod waits for something other than its own termination or the termination
     /// of the pods evicted before it (a budget, an error), so the next pass should come later
     /// (at the retry) rather than soon (1 s).
-    pub fn blocked(&self) -> bool {
+    pub(crate) fn blocked(&self) -> bool {
         self.pending.iter().any(|b| {
             !matches!(
                 b.reason.as_str(),
@@ -722,7 +706,7 @@ impl DrainReport {
         })
     }
     /// The aggregated lastError of this pass, `None` when nothing failed.
-    pub fn last_error(&self) -> Option<String> {
+    pub(crate) fn last_error(&self) -> Option<String> {
         aggregate_errors(&self.errors)
     }
 }
@@ -730,7 +714,7 @@ impl DrainReport {
 /// Failure of a whole pass (the pod list or a DaemonSet lookup failed); single evictions never
 /// fail a pass.
 #[derive(Debug, thiserror::Error)]
-pub enum DrainError {
+pub(crate) enum DrainError {
     /// Listing the pods of the node failed.
     #[error("failed to list pods on node {node}: {source}")]
     ListPods {
@@ -756,7 +740,7 @@ pub enum DrainError {
 /// (built with kube's default 429 retry disabled) for evictions, so that a PodDisruptionBudget
 /// refusal comes back at once instead of being retried inside the client for minutes.
 #[derive(Clone)]
-pub struct Drainer {
+pub(crate) struct Drainer {
     client: Client,
     eviction_client: Client,
     options: DrainOptions,
@@ -772,7 +756,7 @@ fn pod_ref(pod: &Pod) -> PodReference {
 
 impl Drainer {
     /// A drainer; `eviction_client` must have `default_retry = false`.
-    pub fn new(client: Client, eviction_client: Client, options: DrainOptions) -> Self {
+    pub(crate) fn new(client: Client, eviction_client: Client, options: DrainOptions) -> Self {
         Self {
             client,
             eviction_client,
@@ -848,7 +832,7 @@ impl Drainer {
     ///
     /// # Errors
     /// [`DrainError`] when the pod list or a DaemonSet lookup fails.
-    pub async fn survey(&self, node: &str) -> Result<Survey, DrainError> {
+    pub(crate) async fn survey(&self, node: &str) -> Result<Survey, DrainError> {
         let pods = self.classified(node).await?;
         Ok(Survey {
             total_pods: pods.len(),
@@ -870,7 +854,11 @@ impl Drainer {
     /// # Errors
     /// [`DrainError`] when the pod list or a DaemonSet lookup fails; eviction failures are
     /// reported per pod in [`DrainReport::pending`] and [`DrainReport::errors`].
-    pub async fn pass(&self, node: &str, now: jiff::Timestamp) -> Result<DrainReport, DrainError> {
+    pub(crate) async fn pass(
+        &self,
+        node: &str,
+        now: jiff::Timestamp,
+    ) -> Result<DrainReport, DrainError> {
         let pods = self.classified(node).await?;
         let started = Instant::now();
         let mut report = DrainReport {
@@ -1059,7 +1047,7 @@ impl Drainer {
 }
 
 /// Convenience for callers that only need the pod references of blockers.
-pub fn refs(blockers: &[PodBlocker]) -> Vec<PodReference> {
+pub(crate) fn refs(blockers: &[PodBlocker]) -> Vec<PodReference> {
     blockers
         .iter()
         .map(|b| PodReference {
@@ -1111,7 +1099,16 @@ mod tests {
         }
     }
     fn api_err(code: u16, message: &str, causes: &[(&str, &str)]) -> kube::Error {
-        let mut s = Status::failure(message, "").with_code(code);
+        // The API server's reason for each code, as kube's `Status::is_*` helpers read it.
+        let reason = match code {
+            403 => "Forbidden",
+            404 => "NotFound",
+            409 => "Conflict",
+            429 => "TooManyRequests",
+            500 => "InternalError",
+            _ => "",
+        };
+        let mut s = Status::failure(message, reason).with_code(code);
         if !causes.is_empty() {
             s.details = Some(StatusDetails {
                 name: String::new(),

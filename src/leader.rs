@@ -34,17 +34,17 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// Upstream's leader-election ID, used as the Lease name.
-pub const LEADER_ELECTION_ID: &str = "135b1886.medik8s.io";
+pub(crate) const LEADER_ELECTION_ID: &str = "135b1886.medik8s.io";
 /// How long a competitor waits, after it last saw the record change, before taking the Lease
 /// over (controller-runtime's `LeaseDuration` default). Written as `leaseDurationSeconds`.
-pub const LEASE_DURATION: Duration = Duration::from_secs(15);
+pub(crate) const LEASE_DURATION: Duration = Duration::from_secs(15);
 /// How long a leader keeps trying to renew, counted from the start of its last successful
 /// renewal, before it stops leading (controller-runtime's `RenewDeadline` default).
-pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const RENEW_DEADLINE: Duration = Duration::from_secs(10);
 /// Pause between two attempts, standing by or renewing (controller-runtime's `RetryPeriod`).
-pub const RETRY_PERIOD: Duration = Duration::from_secs(2);
+pub(crate) const RETRY_PERIOD: Duration = Duration::from_secs(2);
 /// Time allowed to release the Lease on shutdown (the Lease then expires on its own).
-pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 // client-go refuses configurations where a leader could still believe it leads once a
 // competitor may take over; the same inequalities hold here.
 const _: () = assert!(
@@ -53,7 +53,7 @@ const _: () = assert!(
 );
 
 /// Field manager of the Lease writes.
-pub const FIELD_MANAGER: &str = "node-maintenance-operator";
+pub(crate) const FIELD_MANAGER: &str = "node-maintenance-operator";
 
 /// Errors of leader election.
 #[derive(Debug, thiserror::Error)]
@@ -77,7 +77,7 @@ pub enum LeaderError {
 /// The identity written as `holderIdentity`: the host name (the pod name in a pod), `_`, and a
 /// random UUID, as controller-runtime builds it (`os.Hostname()` + `_` + UUID). A restarted
 /// container keeps its pod name but never mistakes the old holder for itself.
-pub fn identity() -> String {
+pub(crate) fn identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|s| s.trim().to_string())
@@ -108,7 +108,7 @@ fn uuid_v4() -> String {
 /// What this process last saw of the Lease: the record (the Lease spec) and when, on the local
 /// monotonic clock, it last changed. client-go's `observedRecord`/`observedTime`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Observed {
+pub(crate) struct Observed {
     /// The Lease spec as read (or as written by us).
     pub record: LeaseSpec,
     /// When this process first saw `record` (or wrote it).
@@ -118,7 +118,7 @@ pub struct Observed {
 impl Observed {
     /// Folds a fresh read into the observation: the clock restarts only when the record differs
     /// from the one seen before (client-go compares the raw record the same way).
-    pub fn update(previous: Option<Self>, record: LeaseSpec, now: Instant) -> Self {
+    pub(crate) fn update(previous: Option<Self>, record: LeaseSpec, now: Instant) -> Self {
         match previous {
             Some(p) if p.record == record => p,
             _ => Observed { record, since: now },
@@ -127,7 +127,7 @@ impl Observed {
 
     /// Whether the observed holder's term runs past `now`: observed + `leaseDurationSeconds`
     /// (a missing or negative duration counts as zero, so such a record is free to take).
-    pub fn valid_at(&self, now: Instant) -> bool {
+    pub(crate) fn valid_at(&self, now: Instant) -> bool {
         let secs = self
             .record
             .lease_duration_seconds
@@ -145,7 +145,7 @@ impl Observed {
 
 /// What one election attempt does, decided from the observation alone.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// No Lease exists: create it naming us.
     Create,
     /// The Lease is free (no holder, or its holder's term ran out): take it over.
@@ -166,7 +166,7 @@ pub enum Decision {
 ///
 /// `observed` is the latest observation (`None` when the Lease does not exist), `leading_until`
 /// is the end of our current term on the monotonic clock (`None` when standing by).
-pub fn decide(
+pub(crate) fn decide(
     observed: Option<&Observed>,
     identity: &str,
     leading_until: Option<Instant>,
@@ -204,7 +204,7 @@ pub fn decide(
 /// The record to write for `decision` (client-go's `LeaderElectionRecord` on a Lease): a renewal
 /// keeps `acquireTime` and `leaseTransitions`; a takeover counts one more transition.
 /// `None` for [`Decision::StandBy`] and [`Decision::Lost`], which write nothing.
-pub fn next_record(
+pub(crate) fn next_record(
     decision: &Decision,
     previous: Option<&LeaseSpec>,
     identity: &str,
@@ -234,7 +234,7 @@ pub fn next_record(
 
 /// The record that gives the Lease up (client-go's `release`): no holder, a 1 s duration, the
 /// transitions kept, so a standby takes over at its next attempt.
-pub fn released_record(previous: &LeaseSpec, now: jiff::Timestamp) -> LeaseSpec {
+pub(crate) fn released_record(previous: &LeaseSpec, now: jiff::Timestamp) -> LeaseSpec {
     LeaseSpec {
         holder_identity: Some(String::new()),
         lease_duration_seconds: Some(1),
@@ -248,7 +248,7 @@ pub fn released_record(previous: &LeaseSpec, now: jiff::Timestamp) -> LeaseSpec 
 /// This replica's standing, shared by the election task, the controller's clients
 /// ([`WriteFence`]) and the probes.
 #[derive(Debug)]
-pub struct Leadership {
+pub(crate) struct Leadership {
     base: Instant,
     /// End of the current term in nanoseconds after `base`; 0 when not leading.
     until: AtomicU64,
@@ -266,7 +266,7 @@ impl Leadership {
 
     /// Whether a write on behalf of the leader may start now: leading, and the renew deadline
     /// of the last successful renewal not reached on the monotonic clock.
-    pub fn may_write(&self) -> bool {
+    pub(crate) fn may_write(&self) -> bool {
         let until = self.until.load(Ordering::Acquire);
         until != 0
             && !self.term.is_cancelled()
@@ -274,7 +274,7 @@ impl Leadership {
     }
 
     /// Cancelled when this replica stops leading (loss, or shutdown).
-    pub fn term(&self) -> CancellationToken {
+    pub(crate) fn term(&self) -> CancellationToken {
         self.term.clone()
     }
 
@@ -296,12 +296,12 @@ impl Leadership {
 /// dispatched. Reads pass, so watches keep working; a refused write surfaces as a
 /// `kube::Error::Service` carrying [`NotLeading`].
 #[derive(Clone, Debug)]
-pub struct WriteFence(Arc<Leadership>);
+pub(crate) struct WriteFence(Arc<Leadership>);
 
 /// The error of a write refused by [`WriteFence`].
 #[derive(Debug, thiserror::Error)]
 #[error("not leading: write refused after leadership ended")]
-pub struct NotLeading;
+pub(crate) struct NotLeading;
 
 impl<S> tower::Layer<S> for WriteFence {
     type Service = Fenced<S>;
@@ -315,7 +315,7 @@ impl<S> tower::Layer<S> for WriteFence {
 
 /// The service built by [`WriteFence`].
 #[derive(Clone, Debug)]
-pub struct Fenced<S> {
+pub(crate) struct Fenced<S> {
     inner: S,
     leadership: Arc<Leadership>,
 }
@@ -354,37 +354,31 @@ where
 /// A running election. The background task campaigns every [`RETRY_PERIOD`] until it holds the
 /// Lease, then renews it until shutdown ([`LeaderElection::release`]) or loss.
 #[derive(Debug)]
-pub struct LeaderElection {
+pub(crate) struct LeaderElection {
     leadership: Arc<Leadership>,
     leader: watch::Receiver<bool>,
     stop: CancellationToken,
     task: JoinHandle<Result<(), LeaderError>>,
-    identity: String,
 }
 
 impl LeaderElection {
-    /// The identity written as `holderIdentity`.
-    pub fn identity(&self) -> &str {
-        &self.identity
-    }
-
     /// A receiver that is `true` while this replica holds the Lease.
-    pub fn is_leader(&self) -> watch::Receiver<bool> {
+    pub(crate) fn is_leader(&self) -> watch::Receiver<bool> {
         self.leader.clone()
     }
 
     /// The shared standing, for [`Leadership::may_write`] and [`Leadership::term`].
-    pub fn leadership(&self) -> Arc<Leadership> {
+    pub(crate) fn leadership(&self) -> Arc<Leadership> {
         self.leadership.clone()
     }
 
     /// The layer that fences the controller's writes to this replica's term.
-    pub fn fence(&self) -> WriteFence {
+    pub(crate) fn fence(&self) -> WriteFence {
         WriteFence(self.leadership.clone())
     }
 
     /// Waits until this replica holds the Lease. `false` when the election ended first.
-    pub async fn acquired(&mut self) -> bool {
+    pub(crate) async fn acquired(&mut self) -> bool {
         self.leader.wait_for(|v| *v).await.is_ok()
     }
 
@@ -393,7 +387,7 @@ impl LeaderElection {
     ///
     /// # Errors
     /// [`LeaderError::Lost`] when leadership had been lost before.
-    pub async fn release(self) -> Result<(), LeaderError> {
+    pub(crate) async fn release(self) -> Result<(), LeaderError> {
         self.stop.cancel();
         match self.task.await {
             Ok(r) => r,
@@ -407,7 +401,7 @@ impl LeaderElection {
 ///
 /// # Errors
 /// As `kube::Client::try_from`.
-pub fn lease_client(mut config: kube::Config) -> Result<Client, kube::Error> {
+pub(crate) fn lease_client(mut config: kube::Config) -> Result<Client, kube::Error> {
     let t = Some(Duration::from_secs(3));
     config.default_retry = false;
     config.connect_timeout = t;
@@ -423,7 +417,7 @@ pub fn lease_client(mut config: kube::Config) -> Result<Client, kube::Error> {
 ///
 /// # Errors
 /// [`LeaderError::Setup`] when the Lease cannot be read.
-pub async fn start(
+pub(crate) async fn start(
     client: Client,
     namespace: &str,
     identity: String,
@@ -441,7 +435,7 @@ pub async fn start(
     let stop = CancellationToken::new();
     let elector = Elector {
         api,
-        identity: identity.clone(),
+        identity,
         observed: None,
         leadership: leadership.clone(),
         leader: tx,
@@ -452,7 +446,6 @@ pub async fn start(
         leader: rx,
         stop,
         task,
-        identity,
     })
 }
 
@@ -517,7 +510,7 @@ impl Elector {
                 Ok(Ok(_)) => {}
                 // A 409 only says another candidate wrote first; anything else (RBAC, API down)
                 // an operator of the cluster needs to see.
-                Ok(Err(kube::Error::Api(s))) if s.code == 409 => {
+                Ok(Err(kube::Error::Api(s))) if s.is_conflict() || s.is_already_exists() => {
                     tracing::debug!(
                         lease = LEADER_ELECTION_ID,
                         "Lease changed under this attempt (409)"

@@ -24,34 +24,25 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 
 /// `spec.holderIdentity` of our leases (upstream NMO's identity).
-pub const LEASE_HOLDER: &str = "node-maintenance";
+pub(crate) const LEASE_HOLDER: &str = "node-maintenance";
 /// `spec.leaseDurationSeconds` of our leases: 3600 s.
-pub const LEASE_DURATION: Duration = Duration::from_secs(3600);
-/// Lease namespace when `LEASE_NAMESPACE` is unset (medik8s default).
-pub const DEFAULT_LEASE_NAMESPACE: &str = "medik8s-leases";
-/// Environment variable naming the lease namespace (the one upstream reads).
-pub const LEASE_NAMESPACE_ENV: &str = "LEASE_NAMESPACE";
+pub(crate) const LEASE_DURATION: Duration = Duration::from_secs(3600);
+/// Lease namespace when `--lease-namespace`/`LEASE_NAMESPACE` is unset or empty (medik8s
+/// default; parsed by [`crate::config::parse_lease_namespace`]).
+pub(crate) const DEFAULT_LEASE_NAMESPACE: &str = "medik8s-leases";
 /// A valid lease of ours is renewed once this much of [`LEASE_DURATION`] has elapsed since its
 /// last renewal (900 s, i.e. when less than 3/4 of the duration remains). Callers should reconcile
 /// a node in maintenance at least this often.
-pub const RENEW_AFTER: Duration = Duration::from_secs(LEASE_DURATION.as_secs() / 4);
-
-/// The lease namespace from `LEASE_NAMESPACE`, or [`DEFAULT_LEASE_NAMESPACE`] when unset or empty.
-pub fn namespace_from_env() -> String {
-    std::env::var(LEASE_NAMESPACE_ENV)
-        .ok()
-        .filter(|ns| !ns.is_empty())
-        .unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.to_owned())
-}
+pub(crate) const RENEW_AFTER: Duration = Duration::from_secs(LEASE_DURATION.as_secs() / 4);
 
 /// The lease name for `node`: lower-cased `node-<node>`, as medik8s names it (`<kind>-<name>`).
-pub fn lease_name(node: &str) -> String {
+pub(crate) fn lease_name(node: &str) -> String {
     format!("node-{node}").to_lowercase()
 }
 
 /// Outcome of [`NodeLeases::request`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LeaseOutcome {
+pub(crate) enum LeaseOutcome {
     /// No lease existed; ours was created.
     Created,
     /// Our lease was updated: renewed, re-armed after expiry, or completed (missing renew time or
@@ -65,7 +56,7 @@ pub enum LeaseOutcome {
 
 /// What [`plan_request`] decided.
 #[derive(Clone, Debug, PartialEq)]
-pub enum LeasePlan {
+pub(crate) enum LeasePlan {
     /// Create the lease with this spec.
     Create(LeaseSpec),
     /// Replace the existing lease's spec with `spec` (owner references are set by the caller).
@@ -87,7 +78,7 @@ pub enum LeasePlan {
 /// Whether a lease spec is valid at `now`: it has a renew time and a duration, and neither
 /// `renewTime + duration < now` (lapsed) nor `renewTime > now` (renewed in the future, i.e. a
 /// clock jump) holds. Mirrors medik8s common's `isValidLease`.
-pub fn is_valid(spec: &LeaseSpec, now: Timestamp) -> bool {
+pub(crate) fn is_valid(spec: &LeaseSpec, now: Timestamp) -> bool {
     match (&spec.renew_time, spec.lease_duration_seconds) {
         (Some(MicroTime(renew)), Some(seconds)) => !(expiry(*renew, seconds) < now || *renew > now),
         _ => false,
@@ -108,7 +99,7 @@ pub fn is_valid(spec: &LeaseSpec, now: Timestamp) -> bool {
 /// - another holder's, invalid: take over (acquire = now, transitions +1 or 1).
 ///
 /// Every update sets holder `node-maintenance`, duration 3600 and `renewTime = now`.
-pub fn plan_request(existing: Option<&Lease>, now: Timestamp) -> LeasePlan {
+pub(crate) fn plan_request(existing: Option<&Lease>, now: Timestamp) -> LeasePlan {
     let Some(lease) = existing else {
         return LeasePlan::Create(LeaseSpec {
             holder_identity: Some(LEASE_HOLDER.to_owned()),
@@ -175,7 +166,7 @@ fn expiry(renew: Timestamp, seconds: i32) -> Timestamp {
 
 /// Errors of [`NodeLeases`].
 #[derive(Debug, thiserror::Error)]
-pub enum LeaseError {
+pub(crate) enum LeaseError {
     /// Another identity holds a valid lease (request) or holds the lease at all (invalidate).
     /// Text is medik8s common's `AlreadyHeldError`, which NMO embeds in its `lastError`.
     #[error("can't update or invalidate the lease because it is held by different owner: {holder}")]
@@ -199,15 +190,15 @@ pub enum LeaseError {
 ///
 /// Cheap to clone (shares the client and the "namespace exists" flag).
 #[derive(Clone)]
-pub struct NodeLeases {
+pub(crate) struct NodeLeases {
     client: Client,
     namespace: String,
     namespace_ready: Arc<AtomicBool>,
 }
 
 impl NodeLeases {
-    /// Leases live in `namespace` (see [`namespace_from_env`]). No I/O until the first request.
-    pub fn new(client: Client, namespace: String) -> Self {
+    /// Leases live in `namespace` (`--lease-namespace`, [`crate::config::Config::lease_namespace`]). No I/O until the first request.
+    pub(crate) fn new(client: Client, namespace: String) -> Self {
         Self {
             client,
             namespace,
@@ -227,7 +218,7 @@ impl NodeLeases {
     ///
     /// Errors: [`LeaseError::AlreadyHeld`] (valid foreign lease), [`LeaseError::GetNamespace`],
     /// [`LeaseError::CreateNamespace`], [`LeaseError::Api`].
-    pub async fn request(
+    pub(crate) async fn request(
         &self,
         node: &str,
         node_uid: Option<&str>,
@@ -316,7 +307,7 @@ impl NodeLeases {
     /// [`LeaseError::AlreadyHeld`] (upstream logs and ignores this on stop). The delete is
     /// preconditioned on the uid and resourceVersion read, so a lease taken over in between is
     /// not deleted (409 [`LeaseError::Api`]; retry).
-    pub async fn invalidate(&self, node: &str) -> Result<(), LeaseError> {
+    pub(crate) async fn invalidate(&self, node: &str) -> Result<(), LeaseError> {
         let api = self.api();
         let name = lease_name(node);
         let Some(lease) = api.get_opt(&name).await.map_err(LeaseError::Api)? else {

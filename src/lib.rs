@@ -1,16 +1,24 @@
 //! node-maintenance-operator: keeps a node cordoned, tainted and drained for as long as a
 //! `NodeMaintenance` exists, and restores it when the object is deleted. A drop-in replacement for
 //! the medik8s Node Maintenance Operator: same API, names and strings.
+//!
+//! Public for the binaries (`main`, `crdgen`, `bundlegen`), the tests and the benches: the CRD
+//! types ([`api`]), the flags ([`config`]), [`run::run`], [`telemetry::init`], the OLM bundle
+//! generator ([`bundle`]) and [`admission::WEBHOOK_PATH`]. Everything else is crate-private.
 
 pub mod admission;
+// kube's `KubeSchema` derive re-emits `NodeMaintenanceSpec` as a `pub` copy inside a function to
+// build its schema; that copy is the only unreachable `pub` item here (every type of the module
+// is public API).
+#[allow(unreachable_pub)]
 pub mod api;
 pub mod bundle;
 pub mod config;
-pub mod controller;
-pub mod drain;
-pub mod leader;
-pub mod lease;
-pub mod metrics;
-pub mod node;
+pub(crate) mod controller;
+pub(crate) mod drain;
+pub(crate) mod leader;
+pub(crate) mod lease;
+pub(crate) mod metrics;
+pub(crate) mod node;
 pub mod run;
 pub mod telemetry;

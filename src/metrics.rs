@@ -19,63 +19,135 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
-pub mod runtime;
-pub mod secure;
+use crate::api::MaintenancePhase;
+
+/// Declares the values of one metric label as an enum whose variants are spelled exactly as they
+/// are exported (prometheus-client's `EncodeLabelValue` derive writes the variant's name), with
+/// `ALL` listing every variant once, for creating the series at zero.
+macro_rules! label_values {
+    ($(#[$meta:meta])* $vis:vis enum $name:ident { $($(#[$vmeta:meta])* $variant:ident,)+ }) => {
+        $(#[$meta])*
+        // Spelled as exported, whatever Rust's naming conventions say.
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+        #[derive(
+            Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash,
+            prometheus_client::encoding::EncodeLabelValue,
+        )]
+        $vis enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            $vis const ALL: &'static [$name] = &[$($name::$variant,)+];
+        }
+    };
+}
+
+pub(crate) mod runtime;
+pub(crate) mod secure;
 
 /// The content type of [`Metrics::encode`]'s output, for the `Content-Type` header of
 /// `GET /metrics`.
-pub const OPENMETRICS_CONTENT_TYPE: &str =
+pub(crate) const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// The `error` label values of `nmo_reconcile_failures_total`: the controller's
-/// `Error::metric_label` kinds, created at zero so the family is scraped before the first failure.
-pub const RECONCILE_ERRORS: &[&str] = &[
-    "node_not_found",
-    "node",
-    "stop_after_lease_loss",
-    "lease",
-    "drain",
-    "finalizer",
-    "status",
-    "timeout",
-];
+label_values! {
+    /// The `error` label of `nmo_reconcile_failures_total`: which step of a reconcile failed
+    /// (the controller's `Error::metric_label`). Every value exists from start-up at zero.
+    pub(crate) enum ReconcileErrorKind {
+        /// The NodeMaintenance's node does not exist.
+        node_not_found,
+        /// Reading or patching the node.
+        node,
+        /// Taking the node out of maintenance after the medik8s lease was lost.
+        stop_after_lease_loss,
+        /// The medik8s lease.
+        lease,
+        /// Listing or evicting the node's pods.
+        drain,
+        /// A write to the NodeMaintenance's metadata (finalizer, annotation).
+        finalizer,
+        /// Writing the NodeMaintenance's status.
+        status,
+        /// The reconcile did not finish in time.
+        timeout,
+    }
+}
 
-/// The `result` label values of `nmo_evictions_total`.
-pub const EVICTION_RESULTS: [&str; 5] = [
-    "evicted",
-    "gone",
-    "blocked_pdb",
-    "too_many_requests",
-    "error",
-];
+label_values! {
+    /// The `result` label of `nmo_evictions_total`: how the API server answered one eviction
+    /// request. Every value exists from start-up at zero.
+    pub(crate) enum EvictionResult {
+        /// 2xx: the API server accepted the eviction.
+        evicted,
+        /// 404, or the pod was replaced by a same-named one (UID precondition failed).
+        gone,
+        /// 429 from a PodDisruptionBudget.
+        blocked_pdb,
+        /// 429 for another reason.
+        too_many_requests,
+        /// Anything else.
+        error,
+    }
+}
 
-/// The `result` label values of `nmo_admission_requests_total`.
-pub const ADMISSION_RESULTS: [&str; 3] = ["allowed", "denied", "invalid"];
+label_values! {
+    /// The `result` label of `nmo_admission_requests_total`.
+    pub(crate) enum AdmissionResult {
+        /// The review was answered `allowed: true`.
+        allowed,
+        /// The review was answered with a denial.
+        denied,
+        /// The request was not a decodable AdmissionReview.
+        invalid,
+    }
+}
+
+/// The `operation` label of the admission families: the review's operation, or `UNKNOWN`
+/// for a request too broken to say (never the request's own text: each distinct value
+/// would be a new series, held forever).
+#[allow(clippy::upper_case_acronyms)] // spelled as exported
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, prometheus_client::encoding::EncodeLabelValue,
+)]
+pub(crate) enum AdmissionOperation {
+    /// `CREATE`.
+    CREATE,
+    /// `UPDATE`.
+    UPDATE,
+    /// `DELETE`.
+    DELETE,
+    /// `CONNECT`.
+    CONNECT,
+    /// Not one of the four.
+    UNKNOWN,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
-    error: &'static str,
+    error: ReconcileErrorKind,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PhaseLabels {
-    phase: String,
+    phase: MaintenancePhase,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
-    result: &'static str,
+    result: EvictionResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AdmissionLabels {
-    operation: String,
-    result: &'static str,
+    operation: AdmissionOperation,
+    result: AdmissionResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OperationLabels {
-    operation: String,
+    operation: AdmissionOperation,
 }
 
 /// Reconcile durations: 5 ms .. ~82 s (15 buckets, factor 2). A reconcile that waits on the API
@@ -108,7 +180,7 @@ fn drain_histogram() -> Histogram {
 /// | `nmo_drain_duration_seconds` | histogram | — |
 /// | `nmo_admission_requests_total` | counter | `operation`, `result` |
 /// | `nmo_admission_duration_seconds` | histogram | `operation` |
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     runtime: runtime::RuntimeMetrics,
     reconciles: Counter,
@@ -135,7 +207,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Creates the registry with every family registered (all at zero).
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut root = Registry::default();
         let registry = root.sub_registry_with_prefix("nmo");
         let reconciles = Counter::default();
@@ -194,27 +266,21 @@ impl Metrics {
         );
         // Families with labels are only encoded once a series exists. Series with a known,
         // bounded label set start at zero so dashboards and `rate()` see them from the start.
-        for result in EVICTION_RESULTS {
+        for &result in EvictionResult::ALL {
             let _ = evictions.get_or_create(&ResultLabels { result });
         }
-        for error in RECONCILE_ERRORS {
+        for &error in ReconcileErrorKind::ALL {
             let _ = reconcile_failures.get_or_create(&ErrorLabels { error });
         }
-        for phase in ["Running", "Succeeded", "Failed"] {
-            let _ = maintenances.get_or_create(&PhaseLabels {
-                phase: phase.to_owned(),
-            });
+        for &phase in MaintenancePhase::ALL {
+            let _ = maintenances.get_or_create(&PhaseLabels { phase });
         }
-        for operation in ["CREATE", "UPDATE"] {
-            for result in ADMISSION_RESULTS {
-                let _ = admission_requests.get_or_create(&AdmissionLabels {
-                    operation: operation.to_owned(),
-                    result,
-                });
+        // The webhook is registered for these two operations only.
+        for operation in [AdmissionOperation::CREATE, AdmissionOperation::UPDATE] {
+            for &result in AdmissionResult::ALL {
+                let _ = admission_requests.get_or_create(&AdmissionLabels { operation, result });
             }
-            let _ = admission_duration.get_or_create(&OperationLabels {
-                operation: operation.to_owned(),
-            });
+            let _ = admission_duration.get_or_create(&OperationLabels { operation });
         }
         let runtime = runtime::RuntimeMetrics::register(&mut root);
         Self {
@@ -232,14 +298,14 @@ impl Metrics {
     }
 
     /// The controller-runtime families (`controller_runtime_*`, `workqueue_*`).
-    pub fn runtime(&self) -> &runtime::RuntimeMetrics {
+    pub(crate) fn runtime(&self) -> &runtime::RuntimeMetrics {
         &self.runtime
     }
 
     /// Counts one reconcile run now and returns a guard that observes the run's duration (in
     /// seconds) into `nmo_reconcile_duration_seconds` when dropped. Keep the guard alive for the
     /// whole reconcile.
-    pub fn reconcile(&self) -> ReconcileTimer {
+    pub(crate) fn reconcile(&self) -> ReconcileTimer {
         self.reconciles.inc();
         ReconcileTimer {
             histogram: self.reconcile_duration.clone(),
@@ -247,55 +313,52 @@ impl Metrics {
         }
     }
 
-    /// Counts one failed reconcile; `error` is a short, bounded kind such as `"kube"` or
-    /// `"node_not_found"` (never a free-form message: each distinct value is a new series).
-    pub fn reconcile_failure(&self, error: &'static str) {
+    /// Counts one failed reconcile of kind `error`.
+    pub(crate) fn reconcile_failure(&self, error: ReconcileErrorKind) {
         self.reconcile_failures
             .get_or_create(&ErrorLabels { error })
             .inc();
     }
 
-    /// Sets the number of NodeMaintenance objects currently in `phase` (`Running`,
-    /// `Succeeded`, `Failed`, or `""` for objects without a phase yet).
-    pub fn set_maintenances(&self, phase: &str, count: i64) {
+    /// Sets the number of NodeMaintenance objects currently in `phase` (an object without a
+    /// phase yet is counted by the caller as `Running`, `docs/compat.md §10`).
+    pub(crate) fn set_maintenances(&self, phase: MaintenancePhase, count: i64) {
         self.maintenances
-            .get_or_create(&PhaseLabels {
-                phase: phase.to_owned(),
-            })
+            .get_or_create(&PhaseLabels { phase })
             .set(count);
     }
 
-    /// Counts one eviction attempt; `result` is one of `evicted`, `gone` (pod already deleted,
-    /// 404), `blocked_pdb` (429 with a PodDisruptionBudget cause), `too_many_requests` (other
-    /// 429), `error`.
-    pub fn eviction(&self, result: &'static str) {
-        self.evictions.get_or_create(&ResultLabels { result }).inc();
+    /// Counts one eviction attempt that ended with `result`.
+    pub(crate) fn eviction(&self, result: &EvictionResult) {
+        self.evictions
+            .get_or_create(&ResultLabels { result: *result })
+            .inc();
     }
 
     /// Observes the duration (seconds) of a completed drain.
-    pub fn drain_duration(&self, seconds: f64) {
+    pub(crate) fn drain_duration(&self, seconds: f64) {
         self.drain_duration.observe(seconds);
     }
 
-    /// Counts one admission review of `operation` (`CREATE`, `UPDATE`, ...) with `result`
-    /// (`allowed`, `denied`, `invalid`) and observes its latency in seconds.
-    pub fn admission(&self, operation: &str, result: &'static str, seconds: f64) {
+    /// Counts one admission review of `operation` with `result` and observes its latency in
+    /// seconds.
+    pub(crate) fn admission(
+        &self,
+        operation: AdmissionOperation,
+        result: AdmissionResult,
+        seconds: f64,
+    ) {
         self.admission_requests
-            .get_or_create(&AdmissionLabels {
-                operation: operation.to_owned(),
-                result,
-            })
+            .get_or_create(&AdmissionLabels { operation, result })
             .inc();
         self.admission_duration
-            .get_or_create(&OperationLabels {
-                operation: operation.to_owned(),
-            })
+            .get_or_create(&OperationLabels { operation })
             .observe(seconds);
     }
 
     /// Encodes every family as OpenMetrics text (ending in `# EOF`); serve it with
     /// [`OPENMETRICS_CONTENT_TYPE`].
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         self.runtime.refresh();
         let mut out = String::new();
         // Writing into a String cannot fail; an error here would be a prometheus-client bug.
@@ -309,7 +372,7 @@ impl Metrics {
 /// `nmo_reconcile_duration_seconds` when dropped. Owns a handle to the histogram, so it may be
 /// held across `.await` points and outlive the borrow of [`Metrics`].
 #[must_use = "the duration is observed when the guard is dropped"]
-pub struct ReconcileTimer {
+pub(crate) struct ReconcileTimer {
     histogram: Histogram,
     start: Instant,
 }
@@ -335,7 +398,7 @@ mod tests {
     fn every_family_is_described() {
         let m = Metrics::new();
         // The failure family has an open label set, so it appears with its first series.
-        m.reconcile_failure("kube");
+        m.reconcile_failure(ReconcileErrorKind::node);
         let text = m.encode();
         for family in [
             "# TYPE nmo_reconciles counter",
@@ -361,6 +424,20 @@ mod tests {
             Some(0.0),
             "{text}"
         );
+        // Label values as dashboards spell them, each series at zero from the start.
+        for series in [
+            "nmo_reconcile_failures_total{error=\"node_not_found\"}",
+            "nmo_reconcile_failures_total{error=\"stop_after_lease_loss\"}",
+            "nmo_reconcile_failures_total{error=\"timeout\"}",
+            "nmo_evictions_total{result=\"blocked_pdb\"}",
+            "nmo_maintenances{phase=\"Running\"}",
+            "nmo_maintenances{phase=\"Succeeded\"}",
+            "nmo_admission_requests_total{operation=\"UPDATE\",result=\"invalid\"}",
+            "nmo_admission_duration_seconds_count{operation=\"UPDATE\"}",
+        ] {
+            assert_eq!(sample(&text, series), Some(0.0), "{series} in:\n{text}");
+        }
+        assert!(!text.contains("phase=\"\""), "{text}");
     }
 
     #[test]
@@ -370,20 +447,20 @@ mod tests {
             let _t = m.reconcile();
             let _u = m.reconcile();
         }
-        m.reconcile_failure("kube");
-        m.set_maintenances("Running", 3);
-        m.set_maintenances("Running", 2);
-        m.eviction("evicted");
-        m.eviction("evicted");
-        m.eviction("blocked_pdb");
+        m.reconcile_failure(ReconcileErrorKind::node);
+        m.set_maintenances(MaintenancePhase::Running, 3);
+        m.set_maintenances(MaintenancePhase::Running, 2);
+        m.eviction(&EvictionResult::evicted);
+        m.eviction(&EvictionResult::evicted);
+        m.eviction(&EvictionResult::blocked_pdb);
         m.drain_duration(12.5);
-        m.admission("CREATE", "denied", 0.002);
-        m.admission("CREATE", "allowed", 0.004);
+        m.admission(AdmissionOperation::CREATE, AdmissionResult::denied, 0.002);
+        m.admission(AdmissionOperation::CREATE, AdmissionResult::allowed, 0.004);
         let text = m.encode();
 
         let expect = [
             ("nmo_reconciles_total", 2.0),
-            ("nmo_reconcile_failures_total{error=\"kube\"}", 1.0),
+            ("nmo_reconcile_failures_total{error=\"node\"}", 1.0),
             ("nmo_reconcile_duration_seconds_count", 2.0),
             ("nmo_maintenances{phase=\"Running\"}", 2.0),
             ("nmo_evictions_total{result=\"evicted\"}", 2.0),

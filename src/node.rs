@@ -18,42 +18,42 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// Annotation naming the `NodeMaintenance` that holds the node (value: its name).
-pub const HOLDER_ANNOTATION: &str = "nodemaintenance.medik8s.io/holder";
+pub(crate) const HOLDER_ANNOTATION: &str = "nodemaintenance.medik8s.io/holder";
 /// Annotation with the holder's `metadata.uid`, so a record left by a vanished holder is not
 /// taken for a later NodeMaintenance of the same name (docs/design.md §3).
-pub const HOLDER_UID_ANNOTATION: &str = "nodemaintenance.medik8s.io/holder-uid";
+pub(crate) const HOLDER_UID_ANNOTATION: &str = "nodemaintenance.medik8s.io/holder-uid";
 /// Annotation with the node's state before the first entry, as JSON [`PriorState`].
-pub const PRIOR_STATE_ANNOTATION: &str = "nodemaintenance.medik8s.io/prior-state";
+pub(crate) const PRIOR_STATE_ANNOTATION: &str = "nodemaintenance.medik8s.io/prior-state";
 /// Annotation surfacing the `NodeMaintenance`'s `spec.reason` on the node (docs/compat.md §2).
-pub const REASON_ANNOTATION: &str = "nodemaintenance.medik8s.io/reason";
+pub(crate) const REASON_ANNOTATION: &str = "nodemaintenance.medik8s.io/reason";
 /// Label read by NHC and SNR: a node labelled `"true"` is not remediated (docs/compat.md §2).
-pub const EXCLUDE_LABEL: &str = "remediation.medik8s.io/exclude-from-remediation";
+pub(crate) const EXCLUDE_LABEL: &str = "remediation.medik8s.io/exclude-from-remediation";
 /// Key of NMO's own taint, `medik8s.io/drain:NoSchedule`.
-pub const DRAIN_TAINT_KEY: &str = "medik8s.io/drain";
+pub(crate) const DRAIN_TAINT_KEY: &str = "medik8s.io/drain";
 /// Key of the cordon taint, `node.kubernetes.io/unschedulable:NoSchedule` (also added by the node
 /// lifecycle controller for a cordoned node).
-pub const UNSCHEDULABLE_TAINT_KEY: &str = "node.kubernetes.io/unschedulable";
+pub(crate) const UNSCHEDULABLE_TAINT_KEY: &str = "node.kubernetes.io/unschedulable";
 /// Effect of both maintenance taints.
-pub const NO_SCHEDULE: &str = "NoSchedule";
+pub(crate) const NO_SCHEDULE: &str = "NoSchedule";
 /// Attempts (GET + PATCH) made by [`enter`], [`exit`] and [`transfer`] before a 409 Conflict is
 /// returned to the caller.
-pub const MAX_ATTEMPTS: usize = 5;
+pub(crate) const MAX_ATTEMPTS: usize = 5;
 
 /// `repaired` entry: `spec.unschedulable` had been reset while we held the node.
-pub const REPAIRED_CORDON: &str = "cordon";
+pub(crate) const REPAIRED_CORDON: &str = "cordon";
 /// `repaired` entry: the `medik8s.io/drain:NoSchedule` taint had been removed.
-pub const REPAIRED_DRAIN_TAINT: &str = "medik8s.io/drain taint";
+pub(crate) const REPAIRED_DRAIN_TAINT: &str = "medik8s.io/drain taint";
 /// `repaired` entry: the `node.kubernetes.io/unschedulable:NoSchedule` taint had been removed.
-pub const REPAIRED_UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable taint";
+pub(crate) const REPAIRED_UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable taint";
 /// `repaired` entry: the exclude-from-remediation label was missing or not `"true"`.
-pub const REPAIRED_EXCLUDE_LABEL: &str = "exclude-from-remediation label";
+pub(crate) const REPAIRED_EXCLUDE_LABEL: &str = "exclude-from-remediation label";
 
 /// The maintenance taints in upstream's order: they go first in `spec.taints`, in this order.
 const MAINTENANCE_TAINT_KEYS: [&str; 2] = [UNSCHEDULABLE_TAINT_KEY, DRAIN_TAINT_KEY];
 
 /// A taint identified the way upstream and its tests compare taints: key and effect only.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TaintRef {
+pub(crate) struct TaintRef {
     /// Taint key, e.g. `node.kubernetes.io/unschedulable`.
     pub key: String,
     /// Taint effect, e.g. `NoSchedule`.
@@ -69,7 +69,7 @@ pub struct TaintRef {
 /// back. Every field defaults when absent, so a hand-edited annotation still parses.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PriorState {
+pub(crate) struct PriorState {
     /// `spec.unschedulable` before entry (an admin cordon).
     #[serde(default)]
     pub unschedulable: bool,
@@ -94,7 +94,7 @@ impl PriorState {
 
 /// The maintenance-relevant state of a node, read from the object alone.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NodeMaintenanceState {
+pub(crate) struct NodeMaintenanceState {
     /// Value of [`HOLDER_ANNOTATION`]: the `NodeMaintenance` holding the node, if any.
     pub holder: Option<String>,
     /// Value of [`HOLDER_UID_ANNOTATION`]: that holder's uid, when recorded.
@@ -110,10 +110,11 @@ pub struct NodeMaintenanceState {
 }
 
 impl NodeMaintenanceState {
+    #[cfg(test)]
     /// True when a holder is recorded and the node is cordoned, carries both maintenance taints
     /// and is excluded from remediation, i.e. entry needs no node change except possibly the
     /// reason annotation.
-    pub fn complete(&self) -> bool {
+    pub(crate) fn complete(&self) -> bool {
         self.holder.is_some()
             && self.cordoned
             && self.drain_taint
@@ -123,13 +124,13 @@ impl NodeMaintenanceState {
 
     /// True when the node carries every mark of maintenance (cordon, both maintenance taints,
     /// exclude label), whoever put them there.
-    pub fn carries_marks(&self) -> bool {
+    pub(crate) fn carries_marks(&self) -> bool {
         self.cordoned && self.drain_taint && self.unschedulable_taint && self.excluded
     }
 }
 
 /// Reads the maintenance-relevant state of `node` (no I/O).
-pub fn observe(node: &Node) -> NodeMaintenanceState {
+pub(crate) fn observe(node: &Node) -> NodeMaintenanceState {
     NodeMaintenanceState {
         holder: annotation(node, HOLDER_ANNOTATION).map(str::to_owned),
         holder_uid: annotation(node, HOLDER_UID_ANNOTATION).map(str::to_owned),
@@ -141,7 +142,7 @@ pub fn observe(node: &Node) -> NodeMaintenanceState {
 }
 
 /// Parses [`PRIOR_STATE_ANNOTATION`]; `None` when it is absent or not valid JSON.
-pub fn prior_state(node: &Node) -> Option<PriorState> {
+pub(crate) fn prior_state(node: &Node) -> Option<PriorState> {
     let raw = annotation(node, PRIOR_STATE_ANNOTATION)?;
     match serde_json::from_str(raw) {
         Ok(prior) => Some(prior),
@@ -154,13 +155,13 @@ pub fn prior_state(node: &Node) -> Option<PriorState> {
 
 /// True when `taint` is one of the two maintenance taints (key and effect, like upstream's
 /// `MatchTaint`).
-pub fn is_maintenance_taint(taint: &Taint) -> bool {
+pub(crate) fn is_maintenance_taint(taint: &Taint) -> bool {
     taint.effect == NO_SCHEDULE && MAINTENANCE_TAINT_KEYS.contains(&taint.key.as_str())
 }
 
 /// What [`plan_enter`] decided.
 #[derive(Clone, Debug, PartialEq)]
-pub enum EnterPlan {
+pub(crate) enum EnterPlan {
     /// The node is already in maintenance for this holder with the wanted reason: no write.
     Unchanged,
     /// Send `patch` as a JSON merge patch. It always carries `metadata.resourceVersion`.
@@ -180,7 +181,7 @@ pub enum EnterPlan {
 /// (recorded in [`HOLDER_UID_ANNOTATION`] so a later object of the same name is not mistaken for
 /// it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Claimant<'a> {
+pub(crate) struct Claimant<'a> {
     /// `metadata.name` of the NodeMaintenance.
     pub name: &'a str,
     /// `metadata.uid` of the NodeMaintenance; `None` only in tests and for objects not yet stored.
@@ -188,14 +189,15 @@ pub struct Claimant<'a> {
 }
 
 impl<'a> Claimant<'a> {
+    #[cfg(test)]
     /// A claimant known by name only (its record on the node matches any uid).
-    pub fn named(name: &'a str) -> Self {
+    pub(crate) fn named(name: &'a str) -> Self {
         Self { name, uid: None }
     }
 
     /// Whether the record `holder`/`uid` on a node is this claimant's: same name, and the same
     /// uid when both are known (a record written before uids were recorded matches by name).
-    pub fn owns(&self, holder: &str, uid: Option<&str>) -> bool {
+    pub(crate) fn owns(&self, holder: &str, uid: Option<&str>) -> bool {
         holder == self.name
             && match (uid, self.uid) {
                 (Some(recorded), Some(mine)) => recorded == mine,
@@ -206,7 +208,7 @@ impl<'a> Claimant<'a> {
 
 /// Whether the NodeMaintenance named by a node's record (name, and uid when recorded) still
 /// exists. Callers that cannot know yet (cache not synced) answer `true`, which keeps the record.
-pub type HolderLive<'f> = &'f (dyn Fn(&str, Option<&str>) -> bool + Sync);
+pub(crate) type HolderLive<'f> = &'f (dyn Fn(&str, Option<&str>) -> bool + Sync);
 
 /// What [`plan_enter`] found recorded on the node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -225,13 +227,15 @@ enum Record {
     Discarded(String),
 }
 
+#[cfg(test)]
 /// Plans entering (or re-asserting) maintenance on `node` for the `NodeMaintenance` `holder`,
 /// known by name only, with any other holder recorded on the node taken to be alive. See
 /// [`plan_enter_for`].
-pub fn plan_enter(node: &Node, holder: &str, reason: Option<&str>) -> EnterPlan {
+pub(crate) fn plan_enter(node: &Node, holder: &str, reason: Option<&str>) -> EnterPlan {
     decide_enter(node, Claimant::named(holder), reason, &|_, _| true).plan
 }
 
+#[cfg(test)]
 /// Plans entering (or re-asserting) maintenance on `node` for `me`.
 ///
 /// The patch sets `spec.unschedulable: true`; when a maintenance taint is missing it rewrites
@@ -256,7 +260,7 @@ pub fn plan_enter(node: &Node, holder: &str, reason: Option<&str>) -> EnterPlan 
 /// into maintenance by upstream NMO (we never write the taint without the holder). Its true
 /// prior state is unknown, so we record "nothing was there before", which makes exit behave like
 /// upstream's stop (uncordon, untaint, unlabel) instead of freezing the maintenance state in.
-pub fn plan_enter_for(
+pub(crate) fn plan_enter_for(
     node: &Node,
     me: Claimant<'_>,
     reason: Option<&str>,
@@ -410,7 +414,7 @@ fn decide_enter(
 
 /// What [`plan_exit`] decided.
 #[derive(Clone, Debug, PartialEq)]
-pub enum ExitPlan {
+pub(crate) enum ExitPlan {
     /// The node is not held by the caller: `Some(other)` when another `NodeMaintenance` holds
     /// it, `None` when no holder is recorded. Nothing is written, because we can't prove what we
     /// added.
@@ -425,6 +429,7 @@ pub enum ExitPlan {
     },
 }
 
+#[cfg(test)]
 /// Plans leaving maintenance on `node` held by `holder`, restoring only what we added.
 ///
 /// From the prior state: maintenance taints not recorded there are removed (key and effect;
@@ -434,12 +439,12 @@ pub enum ExitPlan {
 /// value; our three annotations are deleted. A node that still carries our holder annotation but
 /// no usable prior state is treated as "nothing was there before". Upstream always uncordons and
 /// removes both taints and the label (docs/compat.md §2); we restore the prior state instead.
-pub fn plan_exit(node: &Node, holder: &str) -> ExitPlan {
+pub(crate) fn plan_exit(node: &Node, holder: &str) -> ExitPlan {
     plan_exit_for(node, Claimant::named(holder))
 }
 
 /// As [`plan_exit`], for `me`: a record of the same name but another uid is not ours.
-pub fn plan_exit_for(node: &Node, me: Claimant<'_>) -> ExitPlan {
+pub(crate) fn plan_exit_for(node: &Node, me: Claimant<'_>) -> ExitPlan {
     let state = observe(node);
     match state.holder.as_deref() {
         None => return ExitPlan::NotHeld(None),
@@ -496,16 +501,17 @@ pub fn plan_exit_for(node: &Node, me: Claimant<'_>) -> ExitPlan {
     }
 }
 
+#[cfg(test)]
 /// Plans handing the node from the `NodeMaintenance` `from` to `to` without touching its state:
 /// a merge patch (with `metadata.resourceVersion`) that rewrites only the holder annotation.
 /// `None` when `from` does not hold the node or `from == to`. The caller runs [`enter`] for `to`
 /// afterwards to bring the reason annotation up to date.
-pub fn plan_transfer(node: &Node, from: &str, to: &str) -> Option<Value> {
+pub(crate) fn plan_transfer(node: &Node, from: &str, to: &str) -> Option<Value> {
     plan_transfer_to(node, from, Claimant::named(to))
 }
 
 /// As [`plan_transfer`], recording `to`'s uid (or removing `from`'s when `to`'s is unknown).
-pub fn plan_transfer_to(node: &Node, from: &str, to: Claimant<'_>) -> Option<Value> {
+pub(crate) fn plan_transfer_to(node: &Node, from: &str, to: Claimant<'_>) -> Option<Value> {
     if from == to.name || annotation(node, HOLDER_ANNOTATION) != Some(from) {
         return None;
     }
@@ -522,7 +528,7 @@ pub fn plan_transfer_to(node: &Node, from: &str, to: Claimant<'_>) -> Option<Val
 
 /// Errors of [`enter`], [`exit`] and [`transfer`].
 #[derive(Debug, thiserror::Error)]
-pub enum NodeError {
+pub(crate) enum NodeError {
     /// The node does not exist (on GET or PATCH). Displays exactly `nodes "<name>" not found`,
     /// upstream's `lastError`, which upstream compares to decide not to requeue.
     #[error("nodes \"{0}\" not found")]
@@ -538,7 +544,7 @@ pub enum NodeError {
 
 /// Result of [`enter`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum EnterOutcome {
+pub(crate) enum EnterOutcome {
     /// First entry: the node was cordoned, tainted, labelled and annotated in one patch.
     Entered {
         /// We set `spec.unschedulable` (false when an admin had cordoned it already).
@@ -567,7 +573,7 @@ pub enum EnterOutcome {
 
 /// Result of [`exit`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ExitOutcome {
+pub(crate) enum ExitOutcome {
     /// The node was restored; `uncordoned` is true only when we set `spec.unschedulable` false.
     Restored {
         /// We uncordoned the node (emit `UncordonNode`).
@@ -579,7 +585,7 @@ pub enum ExitOutcome {
 
 /// Result of [`transfer`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TransferOutcome {
+pub(crate) enum TransferOutcome {
     /// The holder annotation now names `to` (also when it already did).
     Transferred,
     /// Neither `from` nor `to` holds the node: `Some(other)` or `None` (no holder). Nothing written.
@@ -590,7 +596,7 @@ pub enum TransferOutcome {
 /// the merge patch; on 409 re-read and re-plan, at most [`MAX_ATTEMPTS`] times. Cheap when the
 /// node is already in maintenance (`Unchanged`: one GET). Errors: [`NodeError::NotFound`],
 /// [`NodeError::Get`], [`NodeError::Patch`].
-pub async fn enter(
+pub(crate) async fn enter(
     api: &Api<Node>,
     node: &str,
     me: Claimant<'_>,
@@ -604,7 +610,7 @@ pub async fn enter(
 /// it, instead of reading it again (one GET less per reconcile). A stale copy costs nothing but
 /// a retry: the patch carries its resourceVersion, so the API server answers 409 and the next
 /// attempt re-reads. Errors as [`enter`].
-pub async fn enter_from(
+pub(crate) async fn enter_from(
     api: &Api<Node>,
     node: &str,
     read: Option<Node>,
@@ -677,13 +683,17 @@ fn decide_enter_outcome(
 /// Takes node `node` out of maintenance held by `holder` (see [`plan_exit`]), with the same
 /// read/plan/patch/retry loop as [`enter`]. Errors: [`NodeError::NotFound`], [`NodeError::Get`],
 /// [`NodeError::Patch`].
-pub async fn exit(api: &Api<Node>, node: &str, me: Claimant<'_>) -> Result<ExitOutcome, NodeError> {
+pub(crate) async fn exit(
+    api: &Api<Node>,
+    node: &str,
+    me: Claimant<'_>,
+) -> Result<ExitOutcome, NodeError> {
     exit_from(api, node, None, me).await
 }
 
 /// As [`exit`], with the first attempt planned on `read`, the node as the caller has just read
 /// it (see [`enter_from`]). Errors as [`exit`].
-pub async fn exit_from(
+pub(crate) async fn exit_from(
     api: &Api<Node>,
     node: &str,
     read: Option<Node>,
@@ -714,7 +724,7 @@ pub async fn exit_from(
 /// Hands node `node` from `from` to `to` (see [`plan_transfer`]), with the same read/plan/patch/
 /// retry loop as [`enter`]. Used when one of two `NodeMaintenance`s for a node goes away while
 /// the other stays, so the node stays in maintenance (docs/design.md §3).
-pub async fn transfer(
+pub(crate) async fn transfer(
     api: &Api<Node>,
     node: &str,
     from: &str,
@@ -743,8 +753,8 @@ enum Patched {
 }
 
 async fn get_node(api: &Api<Node>, name: &str) -> Result<Node, NodeError> {
-    api.get(name).await.map_err(|e| match api_code(&e) {
-        Some(404) => NodeError::NotFound(name.to_owned()),
+    api.get(name).await.map_err(|e| match &e {
+        kube::Error::Api(s) if s.is_not_found() => NodeError::NotFound(name.to_owned()),
         _ => NodeError::Get(e),
     })
 }
@@ -761,8 +771,8 @@ async fn patch_node(
         .await
     {
         Ok(_) => Ok(Patched::Done),
-        Err(e) => match api_code(&e) {
-            Some(409) if attempt < MAX_ATTEMPTS => {
+        Err(e) => match &e {
+            kube::Error::Api(s) if s.is_conflict() && attempt < MAX_ATTEMPTS => {
                 tracing::debug!(
                     node = name,
                     attempt,
@@ -770,16 +780,9 @@ async fn patch_node(
                 );
                 Ok(Patched::Conflict)
             }
-            Some(404) => Err(NodeError::NotFound(name.to_owned())),
+            kube::Error::Api(s) if s.is_not_found() => Err(NodeError::NotFound(name.to_owned())),
             _ => Err(NodeError::Patch(e)),
         },
-    }
-}
-
-fn api_code(error: &kube::Error) -> Option<u16> {
-    match error {
-        kube::Error::Api(status) => Some(status.code),
-        _ => None,
     }
 }
 

@@ -21,7 +21,7 @@
 //! standby (the controller-runtime behaviour).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,12 +38,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::leader;
+pub use crate::leader::LeaderError;
 use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE};
 
 /// How long `run` waits for the controller to finish in-flight reconciles on shutdown before
 /// giving up on it (the Lease is then left to expire rather than released under a running
 /// reconcile).
-pub const CONTROLLER_STOP_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const CONTROLLER_STOP_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Errors that end the process. Each displays as one line naming what failed and why.
 #[derive(Debug, thiserror::Error)]
@@ -102,7 +103,7 @@ pub enum RunError {
 ///
 /// # Errors
 /// [`RunError::KubeConfig`] naming the file or source and the reason.
-pub async fn kube_config(flag: Option<&Path>) -> Result<kube::Config, RunError> {
+pub(crate) async fn kube_config(flag: Option<&Path>) -> Result<kube::Config, RunError> {
     let opts = KubeConfigOptions::default();
     if let Some(path) = flag {
         let kc = Kubeconfig::read_from(path).map_err(|e| {
@@ -114,13 +115,14 @@ pub async fn kube_config(flag: Option<&Path>) -> Result<kube::Config, RunError> 
                 RunError::KubeConfig(format!("cannot use --kubeconfig {}: {e}", path.display()))
             });
     }
-    if let Some(env) = std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
-        return kube::Config::from_kubeconfig(&opts).await.map_err(|e| {
-            RunError::KubeConfig(format!(
-                "cannot use KUBECONFIG={}: {e}",
-                PathBuf::from(env).display()
-            ))
-        });
+    // kube reads `$KUBECONFIG` itself (a path list, merged as kubectl does); asking it first
+    // keeps controller-runtime's order, in which the variable wins over the in-cluster account.
+    let from_env = Kubeconfig::from_env()
+        .map_err(|e| RunError::KubeConfig(format!("cannot use KUBECONFIG: {e}")))?;
+    if let Some(kc) = from_env {
+        return kube::Config::from_custom_kubeconfig(kc, &opts)
+            .await
+            .map_err(|e| RunError::KubeConfig(format!("cannot use KUBECONFIG: {e}")));
     }
     match kube::Config::incluster() {
         Ok(c) => Ok(c),
@@ -134,7 +136,7 @@ pub async fn kube_config(flag: Option<&Path>) -> Result<kube::Config, RunError> 
 
 /// Inputs of the `/readyz` decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReadinessInputs {
+pub(crate) struct ReadinessInputs {
     /// The webhook server is serving with a loaded certificate.
     pub cert_loaded: bool,
     /// `--leader-elect` is on.
@@ -156,7 +158,7 @@ pub struct ReadinessInputs {
 ///
 /// # Errors
 /// The reason for not being ready, one line, for the 503 body.
-pub fn readiness(i: ReadinessInputs) -> Result<(), &'static str> {
+pub(crate) fn readiness(i: ReadinessInputs) -> Result<(), &'static str> {
     if !i.cert_loaded {
         return Err("webhook server has no certificate loaded (or is shutting down)");
     }
@@ -205,7 +207,7 @@ fn probe_router(state: ProbeState) -> Router {
 }
 
 /// `GET /metrics`: the registry as OpenMetrics text.
-pub fn metrics_router(metrics: Arc<Metrics>) -> Router {
+pub(crate) fn metrics_router(metrics: Arc<Metrics>) -> Router {
     Router::new()
         .route(
             "/metrics",
@@ -235,9 +237,12 @@ fn serve_metrics(
     let router = metrics_router(metrics);
     match listener {
         Some(listener) if config.metrics_secure => {
-            let tls =
-                secure::server_config(config.metrics_cert_path.as_deref(), config.enable_http2)
-                    .map_err(RunError::MetricsTls)?;
+            let tls = secure::server_config(
+                config.metrics_cert_path.as_deref(),
+                config.pod_name(),
+                config.enable_http2,
+            )
+            .map_err(RunError::MetricsTls)?;
             let router = secure::authenticated(router, client);
             Ok(secure::serve_tls(
                 listener,
@@ -290,7 +295,9 @@ fn serve_plain(
 ///
 /// # Errors
 /// [`RunError::Signal`] when a handler cannot be installed.
-pub fn cancel_on_signal(root: CancellationToken) -> Result<tokio::task::JoinHandle<()>, RunError> {
+pub(crate) fn cancel_on_signal(
+    root: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>, RunError> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).map_err(|e| RunError::Signal("SIGTERM", e))?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| RunError::Signal("SIGINT", e))?;
@@ -432,7 +439,7 @@ impl Election {
 /// The process: owns the webhook, probe and metrics servers, the leader election and the
 /// controller, all stopped through one cancellation tree rooted at the signal handler's token
 /// (`docs/design.md §5`).
-pub struct Operator {
+pub(crate) struct Operator {
     config: Config,
     root: CancellationToken,
     fatal: Fatal,
@@ -452,7 +459,7 @@ impl Operator {
     /// Start-up failures: [`RunError::KubeConfig`], [`RunError::Client`], [`RunError::Bind`],
     /// [`RunError::Webhook`], [`RunError::CrdMissing`], [`RunError::Admission`],
     /// [`RunError::Leader`].
-    pub async fn start(config: Config, root: CancellationToken) -> Result<Self, RunError> {
+    pub(crate) async fn start(config: Config, root: CancellationToken) -> Result<Self, RunError> {
         let metrics = Arc::new(Metrics::new());
         let kube_cfg = kube_config(config.kubeconfig.as_deref()).await?;
         tracing::info!(api = %kube_cfg.cluster_url, "Kubernetes API");
@@ -541,7 +548,7 @@ impl Operator {
     /// # Errors
     /// The first fatal condition: [`RunError::LeadershipLost`], [`RunError::TaskEnded`],
     /// [`RunError::Webhook`].
-    pub async fn run(mut self) -> Result<(), RunError> {
+    pub(crate) async fn run(mut self) -> Result<(), RunError> {
         let acquired = tokio::select! {
             biased;
             () = self.root.cancelled() => None,
@@ -581,8 +588,7 @@ impl Operator {
         let run = wiring::run_controller(
             self.clients.controller.clone(),
             self.clients.eviction.clone(),
-            self.config.lease_namespace.clone(),
-            usize::from(self.config.max_concurrent_reconciles),
+            crate::controller::ControllerConfig::from(&self.config),
             self.metrics.clone(),
             self.synced.clone(),
             graceful.cancelled_owned(),
@@ -657,6 +663,9 @@ mod wiring {
         metrics: Arc<Metrics>,
     ) -> Result<(Router, watch::Receiver<bool>), RunError> {
         let nms: kube::Api<crate::api::NodeMaintenance> = kube::Api::all(client.clone());
+        // The code, not kube's `Status::is_not_found`: for a resource it does not serve, the API
+        // server answers a plain-text `404 page not found`, which kube turns into a Status
+        // without the `NotFound` reason that `is_not_found` reads.
         if let Err(kube::Error::Api(status)) = nms
             .list_metadata(&kube::api::ListParams::default().limit(1))
             .await
@@ -676,17 +685,11 @@ mod wiring {
     pub(super) async fn run_controller(
         client: Client,
         eviction_client: Client,
-        lease_namespace: String,
-        concurrency: usize,
+        config: ControllerConfig,
         metrics: Arc<Metrics>,
         synced: watch::Sender<bool>,
         shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     ) {
-        let config = ControllerConfig {
-            lease_namespace,
-            concurrency,
-            ..ControllerConfig::default()
-        };
         controller::run(client, eviction_client, config, metrics, synced, shutdown).await;
     }
 }

@@ -32,7 +32,7 @@ pub enum TelemetryError {
 ///
 /// # Errors
 /// [`TelemetryError::Filter`] when the text is not a valid directive list.
-pub fn filter(level: &str) -> Result<EnvFilter, TelemetryError> {
+pub(crate) fn filter(level: &str) -> Result<EnvFilter, TelemetryError> {
     EnvFilter::builder()
         .parse(level)
         .map_err(|source| TelemetryError::Filter {

@@ -48,9 +48,7 @@ use kube::{Client, ResourceExt};
 use nmo_devcluster::Options;
 use nmo_devcluster::audit::{AuditCursor, EVICTIONS_POLICY};
 use nmo_devcluster::faults::swap_serving_pair;
-use nmo_devcluster::operator::{
-    Operator, ServiceAccountRef, install_manifests, register_webhook, service_account_kubeconfig,
-};
+use nmo_devcluster::operator::{Operator, ServiceAccountRef, register_webhook};
 use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
 use serde_json::json;
 
@@ -309,8 +307,11 @@ fn env() -> &'static ChaosEnv {
             audit_policy: Some(EVICTIONS_POLICY.into()),
         })
         .unwrap_or_else(|e| panic!("the local control plane did not start: {e}"));
-        let account = install_manifests(&cluster, &manifests_dir()).unwrap();
-        let kubeconfig = service_account_kubeconfig(&cluster, &account).unwrap();
+        let Installed {
+            account,
+            kubeconfig,
+            ..
+        } = installed(&cluster);
         ChaosEnv {
             cluster,
             account,

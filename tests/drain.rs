@@ -27,25 +27,7 @@ const HOLD: &str = "e2e.medik8s.io/hold";
 /// The operator under test, like [`operator_env`] but told its own pod's name.
 fn env() -> &'static OperatorEnv {
     static ENV: std::sync::OnceLock<OperatorEnv> = std::sync::OnceLock::new();
-    ENV.get_or_init(|| {
-        let cluster = Cluster::shared();
-        let account =
-            nmo_devcluster::operator::install_manifests(cluster, &manifests_dir()).unwrap();
-        let kubeconfig =
-            nmo_devcluster::operator::service_account_kubeconfig(cluster, &account).unwrap();
-        let mut opts = operator_options("operator", &account, &kubeconfig);
-        opts.env.push(("POD_NAME".into(), OWN_POD.into()));
-        let operator = nmo_devcluster::operator::Operator::start(cluster, &opts)
-            .unwrap_or_else(|e| panic!("operator did not start: {e}"));
-        nmo_devcluster::operator::register_webhook(cluster, operator.webhook_port).unwrap();
-        wait_for_webhook(cluster);
-        OperatorEnv {
-            cluster,
-            operator: std::sync::Mutex::new(operator),
-            account,
-            kubeconfig,
-        }
-    })
+    ENV.get_or_init(|| start_env(|opts| opts.env.push(("POD_NAME".into(), OWN_POD.into()))))
 }
 
 /// Creates pod `name` in `ns`, bound to `node`, merged with `extra` (metadata and spec fields).
@@ -160,7 +142,7 @@ async fn own_pod_is_evicted_last() {
         .await
         .remove(0);
     let ns = namespace(&client, "own").await;
-    let own_ns = env.account.namespace.clone();
+    let own_ns = env.installed.account.namespace.clone();
     let hold = json!({"metadata": {"finalizers": [HOLD]}});
     bare_pod(&client, &ns, "app", &node, hold.clone()).await;
     bare_pod(&client, &own_ns, OWN_POD, &node, hold).await;

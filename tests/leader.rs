@@ -22,9 +22,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::watcher;
-use nmo_devcluster::operator::{
-    Operator, ServiceAccountRef, install_manifests, service_account_kubeconfig,
-};
+use nmo_devcluster::operator::{Operator, ServiceAccountRef};
 use nmo_devcluster::process::Child;
 use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
 
@@ -196,8 +194,11 @@ fn signal(child: &Child, sig: i32) {
 #[tokio::test]
 async fn mixed_election_with_client_go_never_overlaps() {
     let cluster = Cluster::shared();
-    let account = install_manifests(cluster, &manifests_dir()).unwrap();
-    let kubeconfig = service_account_kubeconfig(cluster, &account).unwrap();
+    let Installed {
+        account,
+        kubeconfig,
+        ..
+    } = installed(cluster);
     let client = cluster.client().await;
     let go_bin = go_elector();
 

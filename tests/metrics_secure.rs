@@ -63,7 +63,11 @@ fn https_get(port: u16, ca_pem: &str, token: Option<&str>) -> (u16, String) {
 #[tokio::test]
 async fn secure_metrics_answer_200_to_a_reader_403_to_others_401_without_a_token() {
     let cluster = Cluster::shared();
-    let account = nmo_devcluster::operator::install_manifests(cluster, &manifests_dir()).unwrap();
+    let Installed {
+        account,
+        kubeconfig,
+        ..
+    } = installed(cluster);
     // The overlay adds the operator's tokenreviews/subjectaccessreviews grant and the reader role.
     let overlay = manifests_dir().join("overlays/metrics-secure");
     let same = nmo_devcluster::operator::install_manifests(cluster, &overlay).unwrap();
@@ -71,8 +75,6 @@ async fn secure_metrics_answer_200_to_a_reader_403_to_others_401_without_a_token
         (same.namespace.as_str(), same.name.as_str()),
         (account.namespace.as_str(), account.name.as_str())
     );
-    let kubeconfig =
-        nmo_devcluster::operator::service_account_kubeconfig(cluster, &account).unwrap();
 
     // A serving pair from the cluster's CA, so the client verifies the server properly.
     let cert_dir = cluster.dir().join("metrics-certs");
@@ -198,9 +200,11 @@ fn the_metrics_secure_overlay_is_accepted_by_the_api_server() {
 #[test]
 fn a_missing_metrics_certificate_is_named_at_start() {
     let cluster = Cluster::shared();
-    let account = nmo_devcluster::operator::install_manifests(cluster, &manifests_dir()).unwrap();
-    let kubeconfig =
-        nmo_devcluster::operator::service_account_kubeconfig(cluster, &account).unwrap();
+    let Installed {
+        account,
+        kubeconfig,
+        ..
+    } = installed(cluster);
     let missing = cluster.dir().join("no-metrics-certs");
     let mut opts = operator_options("operator-no-metrics-cert", &account, &kubeconfig);
     opts.extra_args = vec![

@@ -9,9 +9,7 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use nmo_devcluster::operator::{
-    Operator, ServiceAccountRef, install_manifests, service_account_kubeconfig,
-};
+use nmo_devcluster::operator::{Operator, ServiceAccountRef};
 use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
 use serde_json::json;
 
@@ -25,9 +23,8 @@ fn setup() -> (&'static Cluster, ServiceAccountRef, std::path::PathBuf) {
         std::sync::OnceLock::new();
     let cluster = Cluster::shared();
     let (account, kubeconfig) = SETUP.get_or_init(|| {
-        let account = install_manifests(cluster, &manifests_dir()).unwrap();
-        let kubeconfig = service_account_kubeconfig(cluster, &account).unwrap();
-        (account, kubeconfig)
+        let installed = installed(cluster);
+        (installed.account, installed.kubeconfig)
     });
     (cluster, account.clone(), kubeconfig.clone())
 }

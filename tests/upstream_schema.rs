@@ -14,9 +14,7 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, WatchEvent, WatchParams};
-use nmo_devcluster::operator::{
-    Operator, ServiceAccountRef, install_manifests, service_account_kubeconfig,
-};
+use nmo_devcluster::operator::{Operator, ServiceAccountRef};
 use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance, upstream_schema_crd};
 use serde_json::json;
 
@@ -30,7 +28,7 @@ fn setup() -> (&'static Cluster, ServiceAccountRef, std::path::PathBuf) {
         std::sync::OnceLock::new();
     let cluster = Cluster::shared();
     let (account, kubeconfig) = SETUP.get_or_init(|| {
-        let account = install_manifests(cluster, &manifests_dir()).unwrap();
+        let installed = installed(cluster);
         let crd = serde_yaml::to_string(&upstream_schema_crd()).unwrap();
         cluster
             .kubectl_run(
@@ -49,8 +47,7 @@ fn setup() -> (&'static Cluster, ServiceAccountRef, std::path::PathBuf) {
                 None,
             )
             .unwrap();
-        let kubeconfig = service_account_kubeconfig(cluster, &account).unwrap();
-        (account, kubeconfig)
+        (installed.account, installed.kubeconfig)
     });
     (cluster, account.clone(), kubeconfig.clone())
 }

@@ -30,11 +30,11 @@ use crate::api::{NodeMaintenance, NodeMaintenanceSpec};
 
 /// Objects per page of the initial Node LIST: a page is held whole (unstripped) while it is
 /// decoded, so small pages keep the start-up peak, and the heap it leaves behind, small.
-pub const NODE_PAGE_SIZE: u32 = 100;
+pub(crate) const NODE_PAGE_SIZE: u32 = 100;
 
 /// Keeps only a Node's name, its control-plane role labels and the status of its `Ready`
 /// condition: what the existence, control-plane and quorum rules read.
-pub fn strip_node(node: &mut Node) {
+pub(crate) fn strip_node(node: &mut Node) {
     let labels = node.metadata.labels.take().map(|mut l| {
         l.retain(|k, _| CONTROL_PLANE_LABELS.contains(&k.as_str()));
         l
@@ -66,7 +66,7 @@ pub fn strip_node(node: &mut Node) {
 }
 
 /// Keeps only a NodeMaintenance's name and `spec.nodeName`.
-pub fn strip_nm(nm: &mut NodeMaintenance) {
+pub(crate) fn strip_nm(nm: &mut NodeMaintenance) {
     let name = nm.metadata.name.take();
     let node_name = std::mem::take(&mut nm.spec.node_name);
     *nm = NodeMaintenance {
@@ -84,7 +84,7 @@ pub fn strip_nm(nm: &mut NodeMaintenance) {
 
 /// Keeps only a Pod's name, namespace, labels, `spec.nodeName` and the status of its `Ready`
 /// condition.
-pub fn strip_pod(pod: &mut Pod) {
+pub(crate) fn strip_pod(pod: &mut Pod) {
     let ready = ready_condition_status(
         pod.status
             .as_ref()
@@ -117,7 +117,7 @@ pub fn strip_pod(pod: &mut Pod) {
 }
 
 /// Keeps only a PodDisruptionBudget's name, namespace, selector and `disruptionsAllowed`.
-pub fn strip_pdb(pdb: &mut PodDisruptionBudget) {
+pub(crate) fn strip_pdb(pdb: &mut PodDisruptionBudget) {
     let selector = pdb.spec.as_mut().and_then(|s| s.selector.take());
     let disruptions_allowed = pdb.status.as_ref().and_then(|s| s.disruptions_allowed);
     *pdb = PodDisruptionBudget {
@@ -147,7 +147,7 @@ fn ready_condition_status<'a>(
 
 /// The quorum inputs of the detected platform.
 #[derive(Clone)]
-pub enum QuorumStores {
+pub(crate) enum QuorumStores {
     /// kubeadm-style etcd static pods in `kube-system`.
     Kubernetes {
         /// Pods labelled `component=etcd`.
@@ -165,7 +165,7 @@ pub enum QuorumStores {
 /// Read handles of the admission caches. Cheap to clone; the watches run in tasks that end
 /// when the [`CacheTasks`] returned beside it are dropped.
 #[derive(Clone)]
-pub struct Caches {
+pub(crate) struct Caches {
     nodes: Store<Node>,
     nms: Store<NodeMaintenance>,
     quorum: QuorumStores,
@@ -173,7 +173,7 @@ pub struct Caches {
 }
 
 /// The tasks that keep the caches current; dropping this stops them.
-pub struct CacheTasks(Vec<tokio::task::JoinHandle<()>>);
+pub(crate) struct CacheTasks(Vec<tokio::task::JoinHandle<()>>);
 
 impl Drop for CacheTasks {
     fn drop(&mut self) {
@@ -185,23 +185,23 @@ impl Drop for CacheTasks {
 
 impl Caches {
     /// The stripped Node `name`, if the cache has it.
-    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
+    pub(crate) fn node(&self, name: &str) -> Option<Arc<Node>> {
         self.nodes.get(&ObjectRef::new(name))
     }
 
     /// Every cached Node whose labels mark it control-plane.
-    pub fn control_plane_nodes(&self) -> Vec<Arc<Node>> {
+    pub(crate) fn control_plane_nodes(&self) -> Vec<Arc<Node>> {
         self.nodes.state_filter(super::quorum::is_control_plane)
     }
 
     /// Whether a cached NodeMaintenance targets `node`.
-    pub fn maintained(&self, node: &str) -> bool {
+    pub(crate) fn maintained(&self, node: &str) -> bool {
         self.nms.find(|nm| nm.spec.node_name == node).is_some()
     }
 
     /// Whether the cache holds a NodeMaintenance named `name` for `node` (an empty `name`: any
     /// NodeMaintenance for `node`).
-    pub fn has_nm_for(&self, name: &str, node: &str) -> bool {
+    pub(crate) fn has_nm_for(&self, name: &str, node: &str) -> bool {
         if name.is_empty() {
             return self.maintained(node);
         }
@@ -211,13 +211,13 @@ impl Caches {
     }
 
     /// The quorum inputs.
-    pub fn quorum(&self) -> &QuorumStores {
+    pub(crate) fn quorum(&self) -> &QuorumStores {
         &self.quorum
     }
 
     /// True once every cache has listed its objects; stays true through later reconnects (the
     /// cache then serves its last state, as controller-runtime's informers do).
-    pub fn synced(&self) -> watch::Receiver<bool> {
+    pub(crate) fn synced(&self) -> watch::Receiver<bool> {
         self.synced.clone()
     }
 }
@@ -225,7 +225,7 @@ impl Caches {
 /// A NodeMaintenance watch event as the reservations need it: `(name, nodeName)` of an object the
 /// cache now shows (added, changed or deleted), or a completed relist.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NmEvent {
+pub(crate) enum NmEvent {
     /// The cache now shows this object's latest state.
     Observed {
         /// `metadata.name`.
@@ -240,7 +240,7 @@ pub enum NmEvent {
 /// Starts the caches of `platform` on `client`. `on_nm_event` runs after each NodeMaintenance
 /// event has been applied to the cache (the reservations end there). Returns the read handles
 /// and the tasks; [`Caches::synced`] turns true once all have listed.
-pub fn start(
+pub(crate) fn start(
     client: &Client,
     platform: Platform,
     on_nm_event: impl Fn(NmEvent) + Send + Sync + 'static,

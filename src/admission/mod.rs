@@ -18,8 +18,8 @@ mod reservations;
 mod rules;
 mod webhook;
 
-pub use cache::*;
-pub use quorum::*;
-pub use reservations::*;
-pub use rules::*;
-pub use webhook::*;
+pub(crate) use quorum::*;
+pub(crate) use reservations::*;
+pub(crate) use rules::*;
+pub(crate) use webhook::*;
+pub use webhook::{AdmissionError, WEBHOOK_PATH};

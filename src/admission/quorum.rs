@@ -9,22 +9,22 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 
 /// Node labels that mark a control-plane node; presence is enough, any value (upstream).
-pub const CONTROL_PLANE_LABELS: [&str; 2] = [
+pub(crate) const CONTROL_PLANE_LABELS: [&str; 2] = [
     "node-role.kubernetes.io/control-plane",
     "node-role.kubernetes.io/master",
 ];
 /// Namespace of the etcd guard PodDisruptionBudget and guard pods on OpenShift.
-pub const OPENSHIFT_ETCD_NAMESPACE: &str = "openshift-etcd";
+pub(crate) const OPENSHIFT_ETCD_NAMESPACE: &str = "openshift-etcd";
 /// Namespace of kubeadm's etcd static pods.
-pub const ETCD_POD_NAMESPACE: &str = "kube-system";
+pub(crate) const ETCD_POD_NAMESPACE: &str = "kube-system";
 /// Label selector of kubeadm's etcd static pods.
-pub const ETCD_POD_SELECTOR: &str = "component=etcd";
+pub(crate) const ETCD_POD_SELECTOR: &str = "component=etcd";
 /// The group version whose presence marks an OpenShift cluster (upstream's detection).
-pub const OPENSHIFT_CONFIG_GROUP_VERSION: &str = "config.openshift.io/v1";
+pub(crate) const OPENSHIFT_CONFIG_GROUP_VERSION: &str = "config.openshift.io/v1";
 
 /// One etcd member as seen for the quorum rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EtcdMember {
+pub(crate) struct EtcdMember {
     /// Node hosting the member.
     pub node: String,
     /// The member is up: its node is Ready (and its etcd pod Ready, when pods were found).
@@ -36,7 +36,7 @@ pub struct EtcdMember {
 /// The quorum rule for clusters without OpenShift's etcd guard: a node that hosts a member may
 /// enter maintenance only if a majority (`n/2 + 1` of the `n` members) stays Ready and out of
 /// maintenance without it. Nodes that host no member are always allowed.
-pub fn etcd_quorum_allows(node: &str, members: &[EtcdMember]) -> bool {
+pub(crate) fn etcd_quorum_allows(node: &str, members: &[EtcdMember]) -> bool {
     if !members.iter().any(|m| m.node == node) {
         return true;
     }
@@ -50,7 +50,7 @@ pub fn etcd_quorum_allows(node: &str, members: &[EtcdMember]) -> bool {
 
 /// Readiness of the OpenShift etcd guard pod on the node, if there is one.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum GuardPod {
+pub(crate) enum GuardPod {
     /// No guard pod runs on the node.
     Absent,
     /// The guard pod's `Ready` condition status (`True`, `False`, `Unknown`), `None` without one.
@@ -62,7 +62,7 @@ pub enum GuardPod {
 /// (none or several: deny); `disruptionsAllowed >= 1` allows; else the guard pod on the node
 /// denies when its Ready is `True` or `Unknown` and allows when `False`, missing, or when there is
 /// no guard pod on the node (the node is already disrupted).
-pub fn openshift_quorum_allows(
+pub(crate) fn openshift_quorum_allows(
     is_control_plane: bool,
     pdb_disruptions_allowed: &[i32],
     guard: &GuardPod,
@@ -83,7 +83,7 @@ pub fn openshift_quorum_allows(
 }
 
 /// Whether the node carries a control-plane role label (any value).
-pub fn is_control_plane(node: &Node) -> bool {
+pub(crate) fn is_control_plane(node: &Node) -> bool {
     node.metadata
         .labels
         .as_ref()
@@ -91,7 +91,7 @@ pub fn is_control_plane(node: &Node) -> bool {
 }
 
 /// Whether the node's `Ready` condition is `True`.
-pub fn node_ready(node: &Node) -> bool {
+pub(crate) fn node_ready(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -99,7 +99,7 @@ pub fn node_ready(node: &Node) -> bool {
 }
 
 /// The status of the pod's `Ready` condition, if it has one.
-pub fn pod_ready_status(pod: &Pod) -> Option<String> {
+pub(crate) fn pod_ready_status(pod: &Pod) -> Option<String> {
     pod.status
         .as_ref()?
         .conditions
@@ -113,7 +113,7 @@ pub fn pod_ready_status(pod: &Pod) -> Option<String> {
 /// the pod and its node are Ready) or, when there are none, from control-plane labelled nodes
 /// (Ready when the node is Ready). `node_ready` answers for a node by name (false when unknown);
 /// `maintained` says whether a node has a NodeMaintenance (cached or reserved).
-pub fn etcd_members(
+pub(crate) fn etcd_members(
     etcd_pods: &[Arc<Pod>],
     control_plane_nodes: &[Arc<Node>],
     node_ready_by_name: impl Fn(&str) -> bool,
@@ -157,7 +157,7 @@ pub fn etcd_members(
 ///
 /// # Errors
 /// The selector cannot be evaluated (an unknown operator); upstream returns such errors raw.
-pub fn guard_pod(
+pub(crate) fn guard_pod(
     node: &str,
     selector: Option<&LabelSelector>,
     pods: &[Arc<Pod>],

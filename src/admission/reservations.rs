@@ -16,13 +16,13 @@ use std::time::Duration;
 /// the watch normally delivers a new object within milliseconds, so by then a missing object
 /// means the request failed. Checks repeat, doubling up to [`CONFIRM_MAX_INTERVAL`], while the
 /// object exists but the cache still does not show it (a watch that is reconnecting).
-pub const CONFIRM_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const CONFIRM_AFTER: Duration = Duration::from_secs(1);
 /// Longest interval between two live checks of one reservation.
-pub const CONFIRM_MAX_INTERVAL: Duration = Duration::from_secs(8);
+pub(crate) const CONFIRM_MAX_INTERVAL: Duration = Duration::from_secs(8);
 
 /// One admitted CREATE not yet shown by the cache.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Reservation {
+pub(crate) struct Reservation {
     /// Name of the admitted NodeMaintenance (empty when the request carried none).
     pub nm_name: String,
     /// Identifies this reservation, so a late check never ends a newer one.
@@ -35,7 +35,7 @@ pub struct Reservation {
 /// The reservations of one replica, by node name. Pure bookkeeping; the webhook holds it behind
 /// one mutex together with its cache reads, so that checking and reserving is one atomic step.
 #[derive(Debug, Default)]
-pub struct Reservations {
+pub(crate) struct Reservations {
     by_node: HashMap<String, Reservation>,
     next_token: u64,
 }
@@ -45,7 +45,7 @@ impl Reservations {
     /// retrying the same object is not refused by its own earlier admission (the API server
     /// refuses a real duplicate name with AlreadyExists); an empty name identifies nothing, so it
     /// never exempts itself.
-    pub fn reserved_for_other(&self, node: &str, nm_name: &str) -> bool {
+    pub(crate) fn reserved_for_other(&self, node: &str, nm_name: &str) -> bool {
         self.by_node
             .get(node)
             .is_some_and(|r| nm_name.is_empty() || r.nm_name != nm_name)
@@ -54,7 +54,7 @@ impl Reservations {
     /// Reserves `node` for the admitted `nm_name`. Returns the token of a new reservation, or
     /// `None` when the same object already holds the node (a retry): that reservation is renewed
     /// and keeps its live check.
-    pub fn reserve(&mut self, node: &str, nm_name: &str) -> Option<u64> {
+    pub(crate) fn reserve(&mut self, node: &str, nm_name: &str) -> Option<u64> {
         if let Some(r) = self.by_node.get_mut(node)
             && r.nm_name == nm_name
             && !nm_name.is_empty()
@@ -75,7 +75,7 @@ impl Reservations {
     }
 
     /// The renewal count of reservation `token` of `node`, while it is held.
-    pub fn renewals(&self, node: &str, token: u64) -> Option<u64> {
+    pub(crate) fn renewals(&self, node: &str, token: u64) -> Option<u64> {
         self.by_node
             .get(node)
             .filter(|r| r.token == token)
@@ -87,7 +87,7 @@ impl Reservations {
     /// NodeMaintenance for its node; one for another node, or another object, is left alone
     /// (an object of the same name for another node is not this CREATE's). Returns whether one
     /// ended.
-    pub fn observed(&mut self, nm_name: &str, node: &str) -> bool {
+    pub(crate) fn observed(&mut self, nm_name: &str, node: &str) -> bool {
         let ends = self
             .by_node
             .get(node)
@@ -98,15 +98,16 @@ impl Reservations {
         ends
     }
 
+    #[cfg(test)]
     /// Whether the reservation `token` of `node` is still held.
-    pub fn holds(&self, node: &str, token: u64) -> bool {
+    pub(crate) fn holds(&self, node: &str, token: u64) -> bool {
         self.by_node.get(node).is_some_and(|r| r.token == token)
     }
 
     /// Ends the reservation `token` of `node` (its object was found not to exist by a check that
     /// started when the reservation had `renewals` renewals); a newer reservation of the node, or
     /// one renewed since, is left alone. Returns whether it ended.
-    pub fn release(&mut self, node: &str, token: u64, renewals: u64) -> bool {
+    pub(crate) fn release(&mut self, node: &str, token: u64, renewals: u64) -> bool {
         if self.renewals(node, token) == Some(renewals) {
             self.by_node.remove(node);
             true
@@ -116,17 +117,19 @@ impl Reservations {
     }
 
     /// Every reservation, by node (for the relist check and diagnostics).
-    pub fn iter(&self) -> impl Iterator<Item = (&String, &Reservation)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &Reservation)> {
         self.by_node.iter()
     }
 
+    #[cfg(test)]
     /// The number of reservations held.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.by_node.len()
     }
 
+    #[cfg(test)]
     /// Whether no reservation is held.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.by_node.is_empty()
     }
 }

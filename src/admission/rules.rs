@@ -6,7 +6,7 @@ use crate::api::{NodeMaintenance, NodeNameError};
 /// code 403 (kubectl prints `admission webhook "vnodemaintenance.kb.io" denied the request:
 /// <text>`). Every text and how it relates to upstream's is listed in `docs/compat.md §6`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Denial {
+pub(crate) enum Denial {
     /// CREATE for a node that does not exist (upstream check 1, exact text).
     #[error("invalid nodeName, no node with name {0} found")]
     NodeNotFound(String),
@@ -61,7 +61,7 @@ pub enum Denial {
 ///
 /// # Errors
 /// [`Denial::EmptyNodeName`] or [`Denial::MalformedNodeName`].
-pub fn validate_node_name(name: &str) -> Result<(), Denial> {
+pub(crate) fn validate_node_name(name: &str) -> Result<(), Denial> {
     match crate::api::validate_node_name(name) {
         Ok(()) => Ok(()),
         Err(NodeNameError::Empty) => Err(Denial::EmptyNodeName),
@@ -73,7 +73,7 @@ pub fn validate_node_name(name: &str) -> Result<(), Denial> {
 
 /// What the CREATE decision needs to know, observed in upstream's order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CreateFacts {
+pub(crate) struct CreateFacts {
     /// A Node named `spec.nodeName` exists.
     pub node_exists: bool,
     /// Another NodeMaintenance targets the node (cached, or admitted and not yet cached).
@@ -87,7 +87,7 @@ pub struct CreateFacts {
 ///
 /// # Errors
 /// The [`Denial`] of the first failing check.
-pub fn validate_create(nm: &NodeMaintenance, facts: &CreateFacts) -> Result<(), Denial> {
+pub(crate) fn validate_create(nm: &NodeMaintenance, facts: &CreateFacts) -> Result<(), Denial> {
     let node = nm.spec.node_name.as_str();
     validate_node_name(node)?;
     if !facts.node_exists {
@@ -107,7 +107,7 @@ pub fn validate_create(nm: &NodeMaintenance, facts: &CreateFacts) -> Result<(), 
 ///
 /// # Errors
 /// [`Denial::NodeNameChanged`].
-pub fn validate_update(old: &NodeMaintenance, new: &NodeMaintenance) -> Result<(), Denial> {
+pub(crate) fn validate_update(old: &NodeMaintenance, new: &NodeMaintenance) -> Result<(), Denial> {
     if old.spec.node_name != new.spec.node_name {
         return Err(Denial::NodeNameChanged);
     }

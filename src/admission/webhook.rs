@@ -12,18 +12,18 @@ use tokio::sync::watch;
 use super::cache::{self, CacheTasks, Caches, NmEvent, QuorumStores};
 use super::*;
 use crate::api::NodeMaintenance;
-use crate::metrics::Metrics;
+use crate::metrics::{AdmissionOperation, AdmissionResult, Metrics};
 
 /// Path of the validating webhook (upstream's, derived by kubebuilder from the GVK).
 pub const WEBHOOK_PATH: &str = "/validate-nodemaintenance-medik8s-io-v1beta1-nodemaintenance";
 /// Upper bound of the waits of one review (caches not yet synced, the live lookup of a node
 /// missing from the cache); stays below the webhook's 15 s `timeoutSeconds` so the user gets our
 /// "please try again" message rather than a webhook timeout.
-pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The platform's quorum guard, detected once at start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Platform {
+pub(crate) enum Platform {
     /// `config.openshift.io/v1` is served: upstream's etcd-guard PDB rule.
     OpenShift,
     /// Anything else: the etcd member majority rule.
@@ -43,7 +43,7 @@ pub enum AdmissionError {
 ///
 /// # Errors
 /// [`AdmissionError::Discovery`] when discovery fails.
-pub async fn detect_platform(client: &Client) -> Result<Platform, AdmissionError> {
+pub(crate) async fn detect_platform(client: &Client) -> Result<Platform, AdmissionError> {
     let groups = client
         .list_api_groups()
         .await
@@ -64,10 +64,9 @@ pub async fn detect_platform(client: &Client) -> Result<Platform, AdmissionError
 }
 
 /// The NodeMaintenance validator: the pure rules over the watch caches, plus the reservations.
-pub struct Admission {
+pub(crate) struct Admission {
     client: Client,
     metrics: Arc<Metrics>,
-    platform: Platform,
     caches: Caches,
     /// Held while a CREATE reads the caches and reserves its node, so that the check and the
     /// reservation are one step for every CREATE of this replica (a few microseconds: nothing
@@ -83,14 +82,17 @@ impl Admission {
     ///
     /// # Errors
     /// [`AdmissionError::Discovery`] when discovery fails.
-    pub async fn start(client: Client, metrics: Arc<Metrics>) -> Result<Self, AdmissionError> {
+    pub(crate) async fn start(
+        client: Client,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, AdmissionError> {
         let platform = detect_platform(&client).await?;
         Ok(Self::with_platform(client, metrics, platform))
     }
 
     /// Starts the caches for a known platform (no discovery call). Must run inside a tokio
     /// runtime; the watches stop when the validator is dropped.
-    pub fn with_platform(client: Client, metrics: Arc<Metrics>, platform: Platform) -> Self {
+    pub(crate) fn with_platform(client: Client, metrics: Arc<Metrics>, platform: Platform) -> Self {
         let reservations = Arc::new(Mutex::new(Reservations::default()));
         let (caches, tasks) = {
             let reservations = reservations.clone();
@@ -127,26 +129,15 @@ impl Admission {
         Self {
             client,
             metrics,
-            platform,
             caches,
             reservations,
             _tasks: tasks,
         }
     }
 
-    /// The detected platform.
-    pub fn platform(&self) -> Platform {
-        self.platform
-    }
-
     /// Turns true once the caches have listed everything; `/readyz` waits for it.
-    pub fn synced(&self) -> watch::Receiver<bool> {
+    pub(crate) fn synced(&self) -> watch::Receiver<bool> {
         self.caches.synced()
-    }
-
-    /// The number of reservations held now (admitted CREATEs the cache does not show yet).
-    pub fn reservations(&self) -> usize {
-        lock(&self.reservations).len()
     }
 
     /// The stripped node: from the cache, or, when the cache does not have it (a node created a
@@ -358,25 +349,25 @@ async fn confirm_reservation(
     }
 }
 
-fn operation_name(op: &Operation) -> &'static str {
+fn operation_name(op: &Operation) -> AdmissionOperation {
     match op {
-        Operation::Create => "CREATE",
-        Operation::Update => "UPDATE",
-        Operation::Delete => "DELETE",
-        Operation::Connect => "CONNECT",
+        Operation::Create => AdmissionOperation::CREATE,
+        Operation::Update => AdmissionOperation::UPDATE,
+        Operation::Delete => AdmissionOperation::DELETE,
+        Operation::Connect => AdmissionOperation::CONNECT,
     }
 }
 
 /// The `operation` metric label of a review that could not be decoded: one of the four
 /// admission operations, else `UNKNOWN`. The text comes from an unauthenticated request body, so
 /// it must never become a label value as is (each distinct value is a new series, held forever).
-pub fn operation_label(operation: Option<&str>) -> &'static str {
+pub(crate) fn operation_label(operation: Option<&str>) -> AdmissionOperation {
     match operation {
-        Some("CREATE") => "CREATE",
-        Some("UPDATE") => "UPDATE",
-        Some("DELETE") => "DELETE",
-        Some("CONNECT") => "CONNECT",
-        _ => "UNKNOWN",
+        Some("CREATE") => AdmissionOperation::CREATE,
+        Some("UPDATE") => AdmissionOperation::UPDATE,
+        Some("DELETE") => AdmissionOperation::DELETE,
+        Some("CONNECT") => AdmissionOperation::CONNECT,
+        _ => AdmissionOperation::UNKNOWN,
     }
 }
 
@@ -391,12 +382,12 @@ impl nmo_webhook::Validator for Admission {
             .as_ref()
             .map(|o| o.spec.node_name.clone())
             .unwrap_or_default();
-        tracing::debug!(name = %req.name, node = %node, operation, dry_run = req.dry_run, "validate {}", operation.to_lowercase());
+        tracing::debug!(name = %req.name, node = %node, ?operation, dry_run = req.dry_run, "validate {}", format!("{operation:?}").to_lowercase());
         let (resp, result) = match self.decide(&req).await {
-            Ok(()) => (nmo_webhook::allow(&req), "allowed"),
+            Ok(()) => (nmo_webhook::allow(&req), AdmissionResult::allowed),
             Err(denial) => {
-                tracing::info!(name = %req.name, node = %node, operation, reason = %denial, "validation failed");
-                (nmo_webhook::deny(&req, &denial), "denied")
+                tracing::info!(name = %req.name, node = %node, ?operation, reason = %denial, "validation failed");
+                (nmo_webhook::deny(&req, &denial), AdmissionResult::denied)
             }
         };
         self.metrics
@@ -406,14 +397,14 @@ impl nmo_webhook::Validator for Admission {
 
     fn rejected(&self, operation: Option<&str>, _error: &nmo_webhook::EnvelopeError) {
         self.metrics
-            .admission(operation_label(operation), "invalid", 0.0);
+            .admission(operation_label(operation), AdmissionResult::invalid, 0.0);
     }
 }
 
 /// The webhook router: `POST` [`WEBHOOK_PATH`] served by `admission` through the
 /// [`nmo_webhook`] envelope (3 MiB body limit, 10 s body timeout). Serve it with
 /// `nmo_webhook::WebhookServer::start`, merged with any other routes.
-pub fn router(admission: Arc<Admission>) -> axum::Router {
+pub(crate) fn router(admission: Arc<Admission>) -> axum::Router {
     nmo_webhook::admission_route(WEBHOOK_PATH, admission)
 }
 
@@ -424,7 +415,7 @@ mod tests {
     #[test]
     fn rejected_reviews_get_a_bounded_operation_label() {
         for op in ["CREATE", "UPDATE", "DELETE", "CONNECT"] {
-            assert_eq!(operation_label(Some(op)), op);
+            assert_eq!(format!("{:?}", operation_label(Some(op))), op);
         }
         for junk in [
             None,
@@ -432,7 +423,7 @@ mod tests {
             Some("create"),
             Some("x".repeat(4096).as_str()),
         ] {
-            assert_eq!(operation_label(junk), "UNKNOWN");
+            assert_eq!(operation_label(junk), AdmissionOperation::UNKNOWN);
         }
     }
 }

@@ -10,8 +10,8 @@
 //! - `plan.rs`: the pure state machine (statuses, events, requeues), unit-tested.
 //! - `reconcile.rs`: the reconcile steps and their I/O.
 
-pub mod orphans;
-pub mod plan;
+pub(crate) mod orphans;
+pub(crate) mod plan;
 mod reconcile;
 
 use std::collections::HashMap;
@@ -31,39 +31,40 @@ use kube::{Api, Client, ResourceExt};
 use crate::api::NodeMaintenance;
 use crate::drain::{DrainError, DrainOptions, Drainer};
 use crate::lease::{LeaseError, NodeLeases};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ReconcileErrorKind};
 use crate::node::NodeError;
 
-pub use reconcile::{error_policy, reconcile};
+pub(crate) use reconcile::{error_policy, reconcile};
 
 /// The events' reporting controller (upstream's recorder name, docs/compat.md §4).
-pub const REPORTER: &str = "NodeMaintenance";
+pub(crate) const REPORTER: &str = "NodeMaintenance";
 /// Longest back-off after repeated reconcile errors of one object.
-pub const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(300);
+pub(crate) const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(300);
 
-/// Settings of the controller.
+/// Settings of the controller, taken from the parsed command line ([`crate::config::Config`]).
 #[derive(Clone, Debug)]
-pub struct ControllerConfig {
-    /// Namespace of the medik8s per-node leases (`LEASE_NAMESPACE`, default `medik8s-leases`).
+pub(crate) struct ControllerConfig {
+    /// Namespace of the medik8s per-node leases (`--lease-namespace`/`LEASE_NAMESPACE`, default
+    /// `medik8s-leases`).
     pub lease_namespace: String,
     /// NodeMaintenances reconciled at once; 0 means unbounded. One object is never reconciled
     /// concurrently with itself.
     pub concurrency: usize,
     /// Drain settings (the operator's own pod, evicted last).
     pub drain: DrainOptions,
-    /// `reportingInstance` of events; the pod name when known.
+    /// `reportingInstance` of events; the pod name (`--pod-name`/`POD_NAME`) when known.
     pub reporter_instance: Option<String>,
 }
 
-impl Default for ControllerConfig {
-    /// `medik8s-leases` (or `LEASE_NAMESPACE`), concurrency 32, the own pod from
-    /// `POD_NAME`/`POD_NAMESPACE`, reporter instance `POD_NAME`.
-    fn default() -> Self {
+impl From<&crate::config::Config> for ControllerConfig {
+    fn from(config: &crate::config::Config) -> Self {
         Self {
-            lease_namespace: crate::lease::namespace_from_env(),
-            concurrency: 32,
-            drain: DrainOptions::from_env(),
-            reporter_instance: std::env::var("POD_NAME").ok().filter(|v| !v.is_empty()),
+            lease_namespace: config.lease_namespace.clone(),
+            concurrency: usize::from(config.max_concurrent_reconciles),
+            drain: DrainOptions {
+                own_pod: config.own_pod(),
+            },
+            reporter_instance: config.pod_name().map(str::to_owned),
         }
     }
 }
@@ -73,7 +74,7 @@ impl Default for ControllerConfig {
 /// its objects) until it is processed, so at about 9 KB per node (images, conditions, nodeInfo)
 /// kube's default of 500 would make one page of 4.5 MB the largest thing in the process on a big
 /// cluster; 100 keeps it under 1 MB, at one round trip per 100 nodes (`docs/design.md §7`).
-pub const NODE_PAGE_SIZE: u32 = 100;
+pub(crate) const NODE_PAGE_SIZE: u32 = 100;
 
 /// Whether the API server streams a watch's initial list (`sendInitialEvents`, Kubernetes'
 /// WatchList feature): then the Node watch gets every node as one watch event at a time, parsed
@@ -81,7 +82,7 @@ pub const NODE_PAGE_SIZE: u32 = 100;
 /// with a watch that selects no node: a server that supports it ends the (empty) initial events
 /// with a bookmark annotated `k8s.io/initial-events-end`; one that does not refuses the
 /// parameters or sends no such bookmark within 2 s. Any doubt means paged lists.
-pub async fn streams_initial_lists(nodes: &Api<WatchedNode>) -> bool {
+pub(crate) async fn streams_initial_lists(nodes: &Api<WatchedNode>) -> bool {
     use kube::api::{WatchEvent, WatchParams};
     let probe = async {
         let wp = WatchParams::streaming_lists().labels("nodemaintenance.medik8s.io/no-such-label");
@@ -117,7 +118,7 @@ pub async fn streams_initial_lists(nodes: &Api<WatchedNode>) -> bool {
 /// names and a fingerprint each.
 #[derive(Clone, Debug, Default, serde::Deserialize)]
 #[serde(from = "WatchedNodeWire")]
-pub struct WatchedNode {
+pub(crate) struct WatchedNode {
     /// `name`, `uid`, `resourceVersion`, `labels` and `annotations`; every other field empty.
     pub metadata: ObjectMeta,
     /// The node's spec (`unschedulable`, `taints`, ...).
@@ -180,7 +181,7 @@ impl k8s_openapi::Metadata for WatchedNode {
 /// A hash of the parts of a Node that maintenance reads or writes: `spec.unschedulable`,
 /// `spec.taints`, labels and annotations. Equal fingerprints mean a watch event changed nothing
 /// a reconcile would act on (typically a status heartbeat).
-pub fn maintenance_fingerprint(node: &WatchedNode) -> u64 {
+pub(crate) fn maintenance_fingerprint(node: &WatchedNode) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     let spec = node.spec.as_ref();
@@ -196,7 +197,7 @@ pub fn maintenance_fingerprint(node: &WatchedNode) -> u64 {
 
 /// Errors of one reconcile. Each displays the text written to `status.lastError`.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// Entering, leaving or handing over the node failed (`nodes "<n>" not found`,
     /// `patching node taints failed: <err>`, or the raw GET error).
     #[error("{0}")]
@@ -238,31 +239,23 @@ pub enum Error {
 
 /// Upper bound of one reconcile. A pass makes a handful of API calls; only a struggling API
 /// server (the client's own 429/503/504 retries) makes one last this long.
-pub const RECONCILE_TIMEOUT: Duration = Duration::from_secs(60);
-
-fn kube_code(e: &kube::Error) -> Option<u16> {
-    match e {
-        kube::Error::Api(s) => Some(s.code),
-        _ => None,
-    }
-}
+pub(crate) const RECONCILE_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Error {
-    /// Bounded label for `nmo_reconcile_failures`; every value is listed in
-    /// [`crate::metrics::RECONCILE_ERRORS`], which creates the series at zero.
-    pub fn metric_label(&self) -> &'static str {
+    /// The `error` label of `nmo_reconcile_failures_total`.
+    pub(crate) fn metric_label(&self) -> ReconcileErrorKind {
         match self {
-            Error::Node(NodeError::NotFound(_)) => "node_not_found",
-            Error::Node(_) | Error::GetNode(_) => "node",
-            Error::StopAfterLeaseLoss(_) => "stop_after_lease_loss",
-            Error::Lease(_) => "lease",
-            Error::Drain(_) | Error::InitStatus(_) => "drain",
+            Error::Node(NodeError::NotFound(_)) => ReconcileErrorKind::node_not_found,
+            Error::Node(_) | Error::GetNode(_) => ReconcileErrorKind::node,
+            Error::StopAfterLeaseLoss(_) => ReconcileErrorKind::stop_after_lease_loss,
+            Error::Lease(_) => ReconcileErrorKind::lease,
+            Error::Drain(_) | Error::InitStatus(_) => ReconcileErrorKind::drain,
             // Every write to the NodeMaintenance's metadata.
             Error::AddFinalizer(_) | Error::RemoveFinalizer(_) | Error::RecordEnteredNode(_) => {
-                "finalizer"
+                ReconcileErrorKind::finalizer
             }
-            Error::Status(_) => "status",
-            Error::Timeout(_) => "timeout",
+            Error::Status(_) => ReconcileErrorKind::status,
+            Error::Timeout(_) => ReconcileErrorKind::timeout,
         }
     }
 
@@ -270,19 +263,21 @@ impl Error {
     /// version at once, so a quick retry is right and there is nothing to tell the user.
     /// A 422 Invalid is not stale: it is a bug in what we wrote, and retrying at once would only
     /// repeat it (see [`Error::invalid_fields`]).
-    pub fn is_stale_object(&self) -> bool {
+    pub(crate) fn is_stale_object(&self) -> bool {
         match self {
             Error::Status(e)
             | Error::AddFinalizer(e)
             | Error::RemoveFinalizer(e)
-            | Error::RecordEnteredNode(e) => kube_code(e) == Some(409),
+            | Error::RecordEnteredNode(e) => {
+                matches!(e, kube::Error::Api(s) if s.is_conflict())
+            }
             _ => false,
         }
     }
 
     /// The API server's answer when this error is one, whichever write or read it came from
     /// (status, node patch, finalizer, lease).
-    pub fn api_status(&self) -> Option<&kube::core::Status> {
+    pub(crate) fn api_status(&self) -> Option<&kube::core::Status> {
         let source = match self {
             Error::Node(NodeError::Get(e) | NodeError::Patch(e))
             | Error::StopAfterLeaseLoss(NodeError::Get(e) | NodeError::Patch(e))
@@ -305,7 +300,7 @@ impl Error {
     /// For a 422 Invalid answer to any of our writes: the fields the API server names (from
     /// `details.causes[].field`, else parsed from the message `... is invalid: <field>: ...`),
     /// possibly empty. `None` for every other error.
-    pub fn invalid_fields(&self) -> Option<Vec<String>> {
+    pub(crate) fn invalid_fields(&self) -> Option<Vec<String>> {
         invalid_fields_of(self.api_status()?)
     }
 }
@@ -313,7 +308,7 @@ impl Error {
 /// For a 422 Invalid answer: the fields the API server names (`details.causes[].field`, else
 /// parsed from the message `... is invalid: <field>: ...`), possibly empty; `None` for any other
 /// answer.
-pub fn invalid_fields_of(status: &kube::core::Status) -> Option<Vec<String>> {
+pub(crate) fn invalid_fields_of(status: &kube::core::Status) -> Option<Vec<String>> {
     if status.code != 422 {
         return None;
     }
@@ -338,7 +333,7 @@ pub fn invalid_fields_of(status: &kube::core::Status) -> Option<Vec<String>> {
 }
 
 /// Shared state of all reconciles.
-pub struct Context {
+pub(crate) struct Context {
     /// All NodeMaintenances.
     pub nms: Api<NodeMaintenance>,
     /// All Nodes.
@@ -368,26 +363,39 @@ pub struct Context {
 impl Context {
     /// Sets `nmo_maintenances{phase}` from the cache.
     fn update_phase_gauges(&self) {
-        let mut counts: HashMap<&'static str, i64> =
-            [("Running", 0), ("Succeeded", 0), ("Failed", 0), ("", 0)].into();
-        for nm in self.store.state() {
-            let phase = match nm.status.as_ref().and_then(|s| s.phase) {
-                Some(crate::api::MaintenancePhase::Running) => "Running",
-                Some(crate::api::MaintenancePhase::Succeeded) => "Succeeded",
-                Some(crate::api::MaintenancePhase::Failed) => "Failed",
-                None => "",
-            };
-            *counts.entry(phase).or_default() += 1;
-        }
-        for (phase, count) in counts {
+        for (phase, count) in phase_counts(
+            self.store
+                .state()
+                .iter()
+                .map(|nm| nm.status.as_ref().and_then(|s| s.phase)),
+        ) {
             self.metrics.set_maintenances(phase, count);
         }
     }
 }
 
+/// NodeMaintenances per phase, every phase present. An object without a phase yet (created,
+/// not reconciled) counts as `Running`, the phase its first reconcile gives it as upstream's
+/// does: a `phase=""` series would read in PromQL as a series without the label
+/// (`docs/compat.md §10`).
+fn phase_counts(
+    phases: impl IntoIterator<Item = Option<crate::api::MaintenancePhase>>,
+) -> Vec<(crate::api::MaintenancePhase, i64)> {
+    use crate::api::MaintenancePhase;
+    let mut counts: Vec<(MaintenancePhase, i64)> =
+        MaintenancePhase::ALL.iter().map(|&p| (p, 0)).collect();
+    for phase in phases {
+        let phase = phase.unwrap_or(MaintenancePhase::Running);
+        if let Some((_, n)) = counts.iter_mut().find(|(p, _)| *p == phase) {
+            *n += 1;
+        }
+    }
+    counts
+}
+
 /// The NodeMaintenances in `store` whose `spec.nodeName` is `node` or that entered `node`
 /// ([`crate::api::ENTERED_NODE_ANNOTATION`]) (the Node watch's mapper).
-pub fn maintenances_of_node(
+pub(crate) fn maintenances_of_node(
     store: &Store<NodeMaintenance>,
     node: &str,
 ) -> Vec<ObjectRef<NodeMaintenance>> {
@@ -411,7 +419,7 @@ pub fn maintenances_of_node(
 /// `default_retry = false` (a PodDisruptionBudget refusal must come back as a 429 at once).
 /// `ready` is set to true once the NodeMaintenance and Node watches have listed everything
 /// (readiness probe). Returns when shut down; watch errors are logged and retried with back-off.
-pub async fn run(
+pub(crate) async fn run(
     client: Client,
     eviction_client: Client,
     config: ControllerConfig,
@@ -599,11 +607,24 @@ pub async fn run(
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_maintenance_without_a_phase_counts_as_running() {
+        use crate::api::MaintenancePhase::{Failed, Running, Succeeded};
+        assert_eq!(
+            phase_counts([None, Some(Running), Some(Failed), None]),
+            vec![(Running, 3), (Succeeded, 0), (Failed, 1)]
+        );
+        assert_eq!(
+            phase_counts([]),
+            vec![(Running, 0), (Succeeded, 0), (Failed, 0)]
+        );
+    }
+
     fn status(code: u16, message: &str, causes: &[&str]) -> kube::core::Status {
         serde_json::from_value(serde_json::json!({
             "code": code,
             "message": message,
-            "reason": "Invalid",
+            "reason": if code == 409 { "Conflict" } else { "Invalid" },
             "details": {"causes": causes.iter().map(|f| serde_json::json!({"field": f, "reason": "FieldValueInvalid"})).collect::<Vec<_>>()},
         }))
         .unwrap()

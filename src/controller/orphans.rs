@@ -26,7 +26,7 @@ use crate::node::{
 
 /// What to do with a node's record.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum OrphanPlan {
+pub(crate) enum OrphanPlan {
     /// No record, a live holder, or a NodeMaintenance targets the node: leave it.
     Keep,
     /// The vanished holder's maintenance is still in place: exit by its record.
@@ -41,7 +41,11 @@ pub enum OrphanPlan {
 /// Decides the fate of `node`'s record. `is_live(name, uid)` tells whether a NodeMaintenance of
 /// that name (and uid, when recorded) exists; `targeted` whether any NodeMaintenance names the
 /// node in `spec.nodeName` or entered it (that one's reconcile settles the record instead).
-pub fn orphan_plan(node: &Node, is_live: node::HolderLive<'_>, targeted: bool) -> OrphanPlan {
+pub(crate) fn orphan_plan(
+    node: &Node,
+    is_live: node::HolderLive<'_>,
+    targeted: bool,
+) -> OrphanPlan {
     let state = node::observe(node);
     let Some(holder) = state.holder.clone() else {
         return OrphanPlan::Keep;
@@ -58,7 +62,10 @@ pub fn orphan_plan(node: &Node, is_live: node::HolderLive<'_>, targeted: bool) -
 
 /// Settles the records of the nodes named on `candidates` until the channel closes (when the
 /// controller's watches end). Errors are logged; the next event about the node retries.
-pub async fn run(ctx: Arc<Context>, mut candidates: tokio::sync::mpsc::UnboundedReceiver<String>) {
+pub(crate) async fn run(
+    ctx: Arc<Context>,
+    mut candidates: tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
     let mut synced = ctx.nms_synced.clone();
     if synced.wait_for(|v| *v).await.is_err() {
         return;

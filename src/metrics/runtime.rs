@@ -34,46 +34,27 @@ use prometheus_client::registry::{Registry, Unit};
 
 /// The `controller` (and work queue `name`) label value: controller-runtime names a controller
 /// after the lower-cased kind it reconciles, and upstream's reconciles `NodeMaintenance`.
-pub const CONTROLLER_NAME: &str = "nodemaintenance";
+pub(crate) const CONTROLLER_NAME: &str = "nodemaintenance";
 
 /// controller-runtime's buckets of `controller_runtime_reconcile_time_seconds` (seconds).
-pub const RECONCILE_TIME_BUCKETS: [f64; 40] = [
+pub(crate) const RECONCILE_TIME_BUCKETS: [f64; 40] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,
     1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0,
     25.0, 30.0, 40.0, 50.0, 60.0,
 ];
 
-/// How one reconcile ended, as controller-runtime's `result` label says it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ReconcileResult {
-    /// Done; nothing is queued until a watch event.
-    Success,
-    /// Failed; retried with back-off.
-    Error,
-    /// Requeued at once (rate limited) without an error.
-    Requeue,
-    /// Requeued after a delay.
-    RequeueAfter,
-}
-
-impl ReconcileResult {
-    /// The label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            ReconcileResult::Success => "success",
-            ReconcileResult::Error => "error",
-            ReconcileResult::Requeue => "requeue",
-            ReconcileResult::RequeueAfter => "requeue_after",
-        }
+label_values! {
+    /// How one reconcile ended, as controller-runtime's `result` label says it.
+    pub(crate) enum ReconcileResult {
+        /// Done; nothing is queued until a watch event.
+        success,
+        /// Failed; retried with back-off.
+        error,
+        /// Requeued at once (rate limited) without an error.
+        requeue,
+        /// Requeued after a delay.
+        requeue_after,
     }
-
-    /// Every value, for creating the series at zero as controller-runtime does.
-    pub const ALL: [ReconcileResult; 4] = [
-        ReconcileResult::Success,
-        ReconcileResult::Error,
-        ReconcileResult::Requeue,
-        ReconcileResult::RequeueAfter,
-    ];
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -84,7 +65,7 @@ struct ControllerLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
     controller: &'static str,
-    result: &'static str,
+    result: ReconcileResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -108,7 +89,7 @@ fn queue_histogram() -> Histogram {
 /// The work queue as client-go would have counted it. Pure bookkeeping over caller-supplied
 /// instants, so the rules are unit-tested without a clock.
 #[derive(Debug, Default)]
-pub struct WorkQueue {
+pub(crate) struct WorkQueue {
     /// Objects waiting to be reconciled. An entry due in the future is a delayed requeue, not yet
     /// in the queue.
     dirty: HashMap<String, Waiting>,
@@ -126,7 +107,7 @@ struct Waiting {
 
 /// What a [`WorkQueue`] operation asks the metrics to record.
 #[derive(Debug, Default, PartialEq)]
-pub struct QueueEffects {
+pub(crate) struct QueueEffects {
     /// Adds to count (`workqueue_adds_total`).
     pub adds: u64,
     /// Seconds an object waited in the queue before its reconcile started.
@@ -136,7 +117,7 @@ pub struct QueueEffects {
 impl WorkQueue {
     /// `key` is triggered at `now`, due `after` later (zero for a watch event). An add is counted
     /// when the object falls due and was not already waiting.
-    pub fn add(&mut self, key: &str, now: Instant, after: Duration) -> QueueEffects {
+    pub(crate) fn add(&mut self, key: &str, now: Instant, after: Duration) -> QueueEffects {
         let due = now + after;
         let w = self.dirty.entry(key.to_string()).or_insert(Waiting {
             due,
@@ -156,7 +137,7 @@ impl WorkQueue {
     /// A reconcile of `key` starts at `now`: the object leaves the queue. An object whose add was
     /// not counted yet (a trigger the model has no hook for, or a delay that ran out since the
     /// last [`WorkQueue::depth`]) counts as added now.
-    pub fn start(&mut self, key: &str, now: Instant) -> QueueEffects {
+    pub(crate) fn start(&mut self, key: &str, now: Instant) -> QueueEffects {
         self.processing.insert(key.to_string());
         match self.dirty.remove(key) {
             Some(w) if w.due <= now => QueueEffects {
@@ -171,13 +152,13 @@ impl WorkQueue {
     }
 
     /// The reconcile of `key` ended.
-    pub fn done(&mut self, key: &str) {
+    pub(crate) fn done(&mut self, key: &str) {
         self.processing.remove(key);
     }
 
     /// Objects due at `now` and not being reconciled (client-go's queue length), and the number
     /// of delayed requeues that fell due since the last call (each an add).
-    pub fn depth(&mut self, now: Instant) -> (i64, u64) {
+    pub(crate) fn depth(&mut self, now: Instant) -> (i64, u64) {
         let mut depth = 0;
         let mut newly_due = 0;
         for (key, w) in &mut self.dirty {
@@ -196,7 +177,7 @@ impl WorkQueue {
 }
 
 /// The families of this module and the [`WorkQueue`] model behind the work queue ones.
-pub struct RuntimeMetrics {
+pub(crate) struct RuntimeMetrics {
     reconcile_total: Family<ResultLabels, Counter>,
     reconcile_errors: Family<ControllerLabels, Counter>,
     reconcile_time: Family<ControllerLabels, Histogram, fn() -> Histogram>,
@@ -226,7 +207,7 @@ const Q: QueueLabels = QueueLabels {
 
 impl RuntimeMetrics {
     /// Registers every family on `registry` (which must carry no prefix) with its series at zero.
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
         let m = Self {
             reconcile_total: Family::default(),
             reconcile_errors: Family::default(),
@@ -293,10 +274,10 @@ impl RuntimeMetrics {
             "Total number of retries handled by workqueue",
             m.retries.clone(),
         );
-        for r in ReconcileResult::ALL {
+        for &result in ReconcileResult::ALL {
             let _ = m.reconcile_total.get_or_create(&ResultLabels {
                 controller: CONTROLLER_NAME,
-                result: r.label(),
+                result,
             });
         }
         let _ = m.reconcile_errors.get_or_create(&C);
@@ -333,20 +314,20 @@ impl RuntimeMetrics {
     }
 
     /// Sets `controller_runtime_max_concurrent_reconciles` (the controller's worker count).
-    pub fn set_max_concurrent_reconciles(&self, n: usize) {
+    pub(crate) fn set_max_concurrent_reconciles(&self, n: usize) {
         self.max_concurrent
             .get_or_create(&C)
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// A watch event or requeue triggers a reconcile of the object `key`, due `after` from now.
-    pub fn triggered(&self, key: &str, after: Duration) {
+    pub(crate) fn triggered(&self, key: &str, after: Duration) {
         let effects = self.queue().add(key, Instant::now(), after);
         self.apply(effects);
     }
 
     /// A reconcile of `key` starts: observes its time in the queue and counts an active worker.
-    pub fn reconcile_started(&self, key: &str) {
+    pub(crate) fn reconcile_started(&self, key: &str) {
         let effects = self.queue().start(key, Instant::now());
         self.apply(effects);
         self.active_workers.get_or_create(&C).inc();
@@ -354,7 +335,7 @@ impl RuntimeMetrics {
 
     /// A reconcile of `key` that started `elapsed` ago ended with `result`; `requeue_after` is
     /// when it asked to run again (kube-runtime has no immediate requeue: a zero delay is one).
-    pub fn reconcile_finished(
+    pub(crate) fn reconcile_finished(
         &self,
         key: &str,
         elapsed: Duration,
@@ -369,10 +350,10 @@ impl RuntimeMetrics {
         self.reconcile_total
             .get_or_create(&ResultLabels {
                 controller: CONTROLLER_NAME,
-                result: result.label(),
+                result,
             })
             .inc();
-        if result == ReconcileResult::Error {
+        if result == ReconcileResult::error {
             self.reconcile_errors.get_or_create(&C).inc();
         }
         if let Some(after) = requeue_after {
@@ -381,14 +362,14 @@ impl RuntimeMetrics {
     }
 
     /// The error policy requeues `key` after `after` (a rate-limited retry in client-go terms).
-    pub fn retried(&self, key: &str, after: Duration) {
+    pub(crate) fn retried(&self, key: &str, after: Duration) {
         self.retries.get_or_create(&Q).inc();
         self.triggered(key, after);
     }
 
     /// Brings `workqueue_depth` up to date and counts delayed requeues that fell due (call before
     /// encoding).
-    pub fn refresh(&self) {
+    pub(crate) fn refresh(&self) {
         let (depth, newly_due) = self.queue().depth(Instant::now());
         self.depth.get_or_create(&Self::depth_labels()).set(depth);
         if newly_due > 0 {
@@ -403,7 +384,7 @@ impl RuntimeMetrics {
 ///
 /// # Errors
 /// The reconcile's own error, unchanged.
-pub async fn observe_reconcile<F, E>(
+pub(crate) async fn observe_reconcile<F, E>(
     metrics: &RuntimeMetrics,
     key: String,
     reconcile: F,
@@ -435,11 +416,11 @@ where
     let out = reconcile.await;
     let (result, after) = match &out {
         Ok(action) => match action_requeue_after(action) {
-            None => (ReconcileResult::Success, None),
-            Some(d) if d.is_zero() => (ReconcileResult::Requeue, Some(d)),
-            Some(d) => (ReconcileResult::RequeueAfter, Some(d)),
+            None => (ReconcileResult::success, None),
+            Some(d) if d.is_zero() => (ReconcileResult::requeue, Some(d)),
+            Some(d) => (ReconcileResult::requeue_after, Some(d)),
         },
-        Err(_) => (ReconcileResult::Error, None),
+        Err(_) => (ReconcileResult::error, None),
     };
     run.ended = true;
     metrics.reconcile_finished(&run.key, run.start.elapsed(), result, after);
@@ -449,7 +430,7 @@ where
 /// The delay of a kube-runtime `Action`: `None` for `await_change`, `Some` for `requeue`.
 /// kube keeps the field private; its `Debug` output (`Action { requeue_after: Some(5s) }`) is
 /// the only window, and a unit test pins the format so a kube upgrade that changes it fails loudly.
-pub fn action_requeue_after(action: &kube::runtime::controller::Action) -> Option<Duration> {
+pub(crate) fn action_requeue_after(action: &kube::runtime::controller::Action) -> Option<Duration> {
     let text = format!("{action:?}");
     let inner = text.split("Some(").nth(1)?.split(')').next()?;
     parse_debug_duration(inner)

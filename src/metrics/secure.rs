@@ -31,9 +31,9 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 
 /// Name of the certificate file in `--metrics-cert-path`.
-pub const CERT_NAME: &str = "tls.crt";
+pub(crate) const CERT_NAME: &str = "tls.crt";
 /// Name of the key file in `--metrics-cert-path`.
-pub const KEY_NAME: &str = "tls.key";
+pub(crate) const KEY_NAME: &str = "tls.key";
 
 const TOKEN_TTL: Duration = Duration::from_secs(60);
 const ALLOWED_TTL: Duration = Duration::from_secs(300);
@@ -41,13 +41,15 @@ const DENIED_TTL: Duration = Duration::from_secs(30);
 /// Entries kept per cache; expired ones are dropped first, then the cache is emptied.
 const CACHE_LIMIT: usize = 1024;
 
-/// The serving configuration for the secure metrics server.
+/// The serving configuration for the secure metrics server: the pair in `cert_dir`, else a
+/// self-signed one for `localhost` and `pod_name` (`--pod-name`/`POD_NAME`) when given.
 ///
 /// # Errors
 /// One line naming the file that cannot be read or the reason the pair is unusable, or why a
 /// self-signed pair could not be generated.
-pub fn server_config(
+pub(crate) fn server_config(
     cert_dir: Option<&Path>,
+    pod_name: Option<&str>,
     enable_http2: bool,
 ) -> Result<rustls::ServerConfig, String> {
     let pair = match cert_dir {
@@ -67,8 +69,9 @@ pub fn server_config(
             }
         }
         None => {
-            let host = std::env::var("POD_NAME").unwrap_or_else(|_| "localhost".into());
-            let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_string(), host])
+            let mut hosts = vec!["localhost".to_string()];
+            hosts.extend(pod_name.map(str::to_owned));
+            let generated = rcgen::generate_simple_self_signed(hosts)
                 .map_err(|e| format!("cannot generate a self-signed metrics certificate: {e}"))?;
             nmo_webhook::PemPair {
                 cert: generated.cert.pem().into_bytes(),
@@ -122,7 +125,7 @@ impl<K: std::hash::Hash + Eq, V: Clone> Cache<K, V> {
 }
 
 /// Authenticates and authorizes requests against the API server.
-pub struct Gate {
+pub(crate) struct Gate {
     client: Client,
     tokens: Cache<String, Option<User>>,
     decisions: Cache<(User, String, String), bool>,
@@ -130,7 +133,7 @@ pub struct Gate {
 
 /// The outcome of [`Gate::check`].
 #[derive(Debug, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Authenticated and allowed.
     Allow,
     /// 401: no usable bearer token, or the API server did not authenticate it.
@@ -147,7 +150,7 @@ pub enum Decision {
 }
 
 /// The bearer token of an `Authorization` header value, if it is one.
-pub fn bearer_token(header: Option<&str>) -> Option<&str> {
+pub(crate) fn bearer_token(header: Option<&str>) -> Option<&str> {
     let value = header?;
     let (scheme, token) = value.split_once(' ')?;
     let token = token.trim();
@@ -157,7 +160,7 @@ pub fn bearer_token(header: Option<&str>) -> Option<&str> {
 impl Gate {
     /// A gate that reviews with `client` (which needs `create` on `tokenreviews` and
     /// `subjectaccessreviews`).
-    pub fn new(client: Client) -> Self {
+    pub(crate) fn new(client: Client) -> Self {
         Self {
             client,
             tokens: Cache::new(),
@@ -228,7 +231,12 @@ impl Gate {
     }
 
     /// Decides one request from its `Authorization` header, path and (lower-case) verb.
-    pub async fn check(&self, authorization: Option<&str>, path: &str, verb: &str) -> Decision {
+    pub(crate) async fn check(
+        &self,
+        authorization: Option<&str>,
+        path: &str,
+        verb: &str,
+    ) -> Decision {
         let Some(token) = bearer_token(authorization) else {
             return Decision::Unauthorized;
         };
@@ -278,7 +286,7 @@ async fn gate(State(gate): State<Arc<Gate>>, request: Request, next: Next) -> Re
 }
 
 /// `router` behind the TokenReview/SubjectAccessReview gate.
-pub fn authenticated(router: Router, client: Client) -> Router {
+pub(crate) fn authenticated(router: Router, client: Client) -> Router {
     router.layer(axum::middleware::from_fn_with_state(
         Arc::new(Gate::new(client)),
         gate,
@@ -287,7 +295,7 @@ pub fn authenticated(router: Router, client: Client) -> Router {
 
 /// Serves `router` over TLS on `listener` until `shutdown` completes, then lets in-flight scrapes
 /// finish (up to 5 s). HTTP/1.1 only unless `enable_http2`, as the webhook.
-pub fn serve_tls(
+pub(crate) fn serve_tls(
     listener: tokio::net::TcpListener,
     config: rustls::ServerConfig,
     enable_http2: bool,
@@ -345,8 +353,10 @@ mod tests {
     #[test]
     fn a_self_signed_pair_is_generated_and_a_missing_directory_named() {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        assert!(server_config(None, false).is_ok());
-        let err = server_config(Some(Path::new("/no/such/metrics-certs")), false).unwrap_err();
+        assert!(server_config(None, None, false).is_ok());
+        assert!(server_config(None, Some("nmo-0"), false).is_ok());
+        let err =
+            server_config(Some(Path::new("/no/such/metrics-certs")), None, false).unwrap_err();
         assert!(err.contains("/no/such/metrics-certs/tls.crt"), "{err}");
     }
 

@@ -13,10 +13,11 @@ use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
-pub use nmo_devcluster::Cluster;
+pub(crate) use nmo_devcluster::Cluster;
+pub(crate) use nmo_devcluster::fixtures::{self, Installed};
 
 /// A name unique within this test process: `<prefix>-<counter>-<pid>`, DNS-1123 safe.
-pub fn unique(prefix: &str) -> String {
+pub(crate) fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);
     format!(
@@ -28,7 +29,7 @@ pub fn unique(prefix: &str) -> String {
 
 /// Polls `check` every 200 ms until it returns `Ok`, or panics after `limit` with `what` and the
 /// last thing `check` saw (its `Err`).
-pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+pub(crate) async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, String>>,
@@ -47,7 +48,7 @@ where
 
 /// Creates a namespace with a unique name and returns it. Namespaces are never awaited on
 /// deletion (the cluster goes away with the test binary).
-pub async fn namespace(client: &Client, prefix: &str) -> String {
+pub(crate) async fn namespace(client: &Client, prefix: &str) -> String {
     let name = unique(prefix);
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
     Api::<Namespace>::all(client.clone())
@@ -59,7 +60,7 @@ pub async fn namespace(client: &Client, prefix: &str) -> String {
 
 /// Creates `n` Ready kwok worker nodes of this test's own, labelled `nmo-test=<group>` so the
 /// test's workloads can be pinned to them with a nodeSelector. Returns their names.
-pub async fn worker_nodes(
+pub(crate) async fn worker_nodes(
     cluster: &Cluster,
     client: &Client,
     group: &str,
@@ -101,28 +102,15 @@ pub async fn worker_nodes(
 }
 
 /// Creates one kwok worker node `name` labelled `nmo-test=<group>`, without waiting for it.
-pub async fn create_worker_node(client: &Client, name: &str, group: &str) {
-    let node: Node = serde_json::from_value(json!({
-        "metadata": {
-            "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {"kubernetes.io/hostname": name, "type": "kwok", "nmo-test": group}
-        },
-        "status": {
-            "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "1000"},
-            "capacity": {"cpu": "64", "memory": "256Gi", "pods": "1000"}
-        }
-    }))
-    .unwrap();
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &node)
+pub(crate) async fn create_worker_node(client: &Client, name: &str, group: &str) {
+    fixtures::create_kwok_nodes(client, &[name.to_string()], &[("nmo-test", group)])
         .await
         .unwrap();
 }
 
 /// A Deployment `name` of `replicas` pods pinned to the nodes labelled `nmo-test=<group>`, with
 /// label `app=<name>` and the given termination grace period.
-pub async fn deployment(
+pub(crate) async fn deployment(
     client: &Client,
     ns: &str,
     name: &str,
@@ -153,7 +141,7 @@ pub async fn deployment(
 }
 
 /// A DaemonSet `name` on the nodes labelled `nmo-test=<group>`.
-pub async fn daemonset(client: &Client, ns: &str, name: &str, group: &str) -> DaemonSet {
+pub(crate) async fn daemonset(client: &Client, ns: &str, name: &str, group: &str) -> DaemonSet {
     let d: DaemonSet = serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {
@@ -175,7 +163,7 @@ pub async fn daemonset(client: &Client, ns: &str, name: &str, group: &str) -> Da
 }
 
 /// Pods in `ns` with label `app=<app>`.
-pub async fn pods(client: &Client, ns: &str, app: &str) -> Vec<Pod> {
+pub(crate) async fn pods(client: &Client, ns: &str, app: &str) -> Vec<Pod> {
     Api::<Pod>::namespaced(client.clone(), ns)
         .list(&ListParams::default().labels(&format!("app={app}")))
         .await
@@ -184,13 +172,13 @@ pub async fn pods(client: &Client, ns: &str, app: &str) -> Vec<Pod> {
 }
 
 /// Whether a pod is Running, Ready and not being deleted.
-pub fn running(pod: &Pod) -> bool {
+pub(crate) fn running(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none()
         && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }
 
 /// The node a pod is bound to, or "" when unscheduled.
-pub fn node_of(pod: &Pod) -> &str {
+pub(crate) fn node_of(pod: &Pod) -> &str {
     pod.spec
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
@@ -198,7 +186,7 @@ pub fn node_of(pod: &Pod) -> &str {
 }
 
 /// Waits until `app` has exactly `n` Running pods and returns them.
-pub async fn wait_running(
+pub(crate) async fn wait_running(
     client: &Client,
     ns: &str,
     app: &str,
@@ -235,7 +223,7 @@ pub async fn wait_running(
 
 /// A client with kube's default retry of 429/503/504 switched off, as the operator's eviction
 /// client is: a PodDisruptionBudget refusal must surface at once (docs/design.md §2).
-pub async fn no_retry_client(cluster: &Cluster) -> Client {
+pub(crate) async fn no_retry_client(cluster: &Cluster) -> Client {
     let kc = kube::config::Kubeconfig::read_from(cluster.kubeconfig()).unwrap();
     let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
@@ -246,88 +234,77 @@ pub async fn no_retry_client(cluster: &Cluster) -> Client {
 
 /// The operator under test, running against [`Cluster::shared`] as the ServiceAccount from
 /// `manifests/` (so every end-to-end test also proves the RBAC), with its webhook registered.
-pub struct OperatorEnv {
+pub(crate) struct OperatorEnv {
     /// The cluster.
-    pub cluster: &'static Cluster,
+    pub(crate) cluster: &'static Cluster,
     /// The operator process.
-    pub operator: std::sync::Mutex<nmo_devcluster::operator::Operator>,
-    /// The ServiceAccount it runs as.
-    pub account: nmo_devcluster::operator::ServiceAccountRef,
-    /// A kubeconfig for that ServiceAccount.
-    pub kubeconfig: std::path::PathBuf,
+    pub(crate) operator: std::sync::Mutex<nmo_devcluster::operator::Operator>,
+    /// The manifests, the ServiceAccount it runs as and that account's kubeconfig.
+    pub(crate) installed: Installed,
 }
 
 /// Where the repository's `manifests/` directory is.
-pub fn manifests_dir() -> std::path::PathBuf {
+pub(crate) fn manifests_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests")
 }
 
+/// `manifests/` installed on `cluster` for this package's operator binary ([`Installed`]).
+pub(crate) fn installed(cluster: &Cluster) -> Installed {
+    Installed::new(
+        cluster,
+        &manifests_dir(),
+        env!("CARGO_BIN_EXE_node-maintenance-operator"),
+    )
+    .unwrap_or_else(|e| panic!("installing manifests/: {e}"))
+}
+
 /// Options to start the operator binary of this package as `account`.
-pub fn operator_options(
+pub(crate) fn operator_options(
     name: &str,
     account: &nmo_devcluster::operator::ServiceAccountRef,
     kubeconfig: &std::path::Path,
 ) -> nmo_devcluster::operator::OperatorOptions {
-    let mut opts = nmo_devcluster::operator::OperatorOptions::new(env!(
-        "CARGO_BIN_EXE_node-maintenance-operator"
-    ));
-    opts.name = name.to_string();
-    opts.kubeconfig = Some(kubeconfig.to_path_buf());
-    opts.env
-        .push(("POD_NAMESPACE".into(), account.namespace.clone()));
-    opts
+    Installed {
+        account: account.clone(),
+        kubeconfig: kubeconfig.to_path_buf(),
+        binary: env!("CARGO_BIN_EXE_node-maintenance-operator").into(),
+    }
+    .options(name)
 }
 
 /// Installs the manifests once per test binary, starts one operator and registers its webhook.
-pub fn operator_env() -> &'static OperatorEnv {
+pub(crate) fn operator_env() -> &'static OperatorEnv {
     static ENV: std::sync::OnceLock<OperatorEnv> = std::sync::OnceLock::new();
-    ENV.get_or_init(|| {
-        let cluster = Cluster::shared();
-        let account =
-            nmo_devcluster::operator::install_manifests(cluster, &manifests_dir()).unwrap();
-        let kubeconfig =
-            nmo_devcluster::operator::service_account_kubeconfig(cluster, &account).unwrap();
-        let operator = nmo_devcluster::operator::Operator::start(
-            cluster,
-            &operator_options("operator", &account, &kubeconfig),
-        )
-        .unwrap_or_else(|e| panic!("operator did not start: {e}"));
-        nmo_devcluster::operator::register_webhook(cluster, operator.webhook_port).unwrap();
-        wait_for_webhook(cluster);
-        OperatorEnv {
-            cluster,
-            operator: std::sync::Mutex::new(operator),
-            account,
-            kubeconfig,
-        }
-    })
+    ENV.get_or_init(|| start_env(|_| {}))
 }
 
-/// Waits until the API server calls the webhook (a create for a node that does not exist is
-/// denied with upstream's message), as upstream's e2e BeforeSuite does.
-pub fn wait_for_webhook(cluster: &Cluster) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let manifest = r#"{"apiVersion":"nodemaintenance.medik8s.io/v1beta1","kind":"NodeMaintenance",
-        "metadata":{"name":"webhook-probe"},"spec":{"nodeName":"webhook-probe-no-such-node"}}"#;
-    loop {
-        let err =
-            match cluster.kubectl_run(&["create", "--dry-run=server", "-f", "-"], Some(manifest)) {
-                Ok(out) => format!("unexpectedly admitted: {out}"),
-                Err(e) => e.to_string(),
-            };
-        if err.contains("no node with name webhook-probe-no-such-node found") {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the webhook never answered; last: {err}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
+/// Installs the manifests on [`Cluster::shared`], starts an operator named `operator` with the
+/// options `customize` leaves, and registers its webhook.
+pub(crate) fn start_env(
+    customize: impl FnOnce(&mut nmo_devcluster::operator::OperatorOptions),
+) -> OperatorEnv {
+    let cluster = Cluster::shared();
+    let installed = installed(cluster);
+    let mut opts = installed.options("operator");
+    customize(&mut opts);
+    let operator = fixtures::start_registered(cluster, &opts)
+        .unwrap_or_else(|e| panic!("operator did not start: {e}"));
+    OperatorEnv {
+        cluster,
+        operator: std::sync::Mutex::new(operator),
+        installed,
     }
 }
 
+/// Waits up to 60 s until the API server calls the webhook
+/// ([`fixtures::wait_for_webhook`]).
+pub(crate) fn wait_for_webhook(cluster: &Cluster) {
+    fixtures::wait_for_webhook(cluster, Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("the webhook never answered: {e}"));
+}
+
 /// NodeMaintenance helpers for end-to-end tests.
-pub mod nm {
+pub(crate) mod nm {
     use super::*;
     use k8s_openapi::api::core::v1::Event;
     use node_maintenance_operator::api::{
@@ -335,7 +312,7 @@ pub mod nm {
     };
 
     /// Builds a NodeMaintenance `name` for `node`.
-    pub fn new(name: &str, node: &str, reason: &str) -> NodeMaintenance {
+    pub(crate) fn new(name: &str, node: &str, reason: &str) -> NodeMaintenance {
         serde_json::from_value(json!({
             "apiVersion": "nodemaintenance.medik8s.io/v1beta1",
             "kind": "NodeMaintenance",
@@ -346,7 +323,7 @@ pub mod nm {
     }
 
     /// Creates a NodeMaintenance and returns it.
-    pub async fn create(client: &Client, name: &str, node: &str) -> NodeMaintenance {
+    pub(crate) async fn create(client: &Client, name: &str, node: &str) -> NodeMaintenance {
         Api::<NodeMaintenance>::all(client.clone())
             .create(&PostParams::default(), &new(name, node, "e2e"))
             .await
@@ -354,7 +331,7 @@ pub mod nm {
     }
 
     /// Waits until `check` accepts the NodeMaintenance's status; returns the object.
-    pub async fn wait_status(
+    pub(crate) async fn wait_status(
         client: &Client,
         name: &str,
         what: &str,
@@ -379,7 +356,7 @@ pub mod nm {
     }
 
     /// Waits for a phase.
-    pub async fn wait_phase(
+    pub(crate) async fn wait_phase(
         client: &Client,
         name: &str,
         phase: MaintenancePhase,
@@ -392,7 +369,7 @@ pub mod nm {
     }
 
     /// Events about object `name` of `kind` (read through core/v1, as upstream's e2e does).
-    pub async fn events(client: &Client, kind: &str, name: &str) -> Vec<Event> {
+    pub(crate) async fn events(client: &Client, kind: &str, name: &str) -> Vec<Event> {
         Api::<Event>::namespaced(client.clone(), "default")
             .list(&ListParams::default().fields(&format!(
                 "involvedObject.kind={kind},involvedObject.name={name}"
@@ -403,7 +380,10 @@ pub mod nm {
     }
 
     /// `(type, reason, message, count)` of each event about a NodeMaintenance, for assertions.
-    pub async fn event_summary(client: &Client, name: &str) -> Vec<(String, String, String, i32)> {
+    pub(crate) async fn event_summary(
+        client: &Client,
+        name: &str,
+    ) -> Vec<(String, String, String, i32)> {
         events(client, "NodeMaintenance", name)
             .await
             .into_iter()
@@ -425,7 +405,7 @@ pub mod nm {
     }
 
     /// Waits until an event with `reason` about NodeMaintenance `name` exists.
-    pub async fn wait_event(client: &Client, name: &str, reason: &str) {
+    pub(crate) async fn wait_event(client: &Client, name: &str, reason: &str) {
         wait_for(
             &format!("event {reason} about {name}"),
             Duration::from_secs(30),
@@ -442,7 +422,7 @@ pub mod nm {
     }
 
     /// Deletes a NodeMaintenance (background).
-    pub async fn delete(client: &Client, name: &str) {
+    pub(crate) async fn delete(client: &Client, name: &str) {
         Api::<NodeMaintenance>::all(client.clone())
             .delete(name, &Default::default())
             .await
@@ -451,7 +431,7 @@ pub mod nm {
 
     /// Deletes the NodeMaintenance, waits until it is gone, then until `node` is restored
     /// (schedulable, neither maintenance taint nor the exclude label).
-    pub async fn delete_and_wait_restored(client: &Client, name: &str, node: &str) {
+    pub(crate) async fn delete_and_wait_restored(client: &Client, name: &str, node: &str) {
         delete(client, name).await;
         wait_gone(client, name, Duration::from_secs(60)).await;
         wait_for(
@@ -463,7 +443,7 @@ pub mod nm {
     }
 
     /// Waits until the NodeMaintenance is gone.
-    pub async fn wait_gone(client: &Client, name: &str, limit: Duration) {
+    pub(crate) async fn wait_gone(client: &Client, name: &str, limit: Duration) {
         let api = Api::<NodeMaintenance>::all(client.clone());
         wait_for(
             &format!("NodeMaintenance {name} to be deleted"),
@@ -483,12 +463,12 @@ pub mod nm {
 }
 
 /// Node helpers for end-to-end tests.
-pub mod node {
+pub(crate) mod node {
     use super::*;
     use k8s_openapi::api::core::v1::Taint;
 
     /// The node's `(cordoned, taints as key:effect, labels)`.
-    pub async fn state(
+    pub(crate) async fn state(
         client: &Client,
         name: &str,
     ) -> (
@@ -512,7 +492,7 @@ pub mod node {
     }
 
     /// Whether the node is in maintenance: cordoned, both taints, the exclude label.
-    pub async fn in_maintenance(client: &Client, name: &str) -> Result<(), String> {
+    pub(crate) async fn in_maintenance(client: &Client, name: &str) -> Result<(), String> {
         let (cordoned, taints, labels) = state(client, name).await;
         let ok = cordoned
             && taints.contains(&"medik8s.io/drain:NoSchedule".to_string())
@@ -531,7 +511,7 @@ pub mod node {
     }
 
     /// Whether the node is back to schedulable with neither maintenance taint nor the label.
-    pub async fn restored(client: &Client, name: &str) -> Result<(), String> {
+    pub(crate) async fn restored(client: &Client, name: &str) -> Result<(), String> {
         let (cordoned, taints, labels) = state(client, name).await;
         let ok = !cordoned
             && !taints.iter().any(|t| {
@@ -552,7 +532,7 @@ pub mod node {
 /// Creates PodDisruptionBudget `name` in `ns` over pods labelled `app=<app>` with
 /// `maxUnavailable`, and waits until the disruption controller has observed it with `healthy`
 /// healthy pods (until then the API server answers evictions with "still being processed").
-pub async fn budget(
+pub(crate) async fn budget(
     client: &Client,
     ns: &str,
     name: &str,

@@ -1,14 +1,85 @@
-//! Fixtures shared by the end-to-end tests and the benchmarks: the operator started and
-//! registered as the API server's webhook, many kwok nodes at once, and a process's memory.
+//! Fixtures shared by the end-to-end tests and the benchmarks: the manifests installed and the
+//! operator's ServiceAccount ([`Installed`]), the benches' cluster ([`bench_cluster`]), the
+//! operator started and registered as the API server's webhook, many kwok nodes at once.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, PostParams};
 
-use crate::operator::{Operator, OperatorOptions, register_webhook};
-use crate::{Cluster, ClusterError};
+use crate::operator::{
+    Operator, OperatorOptions, ServiceAccountRef, install_manifests, register_webhook,
+    service_account_kubeconfig,
+};
+use crate::{Cluster, ClusterError, Options};
+
+/// The repository's `manifests/` installed on a cluster, and the operator's ServiceAccount with a
+/// kubeconfig of its own: an operator started from [`Installed::options`] runs with exactly the
+/// shipped RBAC, so every run also proves it.
+#[derive(Clone, Debug)]
+pub struct Installed {
+    /// The ServiceAccount the manifests' Deployment runs as.
+    pub account: ServiceAccountRef,
+    /// A kubeconfig authenticating as that ServiceAccount.
+    pub kubeconfig: PathBuf,
+    /// The operator binary to start.
+    pub binary: PathBuf,
+}
+
+impl Installed {
+    /// Installs `manifests` (the CRD, RBAC and namespace; not the Deployment) on `cluster` and
+    /// writes the ServiceAccount's kubeconfig; `binary` is the operator to start later.
+    ///
+    /// # Errors
+    /// `kubectl apply` or the token request failed.
+    pub fn new(
+        cluster: &Cluster,
+        manifests: &Path,
+        binary: impl Into<PathBuf>,
+    ) -> Result<Self, ClusterError> {
+        let account = install_manifests(cluster, manifests)?;
+        let kubeconfig = service_account_kubeconfig(cluster, &account)?;
+        Ok(Self {
+            account,
+            kubeconfig,
+            binary: binary.into(),
+        })
+    }
+
+    /// Options to start the operator named `name` as the ServiceAccount, with `POD_NAMESPACE`
+    /// set to its namespace as the manifests' Deployment sets it. Callers add flags and
+    /// variables of their own.
+    pub fn options(&self, name: &str) -> OperatorOptions {
+        let mut opts = OperatorOptions::new(&self.binary);
+        opts.name = name.to_string();
+        opts.kubeconfig = Some(self.kubeconfig.clone());
+        opts.env
+            .push(("POD_NAMESPACE".into(), self.account.namespace.clone()));
+        opts
+    }
+}
+
+/// The benchmarks' cluster: one control-plane node, no worker (the benches create kwok nodes
+/// of their own), the API server's audit log written with `audit_policy` when given, and
+/// `manifests` installed for `binary`.
+///
+/// # Errors
+/// The cluster did not start, or the manifests could not be installed.
+pub fn bench_cluster(
+    audit_policy: Option<String>,
+    manifests: &Path,
+    binary: impl Into<PathBuf>,
+) -> Result<(Cluster, Installed), ClusterError> {
+    let cluster = Cluster::start(Options {
+        workers: 0,
+        control_planes: 1,
+        audit_policy,
+    })?;
+    let installed = Installed::new(&cluster, manifests, binary)?;
+    Ok((cluster, installed))
+}
 
 /// A dry-run CREATE for a node that does not exist: denied with upstream's text only by our
 /// webhook, so its answer proves the API server calls the registered webhook.
@@ -101,7 +172,7 @@ pub async fn create_kwok_nodes(
         async move {
             match api.create(&PostParams::default(), &node).await {
                 Ok(_) => Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(()),
                 Err(e) => Err(e),
             }
         }

@@ -43,29 +43,44 @@ pub enum ClusterError {
     /// A component exited while starting; the tail of its log says why.
     #[error("{name} exited during start-up ({status}); last lines of {log}:\n{tail}")]
     Exited {
+        /// The component (`etcd`, `kube-apiserver`, ...).
         name: String,
+        /// Its exit status.
         status: String,
+        /// Path of its log file.
         log: String,
+        /// The last lines of that log.
         tail: String,
     },
     /// A component did not become ready in time.
     #[error("{what} was not ready after {seconds} s; last lines of {log}:\n{tail}")]
     NotReady {
+        /// What was waited for.
         what: String,
+        /// How long it was waited for, in seconds.
         seconds: u64,
+        /// Path of the log that says why.
         log: String,
+        /// The last lines of that log.
         tail: String,
     },
     /// A kubectl call that sets up the cluster failed.
     #[error("`kubectl {args}` failed: {stderr}")]
-    Kubectl { args: String, stderr: String },
+    Kubectl {
+        /// The arguments, space-separated.
+        args: String,
+        /// What kubectl wrote on stderr.
+        stderr: String,
+    },
     /// Certificate generation failed.
     #[error("certificates: {0}")]
     Certs(#[from] nmo_certs::Error),
     /// A file or process operation failed.
     #[error("{context}: {source}")]
     Io {
+        /// What was being done (and on which path).
         context: String,
+        /// The I/O error.
         source: std::io::Error,
     },
 }

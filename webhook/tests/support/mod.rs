@@ -23,25 +23,25 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
 /// The path the test router serves.
-pub const PATH: &str = "/validate";
+pub(crate) const PATH: &str = "/validate";
 
-pub fn install_provider() {
+pub(crate) fn install_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// A CA and its serving pairs for 127.0.0.1.
-pub struct Certs {
+pub(crate) struct Certs {
     pub ca: nmo_certs::Ca,
 }
 
 impl Certs {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             ca: nmo_certs::Ca::new("nmo-webhook-test-ca").expect("CA"),
         }
     }
 
-    pub fn leaf(&self) -> nmo_certs::Pair {
+    pub(crate) fn leaf(&self) -> nmo_certs::Pair {
         self.ca
             .issue_server(&["localhost"], &[IpAddr::V4(Ipv4Addr::LOCALHOST)])
             .expect("leaf")
@@ -49,7 +49,7 @@ impl Certs {
 }
 
 /// DER of the first certificate of a PEM chain.
-pub fn leaf_der(pem: &str) -> Vec<u8> {
+pub(crate) fn leaf_der(pem: &str) -> Vec<u8> {
     CertificateDer::pem_slice_iter(pem.as_bytes())
         .next()
         .expect("a certificate")
@@ -57,12 +57,12 @@ pub fn leaf_der(pem: &str) -> Vec<u8> {
         .to_vec()
 }
 
-pub fn write_pair(dir: &Path, pair: &nmo_certs::Pair) {
+pub(crate) fn write_pair(dir: &Path, pair: &nmo_certs::Pair) {
     std::fs::write(dir.join("tls.crt"), &pair.cert_pem).unwrap();
     std::fs::write(dir.join("tls.key"), &pair.key_pem).unwrap();
 }
 
-pub fn options(dir: &Path, enable_http2: bool) -> TlsOptions {
+pub(crate) fn options(dir: &Path, enable_http2: bool) -> TlsOptions {
     TlsOptions {
         cert_dir: dir.to_path_buf(),
         cert_name: "tls.crt".into(),
@@ -74,7 +74,7 @@ pub fn options(dir: &Path, enable_http2: bool) -> TlsOptions {
 
 /// Test validator over ConfigMaps: denies the name `deny-me`, panics on `panic`, sleeps
 /// `slow-<ms>` milliseconds, allows everything else.
-pub struct TestValidator;
+pub(crate) struct TestValidator;
 
 impl Validator for TestValidator {
     type Object = ConfigMap;
@@ -98,24 +98,24 @@ impl Validator for TestValidator {
     }
 }
 
-pub fn router() -> axum::Router {
+pub(crate) fn router() -> axum::Router {
     admission_route(PATH, Arc::new(TestValidator))
         .route("/healthz", axum::routing::get(|| async { "ok" }))
 }
 
 /// Fast tuning for tests: quick reload poll so rotation tests do not depend on the poll alone.
-pub fn tuning() -> ServeTuning {
+pub(crate) fn tuning() -> ServeTuning {
     ServeTuning {
         shutdown_grace: Duration::from_secs(5),
         ..ServeTuning::default()
     }
 }
 
-pub async fn start(dir: &Path, enable_http2: bool) -> WebhookServer {
+pub(crate) async fn start(dir: &Path, enable_http2: bool) -> WebhookServer {
     start_with(dir, enable_http2, tuning(), std::future::pending()).await
 }
 
-pub async fn start_with(
+pub(crate) async fn start_with(
     dir: &Path,
     enable_http2: bool,
     tuning: ServeTuning,
@@ -128,11 +128,11 @@ pub async fn start_with(
 }
 
 /// A ready-made valid AdmissionReview body for a ConfigMap named `name`.
-pub fn review(uid: &str, name: &str) -> Vec<u8> {
+pub(crate) fn review(uid: &str, name: &str) -> Vec<u8> {
     serde_json::to_vec(&review_value(uid, name)).unwrap()
 }
 
-pub fn review_value(uid: &str, name: &str) -> serde_json::Value {
+pub(crate) fn review_value(uid: &str, name: &str) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -159,7 +159,7 @@ pub fn review_value(uid: &str, name: &str) -> serde_json::Value {
     })
 }
 
-pub fn client_config(
+pub(crate) fn client_config(
     ca_pem: &str,
     alpn: &[&[u8]],
     versions: &[&'static rustls::SupportedProtocolVersion],
@@ -180,7 +180,7 @@ pub fn client_config(
 }
 
 /// TLS-connects to `addr` as `127.0.0.1`.
-pub async fn tls_connect(
+pub(crate) async fn tls_connect(
     addr: SocketAddr,
     config: Arc<rustls::ClientConfig>,
 ) -> std::io::Result<TlsStream<TcpStream>> {
@@ -191,7 +191,7 @@ pub async fn tls_connect(
 }
 
 /// An HTTP/1.1 client over an established TLS stream.
-pub async fn http1(stream: TlsStream<TcpStream>) -> SendRequest<Full<Bytes>> {
+pub(crate) async fn http1(stream: TlsStream<TcpStream>) -> SendRequest<Full<Bytes>> {
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .expect("http1 handshake");
@@ -200,7 +200,7 @@ pub async fn http1(stream: TlsStream<TcpStream>) -> SendRequest<Full<Bytes>> {
 }
 
 /// Connects with ALPN `http/1.1` and returns an HTTP/1.1 client.
-pub async fn connect_http1(addr: SocketAddr, ca_pem: &str) -> SendRequest<Full<Bytes>> {
+pub(crate) async fn connect_http1(addr: SocketAddr, ca_pem: &str) -> SendRequest<Full<Bytes>> {
     let config = client_config(
         ca_pem,
         &[b"http/1.1"],
@@ -210,7 +210,7 @@ pub async fn connect_http1(addr: SocketAddr, ca_pem: &str) -> SendRequest<Full<B
 }
 
 /// POSTs `body` as JSON to `path`; returns status and body.
-pub async fn post(
+pub(crate) async fn post(
     sender: &mut SendRequest<Full<Bytes>>,
     path: &str,
     body: Vec<u8>,
@@ -228,7 +228,7 @@ pub async fn post(
 }
 
 /// Parses an AdmissionReview response body and returns `(uid, allowed, code, message)`.
-pub fn parse_response(body: &[u8]) -> (String, bool, u64, String) {
+pub(crate) fn parse_response(body: &[u8]) -> (String, bool, u64, String) {
     let v: serde_json::Value = serde_json::from_slice(body).expect("JSON response");
     assert_eq!(v["kind"], "AdmissionReview", "{v}");
     assert_eq!(v["apiVersion"], "admission.k8s.io/v1", "{v}");
@@ -245,7 +245,7 @@ pub fn parse_response(body: &[u8]) -> (String, bool, u64, String) {
 }
 
 /// The `message` of a 4xx Status body.
-pub fn status_message(body: &[u8]) -> String {
+pub(crate) fn status_message(body: &[u8]) -> String {
     let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_else(|e| {
         panic!(
             "status body is JSON ({e}): {}",

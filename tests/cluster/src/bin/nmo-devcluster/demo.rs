@@ -27,7 +27,7 @@ fn step(text: &str) {
 }
 
 /// Runs the demo; the process exit code.
-pub fn run() -> i32 {
+pub(crate) fn run() -> i32 {
     match demo() {
         Ok(()) => {
             step("Done: the node went into maintenance, was drained, and was restored.");
@@ -42,9 +42,8 @@ pub fn run() -> i32 {
 
 fn demo() -> Result<(), String> {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        let _ = super::signal_flag(sig, stop.clone());
-    }
+    super::stop_on_signal(stop.clone())
+        .map_err(|e| format!("cannot install the signal handlers: {e}"))?;
     let interrupted = || {
         if stop.load(std::sync::atomic::Ordering::SeqCst) {
             Err("interrupted".to_string())

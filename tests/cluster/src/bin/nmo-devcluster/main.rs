@@ -39,8 +39,9 @@ fn up() -> i32 {
     println!("kubectl: {}", cluster.bin("kubectl").display());
     println!("Press Ctrl-C to stop the cluster.");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        let _ = signal_flag(sig, stop.clone());
+    if let Err(e) = stop_on_signal(stop.clone()) {
+        eprintln!("nmo-devcluster: cannot install the signal handlers: {e}");
+        return 1;
     }
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {
         if let Err(e) = cluster.check_components() {
@@ -53,24 +54,28 @@ fn up() -> i32 {
     0
 }
 
-/// Sets `flag` when `signal` arrives (a minimal handler: an atomic store is async-signal-safe).
-pub fn signal_flag(
-    signal: i32,
-    flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> std::io::Result<()> {
-    static FLAG: std::sync::OnceLock<std::sync::Arc<std::sync::atomic::AtomicBool>> =
-        std::sync::OnceLock::new();
-    let _ = FLAG.set(flag);
-    extern "C" fn handler(_: i32) {
-        if let Some(f) = FLAG.get() {
-            f.store(true, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
-    // SAFETY: installing a handler that only performs an atomic store.
-    let r = unsafe { libc::signal(signal, handler as *const () as libc::sighandler_t) };
-    if r == libc::SIG_ERR {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+/// Sets `flag` on the first SIGINT or SIGTERM. tokio's handlers, driven by a thread of their
+/// own so that the synchronous callers only poll the flag; installed before this returns.
+pub fn stop_on_signal(flag: std::sync::Arc<std::sync::atomic::AtomicBool>) -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()?;
+    let (mut int, mut term) = {
+        let _context = runtime.enter();
+        (
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+        )
+    };
+    std::thread::spawn(move || {
+        runtime.block_on(async {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        });
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    Ok(())
 }
