@@ -9,7 +9,7 @@
 //! (upstream renews on every call), so a reconcile every few minutes renews well before expiry
 //! without writing on every pass (docs/compat.md §3).
 //!
-//! [`plan_request`] is pure; [`NodeLeases`] does the I/O without sleeps: `request` costs one GET
+//! [`plan_request`] is pure; [`NodeLeases`] does the I/O without sleeps: `request_from` costs one GET
 //! when the lease is current, and a conflicting write is returned to the caller for its retry.
 
 use std::sync::Arc;
@@ -40,7 +40,7 @@ pub(crate) fn lease_name(node: &str) -> String {
     format!("node-{node}").to_lowercase()
 }
 
-/// Outcome of [`NodeLeases::request`].
+/// Outcome of [`NodeLeases::request_from`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LeaseOutcome {
     /// No lease existed; ours was created.
@@ -218,18 +218,11 @@ impl NodeLeases {
     ///
     /// Errors: [`LeaseError::AlreadyHeld`] (valid foreign lease), [`LeaseError::GetNamespace`],
     /// [`LeaseError::CreateNamespace`], [`LeaseError::Api`].
-    pub(crate) async fn request(
-        &self,
-        node: &str,
-        node_uid: Option<&str>,
-    ) -> Result<LeaseOutcome, LeaseError> {
-        self.request_from(node, node_uid, None).await
-    }
-
-    /// As [`request`](Self::request), but the first attempt plans on `read`, the lease as the
-    /// caller has just read it with [`get`](Self::get) (`Some(None)`: no lease), instead of
-    /// reading it again. A stale copy costs a 409 (the replace carries its resourceVersion) or
-    /// an already-exists (the create re-reads once). Errors as [`request`](Self::request).
+    ///
+    /// The first attempt plans on `read`, the lease as the caller has just read it with
+    /// [`get`](Self::get) (`Some(None)`: no lease; `None`: read it here). A stale copy costs a
+    /// 409 (the replace carries its resourceVersion) or an already-exists (the create re-reads
+    /// once).
     pub(crate) async fn request_from(
         &self,
         node: &str,

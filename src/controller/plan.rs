@@ -21,65 +21,65 @@ use crate::api::{
 use crate::drain::{self, DrainReport, Survey};
 
 /// Next pass while evicted pods are only terminating (the pass is cheap: one pod list).
-pub const REQUEUE_TERMINATING: Duration = Duration::from_secs(1);
+pub(crate) const REQUEUE_TERMINATING: Duration = Duration::from_secs(1);
 /// Next pass while an eviction is refused (upstream's `waitDurationOnDrainError`).
-pub const REQUEUE_BLOCKED: Duration = Duration::from_secs(5);
+pub(crate) const REQUEUE_BLOCKED: Duration = Duration::from_secs(5);
 /// Re-check of a Succeeded maintenance: renews the 3600 s lease well before it expires and
 /// corrects drift the Node watch might have missed.
-pub const REQUEUE_SUCCEEDED: Duration = Duration::from_secs(300);
+pub(crate) const REQUEUE_SUCCEEDED: Duration = Duration::from_secs(300);
 /// Re-check while the node does not exist (the Node watch usually comes first).
-pub const REQUEUE_NODE_MISSING: Duration = Duration::from_secs(30);
+pub(crate) const REQUEUE_NODE_MISSING: Duration = Duration::from_secs(30);
 /// Re-check while another NodeMaintenance holds the node.
-pub const REQUEUE_HELD_BY_OTHER: Duration = Duration::from_secs(30);
+pub(crate) const REQUEUE_HELD_BY_OTHER: Duration = Duration::from_secs(30);
 /// Re-check after a lease we held was found held by someone else.
-pub const REQUEUE_LEASE_LOST: Duration = Duration::from_secs(5);
+pub(crate) const REQUEUE_LEASE_LOST: Duration = Duration::from_secs(5);
 /// First wait for a lease we never held; doubles per attempt up to [`LEASE_WAIT_MAX`].
-pub const LEASE_WAIT_INITIAL: Duration = Duration::from_secs(2);
+pub(crate) const LEASE_WAIT_INITIAL: Duration = Duration::from_secs(2);
 /// Longest wait for a lease we never held.
-pub const LEASE_WAIT_MAX: Duration = Duration::from_secs(30);
+pub(crate) const LEASE_WAIT_MAX: Duration = Duration::from_secs(30);
 /// Re-check of a NodeMaintenance with an invalid nodeName (the webhook forbids editing it, so
 /// this is only a safety net).
-pub const REQUEUE_INVALID: Duration = Duration::from_secs(300);
+pub(crate) const REQUEUE_INVALID: Duration = Duration::from_secs(300);
 /// Upstream's `maxAllowedErrorToUpdateOwnedLease`: a count above this fails the maintenance.
-pub const MAX_LEASE_ERRORS: i32 = 3;
+pub(crate) const MAX_LEASE_ERRORS: i32 = 3;
 
 /// Condition types in `status.conditions`.
-pub mod condition {
+pub(crate) mod condition {
     /// The node is cordoned, tainted and labelled for this maintenance.
-    pub const CORDONED: &str = "Cordoned";
+    pub(crate) const CORDONED: &str = "Cordoned";
     /// Every evictable pod is gone.
-    pub const DRAINED: &str = "Drained";
+    pub(crate) const DRAINED: &str = "Drained";
     /// The medik8s lease of the node is ours. `False` with reason [`LEASE_LOST`] remembers that
     /// it used to be ours (upstream used `drainProgress > 0` as a proxy for this).
-    pub const LEASE_HELD: &str = "LeaseHeld";
+    pub(crate) const LEASE_HELD: &str = "LeaseHeld";
     /// Reason of `LeaseHeld=False` after we held the lease.
-    pub const LEASE_LOST: &str = "LeaseLost";
+    pub(crate) const LEASE_LOST: &str = "LeaseLost";
     /// Reason of `LeaseHeld=False` when we never held it.
-    pub const HELD_BY_OTHER: &str = "HeldByOther";
+    pub(crate) const HELD_BY_OTHER: &str = "HeldByOther";
 }
 
 /// Upstream's event reasons and exact messages (docs/compat.md §4), plus ours.
-pub mod event {
+pub(crate) mod event {
     /// Normal, on the NodeMaintenance, after the finalizer was added.
-    pub const BEGIN: (&str, &str) = ("BeginMaintenance", "Begin a node maintenance");
+    pub(crate) const BEGIN: (&str, &str) = ("BeginMaintenance", "Begin a node maintenance");
     /// Normal, on the NodeMaintenance, on the transition to Succeeded.
-    pub const SUCCEED: (&str, &str) = ("SucceedMaintenance", "Node maintenance was succeeded");
+    pub(crate) const SUCCEED: (&str, &str) = ("SucceedMaintenance", "Node maintenance was succeeded");
     /// Warning, on the NodeMaintenance, on the transition to Failed.
-    pub const FAILED: (&str, &str) = ("FailedMaintenance", "Failed a node maintenance");
+    pub(crate) const FAILED: (&str, &str) = ("FailedMaintenance", "Failed a node maintenance");
     /// Normal, on the Node, when leaving maintenance uncordoned it.
-    pub const UNCORDON: (&str, &str) = ("UncordonNode", "Uncordon a node");
+    pub(crate) const UNCORDON: (&str, &str) = ("UncordonNode", "Uncordon a node");
     /// Normal, on the NodeMaintenance, after the finalizer was removed.
-    pub const REMOVED: (&str, &str) = ("RemovedMaintenance", "Removed a node maintenance");
+    pub(crate) const REMOVED: (&str, &str) = ("RemovedMaintenance", "Removed a node maintenance");
     /// Warning, on the NodeMaintenance, when someone undid part of the maintenance (ours).
-    pub const REAPPLIED: &str = "MaintenanceReapplied";
+    pub(crate) const REAPPLIED: &str = "MaintenanceReapplied";
     /// Normal, on the NodeMaintenance, once per pod the drain leaves on the node on purpose
     /// (it tolerates the maintenance taints; ours, `docs/compat.md §7`).
-    pub const POD_SKIPPED: &str = "PodNotEvicted";
+    pub(crate) const POD_SKIPPED: &str = "PodNotEvicted";
 }
 
 /// The object an event is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventTarget {
+pub(crate) enum EventTarget {
     /// The NodeMaintenance being reconciled.
     Maintenance,
     /// Its Node.
@@ -88,7 +88,7 @@ pub enum EventTarget {
 
 /// An event to publish after the status write it belongs to succeeded.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlannedEvent {
+pub(crate) struct PlannedEvent {
     /// What it is about.
     pub target: EventTarget,
     /// Warning (true) or Normal.
@@ -101,7 +101,7 @@ pub struct PlannedEvent {
 
 impl PlannedEvent {
     /// A Normal event.
-    pub fn normal(target: EventTarget, (reason, message): (&'static str, &str)) -> Self {
+    pub(crate) fn normal(target: EventTarget, (reason, message): (&'static str, &str)) -> Self {
         Self {
             target,
             warning: false,
@@ -110,7 +110,7 @@ impl PlannedEvent {
         }
     }
     /// A Warning event.
-    pub fn warning(target: EventTarget, reason: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn warning(target: EventTarget, reason: &'static str, message: impl Into<String>) -> Self {
         Self {
             target,
             warning: true,
@@ -122,7 +122,7 @@ impl PlannedEvent {
 
 /// When to reconcile again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Requeue {
+pub(crate) enum Requeue {
     /// After this long.
     After(Duration),
     /// After this long; the reconciler logs upstream's `Reconciling with fixed duration`.
@@ -136,7 +136,7 @@ pub enum Requeue {
 /// The outcome of one step: the status to record, the events to emit once it is recorded, and
 /// when to come back.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Step {
+pub(crate) struct Step {
     /// The new status.
     pub status: NodeMaintenanceStatus,
     /// Events to publish after the status write succeeded.
@@ -147,7 +147,7 @@ pub struct Step {
 
 /// What to do with a NodeMaintenance before looking at its node.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Entry {
+pub(crate) enum Entry {
     /// Being deleted with our finalizer: restore the node, then remove the finalizer.
     Cleanup,
     /// Being deleted without our finalizer: nothing to do, and never fall through to
@@ -164,7 +164,7 @@ pub enum Entry {
 }
 
 /// The first decision of every reconcile. Deletion comes first.
-pub fn entry(nm: &NodeMaintenance) -> Entry {
+pub(crate) fn entry(nm: &NodeMaintenance) -> Entry {
     let has_finalizer = nm.finalizers().iter().any(|f| f == FINALIZER);
     if nm.metadata.deletion_timestamp.is_some() {
         return if has_finalizer {
@@ -192,23 +192,23 @@ pub fn entry(nm: &NodeMaintenance) -> Entry {
 ///
 /// # Errors
 /// The reason as a clause (`it is empty`).
-pub fn validate_node_name(name: &str) -> Result<(), String> {
+pub(crate) fn validate_node_name(name: &str) -> Result<(), String> {
     crate::api::validate_node_name(name).map_err(|e| e.to_string())
 }
 
 /// Failed for good: the lease could not be recovered and the node was restored.
-pub fn is_terminal(status: &NodeMaintenanceStatus) -> bool {
+pub(crate) fn is_terminal(status: &NodeMaintenanceStatus) -> bool {
     status.phase == Some(MaintenancePhase::Failed)
         && status.error_on_lease_count.unwrap_or(0) > MAX_LEASE_ERRORS
 }
 
 /// `now` with the 1 s precision of `metav1.Time`, so a value read back compares equal.
-pub fn now_time(now: jiff::Timestamp) -> Time {
+pub(crate) fn now_time(now: jiff::Timestamp) -> Time {
     Time(jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
 }
 
 /// Sets condition `type_` on `status`, keeping `lastTransitionTime` when its status is unchanged.
-pub fn set_condition(
+pub(crate) fn set_condition(
     status: &mut NodeMaintenanceStatus,
     type_: &str,
     value: bool,
@@ -250,14 +250,14 @@ fn condition<'a>(status: &'a NodeMaintenanceStatus, type_: &str) -> Option<&'a C
 }
 
 /// Whether the lease was ours at some point: `LeaseHeld` is True, or False because it was lost.
-pub fn held_lease_before(status: &NodeMaintenanceStatus) -> bool {
+pub(crate) fn held_lease_before(status: &NodeMaintenanceStatus) -> bool {
     condition(status, condition::LEASE_HELD)
         .is_some_and(|c| c.status == "True" || c.reason == condition::LEASE_LOST)
 }
 
 /// `(evictionPods - pending) * 100 / evictionPods`, clamped to 0..=100; 0 when nothing was up
 /// for eviction (upstream leaves it unset then and can go negative).
-pub fn drain_progress(eviction_pods: i32, pending: usize) -> i32 {
+pub(crate) fn drain_progress(eviction_pods: i32, pending: usize) -> i32 {
     if eviction_pods <= 0 {
         return 0;
     }
@@ -302,7 +302,7 @@ fn to_failed(
 /// phase Running, `totalpods`, `evictionPods`, pending pods, drainStartTime, lastUpdate,
 /// observedGeneration. `None` when the phase is already set (upstream test "Should not modify
 /// the CR after initalization").
-pub fn init_status(
+pub(crate) fn init_status(
     old: &NodeMaintenanceStatus,
     survey: &Survey,
     generation: Option<i64>,
@@ -325,7 +325,7 @@ pub fn init_status(
 
 /// The NodeMaintenance names an invalid node: phase Failed, a lastError that says so, Warning
 /// `FailedMaintenance` on the transition; no node or lease is touched.
-pub fn invalid_node_name(
+pub(crate) fn invalid_node_name(
     old: &NodeMaintenanceStatus,
     node: &str,
     why: &str,
@@ -356,7 +356,7 @@ pub fn invalid_node_name(
 /// `lastError` for a nodeName that cannot name a Node: upstream's text for the same input first
 /// (it looks the node up and reports the API's answer: `nodes "<n>" not found`, or client-go's
 /// `resource name may not be empty`), then why (docs/compat.md §5).
-pub fn invalid_node_name_error(node: &str, why: &str) -> String {
+pub(crate) fn invalid_node_name_error(node: &str, why: &str) -> String {
     let upstream = if node.is_empty() {
         "resource name may not be empty".to_string()
     } else {
@@ -368,7 +368,7 @@ pub fn invalid_node_name_error(node: &str, why: &str) -> String {
 /// The node does not exist: phase Failed, lastError `nodes "<n>" not found`, Warning
 /// `FailedMaintenance` on the transition only. The maintenance resumes when the node appears
 /// (the Node watch, or the slow requeue).
-pub fn node_missing(
+pub(crate) fn node_missing(
     old: &NodeMaintenanceStatus,
     node: &str,
     generation: Option<i64>,
@@ -396,7 +396,7 @@ pub fn node_missing(
 }
 
 /// The node exists: a maintenance that failed because it was missing is Running again.
-pub fn node_present(status: &NodeMaintenanceStatus) -> NodeMaintenanceStatus {
+pub(crate) fn node_present(status: &NodeMaintenanceStatus) -> NodeMaintenanceStatus {
     let mut s = status.clone();
     if s.phase == Some(MaintenancePhase::Failed) && !is_terminal(&s) {
         s.phase = Some(MaintenancePhase::Running);
@@ -406,7 +406,7 @@ pub fn node_present(status: &NodeMaintenanceStatus) -> NodeMaintenanceStatus {
 
 /// What requesting the medik8s lease returned.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LeaseObservation {
+pub(crate) enum LeaseObservation {
     /// Ours (created, renewed, taken over or still current).
     Held,
     /// Held by another holder; the error text
@@ -416,7 +416,7 @@ pub enum LeaseObservation {
 
 /// What to do after the lease request.
 #[derive(Clone, Debug, PartialEq)]
-pub enum LeaseStep {
+pub(crate) enum LeaseStep {
     /// Carry on with this status (record it first if it differs from the old one: it may carry
     /// the `LeaseHeld` ownership that later counting depends on).
     Proceed(NodeMaintenanceStatus),
@@ -440,7 +440,7 @@ pub enum LeaseStep {
 /// node carries our holder record, and we enter a node only after obtaining its lease), and a
 /// non-zero `errorOnLeaseCount` (an upstream field, only ever raised for a lease we held) counts
 /// too (docs/compat.md §3).
-pub fn lease_result(
+pub(crate) fn lease_result(
     old: &NodeMaintenanceStatus,
     observed: &LeaseObservation,
     entered: bool,
@@ -545,7 +545,7 @@ pub fn lease_result(
 /// After the node was taken out of maintenance because the lease was lost for good: phase
 /// Failed (terminal), Warning `FailedMaintenance` on the transition, `UncordonNode` on the Node
 /// when the node was uncordoned.
-pub fn lease_failed(
+pub(crate) fn lease_failed(
     recorded: &NodeMaintenanceStatus,
     uncordoned: bool,
     generation: Option<i64>,
@@ -575,14 +575,14 @@ pub fn lease_failed(
 }
 
 /// Retry delay for a lease we never held, after `attempt` earlier waits: 2 s doubling to 30 s.
-pub fn lease_wait(attempt: u32) -> Duration {
+pub(crate) fn lease_wait(attempt: u32) -> Duration {
     LEASE_WAIT_INITIAL
         .saturating_mul(2u32.saturating_pow(attempt.min(16)))
         .min(LEASE_WAIT_MAX)
 }
 
 /// Another NodeMaintenance holds the node: this one does not drain; its status names the holder.
-pub fn held_by_other(
+pub(crate) fn held_by_other(
     old: &NodeMaintenanceStatus,
     node: &str,
     other: &str,
@@ -613,7 +613,7 @@ pub fn held_by_other(
 
 /// The node is in maintenance for us. `repaired` lists what someone had undone and we re-applied
 /// (a Warning `MaintenanceReapplied` event names it).
-pub fn entered(
+pub(crate) fn entered(
     old: &NodeMaintenanceStatus,
     node: &str,
     repaired: &[&str],
@@ -679,7 +679,7 @@ fn skipped_summary(report: &DrainReport) -> String {
 /// (only terminating) or 5 s (blocked). Both are logged as upstream's `Reconciling with fixed
 /// duration`: upstream logs it whenever a pass ends with pods left (its e2e test greps for it),
 /// and a drain whose pods only take long to terminate is such a pass.
-pub fn drained(
+pub(crate) fn drained(
     old: &NodeMaintenanceStatus,
     report: &DrainReport,
     generation: Option<i64>,
@@ -778,7 +778,7 @@ pub fn drained(
 /// names) the API server drops (those of [`crate::api::ADDED_STATUS_FIELDS`] when upstream's CRD
 /// is installed): `old` was read back without them, so comparing them would call for a write on
 /// every pass (docs/design.md §1).
-pub fn needs_write(
+pub(crate) fn needs_write(
     old: &NodeMaintenanceStatus,
     new: &NodeMaintenanceStatus,
     pruned: &[String],
@@ -800,7 +800,7 @@ pub fn needs_write(
 /// is kept, one sent and missing from the answer is pruned (upstream's CRD lacks our additions).
 /// Fields never sent yet are unknown; a write carrying one is preceded by a dry run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StatusSchema {
+pub(crate) struct StatusSchema {
     /// Fields (JSON names) the API server was seen to keep.
     pub kept: std::collections::BTreeSet<String>,
     /// Fields (JSON names) the API server was seen to prune.
@@ -816,12 +816,12 @@ fn field_names(status: &NodeMaintenanceStatus) -> Vec<String> {
 
 impl StatusSchema {
     /// The pruned fields, for [`needs_write`].
-    pub fn pruned(&self) -> Vec<String> {
+    pub(crate) fn pruned(&self) -> Vec<String> {
         self.pruned.iter().cloned().collect()
     }
 
     /// Whether `status` sets a field whose fate is not known yet.
-    pub fn has_unknown(&self, status: &NodeMaintenanceStatus) -> bool {
+    pub(crate) fn has_unknown(&self, status: &NodeMaintenanceStatus) -> bool {
         field_names(status)
             .iter()
             .any(|f| !self.kept.contains(f) && !self.pruned.contains(f))
@@ -829,7 +829,7 @@ impl StatusSchema {
 
     /// Learns from a write of `sent` answered with `stored`; returns the fields newly found
     /// pruned.
-    pub fn learn(
+    pub(crate) fn learn(
         &mut self,
         sent: &NodeMaintenanceStatus,
         stored: Option<&NodeMaintenanceStatus>,
@@ -869,7 +869,7 @@ const STATUS_FIELDS: [&str; 13] = [
 /// unset fields are sent as explicit `null` (a merge patch otherwise leaves them), lists are
 /// replaced whole. With `resource_version`, the API server rejects the write with 409 when the
 /// object changed since it was read (optimistic concurrency).
-pub fn status_patch(
+pub(crate) fn status_patch(
     status: &NodeMaintenanceStatus,
     resource_version: Option<&str>,
 ) -> serde_json::Value {
@@ -888,7 +888,7 @@ pub fn status_patch(
 
 /// How the node looked when its NodeMaintenance is being deleted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NodeSeen<'a> {
+pub(crate) enum NodeSeen<'a> {
     /// The node does not exist.
     Missing,
     /// The node exists; its holder annotation.
@@ -897,7 +897,7 @@ pub enum NodeSeen<'a> {
 
 /// What deleting a NodeMaintenance does to its node and lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DeletionPlan {
+pub(crate) enum DeletionPlan {
     /// Take the node out of maintenance and invalidate the lease (emit `UncordonNode` when it was
     /// uncordoned).
     Exit,
@@ -916,7 +916,7 @@ pub enum DeletionPlan {
 /// Decides the cleanup of NodeMaintenance `me` (upstream's stop-on-deletion, §5.3, plus the
 /// handover of §16 row 9): only the holder restores the node, and not while another live
 /// NodeMaintenance for the same node (`successor`) still wants it.
-pub fn deletion_plan(node: NodeSeen<'_>, me: &str, successor: Option<&str>) -> DeletionPlan {
+pub(crate) fn deletion_plan(node: NodeSeen<'_>, me: &str, successor: Option<&str>) -> DeletionPlan {
     match (node, successor) {
         (NodeSeen::Holder(Some(h)), Some(to)) if h == me => {
             DeletionPlan::Transfer { to: to.to_string() }
@@ -930,7 +930,7 @@ pub fn deletion_plan(node: NodeSeen<'_>, me: &str, successor: Option<&str>) -> D
 
 /// The live NodeMaintenance (not being deleted, for `node`, another name) that should hold
 /// `node`, the node `me` entered, after `me` goes: the oldest, then by name.
-pub fn successor<'a>(
+pub(crate) fn successor<'a>(
     me: &NodeMaintenance,
     node: &str,
     all: impl IntoIterator<Item = &'a NodeMaintenance>,

@@ -37,7 +37,7 @@ use crate::node::{self, Claimant, EnterOutcome, ExitOutcome, NodeError};
 ///
 /// # Errors
 /// [`Error`]: node, lease, drain, finalizer or status API failures.
-pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub(crate) async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _timer = ctx.metrics.reconcile();
     let name = nm.name_any();
     let span = tracing::info_span!("reconcile", nodemaintenance = %name, node = %nm.spec.node_name);
@@ -73,7 +73,7 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
 
 /// Back-off after a failed reconcile: 1 s for a stale copy of the object (the watch brings the
 /// new one), otherwise 1 s doubling per consecutive failure of this object up to 5 min.
-pub fn error_policy(nm: Arc<NodeMaintenance>, err: &Error, ctx: Arc<Context>) -> Action {
+pub(crate) fn error_policy(nm: Arc<NodeMaintenance>, err: &Error, ctx: Arc<Context>) -> Action {
     if err.is_stale_object() {
         tracing::debug!(nodemaintenance = %nm.name_any(), error = %err, "stale NodeMaintenance, retrying");
         return Action::requeue(Duration::from_secs(1));
@@ -564,7 +564,7 @@ async fn remove_finalizer(nm: &NodeMaintenance, ctx: &Context) -> Result<(), Err
     match json_patch(ctx, nm, patch).await {
         Ok(_) => Ok(()),
         // Already gone (someone removed the finalizer and the object with it).
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
         Err(e) => Err(Error::RemoveFinalizer(e)),
     }
 }
