@@ -196,7 +196,13 @@ impl WebhookServer {
         let handle = axum_server::Handle::new();
         let mut server = axum_server::from_tcp_rustls(listener, rustls.clone())
             .map_err(bind_err)?
-            .map(|acceptor| acceptor.handshake_timeout(tuning.handshake_timeout))
+            // Every answer is one write; without TCP_NODELAY a reply that hyper happens to
+            // split would wait for the client's delayed ACK.
+            .map(|acceptor| {
+                acceptor
+                    .handshake_timeout(tuning.handshake_timeout)
+                    .acceptor(axum_server::accept::NoDelayAcceptor::new())
+            })
             .handle(handle.clone());
         if opts.enable_http2 {
             tracing::info!("HTTP/2 for webhooks enabled");
