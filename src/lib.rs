@@ -12,5 +12,6 @@ pub mod leader;
 pub mod lease;
 pub mod metrics;
 pub mod node;
+pub mod nodewatch;
 pub mod run;
 pub mod telemetry;

@@ -441,6 +441,8 @@ pub struct Operator {
     election: Election,
     synced: watch::Sender<bool>,
     servers: Vec<tokio::task::JoinHandle<()>>,
+    /// The one Node watch, started with the admission caches; the controller subscribes to it.
+    nodes: crate::nodewatch::NodeCache,
 }
 
 impl Operator {
@@ -462,7 +464,7 @@ impl Operator {
         let probe_listener =
             bind("health probe", config.health_probe_bind_address.socket()).await?;
         let metrics_listener = bind("metrics", config.metrics_bind_address.socket()).await?;
-        let (admission_router, admission_synced) =
+        let (admission_router, admission_synced, nodes) =
             wiring::admission_router(api.clone(), metrics.clone()).await?;
         let webhook = nmo_webhook::WebhookServer::start(
             nmo_webhook::TlsOptions {
@@ -531,6 +533,7 @@ impl Operator {
             election,
             synced,
             servers,
+            nodes,
         })
     }
 
@@ -585,6 +588,7 @@ impl Operator {
             usize::from(self.config.max_concurrent_reconciles),
             self.metrics.clone(),
             self.synced.clone(),
+            self.nodes.clone(),
             graceful.cancelled_owned(),
         );
         let (root, fatal) = (self.root.clone(), self.fatal.clone());
@@ -649,13 +653,13 @@ mod wiring {
     use crate::admission::{self, Admission};
     use crate::controller::{self, ControllerConfig};
 
-    /// The admission routes served by the webhook server, and a flag that turns true once the
-    /// admission caches have synced. Detects OpenShift once (one discovery call, as upstream
+    /// The admission routes served by the webhook server, a flag that turns true once the
+    /// admission caches have synced, and the Node watch among them (the controller's too). Detects OpenShift once (one discovery call, as upstream
     /// does at start-up) and starts the caches (`docs/design.md §4`).
     pub(super) async fn admission_router(
         client: Client,
         metrics: Arc<Metrics>,
-    ) -> Result<(Router, watch::Receiver<bool>), RunError> {
+    ) -> Result<(Router, watch::Receiver<bool>, crate::nodewatch::NodeCache), RunError> {
         let nms: kube::Api<crate::api::NodeMaintenance> = kube::Api::all(client.clone());
         if let Err(kube::Error::Api(status)) = nms
             .list_metadata(&kube::api::ListParams::default().limit(1))
@@ -668,11 +672,16 @@ mod wiring {
             .await
             .map_err(RunError::Admission)?;
         let synced = admission.synced();
-        Ok((admission::router(Arc::new(admission)), synced))
+        let nodes = admission.node_cache();
+        Ok((admission::router(Arc::new(admission)), synced, nodes))
     }
 
     /// Runs the controller until `shutdown` completes; `synced` turns true once its watches
-    /// have synced.
+    /// have synced. Its Node triggers come from `nodes`.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the seam passes each input through unchanged"
+    )]
     pub(super) async fn run_controller(
         client: Client,
         eviction_client: Client,
@@ -680,11 +689,13 @@ mod wiring {
         concurrency: usize,
         metrics: Arc<Metrics>,
         synced: watch::Sender<bool>,
+        nodes: crate::nodewatch::NodeCache,
         shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     ) {
         let config = ControllerConfig {
             lease_namespace,
             concurrency,
+            nodes: Some(nodes),
             ..ControllerConfig::default()
         };
         controller::run(client, eviction_client, config, metrics, synced, shutdown).await;

@@ -139,6 +139,11 @@ impl Admission {
         self.platform
     }
 
+    /// The Node watch among the caches, which the controller shares.
+    pub fn node_cache(&self) -> crate::nodewatch::NodeCache {
+        self.caches.node_cache().clone()
+    }
+
     /// Turns true once the caches have listed everything; `/readyz` waits for it.
     pub fn synced(&self) -> watch::Receiver<bool> {
         self.caches.synced()
