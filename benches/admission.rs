@@ -355,6 +355,13 @@ async fn main() -> Result<()> {
 
     create_nodes(&client).await?;
     progress(started, &format!("{NODES} nodes created"));
+    // The Node cache's own cost, before any maintenance work grows the heap.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rss_nodes = rss(pid);
+    progress(
+        started,
+        &format!("RSS with {NODES} nodes, no NodeMaintenance: {rss_nodes:.1} MiB"),
+    );
     let nms = Api::<NodeMaintenance>::all(client.clone());
     for i in 0..MAINTENANCES {
         let nm: NodeMaintenance =
@@ -451,11 +458,16 @@ async fn main() -> Result<()> {
     writeln!(table, "| idle, control-plane node only | {rss_idle:.1} |")?;
     writeln!(
         table,
+        "| with {NODES} nodes, no NodeMaintenance yet (growth: the Node cache) | {rss_nodes:.1} (+{:.1}) |",
+        rss_nodes - rss_idle
+    )?;
+    writeln!(
+        table,
         "| with {NODES} nodes and {MAINTENANCES} NodeMaintenances, settled | {rss_loaded:.1} |"
     )?;
     writeln!(
         table,
-        "| growth from the caches (target <= 4 MiB) | {:.1} |",
+        "| growth: caches plus the work of {MAINTENANCES} maintenances (target: caches <= 4 MiB) | {:.1} |",
         rss_loaded - rss_idle
     )?;
     writeln!(

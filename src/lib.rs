@@ -20,5 +20,6 @@ pub(crate) mod leader;
 pub(crate) mod lease;
 pub(crate) mod metrics;
 pub(crate) mod node;
+pub(crate) mod nodewatch;
 pub mod run;
 pub mod telemetry;

@@ -448,6 +448,8 @@ pub(crate) struct Operator {
     election: Election,
     synced: watch::Sender<bool>,
     servers: Vec<tokio::task::JoinHandle<()>>,
+    /// The one Node watch, started with the admission caches; the controller subscribes to it.
+    nodes: crate::nodewatch::NodeCache,
 }
 
 impl Operator {
@@ -469,7 +471,7 @@ impl Operator {
         let probe_listener =
             bind("health probe", config.health_probe_bind_address.socket()).await?;
         let metrics_listener = bind("metrics", config.metrics_bind_address.socket()).await?;
-        let (admission_router, admission_synced) =
+        let (admission_router, admission_synced, nodes) =
             wiring::admission_router(api.clone(), metrics.clone()).await?;
         let webhook = nmo_webhook::WebhookServer::start(
             nmo_webhook::TlsOptions {
@@ -538,6 +540,7 @@ impl Operator {
             election,
             synced,
             servers,
+            nodes,
         })
     }
 
@@ -591,6 +594,7 @@ impl Operator {
             crate::controller::ControllerConfig::from(&self.config),
             self.metrics.clone(),
             self.synced.clone(),
+            self.nodes.clone(),
             graceful.cancelled_owned(),
         );
         let (root, fatal) = (self.root.clone(), self.fatal.clone());
@@ -655,13 +659,13 @@ mod wiring {
     use crate::admission::{self, Admission};
     use crate::controller::{self, ControllerConfig};
 
-    /// The admission routes served by the webhook server, and a flag that turns true once the
-    /// admission caches have synced. Detects OpenShift once (one discovery call, as upstream
+    /// The admission routes served by the webhook server, a flag that turns true once the
+    /// admission caches have synced, and the Node watch among them (the controller's too). Detects OpenShift once (one discovery call, as upstream
     /// does at start-up) and starts the caches (`docs/design.md §4`).
     pub(super) async fn admission_router(
         client: Client,
         metrics: Arc<Metrics>,
-    ) -> Result<(Router, watch::Receiver<bool>), RunError> {
+    ) -> Result<(Router, watch::Receiver<bool>, crate::nodewatch::NodeCache), RunError> {
         let nms: kube::Api<crate::api::NodeMaintenance> = kube::Api::all(client.clone());
         // The code, not kube's `Status::is_not_found`: for a resource it does not serve, the API
         // server answers a plain-text `404 page not found`, which kube turns into a Status
@@ -677,19 +681,25 @@ mod wiring {
             .await
             .map_err(RunError::Admission)?;
         let synced = admission.synced();
-        Ok((admission::router(Arc::new(admission)), synced))
+        let nodes = admission.node_cache();
+        Ok((admission::router(Arc::new(admission)), synced, nodes))
     }
 
     /// Runs the controller until `shutdown` completes; `synced` turns true once its watches
-    /// have synced.
+    /// have synced. Its Node triggers come from `nodes`.
     pub(super) async fn run_controller(
         client: Client,
         eviction_client: Client,
         config: ControllerConfig,
         metrics: Arc<Metrics>,
         synced: watch::Sender<bool>,
+        nodes: crate::nodewatch::NodeCache,
         shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     ) {
+        let config = ControllerConfig {
+            nodes: Some(nodes),
+            ..config
+        };
         controller::run(client, eviction_client, config, metrics, synced, shutdown).await;
     }
 }

@@ -1,10 +1,11 @@
-//! The watch caches admission decides from (`docs/design.md §4`): kube-runtime reflectors over
-//! Nodes, NodeMaintenances and the etcd quorum inputs, each object stripped to what the rules
-//! read before it is stored, so memory stays flat on large clusters.
+//! The watch caches admission decides from (`docs/design.md §4`): the process's one Node watch
+//! ([`crate::nodewatch`], shared with the controller) and kube-runtime reflectors over
+//! NodeMaintenances and the etcd quorum inputs, each object stripped to what the rules read
+//! before it is stored, so memory stays flat on large clusters.
 //!
 //! | Cache | Watched | Kept per object |
 //! |---|---|---|
-//! | Nodes | all | name, control-plane role labels, `Ready` condition status |
+//! | Nodes | all | name, control-plane role, `Ready` condition status (a few bytes; never decoded whole) |
 //! | NodeMaintenances | all | name, `spec.nodeName` |
 //! | etcd pods (Kubernetes) | `kube-system`, `component=etcd` | name, `spec.nodeName`, `Ready` status |
 //! | guard budgets (OpenShift) | `openshift-etcd` | name, selector, `disruptionsAllowed` |
@@ -12,6 +13,7 @@
 
 use std::sync::Arc;
 
+use crate::nodewatch::{NodeCache, NodeWatchTask};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, Pod, PodCondition, PodStatus};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
@@ -28,12 +30,9 @@ use super::quorum::{
 use super::webhook::Platform;
 use crate::api::{NodeMaintenance, NodeMaintenanceSpec};
 
-/// Objects per page of the initial Node LIST: a page is held whole (unstripped) while it is
-/// decoded, so small pages keep the start-up peak, and the heap it leaves behind, small.
-pub(crate) const NODE_PAGE_SIZE: u32 = 100;
-
 /// Keeps only a Node's name, its control-plane role labels and the status of its `Ready`
-/// condition: what the existence, control-plane and quorum rules read.
+/// condition: what the existence, control-plane and quorum rules read. For the one node a
+/// review looks up live; the cache never holds a whole Node.
 pub(crate) fn strip_node(node: &mut Node) {
     let labels = node.metadata.labels.take().map(|mut l| {
         l.retain(|k, _| CONTROL_PLANE_LABELS.contains(&k.as_str()));
@@ -166,18 +165,21 @@ pub(crate) enum QuorumStores {
 /// when the [`CacheTasks`] returned beside it are dropped.
 #[derive(Clone)]
 pub(crate) struct Caches {
-    nodes: Store<Node>,
+    nodes: NodeCache,
     nms: Store<NodeMaintenance>,
     quorum: QuorumStores,
     synced: watch::Receiver<bool>,
 }
 
 /// The tasks that keep the caches current; dropping this stops them.
-pub(crate) struct CacheTasks(Vec<tokio::task::JoinHandle<()>>);
+pub(crate) struct CacheTasks {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    _nodes: NodeWatchTask,
+}
 
 impl Drop for CacheTasks {
     fn drop(&mut self) {
-        for t in &self.0 {
+        for t in &self.tasks {
             t.abort();
         }
     }
@@ -186,12 +188,21 @@ impl Drop for CacheTasks {
 impl Caches {
     /// The stripped Node `name`, if the cache has it.
     pub(crate) fn node(&self, name: &str) -> Option<Arc<Node>> {
-        self.nodes.get(&ObjectRef::new(name))
+        self.nodes.get(name).map(|e| Arc::new(e.to_node(name)))
     }
 
     /// Every cached Node whose labels mark it control-plane.
     pub(crate) fn control_plane_nodes(&self) -> Vec<Arc<Node>> {
-        self.nodes.state_filter(super::quorum::is_control_plane)
+        self.nodes
+            .filter(|e| e.control_plane.is_some())
+            .into_iter()
+            .map(|(name, e)| Arc::new(e.to_node(&name)))
+            .collect()
+    }
+
+    /// The Node watch, which the controller shares (one list and one parse of every node).
+    pub(crate) fn node_cache(&self) -> &NodeCache {
+        &self.nodes
     }
 
     /// Whether a cached NodeMaintenance targets `node`.
@@ -248,15 +259,8 @@ pub(crate) fn start(
     let mut tasks = Vec::new();
     let mut synced = Vec::new();
 
-    let (nodes, t, s) = spawn_cache(
-        "nodes",
-        Api::<Node>::all(client.clone()),
-        watcher::Config::default().page_size(NODE_PAGE_SIZE),
-        strip_node,
-        |_| {},
-    );
-    tasks.push(t);
-    synced.push(s);
+    let (nodes, node_task) = crate::nodewatch::start(client);
+    synced.push(nodes.synced());
 
     let (nms, t, s) = spawn_cache(
         "NodeMaintenances",
@@ -331,7 +335,10 @@ pub(crate) fn start(
             quorum,
             synced: all_synced,
         },
-        CacheTasks(tasks),
+        CacheTasks {
+            tasks,
+            _nodes: node_task,
+        },
     )
 }
 

@@ -135,6 +135,11 @@ impl Admission {
         }
     }
 
+    /// The Node watch among the caches, which the controller shares.
+    pub(crate) fn node_cache(&self) -> crate::nodewatch::NodeCache {
+        self.caches.node_cache().clone()
+    }
+
     /// Turns true once the caches have listed everything; `/readyz` waits for it.
     pub(crate) fn synced(&self) -> watch::Receiver<bool> {
         self.caches.synced()

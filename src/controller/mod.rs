@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, NodeSpec};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
@@ -54,6 +54,9 @@ pub(crate) struct ControllerConfig {
     pub drain: DrainOptions,
     /// `reportingInstance` of events; the pod name (`--pod-name`/`POD_NAME`) when known.
     pub reporter_instance: Option<String>,
+    /// The process's Node watch (the admission caches'), whose changes trigger reconciles;
+    /// `None` starts one for the controller alone.
+    pub nodes: Option<crate::nodewatch::NodeCache>,
 }
 
 impl From<&crate::config::Config> for ControllerConfig {
@@ -65,135 +68,12 @@ impl From<&crate::config::Config> for ControllerConfig {
                 own_pod: config.own_pod(),
             },
             reporter_instance: config.pod_name().map(str::to_owned),
+            nodes: None,
         }
     }
 }
 
-/// Objects per page of the Node watch's initial list and relists when the API server cannot
-/// stream them (see [`streams_initial_lists`]). A page is held whole (the response body, then
-/// its objects) until it is processed, so at about 9 KB per node (images, conditions, nodeInfo)
-/// kube's default of 500 would make one page of 4.5 MB the largest thing in the process on a big
-/// cluster; 100 keeps it under 1 MB, at one round trip per 100 nodes (`docs/design.md §7`).
-pub(crate) const NODE_PAGE_SIZE: u32 = 100;
-
-/// Whether the API server streams a watch's initial list (`sendInitialEvents`, Kubernetes'
-/// WatchList feature): then the Node watch gets every node as one watch event at a time, parsed
-/// one by one, with no page round trips, which halves the start-up on a large cluster. Probed
-/// with a watch that selects no node: a server that supports it ends the (empty) initial events
-/// with a bookmark annotated `k8s.io/initial-events-end`; one that does not refuses the
-/// parameters or sends no such bookmark within 2 s. Any doubt means paged lists.
-pub(crate) async fn streams_initial_lists(nodes: &Api<WatchedNode>) -> bool {
-    use kube::api::{WatchEvent, WatchParams};
-    let probe = async {
-        let wp = WatchParams::streaming_lists().labels("nodemaintenance.medik8s.io/no-such-label");
-        let mut events = nodes.watch(&wp, "0").await.ok()?.boxed();
-        while let Some(ev) = events.next().await {
-            match ev.ok()? {
-                WatchEvent::Bookmark(b) => {
-                    return Some(
-                        b.metadata
-                            .annotations
-                            .contains_key("k8s.io/initial-events-end"),
-                    );
-                }
-                WatchEvent::Error(_) => return Some(false),
-                _ => {}
-            }
-        }
-        Some(false)
-    };
-    let streams = tokio::time::timeout(Duration::from_secs(2), probe)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or(false);
-    tracing::debug!(streams, "Node watch initial list strategy probed");
-    streams
-}
-
-/// A Node as the Node watch reads it: the metadata fields a reconcile mapping or the
-/// fingerprint uses (name, uid, resourceVersion, labels, annotations) and `spec`. `status`
-/// (images, conditions, nodeInfo: most of a real node's size) and `metadata.managedFields` are
-/// skipped while parsing, never allocated, so a list of thousands of nodes costs only their
-/// names and a fingerprint each.
-#[derive(Clone, Debug, Default, serde::Deserialize)]
-#[serde(from = "WatchedNodeWire")]
-pub(crate) struct WatchedNode {
-    /// `name`, `uid`, `resourceVersion`, `labels` and `annotations`; every other field empty.
-    pub metadata: ObjectMeta,
-    /// The node's spec (`unschedulable`, `taints`, ...).
-    pub spec: Option<NodeSpec>,
-}
-
-#[derive(serde::Deserialize)]
-struct WatchedNodeWire {
-    #[serde(default)]
-    metadata: WatchedNodeMeta,
-    #[serde(default)]
-    spec: Option<NodeSpec>,
-}
-
-#[derive(Default, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct WatchedNodeMeta {
-    name: Option<String>,
-    uid: Option<String>,
-    resource_version: Option<String>,
-    labels: Option<std::collections::BTreeMap<String, String>>,
-    annotations: Option<std::collections::BTreeMap<String, String>>,
-}
-
-impl From<WatchedNodeWire> for WatchedNode {
-    fn from(w: WatchedNodeWire) -> Self {
-        WatchedNode {
-            metadata: ObjectMeta {
-                name: w.metadata.name,
-                uid: w.metadata.uid,
-                resource_version: w.metadata.resource_version,
-                labels: w.metadata.labels,
-                annotations: w.metadata.annotations,
-                ..ObjectMeta::default()
-            },
-            spec: w.spec,
-        }
-    }
-}
-
-impl k8s_openapi::Resource for WatchedNode {
-    const API_VERSION: &'static str = <Node as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <Node as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <Node as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <Node as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str = <Node as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = k8s_openapi::ClusterResourceScope;
-}
-
-impl k8s_openapi::Metadata for WatchedNode {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
-/// A hash of the parts of a Node that maintenance reads or writes: `spec.unschedulable`,
-/// `spec.taints`, labels and annotations. Equal fingerprints mean a watch event changed nothing
-/// a reconcile would act on (typically a status heartbeat).
-pub(crate) fn maintenance_fingerprint(node: &WatchedNode) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    let spec = node.spec.as_ref();
-    spec.and_then(|s| s.unschedulable).hash(&mut h);
-    for t in spec.and_then(|s| s.taints.as_deref()).unwrap_or_default() {
-        (&t.key, &t.value, &t.effect).hash(&mut h);
-    }
-    node.metadata.labels.hash(&mut h);
-    node.metadata.annotations.hash(&mut h);
-    node.metadata.uid.hash(&mut h);
-    h.finish()
-}
+use crate::nodewatch::WatchedNode;
 
 /// Errors of one reconcile. Each displays the text written to `status.lastError`.
 #[derive(Debug, thiserror::Error)]
@@ -463,50 +343,34 @@ pub(crate) async fn run(
     });
     let controller = Controller::for_stream(nm_events, store.clone());
 
-    // Node watch: a pass runs when what maintenance cares about changes (cordon, taints, labels,
-    // annotations) or the node comes or goes, not on every status heartbeat. No debounce, so a
-    // manual uncordon is seen at once. Nodes are not cached: only a fingerprint per node is kept.
-    // Only metadata and spec are parsed (`WatchedNode`), streamed or in pages of
-    // `NODE_PAGE_SIZE`.
-    let (nodes_synced_tx, mut nodes_synced) = tokio::sync::watch::channel(false);
-    let fingerprints = Mutex::new(HashMap::<String, u64>::new());
-    let watched_nodes: Api<WatchedNode> = Api::all(client.clone());
-    let node_config = if streams_initial_lists(&watched_nodes).await {
-        watcher::Config::default().streaming_lists()
-    } else {
-        watcher::Config::default().page_size(NODE_PAGE_SIZE)
+    // Node triggers: a pass runs when what maintenance cares about changes (cordon, taints,
+    // labels, annotations) or the node comes or goes, not on every status heartbeat. No
+    // debounce, so a manual uncordon is seen at once. They come from the process's one Node
+    // watch (`crate::nodewatch`: only what a reader needs is parsed; a fingerprint per node is
+    // kept), shared with the admission caches so every node is listed once.
+    let (node_cache, _own_node_watch) = match config.nodes.clone() {
+        Some(cache) => (cache, None),
+        None => {
+            let (cache, task) = crate::nodewatch::start(&client);
+            (cache, Some(task))
+        }
     };
-    let node_events = watcher(watched_nodes, node_config)
-        .default_backoff()
-        .inspect(move |ev| {
-            if matches!(ev, Ok(watcher::Event::InitDone)) {
-                tracing::debug!("Node watch listed all nodes");
-                nodes_synced_tx.send_replace(true);
+    let mut nodes_synced = node_cache.synced();
+    let mut node_changes = node_cache.subscribe();
+    let node_events = futures::stream::poll_fn(move |cx| node_changes.poll_recv(cx)).map(
+        move |change: crate::nodewatch::NodeChange| {
+            if change.holder {
+                let _ = orphan_tx.send(change.name.clone());
             }
-        })
-        .filter_map(move |ev| {
-            let changed = match ev {
-                Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
-                    let print = maintenance_fingerprint(&n);
-                    let mut seen = fingerprints.lock().unwrap_or_else(|e| e.into_inner());
-                    let changed = seen.insert(n.name_any(), print) != Some(print);
-                    if changed && n.annotations().contains_key(crate::node::HOLDER_ANNOTATION) {
-                        let _ = orphan_tx.send(n.name_any());
-                    }
-                    changed.then_some(Ok(n))
-                }
-                Ok(watcher::Event::Delete(n)) => {
-                    fingerprints
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .remove(&n.name_any());
-                    Some(Ok(n))
-                }
-                Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
-                Err(e) => Some(Err(e)),
-            };
-            std::future::ready(changed)
-        });
+            Ok::<_, watcher::Error>(WatchedNode {
+                metadata: ObjectMeta {
+                    name: Some(change.name),
+                    ..ObjectMeta::default()
+                },
+                ..WatchedNode::default()
+            })
+        },
+    );
     let mapper_store = store.clone();
     let controller = controller
         .watches_stream(node_events, {
@@ -667,53 +531,6 @@ mod tests {
         assert_eq!(
             node.invalid_fields(),
             Some(vec!["metadata.labels".to_string()])
-        );
-    }
-
-    fn node(unschedulable: bool, heartbeat: &str) -> WatchedNode {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "n", "uid": "u", "labels": {"a": "b"},
-                "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]},
-            "spec": {"unschedulable": unschedulable, "taints": [{"key": "k", "effect": "NoSchedule"}]},
-            "status": {"conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": heartbeat}]}
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn fingerprint_ignores_heartbeats_and_sees_an_uncordon() {
-        let a = node(true, "2026-01-01T00:00:00Z");
-        let heartbeat = node(true, "2026-01-01T00:00:10Z");
-        let uncordoned = node(false, "2026-01-01T00:00:10Z");
-        assert_eq!(
-            maintenance_fingerprint(&a),
-            maintenance_fingerprint(&heartbeat)
-        );
-        assert_ne!(
-            maintenance_fingerprint(&a),
-            maintenance_fingerprint(&uncordoned)
-        );
-        let mut untainted = a.clone();
-        untainted.spec.as_mut().unwrap().taints = None;
-        assert_ne!(
-            maintenance_fingerprint(&a),
-            maintenance_fingerprint(&untainted)
-        );
-    }
-
-    #[test]
-    fn watched_node_keeps_what_maintenance_reads_and_drops_status() {
-        let n = node(true, "2026-01-01T00:00:00Z");
-        assert_eq!(n.metadata.name.as_deref(), Some("n"));
-        assert_eq!(n.metadata.uid.as_deref(), Some("u"));
-        assert_eq!(n.metadata.labels.as_ref().unwrap()["a"], "b");
-        assert!(n.metadata.managed_fields.is_none());
-        assert_eq!(n.spec.as_ref().unwrap().unschedulable, Some(true));
-        assert_eq!(n.spec.as_ref().unwrap().taints.as_ref().unwrap().len(), 1);
-        assert_eq!(kube::ResourceExt::name_any(&n), "n");
-        assert_eq!(
-            <WatchedNode as kube::Resource>::url_path(&(), None),
-            "/api/v1/nodes"
         );
     }
 }

@@ -63,7 +63,8 @@ pub(crate) mod event {
     /// Normal, on the NodeMaintenance, after the finalizer was added.
     pub(crate) const BEGIN: (&str, &str) = ("BeginMaintenance", "Begin a node maintenance");
     /// Normal, on the NodeMaintenance, on the transition to Succeeded.
-    pub(crate) const SUCCEED: (&str, &str) = ("SucceedMaintenance", "Node maintenance was succeeded");
+    pub(crate) const SUCCEED: (&str, &str) =
+        ("SucceedMaintenance", "Node maintenance was succeeded");
     /// Warning, on the NodeMaintenance, on the transition to Failed.
     pub(crate) const FAILED: (&str, &str) = ("FailedMaintenance", "Failed a node maintenance");
     /// Normal, on the Node, when leaving maintenance uncordoned it.
@@ -110,7 +111,11 @@ impl PlannedEvent {
         }
     }
     /// A Warning event.
-    pub(crate) fn warning(target: EventTarget, reason: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn warning(
+        target: EventTarget,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
         Self {
             target,
             warning: true,

@@ -37,7 +37,10 @@ use crate::node::{self, Claimant, EnterOutcome, ExitOutcome, NodeError};
 ///
 /// # Errors
 /// [`Error`]: node, lease, drain, finalizer or status API failures.
-pub(crate) async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub(crate) async fn reconcile(
+    nm: Arc<NodeMaintenance>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
     let _timer = ctx.metrics.reconcile();
     let name = nm.name_any();
     let span = tracing::info_span!("reconcile", nodemaintenance = %name, node = %nm.spec.node_name);
