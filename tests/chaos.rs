@@ -1259,10 +1259,19 @@ fn inject(
                 "{leader} (pid {pid}) stopped, resumed, exited ({status}), restarted as standby"
             ))
         }
-        Fault::RestartApiserver { down } => cluster
-            .restart_component("kube-apiserver", down, LIMIT)
-            .map(|()| "kube-apiserver restarted".into())
-            .map_err(|e| e.to_string()),
+        Fault::RestartApiserver { down } => {
+            cluster
+                .restart_component("kube-apiserver", down, LIMIT)
+                .map_err(|e| e.to_string())?;
+            // kwok (0.8) now and then stops its pod and node watches when the API server goes
+            // away and never starts them again (its last log line: "Stop watch pods"); then no
+            // pod on a later round's nodes becomes Running. A kubelet reconnects; restarting
+            // kwok stands in for that.
+            cluster
+                .restart_component("kwok", Duration::ZERO, LIMIT)
+                .map_err(|e| e.to_string())?;
+            Ok("kube-apiserver restarted (kwok restarted after it)".into())
+        }
         Fault::PauseEtcd { pause } => {
             cluster.pause_component("etcd").map_err(|e| e.to_string())?;
             std::thread::sleep(pause);
