@@ -349,7 +349,8 @@ async fn drive(api: Api<WatchedNode>, cache: NodeCache, synced: watch::Sender<bo
     } else {
         watcher::Config::default().page_size(NODE_PAGE_SIZE)
     };
-    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+    let mut events =
+        std::pin::pin!(watcher(api, config).backoff(crate::controller::relist::watch_backoff()));
     // A relist's nodes, swapped in whole at its end.
     let mut listing: HashMap<Box<str>, NodeEntry> = HashMap::new();
     while let Some(ev) = events.next().await {

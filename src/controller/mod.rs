@@ -13,6 +13,7 @@
 pub(crate) mod orphans;
 pub(crate) mod plan;
 mod reconcile;
+pub(crate) mod relist;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -228,7 +229,9 @@ pub(crate) struct Context {
     pub metrics: Arc<Metrics>,
     /// The controller's NodeMaintenance cache.
     pub store: Store<NodeMaintenance>,
-    /// True once the NodeMaintenance watch has listed everything (the cache is complete).
+    /// True while the NodeMaintenance watch is delivering: set when it has listed everything
+    /// (the cache is complete) or delivers an event, cleared by a watch error or the start of a
+    /// relist (the cache may then miss changes, e.g. a deletion, until the watch is back).
     pub nms_synced: tokio::sync::watch::Receiver<bool>,
     /// Consecutive reconcile failures per object, for exponential back-off; reset on success.
     pub failures: Mutex<HashMap<String, u32>>,
@@ -271,6 +274,18 @@ fn phase_counts(
         }
     }
     counts
+}
+
+/// The nodes a NodeMaintenance concerns: `spec.nodeName` and the node it entered
+/// ([`crate::api::ENTERED_NODE_ANNOTATION`]) when that differs.
+fn nodes_of_maintenance(nm: &NodeMaintenance) -> Vec<String> {
+    let mut nodes = vec![nm.spec.node_name.clone()];
+    if let Some(entered) = nm.annotations().get(crate::api::ENTERED_NODE_ANNOTATION)
+        && *entered != nm.spec.node_name
+    {
+        nodes.push(entered.clone());
+    }
+    nodes
 }
 
 /// The NodeMaintenances in `store` whose `spec.nodeName` is `node` or that entered `node`
@@ -317,22 +332,60 @@ pub(crate) async fn run(
     // Nodes that may carry the record of a NodeMaintenance that vanished without us.
     let (orphan_tx, orphan_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let deleted_tx = orphan_tx.clone();
+    // Nodes that NodeMaintenances deleted while the watch was away were on: the relist does not
+    // contain them and no deletion event comes (`relist.rs`).
+    let mut nm_relist = relist::RelistTracker::<Vec<String>>::default();
+    let nms_synced_tx = Arc::new(nms_synced_tx);
+    let nms_away_tx = nms_synced_tx.clone();
     let nm_events = watcher(nms.clone(), watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .inspect(move |ev| match ev {
-            Ok(watcher::Event::InitDone) => {
-                nms_synced_tx.send_replace(true);
+        .backoff(relist::watch_backoff())
+        .inspect(move |ev| {
+            if matches!(ev, Err(_) | Ok(watcher::Event::Init)) {
+                nms_away_tx.send_replace(false);
             }
-            Ok(watcher::Event::Delete(nm)) => {
-                let entered = nm.annotations().get(crate::api::ENTERED_NODE_ANNOTATION);
-                for node in std::iter::once(&nm.spec.node_name).chain(entered) {
-                    let _ = deleted_tx.send(node.clone());
+        })
+        .filter_map(relist::log_error("NodeMaintenance"))
+        .reflect(writer)
+        .inspect(move |ev| {
+            let Ok(ev) = ev else { return };
+            if matches!(
+                ev,
+                watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_)
+            ) {
+                nms_synced_tx.send_if_modified(|live| !std::mem::replace(live, true));
+            }
+            if let watcher::Event::Delete(nm) = ev {
+                for node in nodes_of_maintenance(nm) {
+                    let _ = deleted_tx.send(node);
                 }
             }
-            _ => {}
+            for (name, nodes) in nm_relist.observe(ev, ResourceExt::name_any, nodes_of_maintenance)
+            {
+                tracing::info!(nodemaintenance = %name, nodes = ?nodes, "NodeMaintenance deleted while its watch was away; checking its nodes");
+                for node in nodes {
+                    let _ = deleted_tx.send(node);
+                }
+            }
         })
-        .applied_objects();
+        // A relist's objects trigger reconciles only once it is complete: the reflector swaps
+        // them into the store at InitDone, and a reconcile reads the store when it starts, so a
+        // reconcile started from an earlier InitApply (a later page is still being fetched)
+        // would read the copy from before the watch was away, or find nothing and drop the
+        // trigger. Every NodeMaintenance is reconciled after every relist.
+        .map({
+            let store = store.clone();
+            move |ev| match ev {
+                Ok(watcher::Event::Apply(nm)) => vec![Ok(nm)],
+                Ok(watcher::Event::InitDone) => store
+                    .state()
+                    .into_iter()
+                    .map(|nm| Ok(NodeMaintenance::clone(&nm)))
+                    .collect(),
+                Ok(_) => Vec::new(),
+                Err(e) => vec![Err(e)],
+            }
+        })
+        .flat_map(futures::stream::iter);
     let trigger_metrics = metrics.clone();
     let nm_events = nm_events.inspect(move |ev| {
         if let Ok(nm) = ev {

@@ -318,6 +318,18 @@ async fn drain(
     enter_events: Vec<PlannedEvent>,
 ) -> Result<Action, Error> {
     let node_name = current.spec.node_name.clone();
+    // An eviction cannot be taken back, so none on the word of a copy that may be stale: the
+    // cache's copy must not be deleting (a reconcile started before a relist finished holds the
+    // copy from before it), and while the watch is away a quorum read must confirm the object
+    // (docs/design.md §7). Checked here, at the last moment before evicting, not observed with
+    // the rest of the pass.
+    if !may_evict(ctx, &current).await {
+        for event in &enter_events {
+            publish(ctx, &current, node, event).await;
+        }
+        tracing::debug!("NodeMaintenance may be deleting; drain pass deferred");
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     tracing::debug!("Evict all Pods from Node");
     let report = match ctx.drainer.pass(&node_name, now()).await {
         Ok(report) => report,
@@ -346,6 +358,26 @@ async fn drain(
         tracing::info!(pending = report.pending.len(), "Not all pods evicted");
     }
     finish(&mut current, ctx, node, step, enter_events).await
+}
+
+/// Whether a drain pass may evict for `nm`: the cache's copy exists with the same uid and is not
+/// deleting, and, while the NodeMaintenance watch is away ([`Context::nms_synced`] false), a GET
+/// from the API server says the same. A failed GET defers the pass.
+async fn may_evict(ctx: &Context, nm: &NodeMaintenance) -> bool {
+    let current = |o: &NodeMaintenance| {
+        o.metadata.deletion_timestamp.is_none() && o.metadata.uid == nm.metadata.uid
+    };
+    if !ctx
+        .store
+        .get(&ObjectRef::from_obj(nm))
+        .is_some_and(|o| current(&o))
+    {
+        return false;
+    }
+    if *ctx.nms_synced.borrow() {
+        return true;
+    }
+    matches!(ctx.nms.get_opt(&nm.name_any()).await, Ok(Some(o)) if current(&o))
 }
 
 /// Whether the NodeMaintenance a node record names still exists: in the cache under that name,
