@@ -56,8 +56,9 @@ pub struct NodeMaintenanceSpec {
     pub reason: Option<String>,
 }
 
-/// Phase of a maintenance, upstream's three values (also the `phase` label of
-/// `nmo_maintenances`, spelled as the variant).
+/// Phase of a maintenance, upstream's three values.
+// Also the `phase` label of `nmo_maintenances`, spelled as the variant (kept out of the doc
+// comment, which becomes the CRD's schema description).
 #[derive(
     Serialize,
     Deserialize,

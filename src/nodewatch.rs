@@ -330,7 +330,8 @@ impl NodeCache {
 }
 
 /// Starts the Node watch on `client`: probes whether the API server streams initial lists,
-/// then watches with kube's default back-off. Must run inside a tokio runtime.
+/// then watches, retrying after the controller's watch back-off (`controller::relist`). Must
+/// run inside a tokio runtime.
 pub(crate) fn start(client: &Client) -> (NodeCache, NodeWatchTask) {
     let (synced_tx, synced) = watch::channel(false);
     let cache = NodeCache(Arc::new(Inner {

@@ -342,9 +342,10 @@ pub(crate) fn start(
     )
 }
 
-/// One reflector: watch `api` (retrying with kube's default back-off), strip each object,
-/// store it, then hand the event to `on_event`. Returns the store, the task and a flag that
-/// turns true at the first completed list.
+/// One reflector: watch `api` (retrying after the controller's short watch back-off, so a
+/// cache is back soon after an API server restart), strip each object, store it, then hand the
+/// event to `on_event`. Returns the store, the task and a flag that turns true at the first
+/// completed list.
 fn spawn_cache<K>(
     what: &'static str,
     api: Api<K>,
@@ -364,7 +365,7 @@ where
     let (store, writer) = reflector::store();
     let (synced_tx, synced) = watch::channel(false);
     let events = watcher(api, config)
-        .default_backoff()
+        .backoff(crate::controller::relist::watch_backoff())
         .modify(strip)
         .reflect(writer);
     let task = tokio::spawn(drive(what, events, synced_tx, on_event));
