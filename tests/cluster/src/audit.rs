@@ -14,8 +14,11 @@ use serde::Deserialize;
 /// File name of the audit log in the cluster directory.
 pub const LOG_FILE: &str = "audit.log";
 
-/// A policy that records only evictions (`pods/eviction`), by anyone, at level Metadata, once
-/// each (at ResponseComplete, with the response code).
+/// A policy that records evictions (`pods/eviction`) at level Metadata and bindings
+/// (`pods/binding`, the scheduler placing a pod) at level Request, so the binding's target node
+/// is in the event ([`AuditEvent::target`]), by anyone, once each (at ResponseComplete, with the
+/// response code). The bindings tell on which node an evicted pod was even when no watch saw it
+/// there (a pod bound and evicted while a watcher was reconnecting).
 pub const EVICTIONS_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived", "ResponseStarted"]
@@ -24,6 +27,10 @@ rules:
   resources:
   - group: ""
     resources: ["pods/eviction"]
+- level: Request
+  resources:
+  - group: ""
+    resources: ["pods/binding"]
 - level: None
 "#;
 
@@ -76,6 +83,12 @@ pub struct AuditEvent {
     pub completed: jiff::Timestamp,
     /// The request URI.
     pub uri: String,
+    /// The uid in the request object's metadata (a binding names its pod's uid), empty when the
+    /// event has no request object.
+    pub request_uid: String,
+    /// `target.name` of the request object: for a `pods/binding`, the node the pod was bound
+    /// to; empty otherwise.
+    pub target: String,
 }
 
 impl AuditEvent {
@@ -104,6 +117,29 @@ struct Wire {
     stage_timestamp: jiff::Timestamp,
     #[serde(default, rename = "requestURI")]
     request_uri: String,
+    #[serde(default)]
+    request_object: WireObject,
+}
+
+/// The parts of a request object (level Request) the readers use: a binding's pod uid and node.
+#[derive(Default, Deserialize)]
+struct WireObject {
+    #[serde(default)]
+    metadata: WireObjectMeta,
+    #[serde(default)]
+    target: WireTarget,
+}
+
+#[derive(Default, Deserialize)]
+struct WireObjectMeta {
+    #[serde(default)]
+    uid: String,
+}
+
+#[derive(Default, Deserialize)]
+struct WireTarget {
+    #[serde(default)]
+    name: String,
 }
 
 #[derive(Default, Deserialize)]
@@ -183,6 +219,8 @@ impl AuditCursor {
                 received: w.request_received_timestamp,
                 completed: w.stage_timestamp,
                 uri: w.request_uri,
+                request_uid: w.request_object.metadata.uid,
+                target: w.request_object.target.name,
             })
             .collect())
     }
