@@ -72,7 +72,7 @@ use kube::api::{Api, PostParams};
 use nmo_devcluster::Cluster;
 use nmo_devcluster::fixtures::{bench_cluster, create_kwok_nodes, start_registered};
 use nmo_devcluster::load::{LoadOptions, drive};
-use nmo_devcluster::measure::proc_status;
+use nmo_devcluster::measure::{cpu_seconds, proc_status};
 use nmo_devcluster::operator::{self, Operator};
 use node_maintenance_operator::admission::WEBHOOK_PATH;
 use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
@@ -251,17 +251,6 @@ fn scenarios() -> Vec<Scenario> {
             allowed: true,
         },
     ]
-}
-
-/// CPU time (user + system, every thread) of process `pid` so far, in seconds.
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
-    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split(' ').collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    Some(ticks as f64 / hz.max(1) as f64)
 }
 
 fn rss(pid: u32) -> f64 {

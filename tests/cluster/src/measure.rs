@@ -18,6 +18,35 @@ pub fn proc_status(pid: u32, field: &str) -> Option<u64> {
         .map(|kb| kb * 1024)
 }
 
+/// CPU time (user + system, every thread) of process `pid` so far, in seconds; `None` when the
+/// process is gone.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split(' ').collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    Some(ticks as f64 / hz.max(1) as f64)
+}
+
+/// Waits until the processes `pids` together use less than `cores` of CPU over a whole second
+/// (a control plane that has finished digesting a burst of writes), at most `limit`. Returns
+/// how long it waited and the CPU (in cores) of the last second measured; the wait is at
+/// `limit` when they never got below `cores`.
+pub fn wait_until_quiet(pids: &[u32], cores: f64, limit: Duration) -> (Duration, f64) {
+    let t0 = Instant::now();
+    let total = || pids.iter().filter_map(|p| cpu_seconds(*p)).sum::<f64>();
+    loop {
+        let before = total();
+        std::thread::sleep(Duration::from_secs(1));
+        let used = total() - before;
+        if used < cores || t0.elapsed() > limit {
+            return (t0.elapsed(), used);
+        }
+    }
+}
+
 /// A started operator process and the ports it serves on.
 pub struct Started {
     /// The process (stopped when dropped).
