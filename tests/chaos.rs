@@ -1130,7 +1130,9 @@ async fn round(seed: u64) -> Vec<String> {
         .iter()
         .filter(|ev| ev.subresource == "binding" && (200..300).contains(&ev.code));
     for b in bindings {
-        let incs = pods.entry(format!("{}/{}", b.namespace, b.name)).or_default();
+        let incs = pods
+            .entry(format!("{}/{}", b.namespace, b.name))
+            .or_default();
         match incs.iter_mut().find(|i| i.uid == b.request_uid) {
             Some(i) => i.seen = i.seen.min(b.received),
             None => incs.push(Incarnation {

@@ -232,11 +232,9 @@ pub(crate) fn decode_frame(frame: &[u8]) -> Result<Frame, DecodeError> {
         "ADDED" | "MODIFIED" => Ok(Frame::Applied(node)),
         "DELETED" => Ok(Frame::Deleted(node)),
         "BOOKMARK" => Ok(Frame::Bookmark {
-            initial_events_end: node
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.get("k8s.io/initial-events-end").map(String::as_str) == Some("true")),
+            initial_events_end: node.metadata.annotations.as_ref().is_some_and(|a| {
+                a.get("k8s.io/initial-events-end").map(String::as_str) == Some("true")
+            }),
             resource_version: node.metadata.resource_version.unwrap_or_default(),
         }),
         other => Err(DecodeError::EventType(other.to_string())),
@@ -386,12 +384,20 @@ async fn step(
                 Err(kube::Error::Api(s)) if s.code == 410 => {
                     return (Err(watcher::Error::WatchError(s)), State::Initial);
                 }
-                Err(e) => return (Err(watcher::Error::WatchStartFailed(e)), State::Resume { rv }),
+                Err(e) => {
+                    return (
+                        Err(watcher::Error::WatchStartFailed(e)),
+                        State::Resume { rv },
+                    );
+                }
             },
             State::InitialEvents(mut frames) => match frames.next().await {
                 Some(Ok(frame)) => match decode_frame(&frame) {
                     Ok(Frame::Applied(n)) => {
-                        return (Ok(watcher::Event::InitApply(n)), State::InitialEvents(frames));
+                        return (
+                            Ok(watcher::Event::InitApply(n)),
+                            State::InitialEvents(frames),
+                        );
                     }
                     Ok(Frame::Bookmark {
                         resource_version,
@@ -412,7 +418,10 @@ async fn step(
                         return (Err(watcher::Error::WatchError(Box::new(s))), State::Initial);
                     }
                     Err(e) => {
-                        return (Err(watcher::Error::WatchFailed(read_error(e))), State::Initial);
+                        return (
+                            Err(watcher::Error::WatchFailed(read_error(e))),
+                            State::Initial,
+                        );
                     }
                 },
                 Some(Err(e)) => {
@@ -432,7 +441,10 @@ async fn step(
                     }
                     Ok(Frame::Deleted(n)) => {
                         let rv = n.metadata.resource_version.clone().unwrap_or(rv);
-                        return (Ok(watcher::Event::Delete(n)), State::Watching { frames, rv });
+                        return (
+                            Ok(watcher::Event::Delete(n)),
+                            State::Watching { frames, rv },
+                        );
                     }
                     Ok(Frame::Bookmark {
                         resource_version, ..
@@ -454,7 +466,10 @@ async fn step(
                         );
                     }
                     Err(e) => {
-                        return (Err(watcher::Error::WatchFailed(read_error(e))), State::Initial);
+                        return (
+                            Err(watcher::Error::WatchFailed(read_error(e))),
+                            State::Initial,
+                        );
                     }
                 },
                 Some(Err(e)) => {
@@ -504,7 +519,8 @@ mod tests {
             match decode_frame(f).unwrap() {
                 Frame::Applied(n) => nodes.push(n),
                 Frame::Bookmark {
-                    initial_events_end, resource_version,
+                    initial_events_end,
+                    resource_version,
                 } => {
                     assert_eq!(i, frames.len() - 1, "the bookmark ends the initial events");
                     assert!(initial_events_end);
@@ -528,12 +544,23 @@ mod tests {
         }
         // The fixture was taken while maintenances ran: cordoned nodes with the maintenance
         // taints, a control-plane node, and nodes with annotations.
-        assert!(compared >= 4, "only {compared} nodes unchanged between the reads");
-        assert!(nodes.iter().any(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)));
+        assert!(
+            compared >= 4,
+            "only {compared} nodes unchanged between the reads"
+        );
+        assert!(
+            nodes
+                .iter()
+                .any(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
+        );
         assert!(nodes.iter().any(|n| {
-            n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|t| {
-                t.iter().any(|t| t.key == "medik8s.io/drain" && t.effect == "NoSchedule")
-            })
+            n.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|t| {
+                    t.iter()
+                        .any(|t| t.key == "medik8s.io/drain" && t.effect == "NoSchedule")
+                })
         }));
         assert!(nodes.iter().all(|n| n.ready.as_deref() == Some("True")));
     }
