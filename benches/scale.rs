@@ -26,8 +26,8 @@
 //! - **start-to-ready**: spawn of the process to `/readyz` 200 (webhook serving, NodeMaintenance
 //!   and Node watches listed), polled every 2 ms, median of 3 starts, once the control plane has
 //!   settled after the nodes were created (its processes below 0.5 cores over a second, at most
-//!   60 s; the wait and the CPU are printed): right after thousands of creates kube-apiserver is still busy sending
-//!   them to its other watchers.
+//!   60 s; the wait and the CPU are printed): right after thousands of creates kube-apiserver is
+//!   still busy sending them to its other watchers.
 //! - **idle RSS**: `VmRSS` 5 s after ready, nothing to do.
 //! - **admission**: AdmissionReviews (CREATE of a NodeMaintenance for a Ready node) posted to the
 //!   operator's webhook over 8 TLS keep-alive connections for 5 s after a 1 s warm-up: p50, p99,

@@ -302,13 +302,12 @@ enum State {
 /// Opens a protobuf watch of all Nodes: with the initial state streamed first when `from` is
 /// `None`, else from resourceVersion `from`.
 async fn open(client: &Client, from: Option<&str>) -> Result<Frames, kube::Error> {
+    let common =
+        format!("watch=true&allowWatchBookmarks=true&timeoutSeconds={WATCH_TIMEOUT_SECONDS}");
     let query = match from {
-        None => format!(
-            "watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds={WATCH_TIMEOUT_SECONDS}"
-        ),
-        Some(rv) => format!(
-            "watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds={WATCH_TIMEOUT_SECONDS}"
-        ),
+        None => format!("{common}&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"),
+        // A resourceVersion is an opaque token the server gave; it needs no escaping.
+        Some(rv) => format!("{common}&resourceVersion={rv}"),
     };
     let request = http::Request::get(format!("/api/v1/nodes?{query}"))
         .header(http::header::ACCEPT, WATCH_MEDIA_TYPE)
@@ -320,7 +319,8 @@ async fn open(client: &Client, from: Option<&str>) -> Result<Frames, kube::Error
     let response = client.send(request).await?;
     let code = response.status();
     if !code.is_success() {
-        // An error body comes in the negotiated encoding (protobuf), so only the code is kept.
+        // An error body comes in the negotiated encoding (protobuf): its text is kept as far as
+        // it is readable, and the code, which is what the watch decides on.
         let body = response.into_body().collect().await.map(|b| b.to_bytes());
         let text = body
             .map(|b| String::from_utf8_lossy(&b).into_owned())
