@@ -705,7 +705,10 @@ async fn create_workloads(
         // pause and never resumes (see `Fault::RestartApiserver`), even when restarted right
         // after the fault. Setting up a round happens before any maintenance of it, so a
         // stalled simulator is restarted here rather than failing the whole run.
-        eprintln!("chaos: {what}: {seen} after {KWOK_STALL:?}; restarting kwok");
+        // A component that exited (kube-scheduler does on a cache inconsistency after an API
+        // server restart) is started again first, as a kubelet would.
+        let revived = cluster.revive_exited().unwrap();
+        eprintln!("chaos: {what}: {seen} after {KWOK_STALL:?}; restarted {revived:?} and kwok");
         tokio::task::block_in_place(|| cluster.restart_component("kwok", Duration::ZERO, LIMIT))
             .unwrap();
     }
@@ -789,6 +792,14 @@ async fn round(seed: u64) -> Vec<String> {
     let ns = namespace(&client, "chaos").await;
     let watches = spawn_watches(&client, &group, &ns, history.clone(), observed.clone());
     let node_api: Api<Node> = Api::all(client.clone());
+    // A control-plane component that exited during an earlier round's faults is started again,
+    // as a kubelet would, before this round depends on it.
+    let revived = cluster.revive_exited().unwrap();
+    if !revived.is_empty() {
+        history.log(format!(
+            "control-plane components restarted after exiting: {revived:?}"
+        ));
+    }
 
     cluster
         .kubectl_run(&["cordon", &nodes[plan.admin_cordoned]], None)

@@ -61,6 +61,32 @@ impl Cluster {
             .ok_or_else(|| no_component(name))
     }
 
+    /// Starts again every component that has exited, with its first command, as the kubelet
+    /// restarts a crashed static pod of a real control plane, and returns their names. It does
+    /// not wait for them to serve. kube-scheduler, for one, exits by design when it finds its
+    /// cache inconsistent ("Scheduler cache is corrupted"), which a binding cut short by an API
+    /// server restart can cause.
+    ///
+    /// # Errors
+    /// A component cannot be started again.
+    pub fn revive_exited(&self) -> Result<Vec<String>, ClusterError> {
+        let commands = self.commands.lock().expect("commands lock").clone();
+        let mut components = self.components.lock().expect("components lock");
+        let mut revived = Vec::new();
+        for slot in components.iter_mut() {
+            if slot.exited().is_some() {
+                let name = slot.name().to_string();
+                let spec = commands
+                    .iter()
+                    .find(|c| c.name == name)
+                    .ok_or_else(|| no_component(&name))?;
+                *slot = self.spawn(&name, spec.command())?;
+                revived.push(name);
+            }
+        }
+        Ok(revived)
+    }
+
     /// SIGSTOP to component `name`: it holds its sockets but answers nothing, as a process stuck
     /// on a full disk or a long GC pause would. Undo with [`Cluster::resume_component`].
     ///
