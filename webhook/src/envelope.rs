@@ -21,8 +21,9 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use kube::Resource;
 use kube::core::TypeMeta;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// API group/version of the AdmissionReview kind the API server sends (`admissionReviewVersions:
 /// [v1]`). `v1beta1` is accepted too, as controller-runtime does, and echoed back.
@@ -200,62 +201,148 @@ pub fn decode_review<K>(body: &[u8]) -> Result<AdmissionRequest<K>, EnvelopeErro
 where
     K: DeserializeOwned + Resource<DynamicType = ()>,
 {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| EnvelopeError::MalformedJson(e.to_string()))?;
-    let Value::Object(mut review) = value else {
-        return Err(EnvelopeError::MalformedJson(
-            "the body is not a JSON object".into(),
-        ));
-    };
-    let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_string();
-    let api_version = text(review.get("apiVersion"));
-    let kind = text(review.get("kind"));
+    // One validating scan of the body keeps borrowed slices of the few members the checks read;
+    // the request is then deserialized once, straight into its typed form, never through a
+    // `serde_json::Value` tree (this is the hot path: the API server posts every NodeMaintenance
+    // write here).
+    let [api_version, kind, request] = members_of_slice(body, ["apiVersion", "kind", "request"])
+        .map_err(|e| {
+            EnvelopeError::MalformedJson(match e.classify() {
+                // Members are kept raw or skipped, so the only type error is the body's own.
+                serde_json::error::Category::Data => "the body is not a JSON object".into(),
+                _ => e.to_string(),
+            })
+        })?;
+    let (api_version, kind) = (text(api_version), text(kind));
     if kind != "AdmissionReview"
         || (api_version != ADMISSION_V1 && api_version != ADMISSION_V1BETA1)
     {
         return Err(EnvelopeError::WrongReviewType { api_version, kind });
     }
-    let request = match review.remove("request") {
-        None | Some(Value::Null) => return Err(EnvelopeError::MissingRequest),
-        Some(Value::Object(map)) => map,
-        Some(_) => {
+    let request = match request.map(RawValue::get) {
+        None | Some("null") => return Err(EnvelopeError::MissingRequest),
+        Some(raw) if !raw.starts_with('{') => {
             return Err(EnvelopeError::InvalidRequest(
                 "request is not a JSON object".into(),
             ));
         }
+        Some(raw) => raw,
     };
-    if request
-        .get("uid")
-        .and_then(Value::as_str)
-        .is_none_or(str::is_empty)
-    {
+    let [uid, object, old_object] = members_of_str(request, ["uid", "object", "oldObject"])
+        .map_err(|e| EnvelopeError::InvalidRequest(e.to_string()))?;
+    if text(uid).is_empty() {
         return Err(EnvelopeError::EmptyUid);
     }
     let expected_api_version = K::api_version(&());
     let expected_kind = K::kind(&());
-    for field in ["object", "oldObject"] {
-        match request.get(field) {
-            None | Some(Value::Null) => {}
-            Some(obj) => {
-                let got_av = text(obj.get("apiVersion"));
-                let got_kind = text(obj.get("kind"));
-                if got_av != expected_api_version || got_kind != expected_kind {
-                    return Err(EnvelopeError::WrongObjectKind {
-                        field,
-                        expected: expected_kind.to_string(),
-                        got: format!("{got_av}/{got_kind}"),
-                    });
-                }
-            }
+    for (field, obj) in [("object", object), ("oldObject", old_object)] {
+        let Some(obj) = obj.map(RawValue::get).filter(|o| *o != "null") else {
+            continue;
+        };
+        // Anything but an object has neither member: it reads as "/".
+        let [got_av, got_kind] = members_of_str(obj, ["apiVersion", "kind"])
+            .map(|m| m.map(text))
+            .unwrap_or_default();
+        if got_av != expected_api_version || got_kind != expected_kind {
+            return Err(EnvelopeError::WrongObjectKind {
+                field,
+                expected: expected_kind.to_string(),
+                got: format!("{got_av}/{got_kind}"),
+            });
         }
     }
-    let mut req: AdmissionRequest<K> = serde_json::from_value(Value::Object(request))
-        .map_err(|e| EnvelopeError::InvalidRequest(e.to_string()))?;
+    let mut req: AdmissionRequest<K> =
+        serde_json::from_str(request).map_err(|e| EnvelopeError::InvalidRequest(e.to_string()))?;
     req.types = TypeMeta { api_version, kind };
     Ok(req)
 }
 
-/// Best effort: the `request.operation` of a body that failed to decode, for metrics.
+/// The text of a JSON string member; anything else (absent, a number, an object) reads as "".
+fn text(raw: Option<&RawValue>) -> String {
+    raw.and_then(|r| serde_json::from_str::<String>(r.get()).ok())
+        .unwrap_or_default()
+}
+
+/// The raw JSON of the members `names` of the object `json`, by position in `names` (`None`
+/// when absent); other members are skipped unparsed but checked for syntax, as is the whole
+/// input. A member given twice keeps its last value, as `serde_json::Value` does.
+///
+/// # Errors
+/// A syntax error, trailing characters, or a `Category::Data` error when `json` is valid JSON
+/// but not an object.
+fn members_of_slice<'a, const N: usize>(
+    json: &'a [u8],
+    names: [&'static str; N],
+) -> serde_json::Result<[Option<&'a RawValue>; N]> {
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let members = Members(names).deserialize(&mut de)?;
+    de.end()?;
+    Ok(members)
+}
+
+/// As [`members_of_slice`], for text.
+fn members_of_str<'a, const N: usize>(
+    json: &'a str,
+    names: [&'static str; N],
+) -> serde_json::Result<[Option<&'a RawValue>; N]> {
+    members_of_slice(json.as_bytes(), names)
+}
+
+/// Seed of [`members_of_slice`]: the names of the members to keep.
+struct Members<const N: usize>([&'static str; N]);
+
+impl<'de, const N: usize> DeserializeSeed<'de> for Members<N> {
+    type Value = [Option<&'de RawValue>; N];
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, const N: usize> Visitor<'de> for Members<N> {
+    type Value = [Option<&'de RawValue>; N];
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = [None; N];
+        while let Some(position) = map.next_key_seed(KeyPosition(&self.0))? {
+            match position {
+                Some(i) => found[i] = Some(map.next_value::<&'de RawValue>()?),
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// Seed of one member name: its position among the wanted names, read without copying it.
+struct KeyPosition<'n>(&'n [&'static str]);
+
+impl<'de> DeserializeSeed<'de> for KeyPosition<'_> {
+    type Value = Option<usize>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeyPosition<'_> {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Self::Value, E> {
+        Ok(self.0.iter().position(|n| *n == key))
+    }
+}
+
 fn peek_operation(body: &[u8]) -> Option<String> {
     let v: Value = serde_json::from_slice(body).ok()?;
     v.get("request")?
@@ -378,5 +465,90 @@ async fn catch_panic(req: Request, next: Next) -> Response {
                 "internal error while handling the admission request",
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn decode(body: &str) -> Result<AdmissionRequest<ConfigMap>, EnvelopeError> {
+        decode_review(body.as_bytes())
+    }
+
+    const REQUEST: &str = r#"{"uid":"u1","kind":{"group":"","version":"v1","kind":"ConfigMap"},"resource":{"group":"","version":"v1","resource":"configmaps"},"operation":"CREATE","userInfo":{},"object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}}"#;
+
+    #[test]
+    fn members_are_found_by_their_json_names_whatever_the_spelling_or_order() {
+        // Escaped names and any member order decode like plain ones.
+        let body = format!(
+            r#"{{"request":{REQUEST},"ki\u006ed":"AdmissionReview","apiVersion":"admission.k8s.io/v1"}}"#
+        );
+        let req = decode(&body).unwrap();
+        assert_eq!(req.uid, "u1");
+        assert_eq!(req.types.kind, "AdmissionReview");
+        assert_eq!(
+            req.object.unwrap().metadata.name.as_deref(),
+            Some("a"),
+            "the object is decoded in full"
+        );
+    }
+
+    #[test]
+    fn a_member_given_twice_keeps_its_last_value() {
+        let body = format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"Pod","kind":"AdmissionReview","request":{REQUEST}}}"#
+        );
+        assert!(decode(&body).is_ok());
+    }
+
+    #[test]
+    fn what_is_not_an_admission_review_is_named() {
+        for (body, want) in [
+            ("[1,2]", "the body is not a JSON object"),
+            ("42", "the body is not a JSON object"),
+            (r#"{"kind":"AdmissionReview"} x"#, "trailing characters"),
+            (r#"{"kind":"#, "EOF while parsing"),
+        ] {
+            let err = decode(body).unwrap_err().to_string();
+            assert!(err.contains(want), "{body}: {err}");
+        }
+        let review = |request: &str| {
+            format!(
+                r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{request}}}"#
+            )
+        };
+        assert_eq!(
+            decode(&review("null")).unwrap_err(),
+            EnvelopeError::MissingRequest
+        );
+        assert_eq!(
+            decode(&review("[]")).unwrap_err(),
+            EnvelopeError::InvalidRequest("request is not a JSON object".into())
+        );
+        assert_eq!(
+            decode(&review(r#"{"uid":7}"#)).unwrap_err(),
+            EnvelopeError::EmptyUid
+        );
+        assert_eq!(
+            decode(&review(r#"{"uid":"u","object":"text"}"#)).unwrap_err(),
+            EnvelopeError::WrongObjectKind {
+                field: "object",
+                expected: "ConfigMap".into(),
+                got: "/".into()
+            }
+        );
+        assert_eq!(
+            decode(&review(
+                r#"{"uid":"u","oldObject":{"apiVersion":"v1","kind":"Secret"}}"#
+            ))
+            .unwrap_err(),
+            EnvelopeError::WrongObjectKind {
+                field: "oldObject",
+                expected: "ConfigMap".into(),
+                got: "v1/Secret".into()
+            }
+        );
     }
 }
