@@ -50,13 +50,19 @@
 //!   request (about 12,700 context switches/s at 20,000 requests/s) and put two more runnable
 //!   threads next to the operator's.
 //!
-//! Memory:
-//! the operator's `VmRSS` idle with the control plane's own node, after 1,000 nodes and 100
-//! NodeMaintenances were added and settled (the growth is what the admission caches and the
-//! controller's node fingerprints cost), after the load, and of a fresh operator started with the
-//! 1,000 nodes present. Targets on the 2-core development machine: CREATE allowed >= 16,000
-//! requests/s with p99 <= 1 ms at 4 connections; RSS growth <= 4 MiB at 1,000 nodes. The
-//! harness and the operator share the machine's cores, as do the control plane's components.
+//! # Memory
+//!
+//! `VmRSS` of the operator, split into `RssAnon` (heap and stacks: what caches and state cost)
+//! and `RssFile` (pages of the executable, read in as code paths first run: shared and clean),
+//! and its open sockets (listeners, watches, pooled connections to the API server), at: idle with the control plane's own node; with the 1,000 nodes; with the 100
+//! NodeMaintenances run and settled; after the load; and for a fresh operator started with
+//! everything present. A second replica started with leader election while the election Lease
+//! is held by a replica that does not exist never starts its controller, but runs the
+//! admission caches as every replica does: its growth from idle to 1,000 nodes and 100
+//! NodeMaintenances is what the caches cost, apart from the controller's maintenance work.
+//! Targets on the 2-core development machine: CREATE allowed >= 16,000 requests/s with
+//! p99 <= 1 ms at 4 connections; the caches' RSS growth <= 4 MiB at 1,000 nodes. The harness
+//! and the operator share the machine's cores, as do the control plane's components.
 //!
 //! Progress goes to stderr; the table goes to stdout and to `target/bench-admission.txt`.
 
@@ -67,12 +73,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use nmo_devcluster::Cluster;
 use nmo_devcluster::fixtures::{bench_cluster, create_kwok_nodes, start_registered};
 use nmo_devcluster::load::{LoadOptions, drive};
-use nmo_devcluster::measure::{cpu_seconds, proc_status};
+use nmo_devcluster::measure::{cpu_seconds, open_sockets, proc_status};
 use nmo_devcluster::operator::{self, Operator};
 use node_maintenance_operator::admission::WEBHOOK_PATH;
 use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
@@ -257,7 +265,71 @@ fn rss(pid: u32) -> f64 {
     proc_status(pid, "VmRSS").unwrap_or(0) as f64 / MIB
 }
 
+/// The operator's memory at one moment: `VmRSS` split into its anonymous part (heap, stacks:
+/// what caches and state cost) and its file-backed part (the executable's code and data pages,
+/// paged in as code paths first run; shared and clean), plus its open sockets.
+struct Memory {
+    rss: f64,
+    anon: f64,
+    file: f64,
+    sockets: String,
+}
+
+impl Memory {
+    fn of(pid: u32) -> Self {
+        let mib = |f| proc_status(pid, f).unwrap_or(0) as f64 / MIB;
+        Self {
+            rss: mib("VmRSS"),
+            anon: mib("RssAnon"),
+            file: mib("RssFile"),
+            sockets: sockets(pid),
+        }
+    }
+
+    fn row(&self, what: &str) -> String {
+        format!(
+            "| {what} | {:.1} | {:.1} | {:.1} | {} |",
+            self.rss, self.anon, self.file, self.sockets
+        )
+    }
+
+    fn brief(&self) -> String {
+        format!(
+            "RSS {:.1} MiB (anon {:.1}, file {:.1}), {} open sockets",
+            self.rss, self.anon, self.file, self.sockets
+        )
+    }
+}
+
 /// The 1-minute load average, as `/proc/loadavg` prints it.
+/// Makes the leader-election Lease held, for an hour, by a replica that does not exist, so that
+/// an operator started with `--leader-elect=true` stays a follower.
+async fn hold_leader_lease(client: &kube::Client, namespace: &str) -> Result<()> {
+    let now = MicroTime(jiff::Timestamp::now());
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some("135b1886.medik8s.io".into()),
+            namespace: Some(namespace.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("bench-absent-leader".into()),
+            lease_duration_seconds: Some(3600),
+            acquire_time: Some(now.clone()),
+            renew_time: Some(now),
+            ..LeaseSpec::default()
+        }),
+    };
+    Api::<Lease>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &lease)
+        .await?;
+    Ok(())
+}
+
+fn sockets(pid: u32) -> String {
+    open_sockets(pid).map_or_else(|| "?".into(), |n| n.to_string())
+}
+
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
@@ -336,20 +408,34 @@ async fn main() -> Result<()> {
     let mut op: Operator = start_registered(&cluster, &options("operator"))?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let pid = op.process().pid();
-    let rss_idle = rss(pid);
+    let mem_idle = Memory::of(pid);
     progress(
         started,
-        &format!("operator ready; RSS idle {rss_idle:.1} MiB"),
+        &format!("operator ready; idle {}", mem_idle.brief()),
     );
+    // A second replica that never leads: the Lease is held by a replica that does not exist,
+    // so its controller never starts while its admission caches (and their Node watch) run as
+    // in every replica. Its growth is what the caches cost, apart from any maintenance work.
+    hold_leader_lease(&client, &installed.account.namespace).await?;
+    let mut follower_opts = options("operator-follower");
+    follower_opts.leader_elect = true;
+    let mut follower = Operator::start(&cluster, &follower_opts)?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let follower_pid = follower.process().pid();
+    let follower_idle = Memory::of(follower_pid);
 
     create_nodes(&client).await?;
     progress(started, &format!("{NODES} nodes created"));
     // The Node cache's own cost, before any maintenance work grows the heap.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let rss_nodes = rss(pid);
+    let mem_nodes = Memory::of(pid);
+    let follower_nodes = Memory::of(follower_pid);
     progress(
         started,
-        &format!("RSS with {NODES} nodes, no NodeMaintenance: {rss_nodes:.1} MiB"),
+        &format!(
+            "with {NODES} nodes, no NodeMaintenance: {}",
+            mem_nodes.brief()
+        ),
     );
     let nms = Api::<NodeMaintenance>::all(client.clone());
     for i in 0..MAINTENANCES {
@@ -396,10 +482,18 @@ async fn main() -> Result<()> {
         &format!("{MAINTENANCES} NodeMaintenances Succeeded"),
     );
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let rss_loaded = rss(pid);
+    let mem_loaded = Memory::of(pid);
+    let follower_loaded = Memory::of(follower_pid);
+    if !follower.log().contains("admission caches synced") {
+        bail!("the follower replica's admission caches never synced");
+    }
+    drop(follower);
     progress(
         started,
-        &format!("RSS with {NODES} nodes and {MAINTENANCES} maintenances: {rss_loaded:.1} MiB"),
+        &format!(
+            "with {NODES} nodes and {MAINTENANCES} maintenances: {}",
+            mem_loaded.brief()
+        ),
     );
 
     let mut table = String::new();
@@ -430,42 +524,87 @@ async fn main() -> Result<()> {
         "\nload average (1 min) before / after the rows: {load_before} / {}",
         load_average()
     )?;
-    let rss_after = rss(pid);
+    let mem_after = Memory::of(pid);
     let hwm = proc_status(pid, "VmHWM").unwrap_or(0) as f64 / MIB;
     drop(op);
 
     let mut fresh = start_registered(&cluster, &options("operator-fresh"))?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let fresh_pid = fresh.process().pid();
-    let rss_fresh = rss(fresh_pid);
+    let mem_fresh = Memory::of(fresh_pid);
     let hwm_fresh = proc_status(fresh_pid, "VmHWM").unwrap_or(0) as f64 / MIB;
     drop(fresh);
 
     writeln!(table)?;
-    writeln!(table, "| operator memory (VmRSS) | MiB |")?;
-    writeln!(table, "|---|---|")?;
-    writeln!(table, "| idle, control-plane node only | {rss_idle:.1} |")?;
     writeln!(
         table,
-        "| with {NODES} nodes, no NodeMaintenance yet (growth: the Node cache) | {rss_nodes:.1} (+{:.1}) |",
-        rss_nodes - rss_idle
+        "| operator memory, MiB | VmRSS | RssAnon (heap) | RssFile (code pages) | open sockets |"
+    )?;
+    writeln!(table, "|---|---|---|---|---|")?;
+    writeln!(table, "{}", mem_idle.row("idle, control-plane node only"))?;
+    writeln!(
+        table,
+        "{}",
+        mem_nodes.row(&format!("with {NODES} nodes, no NodeMaintenance yet"))
     )?;
     writeln!(
         table,
-        "| with {NODES} nodes and {MAINTENANCES} NodeMaintenances, settled | {rss_loaded:.1} |"
+        "{}",
+        mem_loaded.row(&format!(
+            "with {NODES} nodes and {MAINTENANCES} NodeMaintenances, settled"
+        ))
+    )?;
+    writeln!(table, "{}", mem_after.row("after the load"))?;
+    writeln!(
+        table,
+        "{}",
+        mem_fresh.row(&format!(
+            "fresh start with {NODES} nodes and {MAINTENANCES} NodeMaintenances present"
+        ))
     )?;
     writeln!(
         table,
-        "| growth: caches plus the work of {MAINTENANCES} maintenances (target: caches <= 4 MiB) | {:.1} |",
-        rss_loaded - rss_idle
+        "{}",
+        follower_idle.row("replica not leading (admission caches only, no controller): idle")
     )?;
     writeln!(
         table,
-        "| after the load / peak (VmHWM) | {rss_after:.1} / {hwm:.1} |"
+        "{}",
+        follower_nodes.row(&format!("same, with {NODES} nodes"))
     )?;
     writeln!(
         table,
-        "| fresh start with {NODES} nodes present / its peak | {rss_fresh:.1} / {hwm_fresh:.1} |"
+        "{}",
+        follower_loaded.row(&format!(
+            "same, with {NODES} nodes and {MAINTENANCES} NodeMaintenances"
+        ))
+    )?;
+    writeln!(
+        table,
+        "\nGrowth from idle (target: the caches' growth <= 4 MiB at {NODES} nodes):"
+    )?;
+    writeln!(
+        table,
+        "- the admission caches, {NODES} nodes and {MAINTENANCES} NodeMaintenances (replica not leading): VmRSS {:+.1}, RssAnon {:+.1} MiB",
+        follower_loaded.rss - follower_idle.rss,
+        follower_loaded.anon - follower_idle.anon
+    )?;
+    writeln!(
+        table,
+        "- the Node cache ({NODES} nodes): VmRSS {:+.1}, RssAnon {:+.1} MiB",
+        mem_nodes.rss - mem_idle.rss,
+        mem_nodes.anon - mem_idle.anon
+    )?;
+    writeln!(
+        table,
+        "- caches plus the controller's work for {MAINTENANCES} maintenances: VmRSS {:+.1}, RssAnon {:+.1}, RssFile {:+.1} MiB",
+        mem_loaded.rss - mem_idle.rss,
+        mem_loaded.anon - mem_idle.anon,
+        mem_loaded.file - mem_idle.file
+    )?;
+    writeln!(
+        table,
+        "- peak (VmHWM): {hwm:.1} MiB; fresh start's peak: {hwm_fresh:.1} MiB"
     )?;
 
     if let Some(manager) = std::env::var_os("NMO_UPSTREAM_MANAGER")

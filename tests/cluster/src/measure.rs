@@ -18,6 +18,21 @@ pub fn proc_status(pid: u32, field: &str) -> Option<u64> {
         .map(|kb| kb * 1024)
 }
 
+/// The number of sockets process `pid` holds open (listeners and connections, TCP and Unix);
+/// `None` when the process is gone. Idle keep-alive connections of an HTTP client pool cost
+/// memory (TLS and HTTP buffers each), so the benches show this beside RSS.
+pub fn open_sockets(pid: u32) -> Option<usize> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    Some(
+        fds.filter_map(Result::ok)
+            .filter(|e| {
+                std::fs::read_link(e.path())
+                    .is_ok_and(|t| t.to_string_lossy().starts_with("socket:"))
+            })
+            .count(),
+    )
+}
+
 /// CPU time (user + system, every thread) of process `pid` so far, in seconds; `None` when the
 /// process is gone.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
