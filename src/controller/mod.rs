@@ -345,6 +345,10 @@ pub(crate) async fn run(
             }
         })
         .filter_map(relist::log_error("NodeMaintenance"))
+        // No write of ours sends managedFields (every NodeMaintenance write is a merge patch of
+        // the fields it sets), and they are the largest part of a stored object (a JSON tree per
+        // field manager).
+        .modify(|nm| nm.managed_fields_mut().clear())
         .reflect(writer)
         .inspect(move |ev| {
             let Ok(ev) = ev else { return };
