@@ -191,9 +191,17 @@ pub fn deny<T: Resource>(req: &AdmissionRequest<T>, msg: impl ToString) -> Admis
     resp
 }
 
-/// Decodes a review body into the request for kind `K`, checking in order: JSON object, review
-/// apiVersion/kind, presence of `request`, non-empty `uid`, kind of `object`/`oldObject`, full
-/// deserialization. The returned request carries the review's TypeMeta so the response echoes it.
+/// Decodes a review body into the request for kind `K`, checking in order: UTF-8 JSON object,
+/// review apiVersion/kind, presence of `request`, non-empty `uid`, kind of `object`/`oldObject`,
+/// full deserialization. The returned request carries the review's TypeMeta so the response
+/// echoes it.
+///
+/// Members outside `request` that no check reads are checked for JSON syntax only (not for
+/// lone surrogate escapes, number range or nesting depth), and the request is deserialized
+/// from its text, so a field given twice inside it is refused as [`EnvelopeError::InvalidRequest`]
+/// (serde's derive), a string a check reads that is not valid text reads as "", and a body
+/// that is not an object is reported as such even when it is not valid JSON either. The API
+/// server sends none of these.
 ///
 /// # Errors
 /// The first [`EnvelopeError`] found; never panics on any input.
@@ -205,7 +213,9 @@ where
     // the request is then deserialized once, straight into its typed form, never through a
     // `serde_json::Value` tree (this is the hot path: the API server posts every NodeMaintenance
     // write here).
-    let [api_version, kind, request] = members_of_slice(body, ["apiVersion", "kind", "request"])
+    let body = std::str::from_utf8(body)
+        .map_err(|e| EnvelopeError::MalformedJson(format!("the body is not UTF-8 text: {e}")))?;
+    let [api_version, kind, request] = members_of_str(body, ["apiVersion", "kind", "request"])
         .map_err(|e| {
             EnvelopeError::MalformedJson(match e.classify() {
                 // Members are kept raw or skipped, so the only type error is the body's own.
@@ -501,6 +511,31 @@ mod tests {
             r#"{{"apiVersion":"admission.k8s.io/v1","kind":"Pod","kind":"AdmissionReview","request":{REQUEST}}}"#
         );
         assert!(decode(&body).is_ok());
+    }
+
+    #[test]
+    fn bytes_that_are_not_text_and_repeated_request_fields_are_refused() {
+        let mut body = format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","x":"?","request":{REQUEST}}}"#
+        )
+        .into_bytes();
+        let at = body.iter().position(|b| *b == b'?').unwrap();
+        body[at] = 0xff;
+        let err = decode_review::<ConfigMap>(&body).unwrap_err();
+        assert!(
+            matches!(&err, EnvelopeError::MalformedJson(m) if m.contains("not UTF-8")),
+            "{err}"
+        );
+
+        let twice = REQUEST.replacen(r#""uid":"u1","#, r#""uid":"u0","uid":"u1","#, 1);
+        let body = format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{twice}}}"#
+        );
+        let err = decode(&body).unwrap_err();
+        assert!(
+            matches!(&err, EnvelopeError::InvalidRequest(m) if m.contains("duplicate field")),
+            "{err}"
+        );
     }
 
     #[test]
