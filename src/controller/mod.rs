@@ -348,7 +348,7 @@ pub(crate) async fn run(
         // No write of ours sends managedFields (every NodeMaintenance write is a merge patch of
         // the fields it sets), and they are the largest part of a stored object (a JSON tree per
         // field manager).
-        .modify(|nm| nm.managed_fields_mut().clear())
+        .modify(|nm| nm.metadata.managed_fields = None)
         .reflect(writer)
         .inspect(move |ev| {
             let Ok(ev) = ev else { return };
