@@ -301,7 +301,6 @@ impl Memory {
     }
 }
 
-/// The 1-minute load average, as `/proc/loadavg` prints it.
 /// Makes the leader-election Lease held, for an hour, by a replica that does not exist, so that
 /// an operator started with `--leader-elect=true` stays a follower.
 async fn hold_leader_lease(client: &kube::Client, namespace: &str) -> Result<()> {
@@ -330,6 +329,7 @@ fn sockets(pid: u32) -> String {
     open_sockets(pid).map_or_else(|| "?".into(), |n| n.to_string())
 }
 
+/// The 1-minute load average, as `/proc/loadavg` prints it.
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
@@ -689,6 +689,11 @@ async fn upstream(
     // Its controller takes over the maintenances first; let it settle.
     tokio::time::sleep(Duration::from_secs(10)).await;
     progress(started, "upstream manager ready");
+    writeln!(
+        table,
+        "\n| operator | request | connections | requests/s | p50 ms | p99 ms | max ms | op CPU µs/req | failed |"
+    )?;
+    writeln!(table, "|---|---|---|---|---|---|---|---|---|")?;
     measure(
         "upstream (Go)",
         child.pid(),
