@@ -291,12 +291,125 @@ type Frames = std::pin::Pin<Box<dyn Stream<Item = Result<bytes::Bytes, std::io::
 enum State {
     /// Start over: stream the initial state.
     Initial,
-    /// Reading the initial events, until the bookmark that ends them.
-    InitialEvents(Frames),
-    /// Watching; `rv` is where to resume.
-    Watching { frames: Frames, rv: String },
     /// The watch ended or failed; reconnect from `rv`.
     Resume { rv: String },
+    /// A watch is open, at `at`.
+    Open { frames: Frames, at: At },
+}
+
+/// Where an open watch stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum At {
+    /// Reading the initial events, until the bookmark that ends them.
+    InitialEvents,
+    /// Watching; `rv` is where to resume.
+    Watching { rv: String },
+}
+
+/// One read from an open watch.
+#[derive(Debug)]
+enum Read {
+    /// A decoded frame.
+    Frame(Frame),
+    /// A frame that is not a Node watch event.
+    Undecodable(DecodeError),
+    /// The connection failed.
+    Failed(std::io::Error),
+    /// The server ended the watch.
+    Ended,
+}
+
+/// Where to go after a read.
+#[derive(Debug, PartialEq, Eq)]
+enum After {
+    /// Open a new watch that streams the initial state.
+    Initial,
+    /// Open a new watch from `rv`.
+    Resume { rv: String },
+    /// Keep reading the open watch, now at this point.
+    Stay(At),
+}
+
+type Item = Result<watcher::Event<WatchedNode>, watcher::Error>;
+
+/// The watch's rule for one read: what to yield, if anything, and where to go. As client-go's
+/// reflector: a `410 Gone`, a frame that cannot be read, or a watch that ends or fails before
+/// its initial events are complete starts over from the initial state; any other end, failure
+/// or error event resumes from the last resourceVersion seen (of an event or a bookmark).
+fn on_read(at: At, read: Read) -> (Option<Item>, After) {
+    let gone = |s: &Status| s.code == 410;
+    match (at, read) {
+        (_, Read::Undecodable(e)) => (
+            Some(Err(watcher::Error::WatchFailed(read_error(e)))),
+            After::Initial,
+        ),
+        (At::InitialEvents, Read::Frame(frame)) => match frame {
+            Frame::Applied(n) => (
+                Some(Ok(watcher::Event::InitApply(n))),
+                After::Stay(At::InitialEvents),
+            ),
+            Frame::Bookmark {
+                resource_version,
+                initial_events_end: true,
+            } => (
+                Some(Ok(watcher::Event::InitDone)),
+                After::Stay(At::Watching {
+                    rv: resource_version,
+                }),
+            ),
+            Frame::Bookmark { .. } => (None, After::Stay(At::InitialEvents)),
+            // A deletion cannot precede the end of the initial events; start over.
+            Frame::Deleted(_) => (None, After::Initial),
+            Frame::Error(s) => (
+                Some(Err(watcher::Error::WatchError(Box::new(s)))),
+                After::Initial,
+            ),
+        },
+        (At::InitialEvents, Read::Failed(e)) => (
+            Some(Err(watcher::Error::WatchFailed(kube::Error::ReadEvents(e)))),
+            After::Initial,
+        ),
+        (At::InitialEvents, Read::Ended) => (None, After::Initial),
+        (At::Watching { rv }, Read::Frame(frame)) => match frame {
+            Frame::Applied(n) => {
+                let rv = n.metadata.resource_version.clone().unwrap_or(rv);
+                (
+                    Some(Ok(watcher::Event::Apply(n))),
+                    After::Stay(At::Watching { rv }),
+                )
+            }
+            Frame::Deleted(n) => {
+                let rv = n.metadata.resource_version.clone().unwrap_or(rv);
+                (
+                    Some(Ok(watcher::Event::Delete(n))),
+                    After::Stay(At::Watching { rv }),
+                )
+            }
+            Frame::Bookmark {
+                resource_version, ..
+            } => {
+                let rv = if resource_version.is_empty() {
+                    rv
+                } else {
+                    resource_version
+                };
+                (None, After::Stay(At::Watching { rv }))
+            }
+            Frame::Error(s) => {
+                let after = if gone(&s) {
+                    After::Initial
+                } else {
+                    After::Resume { rv }
+                };
+                (Some(Err(watcher::Error::WatchError(Box::new(s)))), after)
+            }
+        },
+        (At::Watching { rv }, Read::Failed(e)) => (
+            Some(Err(watcher::Error::WatchFailed(kube::Error::ReadEvents(e)))),
+            After::Resume { rv },
+        ),
+        (At::Watching { rv }, Read::Ended) => (None, After::Resume { rv }),
+    }
 }
 
 /// Opens a protobuf watch of all Nodes: with the initial state streamed first when `from` is
@@ -368,19 +481,22 @@ pub(crate) fn watch(
     })
 }
 
-/// One step of [`watch`]: reads until there is something to yield.
-async fn step(
-    client: &Client,
-    mut state: State,
-) -> (Result<watcher::Event<WatchedNode>, watcher::Error>, State) {
+/// One step of [`watch`]: opens and reads until there is something to yield.
+async fn step(client: &Client, mut state: State) -> (Item, State) {
     loop {
         state = match state {
             State::Initial => match open(client, None).await {
-                Ok(frames) => return (Ok(watcher::Event::Init), State::InitialEvents(frames)),
+                Ok(frames) => {
+                    let at = At::InitialEvents;
+                    return (Ok(watcher::Event::Init), State::Open { frames, at });
+                }
                 Err(e) => return (Err(watcher::Error::WatchStartFailed(e)), State::Initial),
             },
             State::Resume { rv } => match open(client, Some(&rv)).await {
-                Ok(frames) => State::Watching { frames, rv },
+                Ok(frames) => State::Open {
+                    frames,
+                    at: At::Watching { rv },
+                },
                 Err(kube::Error::Api(s)) if s.code == 410 => {
                     return (Err(watcher::Error::WatchError(s)), State::Initial);
                 }
@@ -391,95 +507,26 @@ async fn step(
                     );
                 }
             },
-            State::InitialEvents(mut frames) => match frames.next().await {
-                Some(Ok(frame)) => match decode_frame(&frame) {
-                    Ok(Frame::Applied(n)) => {
-                        return (
-                            Ok(watcher::Event::InitApply(n)),
-                            State::InitialEvents(frames),
-                        );
-                    }
-                    Ok(Frame::Bookmark {
-                        resource_version,
-                        initial_events_end: true,
-                    }) => {
-                        return (
-                            Ok(watcher::Event::InitDone),
-                            State::Watching {
-                                frames,
-                                rv: resource_version,
-                            },
-                        );
-                    }
-                    Ok(Frame::Bookmark { .. }) => State::InitialEvents(frames),
-                    // A deletion cannot precede the end of the initial events; start over.
-                    Ok(Frame::Deleted(_)) => State::Initial,
-                    Ok(Frame::Error(s)) => {
-                        return (Err(watcher::Error::WatchError(Box::new(s))), State::Initial);
-                    }
-                    Err(e) => {
-                        return (
-                            Err(watcher::Error::WatchFailed(read_error(e))),
-                            State::Initial,
-                        );
-                    }
-                },
-                Some(Err(e)) => {
-                    return (
-                        Err(watcher::Error::WatchFailed(kube::Error::ReadEvents(e))),
-                        State::Initial,
-                    );
-                }
-                // Ended before the initial state was complete: start over.
-                None => State::Initial,
-            },
-            State::Watching { mut frames, rv } => match frames.next().await {
-                Some(Ok(frame)) => match decode_frame(&frame) {
-                    Ok(Frame::Applied(n)) => {
-                        let rv = n.metadata.resource_version.clone().unwrap_or(rv);
-                        return (Ok(watcher::Event::Apply(n)), State::Watching { frames, rv });
-                    }
-                    Ok(Frame::Deleted(n)) => {
-                        let rv = n.metadata.resource_version.clone().unwrap_or(rv);
-                        return (
-                            Ok(watcher::Event::Delete(n)),
-                            State::Watching { frames, rv },
-                        );
-                    }
-                    Ok(Frame::Bookmark {
-                        resource_version, ..
-                    }) => State::Watching {
-                        frames,
-                        rv: if resource_version.is_empty() {
-                            rv
-                        } else {
-                            resource_version
-                        },
+            State::Open { mut frames, at } => {
+                let read = match frames.next().await {
+                    Some(Ok(frame)) => match decode_frame(&frame) {
+                        Ok(frame) => Read::Frame(frame),
+                        Err(e) => Read::Undecodable(e),
                     },
-                    Ok(Frame::Error(s)) if s.code == 410 => {
-                        return (Err(watcher::Error::WatchError(Box::new(s))), State::Initial);
-                    }
-                    Ok(Frame::Error(s)) => {
-                        return (
-                            Err(watcher::Error::WatchError(Box::new(s))),
-                            State::Resume { rv },
-                        );
-                    }
-                    Err(e) => {
-                        return (
-                            Err(watcher::Error::WatchFailed(read_error(e))),
-                            State::Initial,
-                        );
-                    }
-                },
-                Some(Err(e)) => {
-                    return (
-                        Err(watcher::Error::WatchFailed(kube::Error::ReadEvents(e))),
-                        State::Resume { rv },
-                    );
+                    Some(Err(e)) => Read::Failed(e),
+                    None => Read::Ended,
+                };
+                let (item, after) = on_read(at, read);
+                let next = match after {
+                    After::Initial => State::Initial,
+                    After::Resume { rv } => State::Resume { rv },
+                    After::Stay(at) => State::Open { frames, at },
+                };
+                match item {
+                    Some(item) => return (item, next),
+                    None => next,
                 }
-                None => State::Resume { rv },
-            },
+            }
         };
     }
 }
@@ -609,5 +656,191 @@ mod tests {
         }
         .encode_to_vec();
         assert!(matches!(decode_frame(&no_magic), Err(DecodeError::Magic)));
+    }
+
+    fn node(rv: Option<&str>) -> WatchedNode {
+        WatchedNode {
+            metadata: ObjectMeta {
+                name: Some("n1".into()),
+                resource_version: rv.map(str::to_string),
+                ..ObjectMeta::default()
+            },
+            ..WatchedNode::default()
+        }
+    }
+
+    fn status(code: u16) -> Status {
+        Status::failure("gone or not", "Reason").with_code(code)
+    }
+
+    fn bookmark(rv: &str, end: bool) -> Read {
+        Read::Frame(Frame::Bookmark {
+            resource_version: rv.into(),
+            initial_events_end: end,
+        })
+    }
+
+    fn watching(rv: &str) -> At {
+        At::Watching { rv: rv.into() }
+    }
+
+    /// What a read yields, in a word, for comparing whole tables of transitions.
+    fn yielded(item: &Option<Item>) -> &'static str {
+        match item {
+            None => "nothing",
+            Some(Ok(watcher::Event::Init)) => "Init",
+            Some(Ok(watcher::Event::InitApply(_))) => "InitApply",
+            Some(Ok(watcher::Event::InitDone)) => "InitDone",
+            Some(Ok(watcher::Event::Apply(_))) => "Apply",
+            Some(Ok(watcher::Event::Delete(_))) => "Delete",
+            Some(Err(watcher::Error::WatchError(_))) => "WatchError",
+            Some(Err(watcher::Error::WatchFailed(_))) => "WatchFailed",
+            Some(Err(_)) => "other error",
+        }
+    }
+
+    #[test]
+    fn each_read_yields_and_moves_as_client_gos_reflector_does() {
+        let undecodable = || Read::Undecodable(DecodeError::EventType("WHATEVER".into()));
+        let failed = || Read::Failed(std::io::Error::other("connection reset"));
+        let stay_initial = After::Stay(At::InitialEvents);
+        let cases: Vec<(&str, At, Read, &str, After)> = vec![
+            // The initial events, up to the bookmark that ends them.
+            (
+                "initial node",
+                At::InitialEvents,
+                Read::Frame(Frame::Applied(node(Some("5")))),
+                "InitApply",
+                After::Stay(At::InitialEvents),
+            ),
+            (
+                "progress bookmark",
+                At::InitialEvents,
+                bookmark("6", false),
+                "nothing",
+                stay_initial,
+            ),
+            (
+                "end bookmark",
+                At::InitialEvents,
+                bookmark("7", true),
+                "InitDone",
+                After::Stay(watching("7")),
+            ),
+            // Anything that breaks the initial events starts over.
+            (
+                "deletion before the end",
+                At::InitialEvents,
+                Read::Frame(Frame::Deleted(node(Some("8")))),
+                "nothing",
+                After::Initial,
+            ),
+            (
+                "error event",
+                At::InitialEvents,
+                Read::Frame(Frame::Error(status(500))),
+                "WatchError",
+                After::Initial,
+            ),
+            (
+                "undecodable frame",
+                At::InitialEvents,
+                undecodable(),
+                "WatchFailed",
+                After::Initial,
+            ),
+            (
+                "connection failed",
+                At::InitialEvents,
+                failed(),
+                "WatchFailed",
+                After::Initial,
+            ),
+            (
+                "ended early",
+                At::InitialEvents,
+                Read::Ended,
+                "nothing",
+                After::Initial,
+            ),
+            // Watching: every event and bookmark moves the resume point.
+            (
+                "change",
+                watching("7"),
+                Read::Frame(Frame::Applied(node(Some("9")))),
+                "Apply",
+                After::Stay(watching("9")),
+            ),
+            (
+                "change without resourceVersion",
+                watching("7"),
+                Read::Frame(Frame::Applied(node(None))),
+                "Apply",
+                After::Stay(watching("7")),
+            ),
+            (
+                "deletion",
+                watching("9"),
+                Read::Frame(Frame::Deleted(node(Some("10")))),
+                "Delete",
+                After::Stay(watching("10")),
+            ),
+            (
+                "bookmark",
+                watching("10"),
+                bookmark("12", false),
+                "nothing",
+                After::Stay(watching("12")),
+            ),
+            (
+                "bookmark without resourceVersion",
+                watching("12"),
+                bookmark("", false),
+                "nothing",
+                After::Stay(watching("12")),
+            ),
+            // Ends and failures resume from there; only 410 or an unreadable frame start over.
+            (
+                "server ended the watch",
+                watching("12"),
+                Read::Ended,
+                "nothing",
+                After::Resume { rv: "12".into() },
+            ),
+            (
+                "connection failed",
+                watching("12"),
+                failed(),
+                "WatchFailed",
+                After::Resume { rv: "12".into() },
+            ),
+            (
+                "error event",
+                watching("12"),
+                Read::Frame(Frame::Error(status(500))),
+                "WatchError",
+                After::Resume { rv: "12".into() },
+            ),
+            (
+                "410 Gone",
+                watching("12"),
+                Read::Frame(Frame::Error(status(410))),
+                "WatchError",
+                After::Initial,
+            ),
+            (
+                "undecodable frame",
+                watching("12"),
+                undecodable(),
+                "WatchFailed",
+                After::Initial,
+            ),
+        ];
+        for (what, at, read, want_item, want_after) in cases {
+            let context = format!("{what} at {at:?}");
+            let (item, after) = on_read(at, read);
+            assert_eq!(yielded(&item), want_item, "{context}");
+            assert_eq!(after, want_after, "{context}");
+        }
     }
 }
