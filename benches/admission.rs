@@ -91,6 +91,8 @@ const NODES: usize = 1000;
 const MAINTENANCES: usize = 100;
 const MIB: f64 = 1024.0 * 1024.0;
 const CONTROL_PLANE_NODE: &str = "kwok-control-plane-0";
+/// Header of the request rows, ours and upstream's.
+const ROWS_HEADER: &str = "| operator | request | connections | requests/s | p50 ms | p99 ms | max ms | op CPU µs/req | failed |\n|---|---|---|---|---|---|---|---|---|";
 
 fn node_name(i: usize) -> String {
     format!("bench-n-{i:04}")
@@ -501,11 +503,7 @@ async fn main() -> Result<()> {
         table,
         "Admission, real rules, {NODES} nodes and {MAINTENANCES} NodeMaintenances, TLS keep-alive, {seconds} s measured per row\n"
     )?;
-    writeln!(
-        table,
-        "| operator | request | connections | requests/s | p50 ms | p99 ms | max ms | op CPU µs/req | failed |"
-    )?;
-    writeln!(table, "|---|---|---|---|---|---|---|---|---|")?;
+    writeln!(table, "{ROWS_HEADER}")?;
     let ca_pem = cluster.ca().cert_pem().to_string();
     let load_before = load_average();
     measure(
@@ -541,44 +539,33 @@ async fn main() -> Result<()> {
         "| operator memory, MiB | VmRSS | RssAnon (heap) | RssFile (code pages) | open sockets |"
     )?;
     writeln!(table, "|---|---|---|---|---|")?;
-    writeln!(table, "{}", mem_idle.row("idle, control-plane node only"))?;
-    writeln!(
-        table,
-        "{}",
-        mem_nodes.row(&format!("with {NODES} nodes, no NodeMaintenance yet"))
-    )?;
-    writeln!(
-        table,
-        "{}",
-        mem_loaded.row(&format!(
-            "with {NODES} nodes and {MAINTENANCES} NodeMaintenances, settled"
-        ))
-    )?;
-    writeln!(table, "{}", mem_after.row("after the load"))?;
-    writeln!(
-        table,
-        "{}",
-        mem_fresh.row(&format!(
-            "fresh start with {NODES} nodes and {MAINTENANCES} NodeMaintenances present"
-        ))
-    )?;
-    writeln!(
-        table,
-        "{}",
-        follower_idle.row("replica not leading (admission caches only, no controller): idle")
-    )?;
-    writeln!(
-        table,
-        "{}",
-        follower_nodes.row(&format!("same, with {NODES} nodes"))
-    )?;
-    writeln!(
-        table,
-        "{}",
-        follower_loaded.row(&format!(
-            "same, with {NODES} nodes and {MAINTENANCES} NodeMaintenances"
-        ))
-    )?;
+    for (what, memory) in [
+        ("idle, control-plane node only".to_string(), &mem_idle),
+        (
+            format!("with {NODES} nodes, no NodeMaintenance yet"),
+            &mem_nodes,
+        ),
+        (
+            format!("with {NODES} nodes and {MAINTENANCES} NodeMaintenances, settled"),
+            &mem_loaded,
+        ),
+        ("after the load".to_string(), &mem_after),
+        (
+            format!("fresh start with {NODES} nodes and {MAINTENANCES} NodeMaintenances present"),
+            &mem_fresh,
+        ),
+        (
+            "replica not leading (admission caches only, no controller): idle".to_string(),
+            &follower_idle,
+        ),
+        (format!("same, with {NODES} nodes"), &follower_nodes),
+        (
+            format!("same, with {NODES} nodes and {MAINTENANCES} NodeMaintenances"),
+            &follower_loaded,
+        ),
+    ] {
+        writeln!(table, "{}", memory.row(&what))?;
+    }
     writeln!(
         table,
         "\nGrowth from idle (target: the caches' growth <= 4 MiB at {NODES} nodes):"
@@ -689,11 +676,7 @@ async fn upstream(
     // Its controller takes over the maintenances first; let it settle.
     tokio::time::sleep(Duration::from_secs(10)).await;
     progress(started, "upstream manager ready");
-    writeln!(
-        table,
-        "\n| operator | request | connections | requests/s | p50 ms | p99 ms | max ms | op CPU µs/req | failed |"
-    )?;
-    writeln!(table, "|---|---|---|---|---|---|---|---|---|")?;
+    writeln!(table, "\n{ROWS_HEADER}")?;
     measure(
         "upstream (Go)",
         child.pid(),

@@ -215,8 +215,8 @@ where
     // write here).
     let body = std::str::from_utf8(body)
         .map_err(|e| EnvelopeError::MalformedJson(format!("the body is not UTF-8 text: {e}")))?;
-    let [api_version, kind, request] = members_of_str(body, ["apiVersion", "kind", "request"])
-        .map_err(|e| {
+    let [api_version, kind, request] =
+        members(body, ["apiVersion", "kind", "request"]).map_err(|e| {
             EnvelopeError::MalformedJson(match e.classify() {
                 // Members are kept raw or skipped, so the only type error is the body's own.
                 serde_json::error::Category::Data => "the body is not a JSON object".into(),
@@ -238,7 +238,7 @@ where
         }
         Some(raw) => raw,
     };
-    let [uid, object, old_object] = members_of_str(request, ["uid", "object", "oldObject"])
+    let [uid, object, old_object] = members(request, ["uid", "object", "oldObject"])
         .map_err(|e| EnvelopeError::InvalidRequest(e.to_string()))?;
     if text(uid).is_empty() {
         return Err(EnvelopeError::EmptyUid);
@@ -250,7 +250,7 @@ where
             continue;
         };
         // Anything but an object has neither member: it reads as "/".
-        let [got_av, got_kind] = members_of_str(obj, ["apiVersion", "kind"])
+        let [got_av, got_kind] = members(obj, ["apiVersion", "kind"])
             .map(|m| m.map(text))
             .unwrap_or_default();
         if got_av != expected_api_version || got_kind != expected_kind {
@@ -280,25 +280,17 @@ fn text(raw: Option<&RawValue>) -> String {
 /// # Errors
 /// A syntax error, trailing characters, or a `Category::Data` error when `json` is valid JSON
 /// but not an object.
-fn members_of_slice<'a, const N: usize>(
-    json: &'a [u8],
+fn members<'a, const N: usize>(
+    json: &'a str,
     names: [&'static str; N],
 ) -> serde_json::Result<[Option<&'a RawValue>; N]> {
-    let mut de = serde_json::Deserializer::from_slice(json);
+    let mut de = serde_json::Deserializer::from_str(json);
     let members = Members(names).deserialize(&mut de)?;
     de.end()?;
     Ok(members)
 }
 
-/// As [`members_of_slice`], for text.
-fn members_of_str<'a, const N: usize>(
-    json: &'a str,
-    names: [&'static str; N],
-) -> serde_json::Result<[Option<&'a RawValue>; N]> {
-    members_of_slice(json.as_bytes(), names)
-}
-
-/// Seed of [`members_of_slice`]: the names of the members to keep.
+/// Seed of [`members`]: the names of the members to keep.
 struct Members<const N: usize>([&'static str; N]);
 
 impl<'de, const N: usize> DeserializeSeed<'de> for Members<N> {
