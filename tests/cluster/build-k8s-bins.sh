@@ -113,5 +113,7 @@ fi
 
 complete || die "build finished but $OUT is incomplete"
 "$OUT/bin/kube-apiserver" --version >&2
-"$OUT/bin/etcd" --version | head -1 >&2
+# Not `| head -1`: under pipefail, etcd writing after head exits fails the build with SIGPIPE.
+etcd_version=$("$OUT/bin/etcd" --version)
+echo "${etcd_version%%$'\n'*}" >&2
 echo "$OUT"
