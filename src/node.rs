@@ -85,7 +85,8 @@ pub(crate) struct PriorState {
 }
 
 impl PriorState {
-    fn had_taint(&self, key: &str, effect: &str) -> bool {
+    /// Whether the node carried this taint (key and effect) before the maintenance.
+    pub(crate) fn had_taint(&self, key: &str, effect: &str) -> bool {
         self.taints
             .iter()
             .any(|t| t.key == key && t.effect == effect)
