@@ -414,7 +414,7 @@ async fn names_derived_from_long_node_names_stay_within_limits() {
     nm::delete(&client, &failed_name).await;
     nm::wait_gone(&client, &failed_name, LIMIT).await;
 
-    let nm_name = format!("{}-{}", unique("nm"), "m".repeat(230));
+    let nm_name = format!("{}-{}", unique("nm"), "m".repeat(250));
     let nm_name = nm_name[..250].to_string();
     nm::create(&client, &nm_name, &long).await;
     nm::wait_phase(&client, &nm_name, MaintenancePhase::Succeeded, LIMIT).await;
