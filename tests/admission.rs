@@ -246,9 +246,8 @@ async fn control_plane_quorum() {
     let quorum =
         "can not put master/control-plane node into maintenance at this moment, disrupting node";
     let dry = ["--dry-run=server"];
-    let warned =
-        kubectl_create_warned(env.cluster, &unique("nm-cp"), "kwok-control-plane-0", &dry)
-            .unwrap_or_else(|e| panic!("refused what it cannot judge: {e}"));
+    let warned = kubectl_create_warned(env.cluster, &unique("nm-cp"), "kwok-control-plane-0", &dry)
+        .unwrap_or_else(|e| panic!("refused what it cannot judge: {e}"));
     assert!(
         warned.contains(
             "Warning: etcd quorum was not checked: no etcd quorum guard PodDisruptionBudget in openshift-etcd and no etcd pods in kube-system found"
@@ -300,13 +299,7 @@ spec:
     assert!(!w.contains("Warning"), "{w}");
     env.cluster
         .kubectl_run(
-            &[
-                "delete",
-                "pdb",
-                "-n",
-                "openshift-etcd",
-                "etcd-quorum-guard",
-            ],
+            &["delete", "pdb", "-n", "openshift-etcd", "etcd-quorum-guard"],
             None,
         )
         .unwrap();

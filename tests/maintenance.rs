@@ -384,7 +384,9 @@ async fn names_derived_from_long_node_names_stay_within_limits() {
     let n = nodes_api.get(&unleasable).await.unwrap();
     let (cordoned, taints, labels) = node::state(&client, &unleasable).await;
     assert!(
-        !cordoned && taints.iter().all(|t| !t.starts_with("medik8s.io/")) && !labels.contains_key("remediation.medik8s.io/exclude-from-remediation"),
+        !cordoned
+            && taints.iter().all(|t| !t.starts_with("medik8s.io/"))
+            && !labels.contains_key("remediation.medik8s.io/exclude-from-remediation"),
         "cordoned={cordoned} taints={taints:?} labels={labels:?}"
     );
     let ours: Vec<String> = n

@@ -756,7 +756,13 @@ async fn an_orphan_partly_undone_by_hand_is_cleaned_up_completely() {
             taints.contains(&"medik8s.io/drain:NoSchedule".to_string()),
             "the input: the drain taint is left on {n}: {taints:?}"
         );
-        assert!(leases.get_opt(&format!("node-{n}")).await.unwrap().is_some());
+        assert!(
+            leases
+                .get_opt(&format!("node-{n}"))
+                .await
+                .unwrap()
+                .is_some()
+        );
     }
 
     let _op = start(cluster, &account, &kubeconfig, "op-reinstalled", false);

@@ -261,7 +261,10 @@ pub(crate) fn budget_selects_pods(
     let selector = budget_selector(selector)?;
     let empty = BTreeMap::new();
     Ok(pods.iter().any(|p| {
-        p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some()
+        p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some()
             && selector.matches(p.metadata.labels.as_ref().unwrap_or(&empty))
     }))
 }
@@ -316,7 +319,10 @@ mod tests {
         assert_eq!(q(true, &[], &others), Quorum::Kept);
         // A single member, on this node: not checked, with the reason.
         let single = [member("cp-0", true, false)];
-        assert_eq!(q(true, &[], &single), Quorum::NotChecked(WARN_SINGLE_MEMBER));
+        assert_eq!(
+            q(true, &[], &single),
+            Quorum::NotChecked(WARN_SINGLE_MEMBER)
+        );
         // Three members: one may go, not a second.
         let mut three = vec![
             member("cp-0", true, false),
@@ -333,26 +339,45 @@ mod tests {
         let fake = [budget(0, GuardPod::Absent, false)];
         assert_eq!(q(true, &fake, &[]), Quorum::Violated);
         assert_eq!(q(true, &fake, &single), Quorum::Violated);
-        assert_eq!(q(false, &fake, &[]), Quorum::Kept, "workers are not guarded");
+        assert_eq!(
+            q(false, &fake, &[]),
+            Quorum::Kept,
+            "workers are not guarded"
+        );
         // A real guard: upstream's rule.
         let ready = |s: &str| GuardPod::Present(Some(s.into()));
-        assert_eq!(q(true, &[budget(1, ready("True"), true)], &[]), Quorum::Kept);
-        assert_eq!(q(true, &[budget(0, ready("True"), true)], &[]), Quorum::Violated);
-        assert_eq!(q(true, &[budget(0, ready("False"), true)], &[]), Quorum::Kept);
+        assert_eq!(
+            q(true, &[budget(1, ready("True"), true)], &[]),
+            Quorum::Kept
+        );
+        assert_eq!(
+            q(true, &[budget(0, ready("True"), true)], &[]),
+            Quorum::Violated
+        );
+        assert_eq!(
+            q(true, &[budget(0, ready("False"), true)], &[]),
+            Quorum::Kept
+        );
         assert_eq!(
             q(true, &[budget(0, GuardPod::Absent, true)], &[]),
             Quorum::Kept,
             "guard pods elsewhere, none here: this node is the disrupted one"
         );
         // A guard budget that allows judges a single member: no warning.
-        assert_eq!(q(true, &[budget(1, ready("True"), true)], &single), Quorum::Kept);
+        assert_eq!(
+            q(true, &[budget(1, ready("True"), true)], &single),
+            Quorum::Kept
+        );
         // Both checks apply when both inputs exist.
         assert_eq!(
             q(true, &[budget(1, ready("True"), true)], &three),
             Quorum::Violated
         );
         // Both guard names at once: refused, as upstream refuses several budgets.
-        let two = [budget(1, ready("True"), true), budget(1, ready("True"), true)];
+        let two = [
+            budget(1, ready("True"), true),
+            budget(1, ready("True"), true),
+        ];
         assert_eq!(q(true, &two, &[]), Quorum::Violated);
     }
 

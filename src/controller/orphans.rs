@@ -63,8 +63,7 @@ pub(crate) fn orphan_plan(
     // Only the operator puts the drain taint (when the record says it was not there before)
     // and our lease on a node: either one left means nobody ended this maintenance.
     let prior = node::prior_state(node).unwrap_or_default();
-    let our_taint =
-        state.drain_taint && !prior.had_taint(node::DRAIN_TAINT_KEY, node::NO_SCHEDULE);
+    let our_taint = state.drain_taint && !prior.had_taint(node::DRAIN_TAINT_KEY, node::NO_SCHEDULE);
     if our_taint || our_lease {
         OrphanPlan::Restore { holder }
     } else {
@@ -268,9 +267,13 @@ mod tests {
         .unwrap();
         let restore = OrphanPlan::Restore { holder: "b".into() };
         assert_eq!(orphan_plan(&uncordoned, gone, false, false), restore);
-        let node::ExitPlan::Apply { patch, uncordon } =
-            node::plan_exit_for(&uncordoned, Claimant { name: "b", uid: Some("u1") })
-        else {
+        let node::ExitPlan::Apply { patch, uncordon } = node::plan_exit_for(
+            &uncordoned,
+            Claimant {
+                name: "b",
+                uid: Some("u1"),
+            },
+        ) else {
             panic!("a record of the vanished holder is exited by it");
         };
         assert!(!uncordon, "already uncordoned by hand");

@@ -2133,8 +2133,9 @@ mod tests {
         assert_eq!(entry(&obj), Entry::InvalidNodeName(why.clone()));
         let text = invalid_node_name_error(&long, &why);
         assert!(
-            text.starts_with("invalid nodeName, its medik8s lease name node-<nodeName> would have 256 characters")
-                && text.ends_with("; no node was changed"),
+            text.starts_with(
+                "invalid nodeName, its medik8s lease name node-<nodeName> would have 256 characters"
+            ) && text.ends_with("; no node was changed"),
             "{text}"
         );
         let step = invalid_node_name(&NodeMaintenanceStatus::default(), &long, &why, GEN, t(0));
