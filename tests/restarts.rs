@@ -706,15 +706,26 @@ async fn an_orphan_partly_undone_by_hand_is_cleaned_up_completely() {
     let (cluster, account, kubeconfig) = setup();
     let client = cluster.client().await;
     let group = unique("uninstalled");
-    let nodes = worker_nodes(cluster, &client, &group, 2).await;
-    let (plain, admin) = (&nodes[0], &nodes[1]);
+    let nodes = worker_nodes(cluster, &client, &group, 3).await;
+    let (plain, admin, targeted) = (&nodes[0], &nodes[1], &nodes[2]);
     let nodes_api = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
     let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
         client.clone(),
         "medik8s-leases",
     );
     let nms = Api::<NodeMaintenance>::all(client.clone());
-    // The admin's own marks on the second node, before any maintenance.
+    // The admin's own marks on the second node, before any maintenance; the third has the
+    // admin's label only.
+    nodes_api
+        .patch(
+            targeted,
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"labels": {"remediation.medik8s.io/exclude-from-remediation": "true"}},
+            })),
+        )
+        .await
+        .unwrap();
     nodes_api
         .patch(
             admin,
@@ -728,17 +739,21 @@ async fn an_orphan_partly_undone_by_hand_is_cleaned_up_completely() {
         .unwrap();
 
     let mut op = start(cluster, &account, &kubeconfig, "op-before-uninstall", false);
-    let names = [unique("nm-plain"), unique("nm-admin")];
-    for (name, n) in names.iter().zip([plain, admin]) {
+    let names = [
+        unique("nm-plain"),
+        unique("nm-admin"),
+        unique("nm-targeted"),
+    ];
+    for (name, n) in names.iter().zip([plain, admin, targeted]) {
         nm::create(&client, name, n).await;
     }
-    for (name, n) in names.iter().zip([plain, admin]) {
+    for (name, n) in names.iter().zip([plain, admin, targeted]) {
         nm::wait_phase(&client, name, MaintenancePhase::Succeeded, LIMIT).await;
         node::in_maintenance(&client, n).await.unwrap();
     }
     op.process().stop(Duration::from_secs(10));
 
-    for (name, n) in names.iter().zip([plain, admin]) {
+    for (name, n) in names.iter().zip([plain, admin, targeted]) {
         nms.patch(
             name,
             &PatchParams::default(),
@@ -750,7 +765,7 @@ async fn an_orphan_partly_undone_by_hand_is_cleaned_up_completely() {
         nm::wait_gone(&client, name, LIMIT).await;
         cluster.kubectl_run(&["uncordon", n], None).unwrap();
     }
-    for n in [plain, admin] {
+    for n in [plain, admin, targeted] {
         let (_, taints, _) = node::state(&client, n).await;
         assert!(
             taints.contains(&"medik8s.io/drain:NoSchedule".to_string()),
@@ -765,8 +780,16 @@ async fn an_orphan_partly_undone_by_hand_is_cleaned_up_completely() {
         );
     }
 
+    // A new maintenance of the third node exists before the operator is back: its own reconcile
+    // meets the vanished record, takes it over (the maintenance it describes is still in place)
+    // and, when it ends, restores by it: the admin's label that predated both stays.
+    let again = unique("nm-again");
+    nm::create(&client, &again, targeted).await;
     let _op = start(cluster, &account, &kubeconfig, "op-reinstalled", false);
-    for n in [plain, admin] {
+    nm::wait_phase(&client, &again, MaintenancePhase::Succeeded, LIMIT).await;
+    nm::delete(&client, &again).await;
+    nm::wait_gone(&client, &again, LIMIT).await;
+    for n in [plain, admin, targeted] {
         wait_for(&format!("{n} cleaned up"), LIMIT, || async {
             let (cordoned, taints, labels) = node::state(&client, n).await;
             let annotations = nodes_api
@@ -795,7 +818,7 @@ async fn an_orphan_partly_undone_by_hand_is_cleaned_up_completely() {
                 .get("remediation.medik8s.io/exclude-from-remediation")
                 .cloned();
             let admins = n == admin;
-            let expected_label = admins.then(|| "true".to_string());
+            let expected_label = (admins || n == targeted).then(|| "true".to_string());
             let admin_taint = taints.contains(&"example.com/admin:NoSchedule".to_string());
             if !cordoned
                 && maintenance_taints.is_empty()

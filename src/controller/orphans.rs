@@ -62,9 +62,7 @@ pub(crate) fn orphan_plan(
     }
     // Only the operator puts the drain taint (when the record says it was not there before)
     // and our lease on a node: either one left means nobody ended this maintenance.
-    let prior = node::prior_state(node).unwrap_or_default();
-    let our_taint = state.drain_taint && !prior.had_taint(node::DRAIN_TAINT_KEY, node::NO_SCHEDULE);
-    if our_taint || our_lease {
+    if node::record_in_place(node) || our_lease {
         OrphanPlan::Restore { holder }
     } else {
         OrphanPlan::DropRecord
