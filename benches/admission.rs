@@ -18,8 +18,9 @@
 //! - **CREATE allowed**: a worker node that no NodeMaintenance targets (the same object each
 //!   time, as a client retrying: one reservation, renewed);
 //! - **CREATE denied (duplicate)**: a node one of the 100 NodeMaintenances targets;
-//! - **CREATE control-plane (quorum)**: the cluster's only control-plane node, denied because
-//!   its etcd member is the whole quorum (the member majority rule over the cached nodes);
+//! - **CREATE control-plane (quorum)**: the cluster's only control-plane node, denied by
+//!   upstream's fake etcd quorum guard (`openshift-etcd/etcd-quorum-guard`, maxUnavailable 0,
+//!   which the bench creates; `docs/drain-contract.md` §9);
 //! - **UPDATE (finalizer)**: oldObject without, object with the finalizer.
 //!
 //! Each answer is checked (`allowed` as expected); requests/s count the checked answers. The
@@ -91,6 +92,24 @@ const NODES: usize = 1000;
 const MAINTENANCES: usize = 100;
 const MIB: f64 = 1024.0 * 1024.0;
 const CONTROL_PLANE_NODE: &str = "kwok-control-plane-0";
+/// Upstream's fake etcd quorum guard for plain Kubernetes (its end-to-end suite's
+/// `test/manifests/fake-etcd-quorum-guard.yaml`): refuses every control-plane node.
+const FAKE_QUORUM_GUARD: &str = r#"apiVersion: v1
+kind: Namespace
+metadata:
+  name: openshift-etcd
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  namespace: openshift-etcd
+  name: etcd-quorum-guard
+spec:
+  maxUnavailable: 0
+  selector:
+    matchLabels:
+      app: fake-etcd-quorum-guard
+"#;
 /// Header of the request rows, ours and upstream's.
 const ROWS_HEADER: &str = "| operator | request | connections | requests/s | p50 ms | p99 ms | max ms | op CPU µs/req | failed |\n|---|---|---|---|---|---|---|---|---|";
 
@@ -427,6 +446,7 @@ async fn main() -> Result<()> {
     let follower_idle = Memory::of(follower_pid);
 
     create_nodes(&client).await?;
+    cluster.kubectl_run(&["apply", "-f", "-"], Some(FAKE_QUORUM_GUARD))?;
     progress(started, &format!("{NODES} nodes created"));
     // The Node cache's own cost, before any maintenance work grows the heap.
     tokio::time::sleep(Duration::from_secs(5)).await;

@@ -4,10 +4,11 @@
 //! means "remediation in progress" and blocks maintenance, and ours blocks remediation
 //! (docs/compat.md §3).
 //!
-//! Semantics mirror medik8s `common` `pkg/lease` (`RequestLease`, `InvalidateLease`) with one
-//! change: a valid lease of ours is renewed only when less than 3/4 of [`LEASE_DURATION`] remains
+//! Semantics mirror medik8s `common` `pkg/lease` (`RequestLease`, `InvalidateLease`) with two
+//! changes: a valid lease of ours is renewed only when less than 3/4 of [`LEASE_DURATION`] remains
 //! (upstream renews on every call), so a reconcile every few minutes renews well before expiry
-//! without writing on every pass (docs/compat.md §3).
+//! without writing on every pass; and another holder's lease renewed "in the future" (clock
+//! skew) is respected, not taken over ([`is_valid`]; docs/compat.md §3).
 //!
 //! [`plan_request`] is pure; [`NodeLeases`] does the I/O without sleeps: `request_from` costs one GET
 //! when the lease is current, and a conflicting write is returned to the caller for its retry.
@@ -38,6 +39,39 @@ pub(crate) const RENEW_AFTER: Duration = Duration::from_secs(LEASE_DURATION.as_s
 /// The lease name for `node`: lower-cased `node-<node>`, as medik8s names it (`<kind>-<name>`).
 pub(crate) fn lease_name(node: &str) -> String {
     format!("node-{node}").to_lowercase()
+}
+
+/// Longest object name the API server accepts for a Lease (a DNS-1123 subdomain): 253.
+pub(crate) const MAX_LEASE_NAME: usize = 253;
+/// Longest node name whose lease name `node-<node>` fits in [`MAX_LEASE_NAME`]: 248.
+pub(crate) const MAX_LEASED_NODE_NAME: usize = MAX_LEASE_NAME - "node-".len();
+
+/// Why `node` (a valid Node name, up to 253 characters) cannot have a medik8s lease, if it
+/// cannot: its lease name `node-<node>` would be longer than [`MAX_LEASE_NAME`], so every create
+/// is refused with 422. medik8s common derives the name the same way and has no other, so
+/// NodeHealthCheck and Self Node Remediation can hold no lease for such a node either; a name
+/// derived otherwise (shortened, hashed) is one no peer would look for, and maintaining the node
+/// under it would let a remediation run during the drain. Such a node is therefore not
+/// maintained: the NodeMaintenance fails with this text and nothing is touched
+/// (`docs/drain-contract.md` §7).
+pub(crate) fn lease_name_error(node: &str) -> Option<String> {
+    let len = "node-".len() + node.len();
+    (len > MAX_LEASE_NAME).then(|| {
+        format!(
+            "its medik8s lease name node-<nodeName> would have {len} characters, more than the \
+             {MAX_LEASE_NAME} a Lease name may have (node names of at most \
+             {MAX_LEASED_NODE_NAME} characters can be leased), so NodeHealthCheck and Self Node \
+             Remediation could not see the maintenance"
+        )
+    })
+}
+
+/// Whether `lease` exists and its holder is us (`node-maintenance`), whatever its times.
+pub(crate) fn held_by_us(lease: Option<&Lease>) -> bool {
+    lease
+        .and_then(|l| l.spec.as_ref())
+        .and_then(|s| s.holder_identity.as_deref())
+        == Some(LEASE_HOLDER)
 }
 
 /// Outcome of [`NodeLeases::request_from`].
@@ -75,12 +109,18 @@ pub(crate) enum LeasePlan {
     },
 }
 
-/// Whether a lease spec is valid at `now`: it has a renew time and a duration, and neither
-/// `renewTime + duration < now` (lapsed) nor `renewTime > now` (renewed in the future, i.e. a
-/// clock jump) holds. Mirrors medik8s common's `isValidLease`.
+/// Whether another holder's lease spec still holds the node at `now`: it has a renew time and a
+/// duration, and `renewTime + duration` is not in the past (`docs/drain-contract.md` §8).
+///
+/// A `renewTime` in the future counts as held: the holder's clock runs ahead of ours (skew), and
+/// by its clock the lease was renewed just now. It stays held until `renewTime` is in the past
+/// by more than the duration, so the lease is valid by either clock. medik8s common's
+/// `isValidLease` also calls a lease renewed in the future invalid, so upstream (and a peer on
+/// a slower clock) takes over a lease its holder renewed a moment ago: the node is drained
+/// under a remediation. Ours deliberately differs (`docs/compat.md` §3).
 pub(crate) fn is_valid(spec: &LeaseSpec, now: Timestamp) -> bool {
     match (&spec.renew_time, spec.lease_duration_seconds) {
-        (Some(MicroTime(renew)), Some(seconds)) => !(expiry(*renew, seconds) < now || *renew > now),
+        (Some(MicroTime(renew)), Some(seconds)) => expiry(*renew, seconds) >= now,
         _ => false,
     }
 }
@@ -95,8 +135,9 @@ pub(crate) fn is_valid(spec: &LeaseSpec, now: Timestamp) -> bool {
 /// - ours and valid: update only when the lease expires before `now + 3/4 × 3600 s` (our change,
 ///   see the module doc) or its renew time lies in the future (others would consider it invalid);
 ///   otherwise [`LeasePlan::Current`];
-/// - another holder's, valid: [`LeasePlan::AlreadyHeld`];
-/// - another holder's, invalid: take over (acquire = now, transitions +1 or 1).
+/// - another holder's, valid by [`is_valid`] (a renew time in the future counts as held; upstream
+///   takes such a lease over): [`LeasePlan::AlreadyHeld`];
+/// - another holder's, lapsed: take over (acquire = now, transitions +1 or 1).
 ///
 /// Every update sets holder `node-maintenance`, duration 3600 and `renewTime = now`.
 pub(crate) fn plan_request(existing: Option<&Lease>, now: Timestamp) -> LeasePlan {
@@ -500,16 +541,26 @@ mod tests {
     }
 
     #[test]
-    fn foreign_lease_renewed_in_the_future_is_invalid_and_taken_over() {
-        let future = lease(
-            Some("other"),
-            Some(NOW + 60),
-            Some(3600),
-            Some(NOW),
-            Some(0),
-        );
-        assert!(!is_valid(future.spec.as_ref().unwrap(), t(NOW)));
-        let (_, outcome) = update(plan_request(Some(&future), t(NOW)));
+    fn foreign_lease_renewed_in_the_future_is_held_until_it_lapses_by_our_clock() {
+        // NodeHealthCheck's clock runs 120 s ahead of ours: its renewTime is in our future.
+        let nhc = |renew: i64, duration: i32| {
+            lease(
+                Some("NodeHealthCheck-nhc"),
+                Some(renew),
+                Some(duration),
+                Some(renew),
+                Some(0),
+            )
+        };
+        let held = LeasePlan::AlreadyHeld {
+            holder: "NodeHealthCheck-nhc".into(),
+        };
+        assert_eq!(plan_request(Some(&nhc(NOW + 120, 360)), t(NOW)), held);
+        // Far in the future, and a duration shorter than the skew: still held.
+        assert_eq!(plan_request(Some(&nhc(NOW + 7200, 60)), t(NOW)), held);
+        // Held until renewTime is in the past by more than the duration.
+        assert_eq!(plan_request(Some(&nhc(NOW - 360, 360)), t(NOW)), held);
+        let (_, outcome) = update(plan_request(Some(&nhc(NOW - 361, 360)), t(NOW)));
         assert_eq!(outcome, LeaseOutcome::TakenOver);
     }
 
@@ -524,7 +575,10 @@ mod tests {
         );
         assert!(!is_valid(&spec, t(NOW + 1)));
         assert!(is_valid(&spec, t(NOW - 100)), "renewed exactly now");
-        assert!(!is_valid(&spec, t(NOW - 101)), "renewed in the future");
+        assert!(
+            is_valid(&spec, t(NOW - 101)),
+            "renewed in the future: the holder's clock is ahead"
+        );
         let no_duration = lease(None, Some(NOW), None, None, None).spec.unwrap();
         assert!(!is_valid(&no_duration, t(NOW)));
     }
@@ -699,6 +753,19 @@ mod tests {
             "acquire kept"
         );
         assert_eq!(spec.lease_transitions, Some(0));
+    }
+
+    #[test]
+    fn a_node_name_whose_lease_name_is_too_long_cannot_be_leased() {
+        assert_eq!(lease_name_error(&"a".repeat(248)), None);
+        assert_eq!(lease_name(&"a".repeat(248)).len(), 253);
+        let err = lease_name_error(&"a".repeat(249)).unwrap();
+        assert!(err.contains("would have 254 characters"), "{err}");
+        let err = lease_name_error(&"a".repeat(251)).unwrap();
+        assert!(
+            err.contains("would have 256 characters, more than the 253 a Lease name may have"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -85,7 +85,8 @@ pub(crate) struct PriorState {
 }
 
 impl PriorState {
-    fn had_taint(&self, key: &str, effect: &str) -> bool {
+    /// Whether the node carried this taint (key and effect) before the maintenance.
+    pub(crate) fn had_taint(&self, key: &str, effect: &str) -> bool {
         self.taints
             .iter()
             .any(|t| t.key == key && t.effect == effect)
@@ -127,6 +128,18 @@ impl NodeMaintenanceState {
     pub(crate) fn carries_marks(&self) -> bool {
         self.cordoned && self.drain_taint && self.unschedulable_taint && self.excluded
     }
+}
+
+/// Whether the maintenance that `node`'s record describes is still in place, whoever recorded
+/// it: the node carries every maintenance mark, or the `medik8s.io/drain` taint that the
+/// record's prior state says was not there before. Only a node maintenance operator (ours or
+/// upstream's) puts that taint, and ending a maintenance (our exit, upstream's stop after a
+/// rollback) removes it; a cordon or label alone may be an admin's newer state. Such a record's
+/// prior state is still true (`docs/drain-contract.md` §6).
+pub(crate) fn record_in_place(node: &Node) -> bool {
+    let state = observe(node);
+    let prior = prior_state(node).unwrap_or_default();
+    state.carries_marks() || (state.drain_taint && !prior.had_taint(DRAIN_TAINT_KEY, NO_SCHEDULE))
 }
 
 /// Reads the maintenance-relevant state of `node` (no I/O).
@@ -217,9 +230,9 @@ enum Record {
     None,
     /// The claimant's own record.
     Ours,
-    /// The record of a holder that no longer exists, on a node that still carries every
-    /// maintenance mark: the maintenance it describes is still in place, so its prior state is
-    /// still true and is taken over.
+    /// The record of a holder that no longer exists, on a node where the maintenance it
+    /// describes is still in place ([`record_in_place`]), so its prior state is still true and
+    /// is taken over.
     Reused(String),
     /// The record of a holder that no longer exists, on a node that lost some maintenance mark
     /// (someone, e.g. upstream NMO after a rollback, ended that maintenance): its prior state
@@ -252,8 +265,8 @@ pub(crate) fn plan_enter(node: &Node, holder: &str, reason: Option<&str>) -> Ent
 /// state is updated and the end restores what the owners want now (docs/design.md §3).
 ///
 /// A record naming another holder: when `is_live` says that holder exists, [`EnterPlan::HeldBy`];
-/// otherwise the record is reused only while the node still carries every maintenance mark, and
-/// discarded (prior state recorded afresh from the node as it is) when it does not
+/// otherwise the record is reused while its maintenance is still in place ([`record_in_place`]),
+/// and discarded (prior state recorded afresh from the node as it is) when it is not
 /// (docs/compat.md §12).
 ///
 /// Adoption: a node that carries `medik8s.io/drain:NoSchedule` but no usable record was put
@@ -333,7 +346,7 @@ fn decide_enter(
                 record: Record::None,
             };
         }
-        Some(h) if state.carries_marks() => Record::Reused(h.to_owned()),
+        Some(h) if record_in_place(node) => Record::Reused(h.to_owned()),
         Some(h) => Record::Discarded(h.to_owned()),
     };
     let first = matches!(record, Record::None | Record::Discarded(_));
@@ -1507,6 +1520,34 @@ mod tests {
         let taken = apply(&held, &patch);
         let exited = apply(&taken, &exit_patch(&taken, "c").0);
         assert!(observe(&exited).cordoned, "the recorded admin cordon stays");
+
+        // Issue 20 input 5 with a new NodeMaintenance: the vanished holder's node uncordoned by
+        // hand, its drain taint and label left. The maintenance is still in place: the record
+        // is reused, so the admin's label value that predated it comes back at the end.
+        let labelled = node(json!({"metadata": {"labels": {EXCLUDE_LABEL: "no"}}}));
+        let held = match plan_enter_for(&labelled, b, None, nobody_alive) {
+            EnterPlan::Apply { patch, .. } => apply(&labelled, &patch),
+            other => panic!("{other:?}"),
+        };
+        let uncordoned = apply(
+            &held,
+            &json!({"spec": {"unschedulable": false, "taints": [{"key": DRAIN_TAINT_KEY, "effect": NO_SCHEDULE}]}}),
+        );
+        assert!(record_in_place(&uncordoned));
+        let d = decide_enter(&uncordoned, c, None, nobody_alive);
+        assert_eq!(d.record, Record::Reused("b".into()));
+        let EnterPlan::Apply { patch, .. } = d.plan else {
+            panic!("Apply")
+        };
+        let taken = apply(&uncordoned, &patch);
+        let exited = apply(&taken, &exit_patch(&taken, "c").0);
+        assert_eq!(
+            label(&exited, EXCLUDE_LABEL),
+            Some("no"),
+            "the admin's value"
+        );
+        let after = observe(&exited);
+        assert!(!after.cordoned && !after.drain_taint && !after.unschedulable_taint);
 
         // A live holder (same name and uid in the cache) keeps its node.
         let alive: HolderLive<'_> = &|name, uid| name == "b" && uid == Some("uid-b");

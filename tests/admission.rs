@@ -161,20 +161,165 @@ async fn ten_concurrent_creates_admit_exactly_one() {
     nm::wait_gone(&client, &name, LIMIT).await;
 }
 
-/// Control-plane quorum on a non-OpenShift cluster: with one control-plane node its maintenance
-/// would lose etcd quorum; with three, one may go, a second may not while the first is out.
+/// `kubectl create -f -` of a NodeMaintenance (with `extra` flags): `Ok(stderr)` (where kubectl
+/// prints the webhook's warnings as `Warning: <text>`) or `Err(stderr)`.
+fn kubectl_create_warned(
+    cluster: &Cluster,
+    name: &str,
+    node: &str,
+    extra: &[&str],
+) -> Result<String, String> {
+    use std::io::Write;
+    let mut child = cluster
+        .kubectl()
+        .args(["create", "-f", "-"])
+        .args(extra)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(manifest(name, node).as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if out.status.success() {
+        Ok(stderr)
+    } else {
+        Err(stderr)
+    }
+}
+
+/// A kwok-run etcd static pod (`kube-system`, `component=etcd`, a mirror pod as the kubelet
+/// registers it, so the drain leaves it) on `node`; waits until it is Ready.
+async fn etcd_member(client: &kube::Client, node: &str) {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods = Api::<Pod>::namespaced(client.clone(), "kube-system");
+    let name = format!("etcd-{node}");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "labels": {"component": "etcd", "tier": "control-plane"},
+            "annotations": {"kubernetes.io/config.mirror": "e2e", "kubernetes.io/config.source": "file"},
+        },
+        "spec": {
+            "nodeName": node,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "etcd", "image": "registry.k8s.io/etcd:3.6.0-0"}],
+        }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    wait_for(&format!("etcd pod on {node} Ready"), LIMIT, || async {
+        let p = pods.get(&name).await.map_err(|e| e.to_string())?;
+        let ready = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        if ready {
+            Ok(())
+        } else {
+            Err(format!("{:?}", p.status))
+        }
+    })
+    .await;
+}
+
+/// Issue 20 input 8: control-plane quorum on a cluster that is not OpenShift. The quorum rule
+/// refuses only what it can judge (`docs/drain-contract.md` §9):
+/// - no etcd quorum guard budget and no etcd pod visible (as in this test cluster): the only
+///   control-plane node is admitted with a warning that says why quorum was not checked (an
+///   earlier rule counted every control-plane node as a member and refused it for ever);
+/// - upstream's fake guard for plain Kubernetes (`openshift-etcd/etcd-quorum-guard`,
+///   maxUnavailable 0): refused with upstream's text; workers are not guarded;
+/// - one visible etcd member, on the node: admitted with a warning;
+/// - three members: one may go, a second may not while the first is out, then may.
 #[tokio::test]
 async fn control_plane_quorum() {
     let env = operator_env();
     let client = env.cluster.client().await;
     let quorum =
         "can not put master/control-plane node into maintenance at this moment, disrupting node";
-    let err = kubectl_create(env.cluster, &unique("nm-cp"), "kwok-control-plane-0").unwrap_err();
+    let dry = ["--dry-run=server"];
+    let warned = kubectl_create_warned(env.cluster, &unique("nm-cp"), "kwok-control-plane-0", &dry)
+        .unwrap_or_else(|e| panic!("refused what it cannot judge: {e}"));
+    assert!(
+        warned.contains(
+            "Warning: etcd quorum was not checked: no etcd quorum guard PodDisruptionBudget in openshift-etcd and no etcd pods in kube-system found"
+        ),
+        "{warned}"
+    );
+
+    // Upstream's fake guard (test/manifests/fake-etcd-quorum-guard.yaml).
+    env.cluster
+        .kubectl_run(
+            &["apply", "-f", "-"],
+            Some(
+                r#"apiVersion: v1
+kind: Namespace
+metadata:
+  name: openshift-etcd
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  namespace: openshift-etcd
+  name: etcd-quorum-guard
+spec:
+  maxUnavailable: 0
+  selector:
+    matchLabels:
+      app: fake-etcd-quorum-guard
+"#,
+            ),
+        )
+        .unwrap();
+    let err = wait_for("the fake guard to refuse", LIMIT, || async {
+        match kubectl_create_warned(env.cluster, &unique("nm-cp"), "kwok-control-plane-0", &dry) {
+            Err(e) => Ok(e),
+            Ok(w) => Err(format!("admitted: {w}")),
+        }
+    })
+    .await;
     assert!(
         err.contains(&format!(
-            "{quorum} kwok-control-plane-0 will violate etcd quorum"
+            "admission webhook \"vnodemaintenance.kb.io\" denied the request: {quorum} kwok-control-plane-0 will violate etcd quorum"
         )),
         "{err}"
+    );
+    let group = unique("guarded");
+    let workers = worker_nodes(env.cluster, &client, &group, 1).await;
+    let w = kubectl_create_warned(env.cluster, &unique("nm-w"), &workers[0], &dry)
+        .unwrap_or_else(|e| panic!("a worker is not guarded: {e}"));
+    assert!(!w.contains("Warning"), "{w}");
+    env.cluster
+        .kubectl_run(
+            &["delete", "pdb", "-n", "openshift-etcd", "etcd-quorum-guard"],
+            None,
+        )
+        .unwrap();
+
+    etcd_member(&client, "kwok-control-plane-0").await;
+    let warned = wait_for("a single etcd member to be seen", LIMIT, || async {
+        let w = kubectl_create_warned(env.cluster, &unique("nm-cp"), "kwok-control-plane-0", &dry)
+            .map_err(|e| format!("refused: {e}"))?;
+        if w.contains("the only etcd member") {
+            Ok(w)
+        } else {
+            Err(w)
+        }
+    })
+    .await;
+    assert!(
+        warned.contains(
+            "Warning: etcd quorum was not checked: the only etcd member runs on this node, so etcd is unavailable while the node is down"
+        ),
+        "{warned}"
     );
 
     for i in 1..3 {
@@ -193,9 +338,20 @@ async fn control_plane_quorum() {
         }
     })
     .await;
+    for i in 1..3 {
+        etcd_member(&client, &format!("kwok-control-plane-{i}")).await;
+    }
     let first = unique("nm-cp0");
-    kubectl_create(env.cluster, &first, "kwok-control-plane-0").unwrap();
-    let err = kubectl_create(env.cluster, &unique("nm-cp1"), "kwok-control-plane-1").unwrap_err();
+    let w = wait_for("three etcd members to be seen", LIMIT, || async {
+        let w = kubectl_create_warned(env.cluster, &unique("nm-cp"), "kwok-control-plane-0", &dry)
+            .map_err(|e| format!("refused: {e}"))?;
+        if w.contains("Warning") { Err(w) } else { Ok(w) }
+    })
+    .await;
+    assert!(!w.contains("Warning"), "{w}");
+    kubectl_create_warned(env.cluster, &first, "kwok-control-plane-0", &[]).unwrap();
+    let err = kubectl_create_warned(env.cluster, &unique("nm-cp1"), "kwok-control-plane-1", &[])
+        .unwrap_err();
     assert!(
         err.contains(&format!(
             "{quorum} kwok-control-plane-1 will violate etcd quorum"
@@ -205,9 +361,40 @@ async fn control_plane_quorum() {
     nm::delete(&client, &first).await;
     nm::wait_gone(&client, &first, LIMIT).await;
     let again = unique("nm-cp1");
-    kubectl_create(env.cluster, &again, "kwok-control-plane-1").unwrap();
+    kubectl_create_warned(env.cluster, &again, "kwok-control-plane-1", &[]).unwrap();
     nm::delete(&client, &again).await;
     nm::wait_gone(&client, &again, LIMIT).await;
+}
+
+/// Issue 20 input 6, at admission: a valid node name whose lease name would be too long is
+/// admitted (the controller then fails it, touching nothing) with a warning that says so.
+#[tokio::test]
+async fn a_node_name_too_long_for_its_lease_is_admitted_with_a_warning() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let long = format!("{}.{}", "l".repeat(200), "x".repeat(50));
+    assert_eq!(long.len(), 251);
+    let node: k8s_openapi::api::core::v1::Node =
+        serde_json::from_value(json!({"metadata": {"name": long}})).unwrap();
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    let warned = wait_for("the long-named node to be admitted", LIMIT, || async {
+        kubectl_create_warned(
+            env.cluster,
+            &unique("nm-long"),
+            &long,
+            &["--dry-run=server"],
+        )
+    })
+    .await;
+    assert!(
+        warned.contains(
+            "Warning: this maintenance will fail without changing the node: its medik8s lease name node-<nodeName> would have 256 characters, more than the 253 a Lease name may have"
+        ),
+        "{warned}"
+    );
 }
 
 /// Upstream's own end-to-end input: `doesNotExist` (upper case, so no node can have that name)

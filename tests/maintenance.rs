@@ -282,6 +282,166 @@ async fn lease_held_by_another_is_retried_then_succeeds_when_released() {
     nm::wait_gone(&client, &name, LIMIT).await;
 }
 
+/// Issue 20 input 7: NodeHealthCheck's lease renewed 120 s "in the future" (its clock runs
+/// ahead of ours) is held by either clock: respected like any valid foreign lease (not taken
+/// over, the node not touched) until it is released.
+#[tokio::test]
+async fn a_foreign_lease_renewed_in_the_future_is_respected() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("skew");
+    let nodes = worker_nodes(env.cluster, &client, &group, 1).await;
+    ensure_lease_namespace(&client).await;
+    let ahead = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(120);
+    let lease_name = format!("node-{}", nodes[0]);
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": lease_name},
+        "spec": {
+            "holderIdentity": "NodeHealthCheck-e2e",
+            "leaseDurationSeconds": 360,
+            "acquireTime": micro(ahead),
+            "renewTime": micro(ahead),
+        }
+    }))
+    .unwrap();
+    leases(&client)
+        .create(&PostParams::default(), &lease)
+        .await
+        .unwrap();
+    let name = unique("nm-skew");
+    nm::create(&client, &name, &nodes[0]).await;
+    let waiting = nm::wait_status(&client, &name, "waiting for the lease", LIMIT, |s| {
+        s.last_error.as_deref().is_some_and(|e| {
+            e.contains("failed to obtain a lease that is not owned by us")
+                && e.contains("NodeHealthCheck-e2e")
+        })
+    })
+    .await;
+    assert_eq!(
+        waiting.status.unwrap().phase,
+        Some(MaintenancePhase::Running)
+    );
+    let held = leases(&client).get(&lease_name).await.unwrap();
+    assert_eq!(
+        held.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("NodeHealthCheck-e2e"),
+        "the remediation's lease was taken over"
+    );
+    let (cordoned, taints, _) = node::state(&client, &nodes[0]).await;
+    assert!(
+        !cordoned && taints.is_empty(),
+        "node changed under a remediation: {taints:?}"
+    );
+
+    leases(&client)
+        .delete(&lease_name, &Default::default())
+        .await
+        .unwrap();
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
+}
+
+/// Issue 20 input 6, the kind: names derived from a node name that exceed a limit.
+/// - A valid node name of 251 characters has no valid lease name (`node-<name>` would have
+///   256): the maintenance is Failed at once with the reason, and nothing is touched (no node
+///   change, no lease), instead of Running for ever on a 422.
+/// - A node name of 240 characters (its lease name fits) under a NodeMaintenance whose name has
+///   250: every event name (`<object name>.<hex>`) would exceed 253; the events still appear,
+///   about the right objects, and the maintenance completes.
+#[tokio::test]
+async fn names_derived_from_long_node_names_stay_within_limits() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let nodes_api = Api::<Node>::all(client.clone());
+    let tag = unique("long");
+    let name_of = |len: usize| {
+        let head = format!("{tag}.");
+        format!("{head}{}", "n".repeat(len - head.len()))
+    };
+    let (unleasable, long) = (name_of(251), name_of(240));
+    for n in [&unleasable, &long] {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": n, "annotations": {"kwok.x-k8s.io/node": "fake"}, "labels": {"type": "kwok"}},
+        }))
+        .unwrap();
+        nodes_api
+            .create(&PostParams::default(), &node)
+            .await
+            .unwrap();
+    }
+
+    let failed_name = unique("nm-unleasable");
+    nm::create(&client, &failed_name, &unleasable).await;
+    let failed = nm::wait_phase(&client, &failed_name, MaintenancePhase::Failed, LIMIT).await;
+    let err = failed.status.unwrap().last_error.unwrap_or_default();
+    assert!(
+        err.starts_with(
+            "invalid nodeName, its medik8s lease name node-<nodeName> would have 256 characters, more than the 253 a Lease name may have"
+        ) && err.ends_with("no node was changed"),
+        "{err}"
+    );
+    nm::wait_event(&client, &failed_name, "FailedMaintenance").await;
+    let n = nodes_api.get(&unleasable).await.unwrap();
+    let (cordoned, taints, labels) = node::state(&client, &unleasable).await;
+    assert!(
+        !cordoned
+            && taints.iter().all(|t| !t.starts_with("medik8s.io/"))
+            && !labels.contains_key("remediation.medik8s.io/exclude-from-remediation"),
+        "cordoned={cordoned} taints={taints:?} labels={labels:?}"
+    );
+    let ours: Vec<String> = n
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .into_keys()
+        .filter(|k| k.starts_with("nodemaintenance.medik8s.io/"))
+        .collect();
+    assert!(ours.is_empty(), "{ours:?}");
+    let owned: Vec<String> = leases(&client)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|l| {
+            l.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.name == unleasable)
+        })
+        .filter_map(|l| l.metadata.name)
+        .collect();
+    assert!(owned.is_empty(), "{owned:?}");
+    nm::delete(&client, &failed_name).await;
+    nm::wait_gone(&client, &failed_name, LIMIT).await;
+
+    let nm_name = format!("{}-{}", unique("nm"), "m".repeat(250));
+    let nm_name = nm_name[..250].to_string();
+    nm::create(&client, &nm_name, &long).await;
+    nm::wait_phase(&client, &nm_name, MaintenancePhase::Succeeded, LIMIT).await;
+    nm::wait_event(&client, &nm_name, "BeginMaintenance").await;
+    nm::wait_event(&client, &nm_name, "SucceedMaintenance").await;
+    let lease = leases(&client).get(&format!("node-{long}")).await.unwrap();
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("node-maintenance")
+    );
+    nm::delete_and_wait_restored(&client, &nm_name, &long).await;
+    wait_for("UncordonNode about the long-named node", LIMIT, || async {
+        let events = nm::events(&client, "Node", &long).await;
+        if events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("UncordonNode"))
+        {
+            Ok(())
+        } else {
+            Err(format!("{events:?}"))
+        }
+    })
+    .await;
+}
+
 /// Upstream #10: the lease is lost for a while during maintenance (counted), then recovered:
 /// back to Succeeded with the count reset, never Failed.
 #[tokio::test]

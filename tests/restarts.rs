@@ -694,3 +694,147 @@ async fn a_node_whose_maintenance_vanished_without_cleanup_is_restored() {
     .await;
     cluster.kubectl_run(&["uncordon", n], None).unwrap();
 }
+
+/// Issue 20 input 5: the operator uninstalled mid-maintenance, the finalizers removed by hand,
+/// the nodes uncordoned by hand, the operator installed again. No NodeMaintenance targets the
+/// nodes, but the drain taint, the exclude label, the lease and the record are still there: all
+/// of what the operator put there is removed; an admin's own taint and label that predated the
+/// maintenance stay (`docs/drain-contract.md` §6).
+#[tokio::test]
+async fn an_orphan_partly_undone_by_hand_is_cleaned_up_completely() {
+    let _serial = SERIAL.lock().await;
+    let (cluster, account, kubeconfig) = setup();
+    let client = cluster.client().await;
+    let group = unique("uninstalled");
+    let nodes = worker_nodes(cluster, &client, &group, 3).await;
+    let (plain, admin, targeted) = (&nodes[0], &nodes[1], &nodes[2]);
+    let nodes_api = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
+    let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        client.clone(),
+        "medik8s-leases",
+    );
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    // The admin's own marks on the second node, before any maintenance; the third has the
+    // admin's label only.
+    nodes_api
+        .patch(
+            targeted,
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"labels": {"remediation.medik8s.io/exclude-from-remediation": "true"}},
+            })),
+        )
+        .await
+        .unwrap();
+    nodes_api
+        .patch(
+            admin,
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"labels": {"remediation.medik8s.io/exclude-from-remediation": "true"}},
+                "spec": {"taints": [{"key": "example.com/admin", "value": "x", "effect": "NoSchedule"}]},
+            })),
+        )
+        .await
+        .unwrap();
+
+    let mut op = start(cluster, &account, &kubeconfig, "op-before-uninstall", false);
+    let names = [
+        unique("nm-plain"),
+        unique("nm-admin"),
+        unique("nm-targeted"),
+    ];
+    for (name, n) in names.iter().zip([plain, admin, targeted]) {
+        nm::create(&client, name, n).await;
+    }
+    for (name, n) in names.iter().zip([plain, admin, targeted]) {
+        nm::wait_phase(&client, name, MaintenancePhase::Succeeded, LIMIT).await;
+        node::in_maintenance(&client, n).await.unwrap();
+    }
+    op.process().stop(Duration::from_secs(10));
+
+    for (name, n) in names.iter().zip([plain, admin, targeted]) {
+        nms.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+        nm::delete(&client, name).await;
+        nm::wait_gone(&client, name, LIMIT).await;
+        cluster.kubectl_run(&["uncordon", n], None).unwrap();
+    }
+    for n in [plain, admin, targeted] {
+        let (_, taints, _) = node::state(&client, n).await;
+        assert!(
+            taints.contains(&"medik8s.io/drain:NoSchedule".to_string()),
+            "the input: the drain taint is left on {n}: {taints:?}"
+        );
+        assert!(
+            leases
+                .get_opt(&format!("node-{n}"))
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    // A new maintenance of the third node exists before the operator is back: its own reconcile
+    // meets the vanished record, takes it over (the maintenance it describes is still in place)
+    // and, when it ends, restores by it: the admin's label that predated both stays.
+    let again = unique("nm-again");
+    nm::create(&client, &again, targeted).await;
+    let _op = start(cluster, &account, &kubeconfig, "op-reinstalled", false);
+    nm::wait_phase(&client, &again, MaintenancePhase::Succeeded, LIMIT).await;
+    nm::delete(&client, &again).await;
+    nm::wait_gone(&client, &again, LIMIT).await;
+    for n in [plain, admin, targeted] {
+        wait_for(&format!("{n} cleaned up"), LIMIT, || async {
+            let (cordoned, taints, labels) = node::state(&client, n).await;
+            let annotations = nodes_api
+                .get(n)
+                .await
+                .map_err(|e| e.to_string())?
+                .metadata
+                .annotations
+                .unwrap_or_default();
+            let ours: Vec<&String> = annotations
+                .keys()
+                .filter(|k| k.starts_with("nodemaintenance.medik8s.io/"))
+                .collect();
+            let lease = leases
+                .get_opt(&format!("node-{n}"))
+                .await
+                .map_err(|e| e.to_string())?;
+            let maintenance_taints: Vec<&String> = taints
+                .iter()
+                .filter(|t| {
+                    t.starts_with("medik8s.io/drain")
+                        || t.starts_with("node.kubernetes.io/unschedulable")
+                })
+                .collect();
+            let label = labels
+                .get("remediation.medik8s.io/exclude-from-remediation")
+                .cloned();
+            let admins = n == admin;
+            let expected_label = (admins || n == targeted).then(|| "true".to_string());
+            let admin_taint = taints.contains(&"example.com/admin:NoSchedule".to_string());
+            if !cordoned
+                && maintenance_taints.is_empty()
+                && label == expected_label
+                && admin_taint == admins
+                && ours.is_empty()
+                && lease.is_none()
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "cordoned={cordoned} taints={taints:?} label={label:?} annotations={ours:?} lease={}",
+                    lease.is_some()
+                ))
+            }
+        })
+        .await;
+    }
+}

@@ -8,8 +8,8 @@
 //! | Nodes | all | name, control-plane role, `Ready` condition status (a few bytes; never decoded whole) |
 //! | NodeMaintenances | all | name, `spec.nodeName` |
 //! | etcd pods (Kubernetes) | `kube-system`, `component=etcd` | name, `spec.nodeName`, `Ready` status |
-//! | guard budgets (OpenShift) | `openshift-etcd` | name, selector, `disruptionsAllowed` |
-//! | guard pods (OpenShift) | `openshift-etcd` | name, labels, `spec.nodeName`, `Ready` status |
+//! | guard budgets (both) | `openshift-etcd` | name, selector, `disruptionsAllowed` |
+//! | guard pods (both) | `openshift-etcd` | name, labels, `spec.nodeName`, `Ready` status |
 
 use std::sync::Arc;
 
@@ -147,10 +147,15 @@ fn ready_condition_status<'a>(
 /// The quorum inputs of the detected platform.
 #[derive(Clone)]
 pub(crate) enum QuorumStores {
-    /// kubeadm-style etcd static pods in `kube-system`.
+    /// kubeadm-style etcd static pods in `kube-system`, and an etcd guard budget in
+    /// `openshift-etcd` if one exists (`docs/drain-contract.md` §9).
     Kubernetes {
         /// Pods labelled `component=etcd`.
         etcd_pods: Store<Pod>,
+        /// Every budget in `openshift-etcd` (only the guard names count off OpenShift).
+        budgets: Store<PodDisruptionBudget>,
+        /// Every pod in `openshift-etcd`.
+        pods: Store<Pod>,
     },
     /// OpenShift's etcd guard.
     OpenShift {
@@ -189,15 +194,6 @@ impl Caches {
     /// The stripped Node `name`, if the cache has it.
     pub(crate) fn node(&self, name: &str) -> Option<Arc<Node>> {
         self.nodes.get(name).map(|e| Arc::new(e.to_node(name)))
-    }
-
-    /// Every cached Node whose labels mark it control-plane.
-    pub(crate) fn control_plane_nodes(&self) -> Vec<Arc<Node>> {
-        self.nodes
-            .filter(|e| e.control_plane.is_some())
-            .into_iter()
-            .map(|(name, e)| Arc::new(e.to_node(&name)))
-            .collect()
     }
 
     /// The Node watch, which the controller shares (one list and one parse of every node).
@@ -282,6 +278,25 @@ pub(crate) fn start(
     tasks.push(t);
     synced.push(s);
 
+    // The guard budget is honoured on every platform (`docs/drain-contract.md` §9).
+    let (budgets, t, s) = spawn_cache(
+        "etcd guard budgets",
+        Api::<PodDisruptionBudget>::namespaced(client.clone(), OPENSHIFT_ETCD_NAMESPACE),
+        watcher::Config::default(),
+        strip_pdb,
+        |_| {},
+    );
+    tasks.push(t);
+    synced.push(s);
+    let (pods, t, s) = spawn_cache(
+        "etcd guard pods",
+        Api::<Pod>::namespaced(client.clone(), OPENSHIFT_ETCD_NAMESPACE),
+        watcher::Config::default(),
+        strip_pod,
+        |_| {},
+    );
+    tasks.push(t);
+    synced.push(s);
     let quorum = match platform {
         Platform::Kubernetes => {
             let (etcd_pods, t, s) = spawn_cache(
@@ -293,29 +308,13 @@ pub(crate) fn start(
             );
             tasks.push(t);
             synced.push(s);
-            QuorumStores::Kubernetes { etcd_pods }
+            QuorumStores::Kubernetes {
+                etcd_pods,
+                budgets,
+                pods,
+            }
         }
-        Platform::OpenShift => {
-            let (budgets, t, s) = spawn_cache(
-                "etcd guard budgets",
-                Api::<PodDisruptionBudget>::namespaced(client.clone(), OPENSHIFT_ETCD_NAMESPACE),
-                watcher::Config::default(),
-                strip_pdb,
-                |_| {},
-            );
-            tasks.push(t);
-            synced.push(s);
-            let (pods, t, s) = spawn_cache(
-                "etcd guard pods",
-                Api::<Pod>::namespaced(client.clone(), OPENSHIFT_ETCD_NAMESPACE),
-                watcher::Config::default(),
-                strip_pod,
-                |_| {},
-            );
-            tasks.push(t);
-            synced.push(s);
-            QuorumStores::OpenShift { budgets, pods }
-        }
+        Platform::OpenShift => QuorumStores::OpenShift { budgets, pods },
     };
 
     let (all_synced_tx, all_synced) = watch::channel(false);

@@ -1,5 +1,6 @@
-//! The etcd quorum rules: upstream's OpenShift guard-PDB rule and our etcd member majority rule
-//! for other clusters, over observed members, nodes and pods.
+//! The etcd quorum rules (`docs/drain-contract.md` §9): upstream's OpenShift guard-PDB rule, and
+//! for other clusters the same guard budget when one exists, the etcd member majority rule over
+//! visible etcd pods, and an admission warning when neither can judge.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,6 +22,95 @@ pub(crate) const ETCD_POD_NAMESPACE: &str = "kube-system";
 pub(crate) const ETCD_POD_SELECTOR: &str = "component=etcd";
 /// The group version whose presence marks an OpenShift cluster (upstream's detection).
 pub(crate) const OPENSHIFT_CONFIG_GROUP_VERSION: &str = "config.openshift.io/v1";
+
+/// Names of the etcd quorum guard PodDisruptionBudget in [`OPENSHIFT_ETCD_NAMESPACE`]:
+/// `etcd-guard-pdb` (OpenShift 4.11 and later) and `etcd-quorum-guard` (earlier, and upstream's
+/// fake guard in its end-to-end suite for plain Kubernetes). Off OpenShift only a budget of one
+/// of these names is a guard; on OpenShift, as upstream, every budget in the namespace is.
+pub(crate) const GUARD_BUDGET_NAMES: [&str; 2] = ["etcd-guard-pdb", "etcd-quorum-guard"];
+
+/// Admission warning when a control-plane node is admitted with no quorum input at all.
+pub(crate) const WARN_NO_QUORUM_INPUT: &str = "etcd quorum was not checked: no etcd quorum guard \
+     PodDisruptionBudget in openshift-etcd and no etcd pods in kube-system found";
+/// Admission warning when the node hosts the only etcd member.
+pub(crate) const WARN_SINGLE_MEMBER: &str = "etcd quorum was not checked: the only etcd member \
+     runs on this node, so etcd is unavailable while the node is down";
+
+/// The answer of a quorum rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Quorum {
+    /// Disrupting the node keeps quorum (or the node hosts no member).
+    Kept,
+    /// Disrupting the node would lose quorum: denied with upstream's text.
+    Violated,
+    /// Nothing could judge it: admitted with this warning, which says why.
+    NotChecked(&'static str),
+}
+
+/// What the quorum rule knows of one etcd guard budget.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct GuardBudget {
+    /// `status.disruptionsAllowed`.
+    pub disruptions_allowed: i32,
+    /// The guard pod on the node, among the pods the budget selects.
+    pub guard: GuardPod,
+    /// The budget selects at least one pod on some node.
+    pub selects_pods: bool,
+}
+
+/// The quorum rule for clusters that are not OpenShift, in order:
+/// 1. a control-plane node under an etcd guard budget ([`GUARD_BUDGET_NAMES`]) is judged by
+///    upstream's rule ([`openshift_quorum_allows`]), except that a budget that allows no
+///    disruption and selects no pod at all (upstream's fake guard) gives no sign that the node
+///    is already disrupted, so it refuses (upstream allows the node then, having found no guard
+///    pod on it; its own end-to-end suite expects the refusal);
+/// 2. a node hosting a member of the visible etcd pods is judged by the majority rule
+///    ([`etcd_quorum_allows`]); a single member, on this node, is not judged by it (it could
+///    never be maintained): admitted, with [`WARN_SINGLE_MEMBER`] unless a guard budget judged
+///    the node;
+/// 3. a control-plane node with no guard budget and no etcd pod visible anywhere (an external
+///    or hidden etcd, or no control-plane pods registered) is not checked
+///    ([`WARN_NO_QUORUM_INPUT`]): refusing it would make it impossible to maintain, which upstream
+///    does not do off OpenShift either.
+///
+/// Every other node is [`Quorum::Kept`]. Both checks must keep quorum when both apply.
+pub(crate) fn kubernetes_quorum(
+    node: &str,
+    is_control_plane: bool,
+    budgets: &[GuardBudget],
+    members: &[EtcdMember],
+) -> Quorum {
+    let budget_checked = is_control_plane && !budgets.is_empty();
+    if budget_checked {
+        let refused = match budgets {
+            [b] if b.disruptions_allowed < 1 && !b.selects_pods => true,
+            [b] => !openshift_quorum_allows(true, &[b.disruptions_allowed], &b.guard),
+            // Both names present: upstream refuses when it finds more than one budget.
+            _ => true,
+        };
+        if refused {
+            return Quorum::Violated;
+        }
+    }
+    if members.iter().any(|m| m.node == node) {
+        // A single member can never keep quorum by the majority rule: not judged by it.
+        if members.len() == 1 {
+            return if budget_checked {
+                Quorum::Kept
+            } else {
+                Quorum::NotChecked(WARN_SINGLE_MEMBER)
+            };
+        }
+        if !etcd_quorum_allows(node, members) {
+            return Quorum::Violated;
+        }
+        return Quorum::Kept;
+    }
+    if is_control_plane && !budget_checked && members.is_empty() {
+        return Quorum::NotChecked(WARN_NO_QUORUM_INPUT);
+    }
+    Quorum::Kept
+}
 
 /// One etcd member as seen for the quorum rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,43 +200,30 @@ pub(crate) fn pod_ready_status(pod: &Pod) -> Option<String> {
 }
 
 /// Builds the etcd member list from etcd static pods (members by `spec.nodeName`, Ready when both
-/// the pod and its node are Ready) or, when there are none, from control-plane labelled nodes
-/// (Ready when the node is Ready). `node_ready` answers for a node by name (false when unknown);
-/// `maintained` says whether a node has a NodeMaintenance (cached or reserved).
+/// the pod and its node are Ready). `node_ready_by_name` answers for a node by name (false when
+/// unknown); `maintained` says whether a node has a NodeMaintenance (cached or reserved).
+/// Control-plane nodes without a visible etcd pod are no members: an earlier rule counted every
+/// control-plane node as one when no etcd pod was visible, which refused what it could not judge
+/// (issue 20 input 8).
 pub(crate) fn etcd_members(
     etcd_pods: &[Arc<Pod>],
-    control_plane_nodes: &[Arc<Node>],
     node_ready_by_name: impl Fn(&str) -> bool,
     maintained: impl Fn(&str) -> bool,
 ) -> Vec<EtcdMember> {
     let mut members: Vec<EtcdMember> = Vec::new();
-    if etcd_pods.is_empty() {
-        for n in control_plane_nodes {
-            let name = n.metadata.name.clone().unwrap_or_default();
-            if members.iter().any(|m| m.node == name) {
-                continue;
-            }
-            members.push(EtcdMember {
-                in_maintenance: maintained(&name),
-                ready: node_ready(n),
-                node: name,
-            });
+    for p in etcd_pods {
+        let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+            continue;
+        };
+        if members.iter().any(|m| m.node == node) {
+            continue;
         }
-    } else {
-        for p in etcd_pods {
-            let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) else {
-                continue;
-            };
-            if members.iter().any(|m| m.node == node) {
-                continue;
-            }
-            let ready = pod_ready_status(p).as_deref() == Some("True") && node_ready_by_name(&node);
-            members.push(EtcdMember {
-                in_maintenance: maintained(&node),
-                ready,
-                node,
-            });
-        }
+        let ready = pod_ready_status(p).as_deref() == Some("True") && node_ready_by_name(&node);
+        members.push(EtcdMember {
+            in_maintenance: maintained(&node),
+            ready,
+            node,
+        });
     }
     members
 }
@@ -162,10 +239,7 @@ pub(crate) fn guard_pod(
     selector: Option<&LabelSelector>,
     pods: &[Arc<Pod>],
 ) -> Result<GuardPod, String> {
-    let selector = match selector {
-        Some(s) => Selector::try_from(s.clone()).map_err(|e| e.to_string())?,
-        None => Selector::default(),
-    };
+    let selector = budget_selector(selector)?;
     let empty = BTreeMap::new();
     Ok(pods
         .iter()
@@ -174,6 +248,32 @@ pub(crate) fn guard_pod(
                 && selector.matches(p.metadata.labels.as_ref().unwrap_or(&empty))
         })
         .map_or(GuardPod::Absent, |p| GuardPod::Present(pod_ready_status(p))))
+}
+
+/// Whether the guard budget's `selector` matches any pod bound to a node.
+///
+/// # Errors
+/// As [`guard_pod`].
+pub(crate) fn budget_selects_pods(
+    selector: Option<&LabelSelector>,
+    pods: &[Arc<Pod>],
+) -> Result<bool, String> {
+    let selector = budget_selector(selector)?;
+    let empty = BTreeMap::new();
+    Ok(pods.iter().any(|p| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some()
+            && selector.matches(p.metadata.labels.as_ref().unwrap_or(&empty))
+    }))
+}
+
+fn budget_selector(selector: Option<&LabelSelector>) -> Result<Selector, String> {
+    match selector {
+        Some(s) => Selector::try_from(s.clone()).map_err(|e| e.to_string()),
+        None => Ok(Selector::default()),
+    }
 }
 
 #[cfg(test)]
@@ -191,8 +291,103 @@ mod tests {
     }
 
     #[test]
-    fn single_member_is_never_disrupted() {
+    fn single_member_cannot_keep_quorum_by_the_majority_rule() {
         assert!(!etcd_quorum_allows("cp-0", &[member("cp-0", true, false)]));
+    }
+
+    fn budget(allowed: i32, guard: GuardPod, selects_pods: bool) -> GuardBudget {
+        GuardBudget {
+            disruptions_allowed: allowed,
+            guard,
+            selects_pods,
+        }
+    }
+
+    /// Issue 20 input 8: what cannot be judged is admitted with a warning saying why; a guard
+    /// budget is honoured off OpenShift too; visible members give the majority rule.
+    #[test]
+    fn kubernetes_rule_refuses_only_what_it_can_judge() {
+        let q = |cp: bool, budgets: &[GuardBudget], members: &[EtcdMember]| {
+            kubernetes_quorum("cp-0", cp, budgets, members)
+        };
+        // Neither a guard budget nor etcd pods: a control-plane node is admitted with a warning,
+        // a worker without one.
+        assert_eq!(q(true, &[], &[]), Quorum::NotChecked(WARN_NO_QUORUM_INPUT));
+        assert_eq!(q(false, &[], &[]), Quorum::Kept);
+        // Etcd pods on other nodes only: this control-plane node hosts no member.
+        let others = [member("cp-1", true, false), member("cp-2", true, false)];
+        assert_eq!(q(true, &[], &others), Quorum::Kept);
+        // A single member, on this node: not checked, with the reason.
+        let single = [member("cp-0", true, false)];
+        assert_eq!(
+            q(true, &[], &single),
+            Quorum::NotChecked(WARN_SINGLE_MEMBER)
+        );
+        // Three members: one may go, not a second.
+        let mut three = vec![
+            member("cp-0", true, false),
+            member("cp-1", true, false),
+            member("cp-2", true, false),
+        ];
+        assert_eq!(q(true, &[], &three), Quorum::Kept);
+        three[1].in_maintenance = true;
+        assert_eq!(q(true, &[], &three), Quorum::Violated);
+        // Etcd on a node that is not control-plane labelled is still a member.
+        assert_eq!(q(false, &[], &three), Quorum::Violated);
+
+        // Upstream's fake guard (maxUnavailable 0, selecting no pod): refused.
+        let fake = [budget(0, GuardPod::Absent, false)];
+        assert_eq!(q(true, &fake, &[]), Quorum::Violated);
+        assert_eq!(q(true, &fake, &single), Quorum::Violated);
+        assert_eq!(
+            q(false, &fake, &[]),
+            Quorum::Kept,
+            "workers are not guarded"
+        );
+        // A real guard: upstream's rule.
+        let ready = |s: &str| GuardPod::Present(Some(s.into()));
+        assert_eq!(
+            q(true, &[budget(1, ready("True"), true)], &[]),
+            Quorum::Kept
+        );
+        assert_eq!(
+            q(true, &[budget(0, ready("True"), true)], &[]),
+            Quorum::Violated
+        );
+        assert_eq!(
+            q(true, &[budget(0, ready("False"), true)], &[]),
+            Quorum::Kept
+        );
+        assert_eq!(
+            q(true, &[budget(0, GuardPod::Absent, true)], &[]),
+            Quorum::Kept,
+            "guard pods elsewhere, none here: this node is the disrupted one"
+        );
+        // A guard budget that allows judges a single member: no warning.
+        assert_eq!(
+            q(true, &[budget(1, ready("True"), true)], &single),
+            Quorum::Kept
+        );
+        // Both checks apply when both inputs exist.
+        assert_eq!(
+            q(true, &[budget(1, ready("True"), true)], &three),
+            Quorum::Violated
+        );
+        // Both guard names at once: refused, as upstream refuses several budgets.
+        let two = [
+            budget(1, ready("True"), true),
+            budget(1, ready("True"), true),
+        ];
+        assert_eq!(q(true, &two, &[]), Quorum::Violated);
+    }
+
+    #[test]
+    fn warnings_are_short_enough_to_be_shown_whole() {
+        // The API server may truncate a warning over 256 characters; 120 is its advice.
+        for w in [WARN_NO_QUORUM_INPUT, WARN_SINGLE_MEMBER] {
+            assert!(w.len() <= 130, "{} characters: {w}", w.len());
+            assert!(w.starts_with("etcd quorum was not checked: "), "{w}");
+        }
     }
 
     #[test]
@@ -289,18 +484,14 @@ mod tests {
     }
 
     #[test]
-    fn members_come_from_etcd_pods_when_present() {
+    fn members_come_from_etcd_pods_only() {
         let pods = vec![
             Arc::new(pod("cp-0", Some("True"))),
             Arc::new(pod("cp-1", Some("True"))),
             Arc::new(pod("cp-2", Some("False"))),
+            Arc::new(pod("cp-0", Some("True"))),
         ];
-        let members = etcd_members(
-            &pods,
-            &[Arc::new(node("ignored", &[], Some("True")))],
-            |n| n != "cp-1",
-            |n| n == "cp-0",
-        );
+        let members = etcd_members(&pods, |n| n != "cp-1", |n| n == "cp-0");
         assert_eq!(
             members,
             vec![
@@ -311,34 +502,25 @@ mod tests {
                 member("cp-2", false, false),
             ]
         );
+        // No etcd pod: no member, whatever the control-plane labels say.
+        assert_eq!(etcd_members(&[], |_| true, |_| false), vec![]);
     }
 
     #[test]
-    fn members_fall_back_to_control_plane_labelled_nodes() {
-        let nodes = vec![
-            Arc::new(node(
-                "cp-0",
-                &["node-role.kubernetes.io/control-plane"],
-                Some("True"),
-            )),
-            Arc::new(node("cp-1", &["node-role.kubernetes.io/master"], None)),
-            Arc::new(node(
-                "cp-0",
-                &["node-role.kubernetes.io/master"],
-                Some("True"),
-            )),
-        ];
-        let members = etcd_members(&[], &nodes, |_| true, |_| false);
-        assert_eq!(
-            members,
-            vec![member("cp-0", true, false), member("cp-1", false, false)]
-        );
-        assert!(is_control_plane(&nodes[1]));
+    fn control_plane_labels_any_value() {
+        let cp = node("cp-1", &["node-role.kubernetes.io/master"], None);
+        assert!(is_control_plane(&cp));
+        assert!(is_control_plane(&node(
+            "cp-0",
+            &["node-role.kubernetes.io/control-plane"],
+            Some("True")
+        )));
         assert!(!is_control_plane(&node(
             "w",
             &["node-role.kubernetes.io/worker"],
             None
         )));
+        assert!(!node_ready(&cp));
     }
 
     #[test]
@@ -385,6 +567,12 @@ mod tests {
             Ok(GuardPod::Present(Some("False".into())))
         );
         assert_eq!(guard_pod("cp-2", Some(&sel), &pods), Ok(GuardPod::Absent));
+        assert_eq!(budget_selects_pods(Some(&sel), &pods), Ok(true));
+        let fake = LabelSelector {
+            match_labels: Some([("app".to_string(), "fake-etcd-quorum-guard".to_string())].into()),
+            match_expressions: None,
+        };
+        assert_eq!(budget_selects_pods(Some(&fake), &pods), Ok(false));
         // No selector: every pod on the node counts, the first one found decides.
         assert_eq!(
             guard_pod("cp-0", None, &pods),

@@ -5,6 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::{Api, Client};
 use tokio::sync::watch;
@@ -162,7 +164,13 @@ impl Admission {
         }
     }
 
-    async fn admit_create(&self, nm: &NodeMaintenance, dry_run: bool) -> Result<(), Denial> {
+    /// Decides a CREATE; `Ok` carries the admission warnings (a quorum that was not checked, a
+    /// node name the maintenance will fail on).
+    async fn admit_create(
+        &self,
+        nm: &NodeMaintenance,
+        dry_run: bool,
+    ) -> Result<Vec<String>, Denial> {
         let node_name = nm.spec.node_name.as_str();
         // A name no node can have is answered like a missing node, without a lookup.
         validate_node_name(node_name)?;
@@ -179,15 +187,30 @@ impl Admission {
         let maintained =
             |n: &str| self.caches.maintained(n) || reservations.reserved_for_other(n, &nm_name);
         let already_maintained = maintained(node_name);
-        let quorum_safe = already_maintained || self.quorum_safe(&node, &maintained)?;
+        let quorum = if already_maintained {
+            Quorum::Kept
+        } else {
+            self.quorum(&node, &maintained)?
+        };
         validate_create(
             nm,
             &CreateFacts {
                 node_exists: true,
                 already_maintained,
-                quorum_safe,
+                quorum_safe: quorum != Quorum::Violated,
             },
         )?;
+        let mut warnings = Vec::new();
+        if let Quorum::NotChecked(why) = quorum {
+            tracing::info!(node = %node_name, warning = why, "admitted without an etcd quorum check");
+            warnings.push(why.to_string());
+        }
+        if let Some(why) = crate::lease::lease_name_error(node_name) {
+            warnings.push(format!(
+                "this maintenance will fail without changing the node: {}",
+                why.split(" (node names").next().unwrap_or(&why)
+            ));
+        }
         if !dry_run && let Some(token) = reservations.reserve(node_name, &nm_name) {
             drop(reservations);
             tokio::spawn(confirm_reservation(
@@ -198,17 +221,21 @@ impl Admission {
                 token,
             ));
         }
-        Ok(())
+        Ok(warnings)
     }
 
     /// The quorum rule of the platform over the cached inputs (no API call).
-    fn quorum_safe(&self, node: &Node, maintained: &dyn Fn(&str) -> bool) -> Result<bool, Denial> {
+    fn quorum(&self, node: &Node, maintained: &dyn Fn(&str) -> bool) -> Result<Quorum, Denial> {
         let name = node.metadata.name.as_deref().unwrap_or_default();
         let control_plane = is_control_plane(node);
+        let lookup = |error| Denial::QuorumLookup {
+            node: name.to_string(),
+            error,
+        };
         match self.caches.quorum() {
             QuorumStores::OpenShift { budgets, pods } => {
                 if !control_plane {
-                    return Ok(true);
+                    return Ok(Quorum::Kept);
                 }
                 let budgets = budgets.state();
                 if budgets.is_empty() {
@@ -216,60 +243,65 @@ impl Admission {
                         "No PDBs were found, can't check if the etcd quorum will be violated!"
                     );
                 }
-                let allowed: Vec<i32> = budgets
-                    .iter()
-                    .map(|p| {
-                        p.status
-                            .as_ref()
-                            .and_then(|s| s.disruptions_allowed)
-                            .unwrap_or(0)
-                    })
-                    .collect();
+                let allowed: Vec<i32> = budgets.iter().map(|p| disruptions_allowed(p)).collect();
                 let guard = match (budgets.as_slice(), allowed.as_slice()) {
-                    ([pdb], [a]) if *a < 1 => guard_pod(
-                        name,
-                        pdb.spec.as_ref().and_then(|s| s.selector.as_ref()),
-                        &pods.state(),
-                    )
-                    .map_err(|error| Denial::QuorumLookup {
-                        node: name.to_string(),
-                        error,
-                    })?,
+                    ([pdb], [a]) if *a < 1 => {
+                        guard_pod(name, budget_selector(pdb), &pods.state()).map_err(lookup)?
+                    }
                     _ => GuardPod::Absent,
                 };
-                Ok(openshift_quorum_allows(true, &allowed, &guard))
+                Ok(if openshift_quorum_allows(true, &allowed, &guard) {
+                    Quorum::Kept
+                } else {
+                    Quorum::Violated
+                })
             }
-            QuorumStores::Kubernetes { etcd_pods } => {
+            QuorumStores::Kubernetes {
+                etcd_pods,
+                budgets,
+                pods,
+            } => {
                 let on_node = |p: &k8s_openapi::api::core::v1::Pod| {
                     p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name)
                 };
                 // Most maintenances are for workers: a node that is not control-plane labelled
-                // and runs no etcd pod is no member whichever way members are found.
+                // and runs no etcd pod is judged by nothing.
                 if !control_plane && etcd_pods.find(on_node).is_none() {
-                    return Ok(true);
+                    return Ok(Quorum::Kept);
                 }
-                let pods = etcd_pods.state();
-                let control_plane_nodes = if pods.is_empty() {
-                    self.caches.control_plane_nodes()
-                } else {
-                    Vec::new()
-                };
+                let guard_pods = pods.state();
+                let guards = budgets
+                    .state()
+                    .iter()
+                    .filter(|p| {
+                        GUARD_BUDGET_NAMES.contains(&p.metadata.name.as_deref().unwrap_or_default())
+                    })
+                    .map(|p| {
+                        let selector = budget_selector(p);
+                        Ok(GuardBudget {
+                            disruptions_allowed: disruptions_allowed(p),
+                            guard: guard_pod(name, selector, &guard_pods)?,
+                            selects_pods: budget_selects_pods(selector, &guard_pods)?,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, String>>()
+                    .map_err(lookup)?;
                 let members = etcd_members(
-                    &pods,
-                    &control_plane_nodes,
+                    &etcd_pods.state(),
                     |n| self.caches.node(n).is_some_and(|n| node_ready(&n)),
                     maintained,
                 );
-                let allowed = etcd_quorum_allows(name, &members);
-                if !allowed {
-                    tracing::info!(node = %name, ?members, "etcd quorum would be violated");
+                let quorum = kubernetes_quorum(name, control_plane, &guards, &members);
+                if quorum == Quorum::Violated {
+                    tracing::info!(node = %name, ?members, ?guards, "etcd quorum would be violated");
                 }
-                Ok(allowed)
+                Ok(quorum)
             }
         }
     }
 
-    async fn decide(&self, req: &AdmissionRequest<NodeMaintenance>) -> Result<(), Denial> {
+    /// Decides a review; `Ok` carries the warnings of an admitted one.
+    async fn decide(&self, req: &AdmissionRequest<NodeMaintenance>) -> Result<Vec<String>, Denial> {
         match req.operation {
             Operation::Create => {
                 let nm = req.object.as_ref().ok_or(Denial::MissingObject("object"))?;
@@ -291,12 +323,23 @@ impl Admission {
                     .old_object
                     .as_ref()
                     .ok_or(Denial::MissingObject("oldObject"))?;
-                validate_update(old, new)
+                validate_update(old, new).map(|()| Vec::new())
             }
             // DELETE/CONNECT are not registered (upstream only logs `validate delete`).
-            _ => Ok(()),
+            _ => Ok(Vec::new()),
         }
     }
+}
+
+fn disruptions_allowed(pdb: &PodDisruptionBudget) -> i32 {
+    pdb.status
+        .as_ref()
+        .and_then(|s| s.disruptions_allowed)
+        .unwrap_or(0)
+}
+
+fn budget_selector(pdb: &PodDisruptionBudget) -> Option<&LabelSelector> {
+    pdb.spec.as_ref().and_then(|s| s.selector.as_ref())
 }
 
 fn lock(r: &Mutex<Reservations>) -> MutexGuard<'_, Reservations> {
@@ -389,7 +432,13 @@ impl nmo_webhook::Validator for Admission {
             .unwrap_or_default();
         tracing::debug!(name = %req.name, node = %node, ?operation, dry_run = req.dry_run, "validate {}", format!("{operation:?}").to_lowercase());
         let (resp, result) = match self.decide(&req).await {
-            Ok(()) => (nmo_webhook::allow(&req), AdmissionResult::allowed),
+            Ok(warnings) => {
+                let mut resp = nmo_webhook::allow(&req);
+                if !warnings.is_empty() {
+                    resp.warnings = Some(warnings);
+                }
+                (resp, AdmissionResult::allowed)
+            }
             Err(denial) => {
                 tracing::info!(name = %req.name, node = %node, ?operation, reason = %denial, "validation failed");
                 (nmo_webhook::deny(&req, &denial), AdmissionResult::denied)

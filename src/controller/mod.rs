@@ -225,6 +225,9 @@ pub(crate) struct Context {
     pub leases: NodeLeases,
     /// Event recorder (reporting controller `NodeMaintenance`).
     pub recorder: Recorder,
+    /// The recorder's `reportingInstance`, for the events written without it (names too long
+    /// for its event names, `reconcile::event_name`).
+    pub reporter_instance: Option<String>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// The controller's NodeMaintenance cache.
@@ -471,6 +474,7 @@ pub(crate) async fn run(
                 instance: config.reporter_instance.clone(),
             },
         ),
+        reporter_instance: config.reporter_instance.clone(),
         metrics,
         store,
         nms_synced,

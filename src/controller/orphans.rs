@@ -1,14 +1,18 @@
 //! Records on nodes whose NodeMaintenance vanished without us (its finalizer removed by hand,
-//! the object force-deleted while the operator was down): nobody would ever reconcile them, so
-//! the node would stay cordoned and its lease held for nothing (docs/design.md §3).
+//! the object force-deleted while the operator was down, the operator uninstalled mid-maintenance):
+//! nobody would ever reconcile them, so the node would stay tainted, excluded from remediation
+//! and its lease held for nothing (docs/design.md §3, `docs/drain-contract.md` §6).
 //!
 //! The Node watch and NodeMaintenance deletions name candidate nodes; once the NodeMaintenance
 //! cache is complete, a node whose holder record names no live NodeMaintenance (by name and uid)
-//! and that no NodeMaintenance targets is settled by [`orphan_plan`]: restored by the record while
-//! it still carries every maintenance mark (the vanished holder's maintenance is still in place,
-//! so its prior state is still true), otherwise only the record is dropped (someone already ended
-//! that maintenance). Its lease is invalidated when ours.
-
+//! and that no NodeMaintenance targets is settled by [`orphan_plan`]: while anything only the
+//! operator puts on a node is still there (the `medik8s.io/drain` taint the record says we added,
+//! or our lease), the maintenance is still in place, so its prior state is still true: every mark
+//! the record says we added and the node still carries is removed, one by one (cordon, both
+//! taints, the label), the lease invalidated and the record removed, even when someone already
+//! took some marks off by hand. When none is left, someone else ended that maintenance (a
+//! rollback to upstream NMO, which removes the taints and deletes the lease): the cordon or label
+//! the node carries now is that someone's, and only the record is dropped.
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
@@ -29,7 +33,8 @@ use crate::node::{
 pub(crate) enum OrphanPlan {
     /// No record, a live holder, or a NodeMaintenance targets the node: leave it.
     Keep,
-    /// The vanished holder's maintenance is still in place: exit by its record.
+    /// The vanished holder's maintenance is still (at least partly) in place: invalidate our
+    /// lease, then exit by its record (every mark it says we added that is still there).
     Restore {
         /// The vanished holder's name.
         holder: String,
@@ -40,11 +45,13 @@ pub(crate) enum OrphanPlan {
 
 /// Decides the fate of `node`'s record. `is_live(name, uid)` tells whether a NodeMaintenance of
 /// that name (and uid, when recorded) exists; `targeted` whether any NodeMaintenance names the
-/// node in `spec.nodeName` or entered it (that one's reconcile settles the record instead).
+/// node in `spec.nodeName` or entered it (that one's reconcile settles the record instead);
+/// `our_lease` whether the node's medik8s lease exists with our holder identity.
 pub(crate) fn orphan_plan(
     node: &Node,
     is_live: node::HolderLive<'_>,
     targeted: bool,
+    our_lease: bool,
 ) -> OrphanPlan {
     let state = node::observe(node);
     let Some(holder) = state.holder.clone() else {
@@ -53,7 +60,9 @@ pub(crate) fn orphan_plan(
     if targeted || is_live(&holder, state.holder_uid.as_deref()) {
         return OrphanPlan::Keep;
     }
-    if state.carries_marks() {
+    // Only the operator puts the drain taint (when the record says it was not there before)
+    // and our lease on a node: either one left means nobody ended this maintenance.
+    if node::record_in_place(node) || our_lease {
         OrphanPlan::Restore { holder }
     } else {
         OrphanPlan::DropRecord
@@ -72,8 +81,25 @@ pub(crate) async fn run(
     }
     while let Some(name) = candidates.recv().await {
         if let Err(error) = settle(&ctx, &name).await {
-            tracing::warn!(node = %name, %error, "could not settle the record of a vanished NodeMaintenance");
+            tracing::warn!(node = %name, %error, "could not settle the record of a vanished NodeMaintenance; retrying");
+            tokio::spawn(retry(ctx.clone(), name));
         }
+    }
+}
+
+/// Retries settling `name` after a failure, 2 s doubling to 32 s, since nothing else may name
+/// the node again (a node event comes only when it changes).
+async fn retry(ctx: Arc<Context>, name: String) {
+    let mut wait = std::time::Duration::from_secs(2);
+    for _ in 0..5 {
+        tokio::time::sleep(wait).await;
+        match settle(&ctx, &name).await {
+            Ok(()) => return,
+            Err(error) => {
+                tracing::warn!(node = %name, %error, "could not settle the record of a vanished NodeMaintenance")
+            }
+        }
+        wait *= 2;
     }
 }
 
@@ -85,7 +111,16 @@ fn targets(nm: &NodeMaintenance, node: &str) -> bool {
             .is_some_and(|n| n == node)
 }
 
-async fn settle(ctx: &Context, name: &str) -> Result<(), kube::Error> {
+/// Why a node could not be settled; the sweep retries it.
+#[derive(Debug, thiserror::Error)]
+enum SettleError {
+    #[error("{0}")]
+    Node(#[from] kube::Error),
+    #[error("{0}")]
+    Lease(#[from] crate::lease::LeaseError),
+}
+
+async fn settle(ctx: &Context, name: &str) -> Result<(), SettleError> {
     let Some(node) = ctx.nodes.get_opt(name).await? else {
         return Ok(());
     };
@@ -95,7 +130,12 @@ async fn settle(ctx: &Context, name: &str) -> Result<(), kube::Error> {
             .get(&ObjectRef::new(holder))
             .is_some_and(|o| uid.is_none_or(|u| o.metadata.uid.as_deref() == Some(u)))
     };
-    match orphan_plan(&node, &is_live, targeted) {
+    if orphan_plan(&node, &is_live, targeted, true) == OrphanPlan::Keep {
+        return Ok(());
+    }
+    // The lease is read only for a record nobody owns (rare), and before any write.
+    let our_lease = crate::lease::held_by_us(ctx.leases.get(name).await?.as_ref());
+    match orphan_plan(&node, &is_live, targeted, our_lease) {
         OrphanPlan::Keep => Ok(()),
         OrphanPlan::Restore { holder } => {
             let state = node::observe(&node);
@@ -104,17 +144,16 @@ async fn settle(ctx: &Context, name: &str) -> Result<(), kube::Error> {
                 uid: state.holder_uid.as_deref(),
             };
             tracing::warn!(node = %name, vanished_holder = %holder, "restoring a node whose NodeMaintenance vanished without its cleanup");
+            // The lease first: the record on the node is what brings the node back here when
+            // a step fails, so it goes last.
+            match ctx.leases.invalidate(name).await {
+                Ok(()) | Err(crate::lease::LeaseError::AlreadyHeld { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
             match node::exit_from(&ctx.nodes, name, Some(node.clone()), vanished).await {
                 Ok(ExitOutcome::Restored { .. } | ExitOutcome::NotHeld(_))
-                | Err(node::NodeError::NotFound(_)) => {}
-                Err(node::NodeError::Get(e) | node::NodeError::Patch(e)) => return Err(e),
-            }
-            match ctx.leases.invalidate(name).await {
-                Ok(()) | Err(crate::lease::LeaseError::AlreadyHeld { .. }) => Ok(()),
-                Err(e) => {
-                    tracing::warn!(node = %name, error = %e, "could not invalidate the lease of a vanished NodeMaintenance");
-                    Ok(())
-                }
+                | Err(node::NodeError::NotFound(_)) => Ok(()),
+                Err(node::NodeError::Get(e) | node::NodeError::Patch(e)) => Err(e.into()),
             }
         }
         OrphanPlan::DropRecord => {
@@ -136,6 +175,7 @@ async fn settle(ctx: &Context, name: &str) -> Result<(), kube::Error> {
                 .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .map(|_| ())
+                .map_err(Into::into)
         }
     }
 }
@@ -143,22 +183,23 @@ async fn settle(ctx: &Context, name: &str) -> Result<(), kube::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn node(annotations: Value, marked: bool) -> Node {
         let (unschedulable, taints, labels) = if marked {
             (
                 true,
-                serde_json::json!([
+                json!([
                     {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
                     {"key": "medik8s.io/drain", "effect": "NoSchedule"},
                 ]),
-                serde_json::json!({"remediation.medik8s.io/exclude-from-remediation": "true"}),
+                json!({"remediation.medik8s.io/exclude-from-remediation": "true"}),
             )
         } else {
-            (false, serde_json::json!([]), serde_json::json!({}))
+            (false, json!([]), json!({}))
         };
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "n", "annotations": annotations, "labels": labels},
+        serde_json::from_value(json!({
+            "metadata": {"name": "n", "resourceVersion": "7", "annotations": annotations, "labels": labels},
             "spec": {"unschedulable": unschedulable, "taints": taints},
         }))
         .unwrap()
@@ -166,36 +207,104 @@ mod tests {
 
     #[test]
     fn only_an_untargeted_record_of_a_vanished_holder_is_settled() {
-        let record = serde_json::json!({HOLDER_ANNOTATION: "b", HOLDER_UID_ANNOTATION: "u1"});
+        let record = json!({HOLDER_ANNOTATION: "b", HOLDER_UID_ANNOTATION: "u1"});
         let gone: node::HolderLive<'_> = &|_, _| false;
         let alive: node::HolderLive<'_> = &|n, u| n == "b" && u == Some("u1");
         let recreated: node::HolderLive<'_> = &|n, u| n == "b" && u == Some("u2");
+        let restore = OrphanPlan::Restore { holder: "b".into() };
         assert_eq!(
-            orphan_plan(&node(record.clone(), true), gone, false),
-            OrphanPlan::Restore { holder: "b".into() }
+            orphan_plan(&node(record.clone(), true), gone, false, true),
+            restore
         );
         assert_eq!(
-            orphan_plan(&node(record.clone(), true), recreated, false),
-            OrphanPlan::Restore { holder: "b".into() },
+            orphan_plan(&node(record.clone(), true), recreated, false, true),
+            restore,
             "same name, another object"
         );
         assert_eq!(
-            orphan_plan(&node(record.clone(), false), gone, false),
+            orphan_plan(&node(record.clone(), false), gone, false, false),
             OrphanPlan::DropRecord
         );
         assert_eq!(
-            orphan_plan(&node(record.clone(), true), alive, false),
+            orphan_plan(&node(record.clone(), true), alive, false, true),
             OrphanPlan::Keep
         );
         assert_eq!(
-            orphan_plan(&node(record, true), gone, true),
+            orphan_plan(&node(record.clone(), true), gone, true, true),
             OrphanPlan::Keep,
             "a NodeMaintenance for the node settles it"
         );
         assert_eq!(
-            orphan_plan(&node(serde_json::json!({}), true), gone, false),
+            orphan_plan(&node(json!({}), true), gone, false, true),
             OrphanPlan::Keep,
             "no record: upstream's maintenance is not ours to end"
+        );
+    }
+
+    /// Issue 20 input 5: the operator uninstalled mid-maintenance, the finalizer removed by hand,
+    /// the node uncordoned by hand (the node lifecycle controller then drops the unschedulable
+    /// taint). The drain taint, the label and our lease are left: the maintenance is still in
+    /// place, so everything the record says we added is removed; an admin's own taint and
+    /// label value that predated it stay.
+    #[test]
+    fn a_partly_undone_maintenance_is_restored_mark_by_mark() {
+        let gone: node::HolderLive<'_> = &|_, _| false;
+        let prior = json!({"unschedulable": false, "taints": [{"key": "admin", "effect": "NoSchedule"}], "excludeLabel": false, "excludeLabelValue": "no"});
+        let uncordoned: Node = serde_json::from_value(json!({
+            "metadata": {
+                "name": "n",
+                "resourceVersion": "7",
+                "annotations": {HOLDER_ANNOTATION: "b", HOLDER_UID_ANNOTATION: "u1", PRIOR_STATE_ANNOTATION: prior.to_string(), REASON_ANNOTATION: "r"},
+                "labels": {"remediation.medik8s.io/exclude-from-remediation": "true", "team": "x"},
+            },
+            "spec": {"taints": [
+                {"key": "medik8s.io/drain", "effect": "NoSchedule"},
+                {"key": "admin", "effect": "NoSchedule"},
+            ]},
+        }))
+        .unwrap();
+        let restore = OrphanPlan::Restore { holder: "b".into() };
+        assert_eq!(orphan_plan(&uncordoned, gone, false, false), restore);
+        let node::ExitPlan::Apply { patch, uncordon } = node::plan_exit_for(
+            &uncordoned,
+            Claimant {
+                name: "b",
+                uid: Some("u1"),
+            },
+        ) else {
+            panic!("a record of the vanished holder is exited by it");
+        };
+        assert!(!uncordon, "already uncordoned by hand");
+        assert_eq!(
+            patch,
+            json!({
+                "metadata": {
+                    "resourceVersion": "7",
+                    "labels": {"remediation.medik8s.io/exclude-from-remediation": "no"},
+                    "annotations": {HOLDER_ANNOTATION: null, HOLDER_UID_ANNOTATION: null, PRIOR_STATE_ANNOTATION: null, REASON_ANNOTATION: null},
+                },
+                "spec": {"taints": [{"key": "admin", "effect": "NoSchedule"}]},
+            })
+        );
+
+        // The drain taint gone too, but our lease left: still ours to end.
+        let mut no_taint = uncordoned.clone();
+        no_taint.spec.as_mut().unwrap().taints = None;
+        assert_eq!(orphan_plan(&no_taint, gone, false, true), restore);
+        // Neither left: someone ended it; the label now on the node is theirs.
+        assert_eq!(
+            orphan_plan(&no_taint, gone, false, false),
+            OrphanPlan::DropRecord
+        );
+        // A drain taint that predated the maintenance is no evidence of ours.
+        let mut prior_taint = uncordoned.clone();
+        prior_taint.metadata.annotations.as_mut().unwrap().insert(
+            PRIOR_STATE_ANNOTATION.into(),
+            json!({"taints": [{"key": "medik8s.io/drain", "effect": "NoSchedule"}]}).to_string(),
+        );
+        assert_eq!(
+            orphan_plan(&prior_taint, gone, false, false),
+            OrphanPlan::DropRecord
         );
     }
 }

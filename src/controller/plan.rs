@@ -193,12 +193,15 @@ pub(crate) fn entry(nm: &NodeMaintenance) -> Entry {
 }
 
 /// Whether `name` can be a Node name ([`crate::api::validate_node_name`], the webhook's rule
-/// too); the error says why not, for `status.lastError`.
+/// too) and that node can have a medik8s lease ([`crate::lease::lease_name_error`]: a name of
+/// more than 248 characters cannot, `docs/drain-contract.md` §7); the error says why not, for
+/// `status.lastError`. Such a name is maintained by nobody: no node or lease is touched.
 ///
 /// # Errors
 /// The reason as a clause (`it is empty`).
 pub(crate) fn validate_node_name(name: &str) -> Result<(), String> {
-    crate::api::validate_node_name(name).map_err(|e| e.to_string())
+    crate::api::validate_node_name(name).map_err(|e| e.to_string())?;
+    crate::lease::lease_name_error(name).map_or(Ok(()), Err)
 }
 
 /// Failed for good: the lease could not be recovered and the node was restored.
@@ -361,13 +364,17 @@ pub(crate) fn invalid_node_name(
 /// `lastError` for a nodeName that cannot name a Node: upstream's text for the same input first
 /// (it looks the node up and reports the API's answer: `nodes "<n>" not found`, or client-go's
 /// `resource name may not be empty`), then why (docs/compat.md §5).
+///
+/// A valid Node name that cannot be leased names a node that may well exist: no "not found".
 pub(crate) fn invalid_node_name_error(node: &str, why: &str) -> String {
     let upstream = if node.is_empty() {
-        "resource name may not be empty".to_string()
+        "resource name may not be empty: ".to_string()
+    } else if crate::api::validate_node_name(node).is_ok() {
+        String::new()
     } else {
-        format!("nodes \"{node}\" not found")
+        format!("nodes \"{node}\" not found: ")
     };
-    format!("{upstream}: invalid nodeName, {why}; no node was changed")
+    format!("{upstream}invalid nodeName, {why}; no node was changed")
 }
 
 /// The node does not exist: phase Failed, lastError `nodes "<n>" not found`, Warning
@@ -2111,6 +2118,30 @@ mod tests {
                 .events
                 .is_empty()
         );
+    }
+
+    /// Issue 20 input 6: a valid node name of 251 characters has no valid lease name; the
+    /// maintenance fails at once, saying so, and the plan touches no node and no lease.
+    #[test]
+    fn a_node_name_too_long_for_its_lease_fails_without_touching_anything() {
+        let long = format!("{}.example", "a".repeat(61) + &".b".repeat(91));
+        assert_eq!(long.len(), 251);
+        assert!(crate::api::validate_node_name(&long).is_ok());
+        let why = validate_node_name(&long).unwrap_err();
+        assert!(validate_node_name(&"a".repeat(248)).is_ok());
+        let obj = nm("nm", &long);
+        assert_eq!(entry(&obj), Entry::InvalidNodeName(why.clone()));
+        let text = invalid_node_name_error(&long, &why);
+        assert!(
+            text.starts_with(
+                "invalid nodeName, its medik8s lease name node-<nodeName> would have 256 characters"
+            ) && text.ends_with("; no node was changed"),
+            "{text}"
+        );
+        let step = invalid_node_name(&NodeMaintenanceStatus::default(), &long, &why, GEN, t(0));
+        assert_eq!(step.status.phase, Some(MaintenancePhase::Failed));
+        assert_eq!(step.status.last_error.as_deref(), Some(text.as_str()));
+        assert_eq!(reasons(&step.events), vec!["FailedMaintenance"]);
     }
 
     #[test]

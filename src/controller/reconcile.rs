@@ -784,7 +784,108 @@ async fn publish_on(
         action: e.reason.to_string(),
         secondary: None,
     };
-    if let Err(err) = ctx.recorder.publish(&event, &reference).await {
+    let regarding = reference.name.as_deref().unwrap_or_default();
+    let now = jiff::Timestamp::now();
+    let nanos = u64::try_from(now.as_nanosecond()).unwrap_or_default();
+    let result = if format!("{regarding}.{nanos:x}").len() > MAX_EVENT_NAME {
+        publish_shortened(ctx, &event, reference, now, nanos).await
+    } else {
+        ctx.recorder.publish(&event, &reference).await
+    };
+    if let Err(err) = result {
         tracing::warn!(reason = e.reason, error = %err, "failed to publish event");
+    }
+}
+
+/// Longest name an Event may have (a DNS-1123 subdomain): 253.
+const MAX_EVENT_NAME: usize = 253;
+
+/// The name of an Event about `regarding`: `<regarding>.<nanoseconds in hex>`, client-go's and
+/// kube's form, with `regarding` cut (and trailing `.`/`-` dropped) so the whole fits in 253
+/// characters. Tools find events by `regarding`/`involvedObject`, never by the event's name, so
+/// the cut loses nothing; without it an event about a node or NodeMaintenance whose name has
+/// more than 236 characters is refused with 422 (`docs/drain-contract.md` §7).
+pub(crate) fn event_name(regarding: &str, nanos: u64) -> String {
+    let suffix = format!(".{nanos:x}");
+    let mut keep = MAX_EVENT_NAME
+        .saturating_sub(suffix.len())
+        .min(regarding.len());
+    while !regarding.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    let prefix = regarding[..keep].trim_end_matches(['.', '-']);
+    format!("{prefix}{suffix}")
+}
+
+/// Publishes `event` as kube's [`Recorder`](kube::runtime::events::Recorder) would, under the
+/// shortened [`event_name`]; used only when the recorder's name would be too long. Such events
+/// are never repeated into a series (each of ours is published once per transition).
+async fn publish_shortened(
+    ctx: &Context,
+    event: &Event,
+    reference: ObjectReference,
+    now: jiff::Timestamp,
+    nanos: u64,
+) -> Result<(), kube::Error> {
+    use k8s_openapi::api::events::v1::Event as K8sEvent;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    let namespace = reference
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_string());
+    let k8s = K8sEvent {
+        metadata: kube::api::ObjectMeta {
+            name: Some(event_name(
+                reference.name.as_deref().unwrap_or_default(),
+                nanos,
+            )),
+            namespace: Some(namespace.clone()),
+            ..Default::default()
+        },
+        action: Some(event.action.clone()),
+        reason: Some(event.reason.clone()),
+        note: event.note.clone(),
+        event_time: Some(MicroTime(now)),
+        regarding: Some(reference),
+        reporting_controller: Some(super::REPORTER.to_string()),
+        reporting_instance: Some(
+            ctx.reporter_instance
+                .clone()
+                .unwrap_or_else(|| super::REPORTER.to_string()),
+        ),
+        type_: Some(
+            match event.type_ {
+                EventType::Normal => "Normal",
+                EventType::Warning => "Warning",
+            }
+            .to_string(),
+        ),
+        ..Default::default()
+    };
+    kube::Api::<K8sEvent>::namespaced(ctx.nms.clone().into_client(), &namespace)
+        .create(&Default::default(), &k8s)
+        .await
+        .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_names_fit_the_api_limit_whatever_the_object_name() {
+        let nanos = 0x1873_0f2a_9b4c_d5e6;
+        assert_eq!(event_name("node-a", nanos), "node-a.18730f2a9b4cd5e6");
+        for len in [236, 237, 240, 248, 253] {
+            let regarding = format!("{}{}", "a".repeat(len - 2), "-b");
+            let name = event_name(&regarding, nanos);
+            assert!(name.len() <= MAX_EVENT_NAME, "{len}: {}", name.len());
+            assert!(name.ends_with(".18730f2a9b4cd5e6"), "{name}");
+            assert!(crate::api::validate_node_name(&name).is_ok(), "{name}");
+        }
+        // A cut that would leave a trailing '-' or '.' before the suffix drops it.
+        let regarding = format!("{}-{}", "a".repeat(235), "b".repeat(10));
+        let name = event_name(&regarding, nanos);
+        assert_eq!(name, format!("{}.18730f2a9b4cd5e6", "a".repeat(235)));
     }
 }
