@@ -545,7 +545,10 @@ mod tests {
         assert_eq!(c.max_concurrent_reconciles, 32);
         assert_eq!(c.log_level, "info");
         assert_eq!(c.lease_namespace, "medik8s-leases");
-        assert!(c.tls_settings().is_none(), "no TLS flag: the profile or the defaults");
+        assert!(
+            c.tls_settings().is_none(),
+            "no TLS flag: the profile or the defaults"
+        );
         assert_eq!((c.pod_name, c.pod_namespace), (None, None));
     }
 
@@ -562,7 +565,11 @@ mod tests {
         assert_eq!(c.tls_cipher_suites.len(), 3);
         let m = c.tls_settings().unwrap();
         assert_eq!(m.policy.min_version(), nmo_webhook::TlsVersion::Tls12);
-        assert_eq!(m.policy.suites().len(), 5, "two TLS 1.2 suites and all of TLS 1.3");
+        assert_eq!(
+            m.policy.suites().len(),
+            5,
+            "two TLS 1.2 suites and all of TLS 1.3"
+        );
         assert_eq!(m.not_offered, ["TLS_RSA_WITH_AES_128_CBC_SHA"]);
         for bad in [
             &["--tls-min-version=TLS12"][..],

@@ -107,7 +107,9 @@ pub(crate) fn profile_settings(
         .and_then(|p| p.profile_type.as_deref())
         .filter(|t| !t.is_empty());
     match kind {
-        None | Some("Intermediate") => ("Intermediate", "VersionTLS12".into(), intermediate(), None),
+        None | Some("Intermediate") => {
+            ("Intermediate", "VersionTLS12".into(), intermediate(), None)
+        }
         Some("Modern") => ("Modern", "VersionTLS13".into(), owned(&TLS13), None),
         Some("Old") => {
             let mut ciphers = intermediate();
@@ -176,8 +178,13 @@ pub(crate) fn log_mapping(source: &str, m: &Mapping) {
     if !m.unknown.is_empty() {
         tracing::warn!(source, ciphers = ?m.unknown, "unknown cipher names ignored");
     }
-    if m.policy.protocol_versions().len() == 1 && m.policy.min_version() < nmo_webhook::TlsVersion::Tls13 {
-        tracing::warn!(source, "no TLS 1.2 cipher suite left that rustls can offer; only TLS 1.3 is served");
+    if m.policy.protocol_versions().len() == 1
+        && m.policy.min_version() < nmo_webhook::TlsVersion::Tls13
+    {
+        tracing::warn!(
+            source,
+            "no TLS 1.2 cipher suite left that rustls can offer; only TLS 1.3 is served"
+        );
     }
 }
 
@@ -231,7 +238,9 @@ pub(crate) async fn start(
         return rx;
     }
     if !serves_apiservers(&client).await {
-        tracing::info!("no OpenShift APIServer configuration (config.openshift.io/v1 apiservers) on this cluster; TLS settings are the defaults");
+        tracing::info!(
+            "no OpenShift APIServer configuration (config.openshift.io/v1 apiservers) on this cluster; TLS settings are the defaults"
+        );
         return watch::channel(TlsPolicy::default()).1;
     }
     let api: Api<DynamicObject> = Api::all_with(client, &api_resource());
@@ -246,7 +255,9 @@ pub(crate) async fn start(
             TlsPolicy::default()
         }
         Err(_) => {
-            tracing::warn!("reading the cluster's TLS security profile timed out; serving with the defaults until the watch reads it");
+            tracing::warn!(
+                "reading the cluster's TLS security profile timed out; serving with the defaults until the watch reads it"
+            );
             TlsPolicy::default()
         }
     };
@@ -346,7 +357,9 @@ mod tests {
 
     #[test]
     fn old_offers_tls12_and_names_what_rustls_lacks() {
-        let m = mapped(Some(&profile(serde_json::json!({"type": "Old", "old": {}}))));
+        let m = mapped(Some(&profile(
+            serde_json::json!({"type": "Old", "old": {}}),
+        )));
         assert_eq!(m.policy.min_version(), TlsVersion::Tls12);
         assert_eq!(m.raised_min_version.as_deref(), Some("VersionTLS10"));
         assert_eq!(m.policy.suites().len(), 9);

@@ -292,7 +292,8 @@ async fn a_rotated_metrics_certificate_is_served_without_a_restart() {
         "the profile lookup is not logged:\n{log}"
     );
     assert!(
-        !log.contains("TLS security profile failed") && !log.contains("cannot read the cluster's TLS"),
+        !log.contains("TLS security profile failed")
+            && !log.contains("cannot read the cluster's TLS"),
         "errors about the absent TLS profile:\n{log}"
     );
 }

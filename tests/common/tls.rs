@@ -39,7 +39,8 @@ pub(crate) fn handshake(
     let name = ServerName::try_from("127.0.0.1").unwrap();
     let mut conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
     let mut sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
-    sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     while conn.is_handshaking() {
         conn.complete_io(&mut sock)
             .map_err(|e| format!("handshake: {e}"))?;

@@ -16,15 +16,15 @@ use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError};
-use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::limit::RequestBodyLimitLayer;
-use tower_http::timeout::{RequestBodyDeadlineLayer, TimeoutError};
 use kube::Resource;
 use kube::core::TypeMeta;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use serde::de::{DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::{RequestBodyDeadlineLayer, TimeoutError};
 
 /// API group/version of the AdmissionReview kind the API server sends (`admissionReviewVersions:
 /// [v1]`). `v1beta1` is accepted too, as controller-runtime does, and echoed back.
@@ -484,8 +484,8 @@ fn caused_by<T: std::error::Error + 'static>(e: &(dyn std::error::Error + 'stati
 /// tower-http's catch-panic layer, answering a panic in a handler with a 500 `metav1.Status`
 /// instead of a dropped connection. [`crate::WebhookServer`] puts it around every router it
 /// serves, once. The handlers are written not to panic; this is the backstop.
-pub(crate) fn catch_panic_layer()
--> CatchPanicLayer<fn(Box<dyn Any + Send + 'static>) -> Response> {
+pub(crate) fn catch_panic_layer() -> CatchPanicLayer<fn(Box<dyn Any + Send + 'static>) -> Response>
+{
     CatchPanicLayer::custom(panic_response as fn(Box<dyn Any + Send + 'static>) -> Response)
 }
 

@@ -354,7 +354,9 @@ impl WebhookServer {
                 key = %paths.key().display(),
                 "serving over TLS"
             ),
-            None => tracing::info!(server = name, addr = %local_addr, "serving over TLS with a self-signed certificate"),
+            None => {
+                tracing::info!(server = name, addr = %local_addr, "serving over TLS with a self-signed certificate")
+            }
         }
         Ok(Self {
             local_addr,

@@ -103,51 +103,51 @@ impl TlsPolicy {
 /// `--tls-cipher-suites`) and its OpenSSL name (OpenShift's profiles), TLS 1.3 first.
 fn offered() -> [(&'static str, &'static str, SupportedCipherSuite); 9] {
     [
-    (
-        "TLS_AES_128_GCM_SHA256",
-        "TLS_AES_128_GCM_SHA256",
-        ring::TLS13_AES_128_GCM_SHA256,
-    ),
-    (
-        "TLS_AES_256_GCM_SHA384",
-        "TLS_AES_256_GCM_SHA384",
-        ring::TLS13_AES_256_GCM_SHA384,
-    ),
-    (
-        "TLS_CHACHA20_POLY1305_SHA256",
-        "TLS_CHACHA20_POLY1305_SHA256",
-        ring::TLS13_CHACHA20_POLY1305_SHA256,
-    ),
-    (
-        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
-        "ECDHE-ECDSA-AES128-GCM-SHA256",
-        ring::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
-    ),
-    (
-        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-        "ECDHE-RSA-AES128-GCM-SHA256",
-        ring::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
-    ),
-    (
-        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
-        "ECDHE-ECDSA-AES256-GCM-SHA384",
-        ring::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
-    ),
-    (
-        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
-        "ECDHE-RSA-AES256-GCM-SHA384",
-        ring::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
-    ),
-    (
-        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
-        "ECDHE-ECDSA-CHACHA20-POLY1305",
-        ring::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-    ),
-    (
-        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
-        "ECDHE-RSA-CHACHA20-POLY1305",
-        ring::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
-    ),
+        (
+            "TLS_AES_128_GCM_SHA256",
+            "TLS_AES_128_GCM_SHA256",
+            ring::TLS13_AES_128_GCM_SHA256,
+        ),
+        (
+            "TLS_AES_256_GCM_SHA384",
+            "TLS_AES_256_GCM_SHA384",
+            ring::TLS13_AES_256_GCM_SHA384,
+        ),
+        (
+            "TLS_CHACHA20_POLY1305_SHA256",
+            "TLS_CHACHA20_POLY1305_SHA256",
+            ring::TLS13_CHACHA20_POLY1305_SHA256,
+        ),
+        (
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            "ECDHE-ECDSA-AES128-GCM-SHA256",
+            ring::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        ),
+        (
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+            "ECDHE-RSA-AES128-GCM-SHA256",
+            ring::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+        ),
+        (
+            "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+            "ECDHE-ECDSA-AES256-GCM-SHA384",
+            ring::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+        ),
+        (
+            "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+            "ECDHE-RSA-AES256-GCM-SHA384",
+            ring::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+        ),
+        (
+            "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+            "ECDHE-ECDSA-CHACHA20-POLY1305",
+            ring::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+        ),
+        (
+            "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+            "ECDHE-RSA-CHACHA20-POLY1305",
+            ring::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+        ),
     ]
 }
 
@@ -254,10 +254,7 @@ pub fn map_settings(min_version: &str, ciphers: &[String]) -> Result<Mapping, Po
             .iter()
             .find(|(alias, _)| *alias == name)
             .map_or(name, |(_, full)| full);
-        match offered()
-            .iter()
-            .find(|(i, o, _)| *i == iana || *o == name)
-        {
+        match offered().iter().find(|(i, o, _)| *i == iana || *o == name) {
             Some((_, _, suite)) => {
                 let code = suite.suite();
                 if !mapping.policy.suites.iter().any(|s| s.suite() == code) {

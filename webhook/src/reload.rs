@@ -185,8 +185,12 @@ pub(crate) fn spawn(
         last_bad: None,
         last_read_error: None,
     });
-    let (name, rustls, fixed_pair, enable_http2) =
-        (inputs.name, inputs.rustls, inputs.initial, inputs.enable_http2);
+    let (name, rustls, fixed_pair, enable_http2) = (
+        inputs.name,
+        inputs.rustls,
+        inputs.initial,
+        inputs.enable_http2,
+    );
     let mut policy = inputs.policy;
     tokio::spawn(async move {
         // Moved into the task: dropping the watcher would end the watch.
