@@ -126,6 +126,34 @@ pub fn parse_lease_namespace(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// Parses `--tls-min-version`: Go's and OpenShift's names, `VersionTLS10` .. `VersionTLS13`.
+///
+/// # Errors
+/// A one-line message naming the accepted values.
+pub fn parse_tls_min_version(s: &str) -> Result<String, String> {
+    nmo_webhook::parse_min_version(s.trim())
+        .map(|_| s.trim().to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// Parses one name of `--tls-cipher-suites`: a TLS cipher suite known to Go or OpenSSL, whether
+/// or not rustls implements it (those it lacks are logged at start-up and not offered).
+///
+/// # Errors
+/// A one-line message for a name that is no known suite (a typo would otherwise go unnoticed).
+pub fn parse_cipher_suite(s: &str) -> Result<String, String> {
+    let name = s.trim().to_string();
+    let mapping = nmo_webhook::map_settings("VersionTLS12", std::slice::from_ref(&name))
+        .map_err(|e| e.to_string())?;
+    if mapping.unknown.is_empty() {
+        Ok(name)
+    } else {
+        Err(format!(
+            "{name:?} is not a TLS cipher suite name (IANA, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, or OpenSSL, e.g. ECDHE-RSA-AES128-GCM-SHA256)"
+        ))
+    }
+}
+
 /// Log line format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -159,6 +187,21 @@ pub struct Config {
     /// controller-runtime does.
     #[arg(long)]
     pub metrics_cert_path: Option<PathBuf>,
+
+    /// Lowest TLS version the webhook and --metrics-secure servers accept: VersionTLS12 or
+    /// VersionTLS13 (VersionTLS10 and VersionTLS11 mean VersionTLS12: rustls implements nothing
+    /// older). Unset: on OpenShift the cluster's TLS security profile, else VersionTLS12. Giving
+    /// this or --tls-cipher-suites replaces the cluster's profile.
+    #[arg(long, value_name = "VERSION", value_parser = parse_tls_min_version)]
+    pub tls_min_version: Option<String>,
+
+    /// Comma-separated cipher suites of those servers, IANA names as Go and kube-apiserver spell
+    /// them (TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256) or OpenSSL names (ECDHE-RSA-AES128-GCM-SHA256).
+    /// Suites rustls does not implement (CBC, RSA key exchange, DHE, 3DES) are logged and not
+    /// offered; TLS 1.3 suites: as Go, all three unless some are named. Unset: on OpenShift the
+    /// cluster's TLS security profile, else every suite rustls offers.
+    #[arg(long, value_name = "SUITES", value_delimiter = ',', value_parser = parse_cipher_suite)]
+    pub tls_cipher_suites: Vec<String>,
 
     /// Address the probe endpoints (/healthz, /readyz) bind to; 0 disables them.
     #[arg(long, default_value = ":8081", value_parser = parse_bind_address)]
@@ -249,6 +292,18 @@ impl Config {
                 .ok()
                 .as_deref(),
         )
+    }
+
+    /// The TLS settings of `--tls-min-version` and `--tls-cipher-suites`, `None` when neither is
+    /// given (the cluster's profile or the defaults then apply: `crate::tls_profile`). A missing
+    /// minimum is VersionTLS12, a missing list rustls' suites for the version.
+    pub fn tls_settings(&self) -> Option<nmo_webhook::Mapping> {
+        if self.tls_min_version.is_none() && self.tls_cipher_suites.is_empty() {
+            return None;
+        }
+        let min = self.tls_min_version.as_deref().unwrap_or("VersionTLS12");
+        // Both were validated by their parsers.
+        nmo_webhook::map_settings(min, &self.tls_cipher_suites).ok()
     }
 
     /// This pod's name (`--pod-name` / `POD_NAME`), `None` when unset or empty.
@@ -490,7 +545,40 @@ mod tests {
         assert_eq!(c.max_concurrent_reconciles, 32);
         assert_eq!(c.log_level, "info");
         assert_eq!(c.lease_namespace, "medik8s-leases");
+        assert!(
+            c.tls_settings().is_none(),
+            "no TLS flag: the profile or the defaults"
+        );
         assert_eq!((c.pod_name, c.pod_namespace), (None, None));
+    }
+
+    #[test]
+    fn tls_flags_set_the_servers_tls_settings() {
+        let c = parse(&["--tls-min-version=VersionTLS13"]).unwrap();
+        let m = c.tls_settings().unwrap();
+        assert_eq!(m.policy.min_version(), nmo_webhook::TlsVersion::Tls13);
+        assert_eq!(m.policy.suites().len(), 3);
+        let c = parse(&[
+            "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,ECDHE-ECDSA-AES256-GCM-SHA384,TLS_RSA_WITH_AES_128_CBC_SHA",
+        ])
+        .unwrap();
+        assert_eq!(c.tls_cipher_suites.len(), 3);
+        let m = c.tls_settings().unwrap();
+        assert_eq!(m.policy.min_version(), nmo_webhook::TlsVersion::Tls12);
+        assert_eq!(
+            m.policy.suites().len(),
+            5,
+            "two TLS 1.2 suites and all of TLS 1.3"
+        );
+        assert_eq!(m.not_offered, ["TLS_RSA_WITH_AES_128_CBC_SHA"]);
+        for bad in [
+            &["--tls-min-version=TLS12"][..],
+            &["--tls-min-version=VersionTLS14"],
+            &["--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA265"],
+        ] {
+            let err = parse(bad).expect_err(&format!("{bad:?}")).to_string();
+            assert!(err.lines().count() >= 1 && err.contains("--tls-"), "{err}");
+        }
     }
 
     #[test]
@@ -595,6 +683,8 @@ mod tests {
             "--max-concurrent-reconciles",
             "--metrics-secure",
             "--metrics-cert-path",
+            "--tls-min-version",
+            "--tls-cipher-suites",
         ] {
             assert!(help.contains(needle), "{needle:?} missing from:\n{help}");
         }

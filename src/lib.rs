@@ -23,3 +23,4 @@ pub(crate) mod node;
 pub(crate) mod nodewatch;
 pub mod run;
 pub mod telemetry;
+pub(crate) mod tls_profile;

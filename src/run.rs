@@ -4,10 +4,12 @@
 //! Order of start-up, chosen so that every replica admits requests before anything else waits:
 //!
 //! 1. load the Kubernetes client configuration (no API call yet);
-//! 2. bind the probe and metrics listeners, then start the webhook server (loads its
+//! 2. the TLS settings: the flags, else on OpenShift the cluster's TLS profile (read, then
+//!    watched: `crate::tls_profile`), else the defaults;
+//! 3. bind the probe and metrics listeners, then start the webhook server (loads its
 //!    certificate, binds `--webhook-bind-address`) — on every replica, leader or not;
-//! 3. with `--leader-elect`, campaign for the Lease and wait until it is held;
-//! 4. run the controller until shutdown or loss of leadership.
+//! 4. with `--leader-elect`, campaign for the Lease and wait until it is held;
+//! 5. run the controller until shutdown or loss of leadership.
 //!
 //! One cancellation tree: SIGTERM/SIGINT, or any fatal error, cancels the root token. The webhook
 //! then stops accepting and finishes in-flight admission requests, the controller (through a
@@ -222,38 +224,60 @@ pub(crate) fn metrics_router(metrics: Arc<Metrics>) -> Router {
 }
 
 /// The metrics server: plain HTTP, or with `--metrics-secure` HTTPS behind TokenReview and
-/// SubjectAccessReview (`crate::metrics::secure`).
+/// SubjectAccessReview (`crate::metrics::secure`), served by the same TLS server as the webhook
+/// (certificate reload, `tls` settings).
 ///
 /// # Errors
 /// [`RunError::MetricsTls`] when the secure server has no usable certificate.
-fn serve_metrics(
+async fn serve_metrics(
     config: &Config,
     listener: Option<TcpListener>,
     metrics: Arc<Metrics>,
     client: Client,
+    tls: watch::Receiver<nmo_webhook::TlsPolicy>,
     stop: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>, RunError> {
     use crate::metrics::secure;
     let router = metrics_router(metrics);
-    match listener {
-        Some(listener) if config.metrics_secure => {
-            let tls = secure::server_config(
-                config.metrics_cert_path.as_deref(),
-                config.pod_name(),
-                config.enable_http2,
-            )
+    let listener = match listener {
+        Some(listener) if config.metrics_secure => listener,
+        listener => return Ok(serve_plain("metrics", listener, router, stop)),
+    };
+    let tls_err = |e: nmo_webhook::ServeError| {
+        RunError::MetricsTls(match e {
+            nmo_webhook::ServeError::InvalidCert { reason } => {
+                format!("invalid metrics serving certificate: {reason}")
+            }
+            other => format!("secure metrics server: {other}"),
+        })
+    };
+    let (pair, cert_paths) =
+        secure::serving_pair(config.metrics_cert_path.as_deref(), config.pod_name())
             .map_err(RunError::MetricsTls)?;
-            let router = secure::authenticated(router, client);
-            Ok(secure::serve_tls(
-                listener,
-                tls,
-                config.enable_http2,
-                router,
-                stop.cancelled_owned(),
-            ))
+    let spec = nmo_webhook::ServerSpec {
+        name: "metrics",
+        listener: listener
+            .into_std()
+            .map_err(|e| RunError::MetricsTls(format!("secure metrics listener: {e}")))?,
+        pair,
+        cert_paths,
+        enable_http2: config.enable_http2,
+        tls,
+    };
+    let tuning = nmo_webhook::ServeTuning {
+        // A scrape is short; the webhook's 20 s grace is for admission's 15 s timeout.
+        shutdown_grace: Duration::from_secs(5),
+        ..nmo_webhook::ServeTuning::default()
+    };
+    let router = secure::authenticated(router, client);
+    let server = nmo_webhook::WebhookServer::serve(spec, tuning, router, stop.cancelled_owned())
+        .await
+        .map_err(tls_err)?;
+    Ok(tokio::spawn(async move {
+        if let Err(e) = server.wait().await {
+            tracing::error!(error = %e, "secure metrics server failed");
         }
-        listener => Ok(serve_plain("metrics", listener, router, stop)),
-    }
+    }))
 }
 
 async fn bind(
@@ -468,19 +492,33 @@ impl Operator {
         let api = Client::try_from(kube_cfg.clone()).map_err(RunError::Client)?;
         let metrics_client = api.clone();
 
+        let tls = crate::tls_profile::start(
+            api.clone(),
+            config.tls_settings().map(|m| {
+                crate::tls_profile::log_mapping("--tls-min-version/--tls-cipher-suites", &m);
+                m.policy
+            }),
+            root.clone(),
+        )
+        .await;
         let probe_listener =
             bind("health probe", config.health_probe_bind_address.socket()).await?;
         let metrics_listener = bind("metrics", config.metrics_bind_address.socket()).await?;
         let (admission_router, admission_synced, nodes) =
             wiring::admission_router(api.clone(), metrics.clone()).await?;
-        let webhook = nmo_webhook::WebhookServer::start(
-            nmo_webhook::TlsOptions {
+        let webhook_spec = nmo_webhook::ServerSpec::webhook(
+            &nmo_webhook::TlsOptions {
                 cert_dir: config.webhook_cert_path.clone(),
                 cert_name: config.webhook_cert_name.clone(),
                 key_name: config.webhook_cert_key.clone(),
                 bind: config.webhook_bind_address,
                 enable_http2: config.enable_http2,
             },
+            tls.clone(),
+        )?;
+        let webhook = nmo_webhook::WebhookServer::serve(
+            webhook_spec,
+            nmo_webhook::ServeTuning::default(),
             admission_router,
             root.clone().cancelled_owned(),
         )
@@ -522,8 +560,10 @@ impl Operator {
                 metrics_listener,
                 metrics.clone(),
                 metrics_client,
+                tls,
                 root.clone(),
-            )?,
+            )
+            .await?,
             essential(&root, &fatal, async move {
                 match webhook.wait().await {
                     Ok(()) => RunError::TaskEnded("the webhook server"),

@@ -219,6 +219,12 @@ fn rbac_has_no_wildcard_and_exactly_the_needed_rules() {
     );
     add(cluster, "", "namespaces", &["get", "create"]);
     add(
+        cluster,
+        "config.openshift.io",
+        "apiservers",
+        &["get", "list", "watch"],
+    );
+    add(
         "node-maintenance-operator-system",
         "coordination.k8s.io",
         "leases",

@@ -221,3 +221,79 @@ fn a_missing_metrics_certificate_is_named_at_start() {
     );
     assert!(err.contains(&line), "{line:?} not in:\n{err}");
 }
+
+/// The secure metrics endpoint is served by the webhook's TLS server: a new pair written to
+/// `--metrics-cert-path` is served without a restart, and on a cluster without OpenShift's
+/// APIServer configuration the TLS settings are the defaults, quietly (no watch, no errors).
+#[tokio::test]
+async fn a_rotated_metrics_certificate_is_served_without_a_restart() {
+    let cluster = Cluster::shared();
+    let Installed {
+        account,
+        kubeconfig,
+        ..
+    } = installed(cluster);
+    let overlay = manifests_dir().join("overlays/metrics-secure");
+    nmo_devcluster::operator::install_manifests(cluster, &overlay).unwrap();
+    let cert_dir = cluster.dir().join("rotated-metrics-certs");
+    std::fs::create_dir_all(&cert_dir).unwrap();
+    let issue = || {
+        cluster
+            .ca()
+            .issue_server(&["localhost"], &["127.0.0.1".parse().unwrap()])
+            .unwrap()
+    };
+    let first = issue();
+    std::fs::write(cert_dir.join("tls.crt"), &first.cert_pem).unwrap();
+    std::fs::write(cert_dir.join("tls.key"), &first.key_pem).unwrap();
+    let mut opts = operator_options("operator-rotated-metrics", &account, &kubeconfig);
+    opts.extra_args = vec![
+        "--metrics-secure".into(),
+        format!("--metrics-cert-path={}", cert_dir.display()),
+    ];
+    let operator = nmo_devcluster::operator::Operator::start(cluster, &opts)
+        .unwrap_or_else(|e| panic!("operator did not start: {e}"));
+    let port = operator.metrics_port;
+    let ca = cluster.ca().cert_pem().to_string();
+    let all = [&rustls::version::TLS13, &rustls::version::TLS12];
+
+    let served = tls::handshake(port, &ca, &all).unwrap();
+    assert_eq!(served.leaf, tls::leaf_der(&first.cert_pem));
+
+    // Rotated in place, key first, as a tool that rewrites both files would.
+    let second = issue();
+    std::fs::write(cert_dir.join("tls.key"), &second.key_pem).unwrap();
+    std::fs::write(cert_dir.join("tls.crt"), &second.cert_pem).unwrap();
+    let want = tls::leaf_der(&second.cert_pem);
+    wait_for(
+        "the rotated metrics certificate to be served",
+        Duration::from_secs(60),
+        || {
+            let seen = tls::handshake(port, &ca, &all);
+            let want = want.clone();
+            async move {
+                match seen {
+                    Ok(h) if h.leaf == want => Ok(()),
+                    Ok(_) => Err("still the first certificate".to_string()),
+                    Err(e) => Err(e),
+                }
+            }
+        },
+    )
+    .await;
+    let log = operator.log();
+    assert!(
+        log.contains("reloaded the serving certificate") && log.contains("server=\"metrics\"")
+            || log.contains("reloaded the serving certificate") && log.contains("server=metrics"),
+        "no reload logged:\n{log}"
+    );
+    assert!(
+        log.contains("no OpenShift APIServer configuration"),
+        "the profile lookup is not logged:\n{log}"
+    );
+    assert!(
+        !log.contains("TLS security profile failed")
+            && !log.contains("cannot read the cluster's TLS"),
+        "errors about the absent TLS profile:\n{log}"
+    );
+}

@@ -10,8 +10,10 @@
 //! (token answers 1 min, allowed 5 min, denied 30 s), so a scrape every few seconds costs the API
 //! server two reviews per scraper and cache period, not per scrape.
 //!
-//! The serving pair is read from `--metrics-cert-path` (`tls.crt`, `tls.key`) at start-up, or,
-//! as controller-runtime does without a certificate directory, generated self-signed.
+//! The serving pair is read from `--metrics-cert-path` (`tls.crt`, `tls.key`) and re-read when
+//! it changes, or, as controller-runtime does without a certificate directory, generated
+//! self-signed. It is served by `nmo-webhook`'s TLS server, the same one as the webhook, with the
+//! same certificate reload, TLS settings and timeouts (`docs/design.md §8`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -41,21 +43,25 @@ const DENIED_TTL: Duration = Duration::from_secs(30);
 /// Entries kept per cache; expired ones are dropped first, then the cache is emptied.
 const CACHE_LIMIT: usize = 1024;
 
-/// The serving configuration for the secure metrics server: the pair in `cert_dir`, else a
-/// self-signed one for `localhost` and `pod_name` (`--pod-name`/`POD_NAME`) when given.
+/// The pair the secure metrics server starts with and the files to watch for new ones: the pair
+/// in `cert_dir` (watched), else a self-signed one for `localhost` and `pod_name`
+/// (`--pod-name`/`POD_NAME`) when given (never changes).
 ///
 /// # Errors
-/// One line naming the file that cannot be read or the reason the pair is unusable, or why a
-/// self-signed pair could not be generated.
-pub(crate) fn server_config(
+/// One line naming the file that cannot be read, or why a self-signed pair could not be
+/// generated.
+pub(crate) fn serving_pair(
     cert_dir: Option<&Path>,
     pod_name: Option<&str>,
-    enable_http2: bool,
-) -> Result<rustls::ServerConfig, String> {
-    let pair = match cert_dir {
+) -> Result<(nmo_webhook::PemPair, Option<nmo_webhook::CertPaths>), String> {
+    match cert_dir {
         Some(dir) => {
-            let read = |name: &str| {
-                let path = dir.join(name);
+            let paths = nmo_webhook::CertPaths {
+                dir: dir.to_path_buf(),
+                cert_name: CERT_NAME.into(),
+                key_name: KEY_NAME.into(),
+            };
+            let read = |path: std::path::PathBuf| {
                 std::fs::read(&path).map_err(|e| {
                     format!(
                         "cannot read metrics certificate file {}: {e}",
@@ -63,24 +69,24 @@ pub(crate) fn server_config(
                     )
                 })
             };
-            nmo_webhook::PemPair {
-                cert: read(CERT_NAME)?,
-                key: read(KEY_NAME)?,
-            }
+            let pair = nmo_webhook::PemPair {
+                cert: read(paths.cert())?,
+                key: read(paths.key())?,
+            };
+            Ok((pair, Some(paths)))
         }
         None => {
             let mut hosts = vec!["localhost".to_string()];
             hosts.extend(pod_name.map(str::to_owned));
             let generated = rcgen::generate_simple_self_signed(hosts)
                 .map_err(|e| format!("cannot generate a self-signed metrics certificate: {e}"))?;
-            nmo_webhook::PemPair {
+            let pair = nmo_webhook::PemPair {
                 cert: generated.cert.pem().into_bytes(),
                 key: generated.signing_key.serialize_pem().into_bytes(),
-            }
+            };
+            Ok((pair, None))
         }
-    };
-    nmo_webhook::build_server_config(&pair, enable_http2)
-        .map_err(|e| format!("metrics serving certificate: {e}"))
+    }
 }
 
 /// Who a token belongs to, from the TokenReview.
@@ -293,49 +299,6 @@ pub(crate) fn authenticated(router: Router, client: Client) -> Router {
     ))
 }
 
-/// Serves `router` over TLS on `listener` until `shutdown` completes, then lets in-flight scrapes
-/// finish (up to 5 s). HTTP/1.1 only unless `enable_http2`, as the webhook.
-pub(crate) fn serve_tls(
-    listener: tokio::net::TcpListener,
-    config: rustls::ServerConfig,
-    enable_http2: bool,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let addr = listener.local_addr().ok();
-        let listener = match listener.into_std() {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::error!(error = %e, "secure metrics server failed");
-                return;
-            }
-        };
-        let tls = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(config));
-        let handle = axum_server::Handle::new();
-        let mut server = match axum_server::from_tcp_rustls(listener, tls) {
-            Ok(s) => s.handle(handle.clone()),
-            Err(e) => {
-                tracing::error!(error = %e, "secure metrics server failed");
-                return;
-            }
-        };
-        if !enable_http2 {
-            server = server.http1_only();
-        }
-        tokio::spawn(async move {
-            shutdown.await;
-            handle.graceful_shutdown(Some(Duration::from_secs(5)));
-        });
-        if let Some(addr) = addr {
-            tracing::info!(%addr, "serving metrics over HTTPS with authentication and authorization");
-        }
-        if let Err(e) = server.serve(router.into_make_service()).await {
-            tracing::error!(error = %e, "secure metrics server failed");
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -352,11 +315,12 @@ mod tests {
 
     #[test]
     fn a_self_signed_pair_is_generated_and_a_missing_directory_named() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        assert!(server_config(None, None, false).is_ok());
-        assert!(server_config(None, Some("nmo-0"), false).is_ok());
-        let err =
-            server_config(Some(Path::new("/no/such/metrics-certs")), None, false).unwrap_err();
+        for pod in [None, Some("nmo-0")] {
+            let (pair, watched) = serving_pair(None, pod).unwrap();
+            assert!(nmo_webhook::build_server_config(&pair, false).is_ok());
+            assert_eq!(watched, None, "a generated pair has no files to watch");
+        }
+        let err = serving_pair(Some(Path::new("/no/such/metrics-certs")), None).unwrap_err();
         assert!(err.contains("/no/such/metrics-certs/tls.crt"), "{err}");
     }
 

@@ -16,6 +16,9 @@ use serde_json::json;
 pub(crate) use nmo_devcluster::Cluster;
 pub(crate) use nmo_devcluster::fixtures::{self, Installed};
 
+/// TLS handshakes from outside (`common::tls::handshake`).
+pub(crate) mod tls;
+
 /// A name unique within this test process: `<prefix>-<counter>-<pid>`, DNS-1123 safe.
 pub(crate) fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicUsize, Ordering};

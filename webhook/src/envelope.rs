@@ -5,25 +5,26 @@
 //! 4xx with a `metav1.Status`-shaped JSON body that says what is wrong; the API server reports
 //! that as a failed webhook call, which is the honest answer for input it should never send.
 
+use std::any::Any;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use futures::FutureExt;
 use http::{HeaderMap, StatusCode, header};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::{BodyExt, LengthLimitError};
 use kube::Resource;
 use kube::core::TypeMeta;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use serde::de::{DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::{RequestBodyDeadlineLayer, TimeoutError};
 
 /// API group/version of the AdmissionReview kind the API server sends (`admissionReviewVersions:
 /// [v1]`). `v1beta1` is accepted too, as controller-runtime does, and echoed back.
@@ -358,24 +359,53 @@ struct RouteState<V> {
     limits: EnvelopeLimits,
 }
 
-/// A router serving `POST path` with `validator` and the default [`EnvelopeLimits`], wrapped in
-/// [`with_catch_panic`]. Other methods on `path` get 405.
+/// A router serving `POST path` with `validator` and the default [`EnvelopeLimits`]. Other
+/// methods on `path` get 405.
 pub fn admission_route<V: Validator>(path: &str, validator: Arc<V>) -> Router {
     admission_route_with(path, validator, EnvelopeLimits::default())
 }
 
 /// As [`admission_route`] with explicit limits.
+///
+/// The limits are tower-http's layers: `RequestBodyLimit` (a declared `Content-Length` over the
+/// limit is answered before the handler runs, a streamed body is cut at the limit) and
+/// `RequestBodyDeadline` (the whole body within the time, counted from the headers). Their
+/// outcomes are answered here as `metav1.Status` and reported to [`Validator::rejected`].
 pub fn admission_route_with<V: Validator>(
     path: &str,
     validator: Arc<V>,
     limits: EnvelopeLimits,
 ) -> Router {
     let state = Arc::new(RouteState { validator, limits });
-    with_catch_panic(
-        Router::new()
-            .route(path, axum::routing::post(handle::<V>))
-            .with_state(state),
-    )
+    Router::new()
+        .route(path, axum::routing::post(handle::<V>))
+        .with_state(state.clone())
+        .layer(RequestBodyDeadlineLayer::new(limits.body_read_timeout))
+        .layer(RequestBodyLimitLayer::new(limits.max_body_bytes))
+        .layer(axum::middleware::map_response_with_state(
+            state,
+            declared_too_large::<V>,
+        ))
+}
+
+/// tower-http answers a declared `Content-Length` over the limit itself, with a plain-text 413
+/// (`length limit exceeded`); every 413 of ours is JSON. That one is re-phrased as our
+/// `metav1.Status` and counted, so a client sees one shape whichever way the body was too large.
+async fn declared_too_large<V: Validator>(
+    State(state): State<Arc<RouteState<V>>>,
+    response: Response,
+) -> Response {
+    let plain = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|ct| ct.as_bytes().starts_with(b"text/plain"));
+    if response.status() == StatusCode::PAYLOAD_TOO_LARGE && plain {
+        let e = EnvelopeError::BodyTooLarge {
+            limit: state.limits.max_body_bytes,
+        };
+        return reject(&*state.validator, None, e);
+    }
+    response
 }
 
 async fn handle<V: Validator>(
@@ -420,54 +450,57 @@ async fn read_body(
             return Err(EnvelopeError::ContentType(ct));
         }
     }
-    // An honest Content-Length over the limit is refused before reading anything.
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limits.max_body_bytes as u64) {
-        return Err(EnvelopeError::BodyTooLarge {
-            limit: limits.max_body_bytes,
-        });
-    }
-    let collect = Limited::new(body, limits.max_body_bytes).collect();
-    match tokio::time::timeout(limits.body_read_timeout, collect).await {
-        Err(_elapsed) => Err(EnvelopeError::BodyTimeout {
-            seconds: limits.body_read_timeout.as_secs_f64(),
-        }),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            Err(EnvelopeError::BodyTooLarge {
-                limit: limits.max_body_bytes,
-            })
+    match body.collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) => {
+            let e: axum::BoxError = e.into_inner();
+            if caused_by::<LengthLimitError>(&*e) {
+                Err(EnvelopeError::BodyTooLarge {
+                    limit: limits.max_body_bytes,
+                })
+            } else if caused_by::<TimeoutError>(&*e) {
+                Err(EnvelopeError::BodyTimeout {
+                    seconds: limits.body_read_timeout.as_secs_f64(),
+                })
+            } else {
+                Err(EnvelopeError::BodyRead(e.to_string()))
+            }
         }
-        Ok(Err(e)) => Err(EnvelopeError::BodyRead(e.to_string())),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
     }
 }
 
-/// Wraps `router` so that a panic in a handler becomes a 500 `metav1.Status` response instead of
-/// a dropped connection. The handlers are written not to panic; this is the backstop.
-pub fn with_catch_panic(router: Router) -> Router {
-    router.layer(axum::middleware::from_fn(catch_panic))
+/// Whether `e` or an error in its source chain is a `T`.
+fn caused_by<T: std::error::Error + 'static>(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if e.is::<T>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
-async fn catch_panic(req: Request, next: Next) -> Response {
-    match AssertUnwindSafe(next.run(req)).catch_unwind().await {
-        Ok(resp) => resp,
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            tracing::error!(panic = %what, "admission handler panicked");
-            status_response(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "InternalError",
-                "internal error while handling the admission request",
-            )
-        }
-    }
+/// tower-http's catch-panic layer, answering a panic in a handler with a 500 `metav1.Status`
+/// instead of a dropped connection. [`crate::WebhookServer`] puts it around every router it
+/// serves, once. The handlers are written not to panic; this is the backstop.
+pub(crate) fn catch_panic_layer() -> CatchPanicLayer<fn(Box<dyn Any + Send + 'static>) -> Response>
+{
+    CatchPanicLayer::custom(panic_response as fn(Box<dyn Any + Send + 'static>) -> Response)
+}
+
+fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    tracing::error!(panic = %what, "request handler panicked");
+    status_response(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "InternalError",
+        "internal error while handling the request",
+    )
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@
 //! ```
 
 mod envelope;
+mod policy;
 mod reload;
 mod tls;
 
@@ -35,11 +36,13 @@ use tokio::sync::watch;
 pub use envelope::{
     ADMISSION_V1, ADMISSION_V1BETA1, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_MAX_BODY_BYTES,
     EnvelopeError, EnvelopeLimits, Validator, admission_route, admission_route_with, allow,
-    decode_review, deny, with_catch_panic,
+    decode_review, deny,
 };
+pub use policy::{Mapping, PolicyError, TlsPolicy, TlsVersion, map_settings, parse_min_version};
 pub use tls::{
     ALPN_H2, ALPN_HTTP1, CertPaths, DEFAULT_CERT_NAME, DEFAULT_KEY_NAME, PROTOCOL_VERSIONS,
-    PemPair, alpn_protocols, build_server_config, default_cert_dir, resolve_cert_paths,
+    PemPair, alpn_protocols, build_server_config, build_server_config_with, default_cert_dir,
+    resolve_cert_paths,
 };
 
 /// Errors of starting or running the webhook server.
@@ -138,7 +141,53 @@ impl Default for ServeTuning {
 struct ServerState {
     serving: AtomicBool,
     stats: Arc<reload::ReloadStats>,
-    paths: CertPaths,
+    paths: Option<CertPaths>,
+}
+
+/// One TLS server to start with [`WebhookServer::serve`]: the webhook, or the secure metrics
+/// endpoint. Both get the same certificate reload, TLS policy reload, timeouts and panic
+/// handling.
+pub struct ServerSpec {
+    /// `webhook` or `metrics`: the `server` field of the log lines.
+    pub name: &'static str,
+    /// The bound listener (non-blocking, as [`std::net::TcpListener::set_nonblocking`] leaves it).
+    pub listener: std::net::TcpListener,
+    /// The pair served first.
+    pub pair: PemPair,
+    /// Where `pair` was read from, watched and re-read while serving; `None` for a pair that
+    /// never changes (a self-signed one generated at start-up).
+    pub cert_paths: Option<CertPaths>,
+    /// Offer `h2` in ALPN and serve HTTP/2 too.
+    pub enable_http2: bool,
+    /// The TLS versions and suites, applied to new handshakes whenever the value changes
+    /// (existing connections keep what they negotiated).
+    pub tls: watch::Receiver<TlsPolicy>,
+}
+
+impl ServerSpec {
+    /// The webhook server of `opts`: the pair chosen by [`resolve_cert_paths`], read, and the
+    /// listener bound on `opts.bind`.
+    ///
+    /// # Errors
+    /// [`ServeError::CertsNotFound`], [`ServeError::CertRead`] or [`ServeError::Bind`].
+    pub fn webhook(opts: &TlsOptions, tls: watch::Receiver<TlsPolicy>) -> Result<Self, ServeError> {
+        let paths = resolve_cert_paths(&opts.cert_dir, &opts.cert_name, &opts.key_name)?;
+        let pair = PemPair::read(&paths)?;
+        let bind_err = |source| ServeError::Bind {
+            addr: opts.bind,
+            source,
+        };
+        let listener = std::net::TcpListener::bind(opts.bind).map_err(bind_err)?;
+        listener.set_nonblocking(true).map_err(bind_err)?;
+        Ok(Self {
+            name: "webhook",
+            listener,
+            pair,
+            cert_paths: Some(paths),
+            enable_http2: opts.enable_http2,
+            tls,
+        })
+    }
 }
 
 /// A running webhook server: TLS on one listener, certificates hot-reloaded from disk.
@@ -177,20 +226,45 @@ impl WebhookServer {
         router: Router,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<Self, ServeError> {
-        let paths = resolve_cert_paths(&opts.cert_dir, &opts.cert_name, &opts.key_name)?;
-        let pair = PemPair::read(&paths)?;
-        let config = build_server_config(&pair, opts.enable_http2)?;
-        let listener =
-            std::net::TcpListener::bind(opts.bind).map_err(|source| ServeError::Bind {
-                addr: opts.bind,
-                source,
-            })?;
+        let (_fixed, tls) = watch::channel(TlsPolicy::default());
+        let spec = ServerSpec::webhook(&opts, tls)?;
+        Self::serve(spec, tuning, router, shutdown).await
+    }
+
+    /// Serves `router` as `spec` says until `shutdown` completes; then stops accepting, lets
+    /// in-flight requests finish (up to [`ServeTuning::shutdown_grace`]) and ends. A panic in a
+    /// handler becomes a 500 `metav1.Status` (tower-http's catch-panic, the one such layer on
+    /// the path).
+    ///
+    /// Must be called within a tokio runtime.
+    ///
+    /// # Errors
+    /// [`ServeError::InvalidCert`] when the pair is unusable, [`ServeError::Bind`] when the
+    /// listener cannot be served.
+    pub async fn serve(
+        spec: ServerSpec,
+        tuning: ServeTuning,
+        router: Router,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<Self, ServeError> {
+        let ServerSpec {
+            name,
+            listener,
+            pair,
+            cert_paths,
+            enable_http2,
+            tls: mut policies,
+        } = spec;
+        let policy = policies.borrow_and_update().clone();
+        let config = build_server_config_with(&pair, enable_http2, &policy)?;
+        let local_addr = listener.local_addr().map_err(|source| ServeError::Bind {
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            source,
+        })?;
         let bind_err = |source| ServeError::Bind {
-            addr: opts.bind,
+            addr: local_addr,
             source,
         };
-        listener.set_nonblocking(true).map_err(bind_err)?;
-        let local_addr = listener.local_addr().map_err(bind_err)?;
 
         let rustls = RustlsConfig::from_config(Arc::new(config));
         let handle = axum_server::Handle::new();
@@ -204,10 +278,15 @@ impl WebhookServer {
                     .acceptor(axum_server::accept::NoDelayAcceptor::new())
             })
             .handle(handle.clone());
-        if opts.enable_http2 {
-            tracing::info!("HTTP/2 for webhooks enabled");
-        } else {
-            tracing::info!("HTTP/2 for webhooks disabled");
+        if name == "webhook" {
+            // Upstream's log line, kept for those who grep for it.
+            if enable_http2 {
+                tracing::info!("HTTP/2 for webhooks enabled");
+            } else {
+                tracing::info!("HTTP/2 for webhooks disabled");
+            }
+        }
+        if !enable_http2 {
             // ALPN already offers only http/1.1; hyper must agree or prior-knowledge h2 would be
             // served anyway.
             server = server.http1_only();
@@ -221,18 +300,29 @@ impl WebhookServer {
         let state = Arc::new(ServerState {
             serving: AtomicBool::new(true),
             stats: stats.clone(),
-            paths: paths.clone(),
+            paths: cert_paths.clone(),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
+        tracing::info!(
+            server = name,
+            min_version = policy.min_version().go_name(),
+            cipher_suites = ?policy.suite_names(),
+            "TLS settings"
+        );
         let reloader = reload::spawn(
-            paths.clone(),
-            opts.enable_http2,
-            rustls,
-            pair,
-            stats,
-            reload::ReloadTiming {
-                debounce: tuning.reload_debounce,
-                poll: tuning.reload_poll,
+            reload::ReloadInputs {
+                name,
+                paths: cert_paths.clone(),
+                enable_http2,
+                rustls,
+                initial: pair,
+                policy,
+                policies: Some(policies),
+                stats,
+                timing: reload::ReloadTiming {
+                    debounce: tuning.reload_debounce,
+                    poll: tuning.reload_poll,
+                },
             },
             stop_rx,
         );
@@ -243,11 +333,11 @@ impl WebhookServer {
         tokio::spawn(async move {
             shutdown.await;
             shutdown_state.serving.store(false, Ordering::SeqCst);
-            tracing::info!("shutting down the webhook server");
+            tracing::info!(server = name, "shutting down the TLS server");
             shutdown_handle.graceful_shutdown(Some(grace));
         });
 
-        let app = with_catch_panic(router);
+        let app = router.layer(envelope::catch_panic_layer());
         let task_state = state.clone();
         let task = tokio::spawn(async move {
             let result = server.serve(app.into_make_service()).await;
@@ -256,12 +346,18 @@ impl WebhookServer {
             let _ = reloader.await;
             result.map_err(ServeError::Serve)
         });
-        tracing::info!(
-            addr = %local_addr,
-            cert = %paths.cert().display(),
-            key = %paths.key().display(),
-            "serving the admission webhook"
-        );
+        match &cert_paths {
+            Some(paths) => tracing::info!(
+                server = name,
+                addr = %local_addr,
+                cert = %paths.cert().display(),
+                key = %paths.key().display(),
+                "serving over TLS"
+            ),
+            None => {
+                tracing::info!(server = name, addr = %local_addr, "serving over TLS with a self-signed certificate")
+            }
+        }
         Ok(Self {
             local_addr,
             state,
@@ -280,9 +376,10 @@ impl WebhookServer {
         self.state.serving.load(Ordering::SeqCst)
     }
 
-    /// The certificate and key files in use (after the fallback rule).
-    pub fn cert_paths(&self) -> &CertPaths {
-        &self.state.paths
+    /// The certificate and key files in use (after the fallback rule); `None` for a pair that
+    /// is not read from files.
+    pub fn cert_paths(&self) -> Option<&CertPaths> {
+        self.state.paths.as_ref()
     }
 
     /// Number of certificate reloads since start (the initial load not counted).

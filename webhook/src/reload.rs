@@ -1,4 +1,5 @@
-//! Certificate hot reload: a directory watch plus a periodic re-read.
+//! Hot reload of a server's TLS configuration: the certificate pair (a directory watch plus a
+//! periodic re-read) and the [`TlsPolicy`] (a `watch` channel), rebuilt into one rustls config.
 //!
 //! The watch is on the certificate *directory* (non-recursive) because the kubelet updates a
 //! Secret volume by renaming a `..data` symlink; a watch on `tls.crt` itself follows the old inode
@@ -16,7 +17,8 @@ use axum_server::tls_rustls::RustlsConfig;
 use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::{Notify, watch};
 
-use crate::tls::{CertPaths, PemPair, build_server_config};
+use crate::policy::TlsPolicy;
+use crate::tls::{CertPaths, PemPair, build_server_config_with};
 
 /// Counters of the reloader, shared with [`crate::WebhookServer`].
 #[derive(Debug, Default)]
@@ -55,8 +57,11 @@ fn is_relevant(event: &notify::Event, paths: &CertPaths) -> bool {
 }
 
 struct Reloader {
+    /// `webhook` or `metrics`, for the log lines.
+    name: &'static str,
     paths: CertPaths,
     enable_http2: bool,
+    policy: TlsPolicy,
     rustls: RustlsConfig,
     stats: Arc<ReloadStats>,
     last_good: PemPair,
@@ -73,7 +78,7 @@ impl Reloader {
             Err(e) => {
                 let msg = e.to_string();
                 if self.last_read_error.as_deref() != Some(msg.as_str()) {
-                    tracing::warn!(error = %msg, trigger, "cannot read the new webhook certificate; still serving the previous one");
+                    tracing::warn!(server = self.name, error = %msg, trigger, "cannot read the new serving certificate; still serving the previous one");
                     self.stats.failures.fetch_add(1, Ordering::Relaxed);
                     self.last_read_error = Some(msg);
                 }
@@ -84,14 +89,15 @@ impl Reloader {
         if pair == self.last_good || self.last_bad.as_ref() == Some(&pair) {
             return;
         }
-        match build_server_config(&pair, self.enable_http2) {
+        match build_server_config_with(&pair, self.enable_http2, &self.policy) {
             Ok(config) => {
                 self.rustls.reload_from_config(Arc::new(config));
                 self.stats.reloads.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(
+                    server = self.name,
                     cert = %self.paths.cert().display(),
                     trigger,
-                    "reloaded the webhook serving certificate"
+                    "reloaded the serving certificate"
                 );
                 self.last_good = pair;
                 self.last_bad = None;
@@ -99,7 +105,7 @@ impl Reloader {
             Err(e) => {
                 // A rotation in progress (cert rewritten, key not yet) lands here too; the next
                 // event or poll picks up the completed pair.
-                tracing::warn!(error = %e, trigger, "rejected the new webhook certificate; still serving the previous one");
+                tracing::warn!(server = self.name, error = %e, trigger, "rejected the new serving certificate; still serving the previous one");
                 self.stats.failures.fetch_add(1, Ordering::Relaxed);
                 self.last_bad = Some(pair);
             }
@@ -107,30 +113,85 @@ impl Reloader {
     }
 }
 
+/// Applies a new policy to the pair being served. The pair was accepted before, so the build
+/// fails only if the policy and the key disagree (an ECDSA key with only RSA suites left for
+/// TLS 1.2 still has TLS 1.3), and then the previous configuration keeps serving.
+fn apply_policy(
+    name: &'static str,
+    rustls: &RustlsConfig,
+    pair: &PemPair,
+    enable_http2: bool,
+    policy: &TlsPolicy,
+) -> bool {
+    match build_server_config_with(pair, enable_http2, policy) {
+        Ok(config) => {
+            rustls.reload_from_config(Arc::new(config));
+            tracing::info!(
+                server = name,
+                min_version = policy.min_version().go_name(),
+                cipher_suites = ?policy.suite_names(),
+                "applied the TLS settings"
+            );
+            true
+        }
+        Err(e) => {
+            tracing::warn!(server = name, error = %e, "cannot apply the new TLS settings; the previous ones stay");
+            false
+        }
+    }
+}
+
+/// What the reload task serves and watches.
+pub(crate) struct ReloadInputs {
+    /// `webhook` or `metrics`, for the log lines.
+    pub(crate) name: &'static str,
+    /// The files to watch and re-read; `None` for a pair that never changes (self-signed).
+    pub(crate) paths: Option<CertPaths>,
+    pub(crate) enable_http2: bool,
+    pub(crate) rustls: RustlsConfig,
+    /// The pair being served.
+    pub(crate) initial: PemPair,
+    /// The policy being served.
+    pub(crate) policy: TlsPolicy,
+    /// Later policies; `None` or a closed channel: the policy never changes.
+    pub(crate) policies: Option<watch::Receiver<TlsPolicy>>,
+    pub(crate) stats: Arc<ReloadStats>,
+    pub(crate) timing: ReloadTiming,
+}
+
 /// Starts the watcher and the reload task. The task ends when `stop` changes or is dropped.
 ///
 /// A failure to set up the directory watch is logged and leaves the periodic re-read as the only
 /// trigger, rather than refusing to serve.
 pub(crate) fn spawn(
-    paths: CertPaths,
-    enable_http2: bool,
-    rustls: RustlsConfig,
-    initial: PemPair,
-    stats: Arc<ReloadStats>,
-    timing: ReloadTiming,
+    inputs: ReloadInputs,
     mut stop: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     let poke = Arc::new(Notify::new());
-    let watcher = start_watcher(&paths, poke.clone());
-    let mut reloader = Reloader {
+    let watcher = inputs
+        .paths
+        .as_ref()
+        .and_then(|paths| start_watcher(paths, poke.clone()));
+    let timing = inputs.timing;
+    let mut policies = inputs.policies;
+    let mut reloader = inputs.paths.map(|paths| Reloader {
+        name: inputs.name,
         paths,
-        enable_http2,
-        rustls,
-        stats,
-        last_good: initial,
+        enable_http2: inputs.enable_http2,
+        policy: inputs.policy.clone(),
+        rustls: inputs.rustls.clone(),
+        stats: inputs.stats,
+        last_good: inputs.initial.clone(),
         last_bad: None,
         last_read_error: None,
-    };
+    });
+    let (name, rustls, fixed_pair, enable_http2) = (
+        inputs.name,
+        inputs.rustls,
+        inputs.initial,
+        inputs.enable_http2,
+    );
+    let mut policy = inputs.policy;
     tokio::spawn(async move {
         // Moved into the task: dropping the watcher would end the watch.
         let _watcher = watcher;
@@ -138,8 +199,28 @@ pub(crate) fn spawn(
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         poll.tick().await;
         loop {
+            let next_policy = async {
+                match policies.as_mut() {
+                    Some(rx) => rx.changed().await.map(|()| rx.borrow_and_update().clone()),
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = stop.changed() => return,
+                changed = next_policy => match changed {
+                    Ok(new) if new != policy => {
+                        let pair = reloader.as_ref().map_or(&fixed_pair, |r| &r.last_good);
+                        if apply_policy(name, &rustls, pair, enable_http2, &new) {
+                            if let Some(r) = reloader.as_mut() {
+                                r.policy = new.clone();
+                            }
+                            policy = new;
+                        }
+                    }
+                    Ok(_) => {}
+                    // The sender is gone: the policy stays as it is.
+                    Err(_) => policies = None,
+                },
                 _ = poke.notified() => {
                     // Debounce: wait until the directory has been quiet for `debounce`, so an
                     // in-place rewrite (truncate, write cert, write key) is read once, complete.
@@ -150,9 +231,15 @@ pub(crate) fn spawn(
                             _ = tokio::time::sleep(timing.debounce) => break,
                         }
                     }
-                    reloader.check("event");
+                    if let Some(r) = reloader.as_mut() {
+                        r.check("event");
+                    }
                 }
-                _ = poll.tick() => reloader.check("poll"),
+                _ = poll.tick(), if reloader.is_some() => {
+                    if let Some(r) = reloader.as_mut() {
+                        r.check("poll");
+                    }
+                }
             }
         }
     })

@@ -12,6 +12,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::ServeError;
+use crate::policy::TlsPolicy;
 
 /// Name of the certificate file in controller-runtime's default serving directory.
 pub const DEFAULT_CERT_NAME: &str = "tls.crt";
@@ -158,13 +159,26 @@ pub static PROTOCOL_VERSIONS: &[&rustls::SupportedProtocolVersion] =
     &[&rustls::version::TLS13, &rustls::version::TLS12];
 
 /// Builds the serving config from a PEM pair with the ring provider (independent of any
-/// process-wide default provider), TLS 1.2/1.3 and the ALPN list of [`alpn_protocols`].
+/// process-wide default provider), TLS 1.2/1.3 with every ring suite ([`TlsPolicy::default`])
+/// and the ALPN list of [`alpn_protocols`].
+///
+/// # Errors
+/// As [`build_server_config_with`].
+pub fn build_server_config(pair: &PemPair, enable_http2: bool) -> Result<ServerConfig, ServeError> {
+    build_server_config_with(pair, enable_http2, &TlsPolicy::default())
+}
+
+/// As [`build_server_config`], offering the versions and suites of `policy`.
 ///
 /// # Errors
 /// [`ServeError::InvalidCert`] when the chain has no certificate, the key is missing or
 /// unparsable, or the key does not belong to the leaf certificate (rustls checks the SPKI), so a
 /// half-rotated pair is never served.
-pub fn build_server_config(pair: &PemPair, enable_http2: bool) -> Result<ServerConfig, ServeError> {
+pub fn build_server_config_with(
+    pair: &PemPair,
+    enable_http2: bool,
+    policy: &TlsPolicy,
+) -> Result<ServerConfig, ServeError> {
     let invalid = |reason: String| ServeError::InvalidCert { reason };
     let chain = CertificateDer::pem_slice_iter(&pair.cert)
         .collect::<Result<Vec<_>, _>>()
@@ -176,9 +190,8 @@ pub fn build_server_config(pair: &PemPair, enable_http2: bool) -> Result<ServerC
     }
     let key = PrivateKeyDer::from_pem_slice(&pair.key)
         .map_err(|e| invalid(format!("private key PEM: {e}")))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(PROTOCOL_VERSIONS)
+    let mut config = ServerConfig::builder_with_provider(Arc::new(policy.provider()))
+        .with_protocol_versions(&policy.protocol_versions())
         .map_err(|e| invalid(format!("protocol versions: {e}")))?
         .with_no_client_auth()
         .with_single_cert(chain, key)

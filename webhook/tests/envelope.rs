@@ -343,7 +343,7 @@ async fn a_panicking_validator_gives_500_and_the_server_survives() {
     assert_eq!(status, 500);
     assert_eq!(
         status_message(&body),
-        "internal error while handling the admission request"
+        "internal error while handling the request"
     );
     let mut sender = connect_http1(server.local_addr(), certs.ca.cert_pem()).await;
     let (status, _) = post(&mut sender, PATH, review("q", "ok")).await.unwrap();

@@ -41,7 +41,7 @@ async fn requested_pair_wins_else_the_temp_dir_default_is_served() {
     let server = nmo_webhook::WebhookServer::start(opts.clone(), router(), std::future::pending())
         .await
         .unwrap();
-    assert_eq!(server.cert_paths().dir, default_dir);
+    assert_eq!(server.cert_paths().unwrap().dir, default_dir);
     let config = client_config(
         certs.ca.cert_pem(),
         &[b"http/1.1"],
