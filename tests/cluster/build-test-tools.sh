@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Builds every Go test tool into the versioned cache under $HOME, one after the other, and
+# prints how long each took (0 s when cached): client-go's elector (tests/leader.rs),
+# operator-framework's validators (tests/bundle.rs), opm (`opm validate catalog/`,
+# tests/bundle.rs), helm (tests/chart.rs) and promtool (tests/monitoring.rs). The tests build a
+# missing tool on demand as well; this step only puts the builds in one place and shows their
+# cost. Idempotent.
+#
+#   tests/cluster/build-test-tools.sh
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+for tool in go-elector olm-validate opm helm promtool; do
+  start=$(date +%s)
+  bash "$HERE/build-$tool.sh" >/dev/null
+  echo "test-tools: $tool ready after $(( $(date +%s) - start )) s"
+done
