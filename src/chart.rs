@@ -271,6 +271,26 @@ fn webhook_template(plain: &Value, cert_manager: &Value) -> Result<String, Bundl
     ))
 }
 
+/// A Namespace the chart creates unless it exists already and is not this release's: the lease
+/// namespace `medik8s-leases` is shared with the other medik8s operators, and Helm refuses to
+/// install over an object it does not own (`kubectl apply` adopts it). `helm template` has no
+/// cluster to look at, so it renders the Namespace as kustomize does. Once created by this
+/// release it stays in the release, so an upgrade never deletes it.
+fn namespace_template(doc: &Value, name: &str) -> String {
+    // The operator namespace is the `namespace` value (replaced in text everywhere else).
+    let name = if name == NAMESPACE {
+        ".Values.namespace".to_string()
+    } else {
+        format!("\"{name}\"")
+    };
+    format!(
+        "{{{{- $existing := lookup \"v1\" \"Namespace\" \"\" {name} }}}}\n\
+         {{{{- if or (not $existing) (eq (dig \"metadata\" \"annotations\" \"meta.helm.sh/release-name\" \"\" $existing) .Release.Name) }}}}\n\
+         {}{{{{- end }}}}\n",
+        escape_helm(&to_yaml(doc))
+    )
+}
+
 fn values_yaml(image: &str) -> String {
     let (repo, tag) = image.rsplit_once(':').unwrap_or((image, "latest"));
     format!(
@@ -386,6 +406,7 @@ pub fn render(r: &Renderings, version: &str) -> Result<Vec<BundleFile>, BundleEr
                     }
                     service_template(doc, &secure)?
                 }
+                _ if k.0 == "Namespace" => namespace_template(doc, &k.2),
                 _ => escape_helm(&to_yaml(doc)),
             },
         };

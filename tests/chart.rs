@@ -76,6 +76,10 @@ fn helm(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// The local control plane's version, for `helm template` and `helm lint` (which otherwise
+/// assume the Kubernetes that helm was built against, v1.20 without release ldflags).
+const KUBE_VERSION: &str = "v1.36.3";
+
 fn chart_path() -> String {
     root().join(CHART_DIR).display().to_string()
 }
@@ -103,7 +107,14 @@ fn objects(text: &str) -> Objects {
 /// `helm template` of the chart with `--set` values `sets`, CRDs included.
 fn template(sets: &[&str]) -> Objects {
     let path = chart_path();
-    let mut args = vec!["template", "nmo", path.as_str(), "--include-crds"];
+    let mut args = vec![
+        "template",
+        "nmo",
+        path.as_str(),
+        "--include-crds",
+        "--kube-version",
+        KUBE_VERSION,
+    ];
     for s in sets {
         args.extend(["--set", s]);
     }
@@ -240,15 +251,30 @@ fn helm_lint_passes_and_refuses_values_outside_the_schema() {
         "metrics.mode=plain",
         "metrics.mode=secure,monitoring.enabled=true,certManager.enabled=true",
     ] {
-        let (ok, out, err) = helm(&["lint", "--strict", &path, "--set", sets]);
+        let (ok, out, err) = helm(&[
+            "lint",
+            "--strict",
+            "--kube-version",
+            KUBE_VERSION,
+            &path,
+            "--set",
+            sets,
+        ]);
         assert!(
             ok && out.contains("0 chart(s) failed"),
             "helm lint {sets}:\n{out}{err}"
         );
     }
-    let (ok, out, err) = helm(&["lint", &path, "--set", "metrics.mode=insecure"]);
+    let (ok, out, err) = helm(&[
+        "lint",
+        "--kube-version",
+        KUBE_VERSION,
+        &path,
+        "--set",
+        "metrics.mode=insecure",
+    ]);
     assert!(!ok, "a bad metrics mode passed lint:\n{out}{err}");
-    assert!(format!("{out}{err}").contains("metrics.mode"), "{out}{err}");
+    assert!(format!("{out}{err}").contains("/metrics/mode"), "{out}{err}");
 }
 
 /// Installs the Prometheus Operator's ServiceMonitor and PrometheusRule CRDs
@@ -280,28 +306,25 @@ fn install_monitoring_crds(cluster: &Cluster) {
     }
 }
 
-/// `helm install --dry-run=server` against the local control plane, and the objects it would
-/// create validated by the API server (`kubectl apply --dry-run=server`), for plain and secure
-/// metrics, with monitoring (against the Prometheus Operator's real CRDs); and the monitoring
-/// overlays applied the same way.
+/// `helm install --dry-run=server` against the local control plane, over namespaces that
+/// exist already without Helm's ownership (as another medik8s operator leaves
+/// `medik8s-leases`); the objects it would create validated by the API server
+/// (`kubectl apply --dry-run=server`), for plain and secure metrics, with monitoring (against
+/// the Prometheus Operator's real CRDs); and the monitoring overlays applied the same way.
 #[test]
 fn the_chart_installs_on_the_control_plane_in_a_server_side_dry_run() {
     let cluster = Cluster::shared();
     install_monitoring_crds(cluster);
+    // A dry run creates no namespace, so the namespaced objects need theirs to exist.
+    for ns in ["node-maintenance-operator-system", "medik8s-leases"] {
+        cluster.kubectl_run(&["create", "namespace", ns], None).unwrap();
+    }
     let kubeconfig = cluster.kubeconfig().display().to_string();
     let path = chart_path();
-    for dir in [
-        "manifests/overlays/monitoring",
-        "manifests/overlays/monitoring/secure",
-    ] {
+    for dir in ["manifests/overlays/monitoring", "manifests/overlays/monitoring/secure"] {
         let out = cluster
             .kubectl_run(
-                &[
-                    "apply",
-                    "--dry-run=server",
-                    "-k",
-                    &root().join(dir).display().to_string(),
-                ],
+                &["apply", "--dry-run=server", "-k", &root().join(dir).display().to_string()],
                 None,
             )
             .unwrap_or_else(|e| panic!("{dir}: {e}"));
@@ -331,9 +354,20 @@ fn the_chart_installs_on_the_control_plane_in_a_server_side_dry_run() {
         ]);
         assert!(ok, "helm install --dry-run=server {sets}:\n{out}{err}");
         assert!(out.contains("STATUS: pending-install"), "{out}");
+        // The existing namespaces are left alone, everything else is installed.
+        assert!(!out.contains("kind: Namespace"), "{out}");
+        assert!(out.contains("kind: Deployment"), "{out}");
 
-        let (ok, rendered, err) =
-            helm(&["template", "nmo", &path, "--include-crds", "--set", sets]);
+        let (ok, rendered, err) = helm(&[
+            "template",
+            "nmo",
+            &path,
+            "--include-crds",
+            "--kube-version",
+            KUBE_VERSION,
+            "--set",
+            sets,
+        ]);
         assert!(ok, "{err}");
         let applied = cluster
             .kubectl_run(&["apply", "--dry-run=server", "-f", "-"], Some(&rendered))
@@ -344,6 +378,9 @@ fn the_chart_installs_on_the_control_plane_in_a_server_side_dry_run() {
             "validatingwebhookconfiguration.admissionregistration.k8s.io/",
         ] {
             assert!(applied.contains(kind), "{kind} not applied:\n{applied}");
+        }
+        if sets.contains("monitoring") {
+            assert!(applied.contains("servicemonitor.monitoring.coreos.com/"), "{applied}");
         }
     }
 }

@@ -12,5 +12,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=go-tool-build.sh
 source "$HERE/go-tool-build.sh"
 PROMETHEUS_VERSION=${PROMETHEUS_VERSION:-v0.316.0}
-go_cmd_build promtool "prometheus-$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/promtool \
-  "github.com/prometheus/prometheus@$PROMETHEUS_VERSION"
+# `remove_all_sd` is Prometheus' own build option that leaves out the cloud service discoveries
+# (plugins/): the rule checker and the unit-test runner are the same code, and the cold build
+# needs a fraction of the modules.
+go_cmd_build promtool "prometheus-$PROMETHEUS_VERSION-nosd" github.com/prometheus/prometheus/cmd/promtool \
+  "github.com/prometheus/prometheus@$PROMETHEUS_VERSION" remove_all_sd

@@ -57,13 +57,15 @@ die() { echo "build-${TOOL:-go-tool}: error: $*" >&2; exit 1; }
 
 # Builds one command of a published Go module (no main.go of ours), e.g. promtool:
 #
-#   go_cmd_build NAME TAG PACKAGE MODULE@VERSION
+#   go_cmd_build NAME TAG PACKAGE MODULE@VERSION [BUILD_TAGS]
 #
 # into $CACHE_ROOT/<NAME>_<TAG>/<NAME>, printed on stdout; the build time goes to stderr.
+# BUILD_TAGS (comma-separated) are the module's own build options; they apply to `go get` too,
+# so modules only other tags need are not downloaded.
 # The module is required by a wrapper module, so its own go.mod `replace`s do not apply: a
 # module that needs them fails here with the compiler's message.
 go_cmd_build() {
-  local name=$1 tag=$2 pkg=$3 modver=$4
+  local name=$1 tag=$2 pkg=$3 modver=$4 tags=${5:-}
   TOOL=$name
   local out="$CACHE_ROOT/${name}_${tag}" bin
   bin="$out/$name"
@@ -73,7 +75,7 @@ go_cmd_build() {
   flock 9
   if [[ -x "$bin" ]]; then echo "$bin"; return 0; fi
   command -v go >/dev/null 2>&1 || die "Go is missing: install a Go toolchain >= 1.26 (it is used only to build test tools)"
-  export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-modcacherw
+  export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-modcacherw${tags:+ -tags=$tags}"
   local start=$SECONDS
   WORK=$(mktemp -d "${TMPDIR:-/tmp}/nmo-$name.XXXXXX")
   trap 'rm -rf "$WORK"' EXIT
