@@ -379,6 +379,19 @@ fn the_validator_fails_a_broken_bundle() {
     assert!(stdout.contains("Icon not specified"), "{stdout}");
 }
 
+/// Whether the checks that need `tool` run: promtool and opm are the long form, enabled with
+/// `NMO_LONG_TOOLS=1` (or a comma-separated list of tool names), because their cold builds
+/// (about 15 minutes each on the loaded 2-core development machine) would break the CI budget.
+/// Skipping says so on stderr.
+fn long_tool(tool: &str) -> bool {
+    let on = std::env::var("NMO_LONG_TOOLS")
+        .is_ok_and(|v| v == "1" || v.split(',').any(|t| t.trim() == tool));
+    if !on {
+        eprintln!("skipped: the {tool} check is in the long form; run with NMO_LONG_TOOLS=1");
+    }
+    on
+}
+
 /// Builds (once, cached under `$HOME`) and returns operator-registry's opm.
 fn opm() -> PathBuf {
     let script = root().join("tests/cluster/build-opm.sh");
@@ -417,8 +430,10 @@ fn opm_validate(dir: &Path) -> (bool, String) {
 /// bundle name this CSV, its image and properties.
 #[test]
 fn the_catalog_passes_opm_validate_and_describes_the_bundle() {
-    let (ok, text) = opm_validate(&root().join(bundle::CATALOG_DIR));
-    assert!(ok, "opm validate catalog/:\n{text}");
+    if long_tool("opm") {
+        let (ok, text) = opm_validate(&root().join(bundle::CATALOG_DIR));
+        assert!(ok, "opm validate catalog/:\n{text}");
+    }
     let docs = bundle::parse_documents(
         &std::fs::read_to_string(root().join(format!("catalog/{PACKAGE}/catalog.yaml"))).unwrap(),
     )
@@ -462,6 +477,9 @@ fn the_catalog_passes_opm_validate_and_describes_the_bundle() {
 /// opm really fails a broken catalog: a channel entry naming a bundle that does not exist.
 #[test]
 fn opm_validate_fails_a_broken_catalog() {
+    if !long_tool("opm") {
+        return;
+    }
     let tmp = tempfile::Builder::new()
         .prefix("broken-catalog")
         .tempdir()
@@ -478,7 +496,7 @@ fn opm_validate_fails_a_broken_catalog() {
     std::fs::write(dir.join("catalog.yaml"), text).unwrap();
     let (ok, text) = opm_validate(tmp.path());
     assert!(!ok, "a broken catalog passed:\n{text}");
-    assert!(text.contains("missing"), "{text}");
+    assert!(text.contains("not found in any channel entries"), "{text}");
 }
 
 /// The CSV carries the OLM and OpenShift metadata upstream's does, where it applies: the
