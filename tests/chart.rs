@@ -274,7 +274,10 @@ fn helm_lint_passes_and_refuses_values_outside_the_schema() {
         "metrics.mode=insecure",
     ]);
     assert!(!ok, "a bad metrics mode passed lint:\n{out}{err}");
-    assert!(format!("{out}{err}").contains("/metrics/mode"), "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("/metrics/mode"),
+        "{out}{err}"
+    );
 }
 
 /// Installs the Prometheus Operator's ServiceMonitor and PrometheusRule CRDs
@@ -317,14 +320,24 @@ fn the_chart_installs_on_the_control_plane_in_a_server_side_dry_run() {
     install_monitoring_crds(cluster);
     // A dry run creates no namespace, so the namespaced objects need theirs to exist.
     for ns in ["node-maintenance-operator-system", "medik8s-leases"] {
-        cluster.kubectl_run(&["create", "namespace", ns], None).unwrap();
+        cluster
+            .kubectl_run(&["create", "namespace", ns], None)
+            .unwrap();
     }
     let kubeconfig = cluster.kubeconfig().display().to_string();
     let path = chart_path();
-    for dir in ["manifests/overlays/monitoring", "manifests/overlays/monitoring/secure"] {
+    for dir in [
+        "manifests/overlays/monitoring",
+        "manifests/overlays/monitoring/secure",
+    ] {
         let out = cluster
             .kubectl_run(
-                &["apply", "--dry-run=server", "-k", &root().join(dir).display().to_string()],
+                &[
+                    "apply",
+                    "--dry-run=server",
+                    "-k",
+                    &root().join(dir).display().to_string(),
+                ],
                 None,
             )
             .unwrap_or_else(|e| panic!("{dir}: {e}"));
@@ -380,7 +393,10 @@ fn the_chart_installs_on_the_control_plane_in_a_server_side_dry_run() {
             assert!(applied.contains(kind), "{kind} not applied:\n{applied}");
         }
         if sets.contains("monitoring") {
-            assert!(applied.contains("servicemonitor.monitoring.coreos.com/"), "{applied}");
+            assert!(
+                applied.contains("servicemonitor.monitoring.coreos.com/"),
+                "{applied}"
+            );
         }
     }
 }

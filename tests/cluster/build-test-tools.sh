@@ -12,7 +12,11 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 tools=(go-elector olm-validate helm)
-[[ -n "${NMO_LONG_TOOLS:-}" ]] && tools+=(opm promtool)
+if [[ -n "${NMO_LONG_TOOLS:-}" ]]; then
+  tools+=(opm promtool)
+else
+  echo "test-tools: opm and promtool are the long form, not built: their checks run with NMO_LONG_TOOLS=1"
+fi
 for tool in "${tools[@]}"; do
   start=$(date +%s)
   bash "$HERE/build-$tool.sh" >/dev/null
