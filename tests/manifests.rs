@@ -414,6 +414,9 @@ fn every_shipped_pod_spec_passes_restricted_v2() {
         "manifests",
         "manifests/overlays/cert-manager",
         "manifests/overlays/metrics-secure",
+        "manifests/overlays/monitoring",
+        "manifests/overlays/monitoring/secure",
+        "manifests/overlays/network-policy",
     ] {
         for d in kustomize(dir) {
             if d["kind"].as_str() == Some("Deployment") {
@@ -441,10 +444,10 @@ fn every_shipped_pod_spec_passes_restricted_v2() {
             d["spec"]["template"]["spec"].clone(),
         ));
     }
-    // Every Deployment of the base, both overlays and the bundle.
+    // Every Deployment of the base, the five overlays and the bundle.
     assert_eq!(
         specs.len(),
-        4,
+        7,
         "{:?}",
         specs.iter().map(|s| &s.0).collect::<Vec<_>>()
     );
