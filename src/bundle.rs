@@ -1,5 +1,5 @@
 //! Renders the OLM bundle (`bundle/`, `bundle.Dockerfile`) from the same sources as the
-//! kustomize install: the output of `kubectl kustomize manifests/overlays/metrics-secure` and
+//! kustomize install: the output of `kubectl kustomize manifests/overlays/monitoring/secure` and
 //! `manifests/crd.yaml`. There is one definition of the RBAC, the Deployment and the webhook
 //! registration (under `manifests/`); this module only re-shapes it into OLM's terms, so the two
 //! ways of installing cannot drift apart (`tests/bundle.rs` checks both the files and the
@@ -21,7 +21,10 @@
 //!   the Service the configuration points at.
 //! - Namespaces are not shipped (OLM installs into a namespace the admin chooses; the operator
 //!   creates the medik8s lease namespace when missing). Unbound ClusterRoles (the metrics reader)
-//!   and the remaining Services (metrics) are shipped as plain bundle manifests.
+//!   and the remaining Services (metrics) are shipped as plain bundle manifests, and so are the
+//!   monitoring objects (PrometheusRule, ServiceMonitor, the dashboard ConfigMap) and bindings
+//!   for other accounts (Prometheus' metrics reader).
+//! - The file-based catalog (`catalog/`) is rendered from the same CSV ([`catalog`]).
 
 use std::collections::BTreeMap;
 
@@ -37,8 +40,14 @@ pub(crate) const CHANNEL: &str = "stable";
 /// evictions and PodDisruptionBudgets, events.k8s.io/v1, coordination.k8s.io/v1) and Pod Security
 /// admission's `restricted` level, which the pod spec meets, is enforced.
 pub const MIN_KUBE_VERSION: &str = "1.25.0";
-/// Where the rendered manifests come from, for messages and the generated files' headers.
-pub const SOURCE_OVERLAY: &str = "manifests/overlays/metrics-secure";
+/// Where the rendered manifests come from, for messages and the generated files' headers: the
+/// metrics-secure install with its monitoring (alerts, ServiceMonitor, dashboard).
+pub const SOURCE_OVERLAY: &str = "manifests/overlays/monitoring/secure";
+/// The bundle image the catalog points at (`bundle.Dockerfile`), tagged `v<version>`.
+pub const BUNDLE_IMAGE: &str = "quay.io/medik8s/node-maintenance-operator-rs-bundle";
+/// The namespace OperatorHub suggests, upstream's: the one the other medik8s operators share on
+/// OpenShift.
+pub const SUGGESTED_NAMESPACE: &str = "openshift-workload-availability";
 
 /// The annotation keys of `metadata/annotations.yaml`, which `bundle.Dockerfile` repeats as
 /// image labels (OLM reads either).
@@ -157,6 +166,17 @@ pub(crate) fn olm_deployment_spec(deployment: &Value) -> Value {
     spec
 }
 
+/// Whether the binding `b` names the ServiceAccount `account` (`namespace`, `name`).
+fn binds(b: &Value, account: (&str, &str)) -> bool {
+    b["subjects"].as_array().is_some_and(|s| {
+        s.iter().any(|s| {
+            s["kind"].as_str() == Some("ServiceAccount")
+                && s["name"].as_str() == Some(account.1)
+                && s["namespace"].as_str() == Some(account.0)
+        })
+    })
+}
+
 /// RBAC of the rendered manifests, split the way OLM grants it (see the module documentation).
 #[derive(Debug, Default)]
 pub(crate) struct SplitRbac {
@@ -174,15 +194,7 @@ pub(crate) struct SplitRbac {
 /// # Errors
 /// A binding that names a missing role; a Role that nothing binds to the account.
 pub(crate) fn split_rbac(docs: &[Value], account: (&str, &str)) -> Result<SplitRbac, BundleError> {
-    let binds_account = |b: &Value| {
-        b["subjects"].as_array().is_some_and(|s| {
-            s.iter().any(|s| {
-                s["kind"].as_str() == Some("ServiceAccount")
-                    && s["name"].as_str() == Some(account.1)
-                    && s["namespace"].as_str() == Some(account.0)
-            })
-        })
-    };
+    let binds_account = |b: &Value| binds(b, account);
     let role = |k: &str, ns: &str, n: &str| {
         docs.iter()
             .find(|d| kind(d) == k && name(d) == n && (k == "ClusterRole" || namespace(d) == ns))
@@ -402,6 +414,30 @@ pub(crate) fn cluster_service_version(
                 "description": "Keeps a node cordoned, tainted and drained while a NodeMaintenance exists; a drop-in for the medik8s Node Maintenance Operator.",
                 "repository": "https://github.com/medik8s/node-maintenance-operator",
                 "support": "Medik8s",
+                // Every earlier version of this package upgrades straight to this one.
+                "olm.skipRange": format!("<{version}"),
+                "operatorframework.io/suggested-namespace": SUGGESTED_NAMESPACE,
+                // Upstream's template, plus the label that lets OpenShift's cluster monitoring
+                // read the bundle's ServiceMonitor and PrometheusRule in an openshift-* namespace.
+                "operatorframework.io/suggested-namespace-template": serde_json::to_string(&json!({
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {
+                        "name": SUGGESTED_NAMESPACE,
+                        "annotations": {"openshift.io/node-selector": ""},
+                        "labels": {"openshift.io/cluster-monitoring": "true"},
+                    },
+                })).expect("JSON"),
+                // OpenShift's infrastructure features (upstream declares the same keys): the one
+                // image is listed in relatedImages, so mirroring works disconnected; no proxy
+                // settings are read; rustls/ring is not a FIPS-validated module; no cloud token.
+                "features.operators.openshift.io/disconnected": "true",
+                "features.operators.openshift.io/fips-compliant": "false",
+                "features.operators.openshift.io/proxy-aware": "false",
+                "features.operators.openshift.io/tls-profiles": "false",
+                "features.operators.openshift.io/token-auth-aws": "false",
+                "features.operators.openshift.io/token-auth-azure": "false",
+                "features.operators.openshift.io/token-auth-gcp": "false",
             },
         },
         "spec": {
@@ -444,6 +480,7 @@ pub(crate) fn cluster_service_version(
                 },
             },
             "webhookdefinitions": webhooks,
+            "relatedImages": [{"name": "manager", "image": image}],
         },
     }))
 }
@@ -479,7 +516,7 @@ fn to_yaml(v: &Value) -> String {
 }
 
 /// Renders every bundle file from `rendered` (the output of `kubectl kustomize
-/// manifests/overlays/metrics-secure`), `crd_yaml` (the text of `manifests/crd.yaml`, shipped
+/// manifests/overlays/monitoring/secure`), `crd_yaml` (the text of `manifests/crd.yaml`, shipped
 /// verbatim) and the operator `version` (semver, e.g. `0.1.0`).
 ///
 /// # Errors
@@ -532,6 +569,14 @@ pub fn render(
     for role in &unbound {
         extra.insert(object_file_name(role), plain_object(role));
     }
+    // Monitoring (OLM ships these kinds as they are): alerts, ServiceMonitor, dashboard, and
+    // the bindings that are not the operator's own (Prometheus' metrics reader).
+    for doc in docs.iter().filter(|d| {
+        matches!(kind(d), "PrometheusRule" | "ServiceMonitor" | "ConfigMap")
+            || (kind(d) == "ClusterRoleBinding" && !binds(d, (namespace(deployment), account)))
+    }) {
+        extra.insert(object_file_name(doc), plain_object(doc));
+    }
     for (file, doc) in extra {
         files.push(BundleFile {
             path: format!("bundle/manifests/{file}"),
@@ -559,7 +604,115 @@ pub fn render(
         path: "bundle.Dockerfile".into(),
         content: dockerfile,
     });
+    files.extend(catalog(&csv, &crd, version));
     Ok(files)
+}
+
+/// Where the file-based catalog lives: `catalog/<package>/catalog.yaml`.
+pub const CATALOG_DIR: &str = "catalog";
+
+/// The file-based catalog (for an OLM v1 `ClusterCatalog`) of this bundle: the `olm.package`, its `stable` channel with this version (upgrading from
+/// every earlier one: the CSV's `olm.skipRange`) and the `olm.bundle` at [`BUNDLE_IMAGE`],
+/// with the properties `opm render` gives a registry+v1 bundle (`olm.package`, `olm.gvk` of
+/// each owned CRD, `olm.csv.metadata`) and its related images. `catalog.Dockerfile` builds it
+/// into an image (`operators.operatorframework.io.index.configs.v1` label).
+pub(crate) fn catalog(csv: &Value, crd: &Value, version: &str) -> Vec<BundleFile> {
+    let csv_name = csv["metadata"]["name"].clone();
+    let bundle_image = format!("{BUNDLE_IMAGE}:v{version}");
+    let spec = &csv["spec"];
+    let package = json!({
+        "schema": "olm.package",
+        "name": PACKAGE,
+        "defaultChannel": CHANNEL,
+        "icon": spec["icon"][0],
+        "description": spec["description"],
+    });
+    let channel = json!({
+        "schema": "olm.channel",
+        "package": PACKAGE,
+        "name": CHANNEL,
+        "entries": [{"name": csv_name, "skipRange": csv["metadata"]["annotations"]["olm.skipRange"]}],
+    });
+    let mut properties = vec![json!({
+        "type": "olm.package",
+        "value": {"packageName": PACKAGE, "version": version},
+    })];
+    for v in crd["spec"]["versions"].as_array().into_iter().flatten() {
+        properties.push(json!({
+            "type": "olm.gvk",
+            "value": {"group": crd["spec"]["group"], "kind": crd["spec"]["names"]["kind"], "version": v["name"]},
+        }));
+    }
+    // `opm render`'s olm.csv.metadata: the CSV's annotations and descriptive fields, without
+    // the install strategy.
+    let mut meta = Map::new();
+    meta.insert("annotations".into(), csv["metadata"]["annotations"].clone());
+    for k in [
+        "apiservicedefinitions",
+        "customresourcedefinitions",
+        "description",
+        "displayName",
+        "installModes",
+        "keywords",
+        "links",
+        "maintainers",
+        "maturity",
+        "minKubeVersion",
+        "provider",
+    ] {
+        if let Some(v) = spec.get(k) {
+            let key = match k {
+                "apiservicedefinitions" => "apiServiceDefinitions",
+                "customresourcedefinitions" => "crdDescriptions",
+                other => other,
+            };
+            meta.insert(key.into(), v.clone());
+        }
+    }
+    properties.push(json!({"type": "olm.csv.metadata", "value": meta}));
+    let mut related = vec![json!({"name": "", "image": bundle_image})];
+    related.extend(
+        spec["relatedImages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default(),
+    );
+    let bundle = json!({
+        "schema": "olm.bundle",
+        "name": csv_name,
+        "package": PACKAGE,
+        "image": bundle_image,
+        "properties": properties,
+        "relatedImages": related,
+    });
+    let mut text = String::from(
+        "# The file-based catalog of the bundle in bundle/; generated by `cargo run --bin bundlegen`.\n",
+    );
+    // No `---` before the first document: opm reads a comment-only document as an object
+    // without a schema.
+    for (i, doc) in [package, channel, bundle].iter().enumerate() {
+        if i > 0 {
+            text.push_str("---\n");
+        }
+        text.push_str(&to_yaml(doc));
+    }
+    let dockerfile = format!(
+        "# The file-based catalog image: `docker build -f catalog.Dockerfile -t <catalog image> .`\n\
+         # Generated by `cargo run --bin bundlegen`. OLM v1 unpacks the directory the label names.\n\
+         FROM scratch\n\n\
+         ADD {CATALOG_DIR} /configs\n\
+         LABEL operators.operatorframework.io.index.configs.v1=/configs\n"
+    );
+    vec![
+        BundleFile {
+            path: format!("{CATALOG_DIR}/{PACKAGE}/catalog.yaml"),
+            content: text,
+        },
+        BundleFile {
+            path: "catalog.Dockerfile".into(),
+            content: dockerfile,
+        },
+    ]
 }
 
 #[cfg(test)]

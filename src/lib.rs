@@ -13,6 +13,7 @@ pub mod admission;
 #[allow(unreachable_pub)]
 pub mod api;
 pub mod bundle;
+pub mod chart;
 pub mod config;
 pub(crate) mod controller;
 pub(crate) mod drain;

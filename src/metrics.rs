@@ -10,6 +10,8 @@
 //! The registry is shared as `Arc<Metrics>`; every recording method takes `&self` and is cheap
 //! (atomics behind a read lock), so it may be called from any task.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -124,6 +126,48 @@ pub(crate) enum AdmissionOperation {
     UNKNOWN,
 }
 
+label_values! {
+    /// The `reason` label of `nmo_maintenance_blocked_pods`: the `reason` of a
+    /// `status.blockers[]` entry, spelled as `kubectl describe nm` shows it, or `Other` for a
+    /// reason this build does not know (so the label set stays bounded).
+    pub(crate) enum BlockerReason {
+        /// An eviction was refused with 429 by a PodDisruptionBudget.
+        PodDisruptionBudget,
+        /// The API server refuses to evict a pod that several budgets select.
+        MultiplePodDisruptionBudgets,
+        /// The pod's namespace is terminating.
+        NamespaceTerminating,
+        /// Evicted, waiting for the pod to go.
+        Terminating,
+        /// Terminating for longer than its grace period plus a margin.
+        StuckTerminating,
+        /// Another 429 (e.g. KubeVirt migrating the VM).
+        TooManyRequests,
+        /// Any other eviction error.
+        EvictionError,
+        /// A reason not listed above.
+        Other,
+    }
+}
+
+impl BlockerReason {
+    /// The label value for a `status.blockers[].reason` text.
+    pub(crate) fn of(reason: &str) -> Self {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|r| format!("{r:?}") == reason)
+            .unwrap_or(Self::Other)
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BlockedLabels {
+    nodemaintenance: String,
+    node: String,
+    reason: BlockerReason,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
     error: ReconcileErrorKind,
@@ -180,6 +224,14 @@ fn drain_histogram() -> Histogram {
 /// | `nmo_drain_duration_seconds` | histogram | — |
 /// | `nmo_admission_requests_total` | counter | `operation`, `result` |
 /// | `nmo_admission_duration_seconds` | histogram | `operation` |
+/// | `nmo_maintenance_blocked_pods` | gauge | `nodemaintenance`, `node`, `reason` |
+/// | `nmo_lease_losses_total` | counter | — |
+///
+/// `nmo_maintenance_blocked_pods` has a series only while a Running maintenance reports
+/// blockers of that reason (one series per maintenance and reason, at most
+/// [`BlockerReason::ALL`] per maintenance); it is removed when the blockers clear, the phase
+/// changes or the maintenance is deleted, so the alerts' `for:` measures how long it has been
+/// blocked.
 pub(crate) struct Metrics {
     registry: Registry,
     runtime: runtime::RuntimeMetrics,
@@ -191,6 +243,10 @@ pub(crate) struct Metrics {
     drain_duration: Histogram,
     admission_requests: Family<AdmissionLabels, Counter>,
     admission_duration: Family<OperationLabels, Histogram, fn() -> Histogram>,
+    blocked_pods: Family<BlockedLabels, Gauge>,
+    /// The `blocked_pods` series of each maintenance, by name, for removing them.
+    blocked_series: Mutex<HashMap<String, Vec<BlockedLabels>>>,
+    lease_losses: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -264,6 +320,18 @@ impl Metrics {
             Unit::Seconds,
             admission_duration.clone(),
         );
+        let blocked_pods = Family::<BlockedLabels, Gauge>::default();
+        registry.register(
+            "maintenance_blocked_pods",
+            "Pods a Running NodeMaintenance cannot evict yet, by blocker reason (status.blockers)",
+            blocked_pods.clone(),
+        );
+        let lease_losses = Counter::default();
+        registry.register(
+            "lease_losses",
+            "Maintenances ended because the medik8s lease could not be extended",
+            lease_losses.clone(),
+        );
         // Families with labels are only encoded once a series exists. Series with a known,
         // bounded label set start at zero so dashboards and `rate()` see them from the start.
         for &result in EvictionResult::ALL {
@@ -294,6 +362,9 @@ impl Metrics {
             drain_duration,
             admission_requests,
             admission_duration,
+            blocked_pods,
+            blocked_series: Mutex::default(),
+            lease_losses,
         }
     }
 
@@ -356,6 +427,57 @@ impl Metrics {
             .observe(seconds);
     }
 
+    /// Sets `nmo_maintenance_blocked_pods` of the maintenance `name` (on `node`) to its
+    /// `blockers` (the `reason` of each `status.blockers[]` entry): one series per reason with
+    /// the number of pods, and none for a reason no longer present. Pass no reasons when the
+    /// maintenance is not Running or has no blockers.
+    pub(crate) fn set_blockers<'a>(
+        &self,
+        name: &str,
+        node: &str,
+        reasons: impl IntoIterator<Item = &'a str>,
+    ) {
+        let mut counts: HashMap<BlockerReason, i64> = HashMap::new();
+        for r in reasons {
+            *counts.entry(BlockerReason::of(r)).or_default() += 1;
+        }
+        let mut series = self
+            .blocked_series
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let new: Vec<BlockedLabels> = counts
+            .keys()
+            .map(|&reason| BlockedLabels {
+                nodemaintenance: name.to_string(),
+                node: node.to_string(),
+                reason,
+            })
+            .collect();
+        for old in series.remove(name).unwrap_or_default() {
+            if !new.contains(&old) {
+                self.blocked_pods.remove(&old);
+            }
+        }
+        for labels in &new {
+            self.blocked_pods
+                .get_or_create(labels)
+                .set(counts[&labels.reason]);
+        }
+        if !new.is_empty() {
+            series.insert(name.to_string(), new);
+        }
+    }
+
+    /// Removes every `nmo_maintenance_blocked_pods` series of the maintenance `name`.
+    pub(crate) fn forget_maintenance(&self, name: &str) {
+        self.set_blockers(name, "", []);
+    }
+
+    /// Counts one maintenance ended because its medik8s lease could not be extended.
+    pub(crate) fn lease_lost(&self) {
+        self.lease_losses.inc();
+    }
+
     /// Encodes every family as OpenMetrics text (ending in `# EOF`); serve it with
     /// [`OPENMETRICS_CONTENT_TYPE`].
     pub(crate) fn encode(&self) -> String {
@@ -386,6 +508,7 @@ impl Drop for ReconcileTimer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     /// The value of the first sample line that starts with `prefix` (name plus labels).
     fn sample(text: &str, prefix: &str) -> Option<f64> {
@@ -409,6 +532,8 @@ mod tests {
             "# TYPE nmo_drain_duration_seconds histogram",
             "# TYPE nmo_admission_requests counter",
             "# TYPE nmo_admission_duration_seconds histogram",
+            // Not `nmo_maintenance_blocked_pods`: a family without series is not encoded.
+            "# TYPE nmo_lease_losses counter",
         ] {
             assert!(text.contains(family), "missing {family:?} in:\n{text}");
         }
@@ -438,6 +563,206 @@ mod tests {
             assert_eq!(sample(&text, series), Some(0.0), "{series} in:\n{text}");
         }
         assert!(!text.contains("phase=\"\""), "{text}");
+        assert_eq!(sample(&text, "nmo_lease_losses_total"), Some(0.0), "{text}");
+        // No maintenance is blocked, so no blocked series at all.
+        assert!(!text.contains("nmo_maintenance_blocked_pods{"), "{text}");
+    }
+
+    /// The metric names a PromQL expression selects: what is left of it without strings,
+    /// label matchers, ranges, `by`/`without` clauses, numbers, functions and operators.
+    fn promql_metric_names(expr: &str) -> BTreeSet<String> {
+        const NOT_METRICS: &[&str] = &[
+            "sum",
+            "max",
+            "min",
+            "avg",
+            "count",
+            "rate",
+            "increase",
+            "irate",
+            "delta",
+            "histogram_quantile",
+            "absent",
+            "or",
+            "and",
+            "unless",
+            "on",
+            "ignoring",
+            "group_left",
+            "group_right",
+            "bool",
+            "offset",
+            "by",
+            "without",
+            "clamp_min",
+            "vector",
+            "time",
+            "label_replace",
+            "topk",
+            "bottomk",
+            "max_over_time",
+        ];
+        let mut text = String::new();
+        let (mut depth_brace, mut depth_bracket, mut quote) = (0, 0, false);
+        for c in expr.chars() {
+            match c {
+                '"' => quote = !quote,
+                _ if quote => {}
+                '{' => depth_brace += 1,
+                '}' => depth_brace -= 1,
+                '[' => depth_bracket += 1,
+                ']' => depth_bracket -= 1,
+                _ if depth_brace > 0 || depth_bracket > 0 => {}
+                c => text.push(c),
+            }
+            if matches!(c, '{' | '[' | '"') {
+                text.push(' ');
+            }
+        }
+        // `by (a, b)` and `without (a)` list labels, not metrics.
+        let words: Vec<&str> = text
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        let mut names = BTreeSet::new();
+        let mut rest = text.as_str();
+        let mut grouping_labels = BTreeSet::new();
+        while let Some(i) = rest.find(['b', 'w']) {
+            let tail = &rest[i..];
+            let kw = ["by", "without"].into_iter().find(|k| {
+                tail.starts_with(k)
+                    && tail[k.len()..].trim_start().starts_with('(')
+                    && !rest[..i].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+            });
+            match kw {
+                Some(k) => {
+                    let open = tail[k.len()..].find('(').unwrap() + k.len();
+                    let close = tail[open..].find(')').map_or(tail.len(), |c| open + c);
+                    for l in tail[open + 1..close].split(',') {
+                        grouping_labels.insert(l.trim().to_string());
+                    }
+                    rest = &tail[close..];
+                }
+                None => rest = &tail[1..],
+            }
+        }
+        for w in words {
+            if w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && !NOT_METRICS.contains(&w)
+                && !grouping_labels.contains(w)
+            {
+                names.insert(w.to_string());
+            }
+        }
+        names
+    }
+
+    #[test]
+    fn promql_metric_names_finds_the_selected_metrics_only() {
+        assert_eq!(
+            promql_metric_names(
+                "max by (nodemaintenance, node) (nmo_maintenance_blocked_pods) > 0"
+            ),
+            BTreeSet::from(["nmo_maintenance_blocked_pods".to_string()])
+        );
+        assert_eq!(
+            promql_metric_names(
+                "histogram_quantile(0.9, sum by(le) (rate(a_bucket{x=\"y{z}\"}[5m]))) or absent(up{job=\"j\"} == 1)"
+            ),
+            BTreeSet::from(["a_bucket".to_string(), "up".to_string()])
+        );
+    }
+
+    /// Every metric the shipped alerts and dashboard query is one this process exports (or one
+    /// of the two the API server and Prometheus provide), so a renamed series breaks this test
+    /// rather than an alert in production.
+    #[test]
+    fn alerts_and_dashboard_query_only_exported_metrics() {
+        const EXTERNAL: &[&str] = &["up", "apiserver_admission_webhook_rejection_count"];
+        let m = Metrics::new();
+        // Families with an open label set appear with their first series.
+        m.set_blockers("nm", "node", ["PodDisruptionBudget"]);
+        m.reconcile_failure(ReconcileErrorKind::node);
+        let text = m.encode();
+        let exported: BTreeSet<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .filter_map(|l| l.split(['{', ' ']).next())
+            .collect();
+        let rule: serde_yaml::Value = serde_yaml::from_str(include_str!(
+            "../manifests/overlays/monitoring/rules/prometheusrule.yaml"
+        ))
+        .unwrap();
+        let dashboard: serde_json::Value = serde_json::from_str(include_str!(
+            "../manifests/overlays/monitoring/rules/dashboard.json"
+        ))
+        .unwrap();
+        let mut exprs: Vec<String> = Vec::new();
+        for g in rule["spec"]["groups"].as_sequence().unwrap() {
+            for r in g["rules"].as_sequence().unwrap() {
+                exprs.push(r["expr"].as_str().unwrap().to_string());
+            }
+        }
+        for p in dashboard["panels"].as_array().unwrap() {
+            for t in p["targets"].as_array().unwrap() {
+                exprs.push(t["expr"].as_str().unwrap().to_string());
+            }
+        }
+        let mut seen = 0;
+        for e in &exprs {
+            let names = promql_metric_names(e);
+            assert!(!names.is_empty(), "no metric found in {e}");
+            for n in names {
+                seen += 1;
+                assert!(
+                    exported.contains(n.as_str()) || EXTERNAL.contains(&n.as_str()),
+                    "{n} (in `{e}`) is not exported:\n{text}"
+                );
+            }
+        }
+        assert!(seen >= 20, "{seen}");
+    }
+
+    #[test]
+    fn blocked_series_follow_the_blockers_and_vanish_with_them() {
+        let m = Metrics::new();
+        let series = |reason: &str| {
+            format!(
+                "nmo_maintenance_blocked_pods{{nodemaintenance=\"nm-a\",node=\"n1\",reason=\"{reason}\"}}"
+            )
+        };
+        m.set_blockers(
+            "nm-a",
+            "n1",
+            ["PodDisruptionBudget", "PodDisruptionBudget", "Terminating"],
+        );
+        m.set_blockers("nm-b", "n2", ["SomethingNew"]);
+        let text = m.encode();
+        assert_eq!(
+            sample(&text, &series("PodDisruptionBudget")),
+            Some(2.0),
+            "{text}"
+        );
+        assert_eq!(sample(&text, &series("Terminating")), Some(1.0), "{text}");
+        // An unknown reason is `Other`, never its own text.
+        assert!(text.contains("nmo_maintenance_blocked_pods{nodemaintenance=\"nm-b\",node=\"n2\",reason=\"Other\"} 1"), "{text}");
+        assert!(!text.contains("SomethingNew"), "{text}");
+
+        m.set_blockers("nm-a", "n1", ["PodDisruptionBudget"]);
+        let text = m.encode();
+        assert_eq!(
+            sample(&text, &series("PodDisruptionBudget")),
+            Some(1.0),
+            "{text}"
+        );
+        assert_eq!(sample(&text, &series("Terminating")), None, "{text}");
+
+        m.set_blockers("nm-a", "n1", []);
+        m.forget_maintenance("nm-b");
+        let text = m.encode();
+        assert!(!text.contains("nmo_maintenance_blocked_pods{"), "{text}");
+        m.lease_lost();
+        assert_eq!(sample(&m.encode(), "nmo_lease_losses_total"), Some(1.0));
     }
 
     #[test]

@@ -40,7 +40,7 @@ fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
     docs.iter().filter(|d| d["kind"] == kind).collect()
 }
 
-/// Every file under `bundle/` plus `bundle.Dockerfile`, relative to the repository root.
+/// Every file under `bundle/` and `catalog/` plus both Dockerfiles, relative to the repository root.
 fn files_on_disk() -> BTreeSet<String> {
     fn walk(dir: &Path, out: &mut BTreeSet<String>) {
         for e in std::fs::read_dir(dir).unwrap().flatten() {
@@ -59,7 +59,9 @@ fn files_on_disk() -> BTreeSet<String> {
     }
     let mut out = BTreeSet::new();
     walk(&root().join("bundle"), &mut out);
+    walk(&root().join(bundle::CATALOG_DIR), &mut out);
     out.insert("bundle.Dockerfile".into());
+    out.insert("catalog.Dockerfile".into());
     out
 }
 
@@ -375,4 +377,182 @@ fn the_validator_fails_a_broken_bundle() {
     assert!(!out.status.success(), "{stdout}");
     assert!(stdout.contains("MinKubeVersion"), "{stdout}");
     assert!(stdout.contains("Icon not specified"), "{stdout}");
+}
+
+/// Whether the checks that need `tool` run: promtool and opm are the long form, enabled with
+/// `NMO_LONG_TOOLS=1` (or a comma-separated list of tool names), because their cold builds
+/// (about 15 minutes each on the loaded 2-core development machine) would break the CI budget.
+/// Skipping says so on stderr.
+fn long_tool(tool: &str) -> bool {
+    let on = std::env::var("NMO_LONG_TOOLS")
+        .is_ok_and(|v| v == "1" || v.split(',').any(|t| t.trim() == tool));
+    if !on {
+        eprintln!("skipped: the {tool} check is in the long form; run with NMO_LONG_TOOLS=1");
+    }
+    on
+}
+
+/// Builds (once, cached under `$HOME`) and returns operator-registry's opm.
+fn opm() -> PathBuf {
+    let script = root().join("tests/cluster/build-opm.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("bash runs");
+    assert!(out.status.success(), "{} failed", script.display());
+    PathBuf::from(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap()
+            .trim(),
+    )
+}
+
+fn opm_validate(dir: &Path) -> (bool, String) {
+    let out = Command::new(opm())
+        .arg("validate")
+        .arg(dir)
+        .output()
+        .expect("opm runs");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// `opm validate catalog/` passes, and the catalog is the bundle's: its package, channel and
+/// bundle name this CSV, its image and properties.
+#[test]
+fn the_catalog_passes_opm_validate_and_describes_the_bundle() {
+    if long_tool("opm") {
+        let (ok, text) = opm_validate(&root().join(bundle::CATALOG_DIR));
+        assert!(ok, "opm validate catalog/:\n{text}");
+    }
+    let docs = bundle::parse_documents(
+        &std::fs::read_to_string(root().join(format!("catalog/{PACKAGE}/catalog.yaml"))).unwrap(),
+    )
+    .unwrap();
+    let schema = |s: &str| -> Vec<&Value> { docs.iter().filter(|d| d["schema"] == s).collect() };
+    let csv = csv();
+    let version = env!("CARGO_PKG_VERSION");
+    let [package] = <[&Value; 1]>::try_from(schema("olm.package")).unwrap();
+    assert_eq!(package["name"], PACKAGE);
+    assert_eq!(package["defaultChannel"], "stable");
+    let [channel] = <[&Value; 1]>::try_from(schema("olm.channel")).unwrap();
+    assert_eq!(channel["entries"][0]["name"], csv["metadata"]["name"]);
+    assert_eq!(channel["entries"][0]["skipRange"], format!("<{version}"));
+    let [b] = <[&Value; 1]>::try_from(schema("olm.bundle")).unwrap();
+    assert_eq!(b["name"], csv["metadata"]["name"]);
+    assert_eq!(b["image"], format!("{}:v{version}", bundle::BUNDLE_IMAGE));
+    let props = b["properties"].as_array().unwrap();
+    let prop = |t: &str| props.iter().find(|p| p["type"] == t).map(|p| &p["value"]);
+    assert_eq!(
+        prop("olm.package").unwrap(),
+        &serde_json::json!({"packageName": PACKAGE, "version": version})
+    );
+    assert_eq!(prop("olm.gvk").unwrap()["kind"], "NodeMaintenance");
+    assert_eq!(
+        prop("olm.csv.metadata").unwrap()["annotations"],
+        csv["metadata"]["annotations"]
+    );
+    let images: Vec<&Value> = b["relatedImages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| &i["image"])
+        .collect();
+    assert!(images.contains(&&b["image"]), "{images:?}");
+    assert!(
+        images.contains(&&csv["spec"]["relatedImages"][0]["image"]),
+        "{images:?}"
+    );
+}
+
+/// opm really fails a broken catalog: a channel entry naming a bundle that does not exist.
+#[test]
+fn opm_validate_fails_a_broken_catalog() {
+    if !long_tool("opm") {
+        return;
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix("broken-catalog")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path().join(PACKAGE);
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(root().join(format!("catalog/{PACKAGE}/catalog.yaml")))
+        .unwrap()
+        .replacen(
+            &format!("- name: {PACKAGE}.v"),
+            &format!("- name: {PACKAGE}.vmissing-"),
+            1,
+        );
+    std::fs::write(dir.join("catalog.yaml"), text).unwrap();
+    let (ok, text) = opm_validate(tmp.path());
+    assert!(!ok, "a broken catalog passed:\n{text}");
+    assert!(text.contains("not found in any channel entries"), "{text}");
+}
+
+/// The CSV carries the OLM and OpenShift metadata upstream's does, where it applies: the
+/// suggested namespace (upstream's), a skipRange, relatedImages with the operator image, and
+/// the `features.operators.openshift.io` annotations; the bundle ships the monitoring kit.
+#[test]
+fn csv_carries_upstreams_olm_metadata_and_the_monitoring_kit() {
+    let csv = csv();
+    let a = &csv["metadata"]["annotations"];
+    assert_eq!(
+        a["operatorframework.io/suggested-namespace"],
+        bundle::SUGGESTED_NAMESPACE
+    );
+    let template: Value = serde_json::from_str(
+        a["operatorframework.io/suggested-namespace-template"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(template["kind"], "Namespace");
+    assert_eq!(template["metadata"]["name"], bundle::SUGGESTED_NAMESPACE);
+    assert_eq!(
+        template["metadata"]["annotations"]["openshift.io/node-selector"],
+        ""
+    );
+    assert_eq!(
+        a["olm.skipRange"],
+        format!("<{}", env!("CARGO_PKG_VERSION"))
+    );
+    for (k, v) in [
+        ("disconnected", "true"),
+        ("fips-compliant", "false"),
+        ("proxy-aware", "false"),
+        ("tls-profiles", "false"),
+        ("token-auth-aws", "false"),
+        ("token-auth-azure", "false"),
+        ("token-auth-gcp", "false"),
+    ] {
+        assert_eq!(a[format!("features.operators.openshift.io/{k}")], v, "{k}");
+    }
+    let image =
+        csv["spec"]["install"]["spec"]["deployments"][0]["spec"]["template"]["spec"]["containers"]
+            [0]["image"]
+            .clone();
+    assert_eq!(a["containerImage"], image);
+    assert_eq!(
+        csv["spec"]["relatedImages"],
+        serde_json::json!([{"name": "manager", "image": image}])
+    );
+    let files = files_on_disk();
+    for f in [
+        "bundle/manifests/node-maintenance-operator-alerts_monitoring.coreos.com_v1_prometheusrule.yaml",
+        "bundle/manifests/node-maintenance-operator-metrics-monitor_monitoring.coreos.com_v1_servicemonitor.yaml",
+        "bundle/manifests/node-maintenance-operator-metrics-reader-prometheus_rbac.authorization.k8s.io_v1_clusterrolebinding.yaml",
+        "bundle/manifests/node-maintenance-operator-dashboard_v1_configmap.yaml",
+    ] {
+        assert!(files.contains(f), "{f} missing from {files:?}");
+    }
 }

@@ -420,6 +420,9 @@ fn every_shipped_pod_spec_passes_restricted_v2() {
         "manifests",
         "manifests/overlays/cert-manager",
         "manifests/overlays/metrics-secure",
+        "manifests/overlays/monitoring",
+        "manifests/overlays/monitoring/secure",
+        "manifests/overlays/network-policy",
     ] {
         for d in kustomize(dir) {
             if d["kind"].as_str() == Some("Deployment") {
@@ -447,10 +450,10 @@ fn every_shipped_pod_spec_passes_restricted_v2() {
             d["spec"]["template"]["spec"].clone(),
         ));
     }
-    // Every Deployment of the base, both overlays and the bundle.
+    // Every Deployment of the base, the five overlays and the bundle.
     assert_eq!(
         specs.len(),
-        4,
+        7,
         "{:?}",
         specs.iter().map(|s| &s.0).collect::<Vec<_>>()
     );
@@ -570,4 +573,109 @@ fn metrics_secure_overlay_serves_https_on_8443_with_token_auth_rbac() {
         !bound.contains(&"node-maintenance-operator-metrics-reader"),
         "{bound:?}"
     );
+}
+
+/// The NetworkPolicy overlay: it selects the operator's pods, restricts ingress only (egress to
+/// the API server stays open), admits the webhook port only from the API server's addresses
+/// (and OpenShift's host-network group) and the metrics ports only from Prometheus pods, and
+/// leaves no other port or source open.
+#[test]
+fn network_policy_admits_only_the_api_server_and_scrapers() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/overlays/network-policy");
+    let k: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(dir.join("kustomization.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(strs(&k["resources"]), ["../../base", "networkpolicy.yaml"]);
+    let np: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(dir.join("networkpolicy.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(np["kind"].as_str(), Some("NetworkPolicy"));
+    assert_eq!(
+        np["metadata"]["namespace"].as_str(),
+        Some("node-maintenance-operator-system")
+    );
+    let spec = &np["spec"];
+    assert_eq!(strs(&spec["policyTypes"]), ["Ingress"]);
+
+    // It selects exactly the Deployment's pods.
+    let [dep] = <[Value; 1]>::try_from(by_kind("manager.yaml", "Deployment")).unwrap();
+    let pod_labels = &dep["spec"]["template"]["metadata"]["labels"];
+    let selector = spec["podSelector"]["matchLabels"].as_mapping().unwrap();
+    assert!(!selector.is_empty());
+    for (key, value) in selector {
+        let key = key.as_str().unwrap();
+        // The base adds node-maintenance-operator="" to every pod template.
+        let on_pod = pod_labels[key]
+            .as_str()
+            .or((key == "node-maintenance-operator").then_some(""));
+        assert_eq!(on_pod, value.as_str(), "selector {key}");
+    }
+
+    let port_of = |name: &str| -> u64 {
+        dep["spec"]["template"]["spec"]["containers"][0]["ports"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"].as_str() == Some(name))
+            .unwrap_or_else(|| panic!("no container port {name}"))["containerPort"]
+            .as_u64()
+            .unwrap()
+    };
+    let rules = spec["ingress"].as_sequence().unwrap();
+    assert_eq!(rules.len(), 2, "{rules:?}");
+    let ports = |r: &Value| -> Vec<u64> {
+        r["ports"]
+            .as_sequence()
+            .expect("every rule names its ports")
+            .iter()
+            .map(|p| {
+                assert_eq!(p["protocol"].as_str(), Some("TCP"));
+                p["port"].as_u64().unwrap()
+            })
+            .collect()
+    };
+    let sources = |r: &Value| -> Vec<Value> {
+        let from = r["from"]
+            .as_sequence()
+            .expect("every rule names its sources")
+            .clone();
+        assert!(!from.is_empty(), "an empty `from` admits everyone");
+        from
+    };
+    // The webhook: only an ipBlock (the API server) and OpenShift's host-network group.
+    let webhook = &rules[0];
+    assert_eq!(ports(webhook), [port_of("webhook-server")]);
+    for s in sources(webhook) {
+        if let Some(cidr) = s["ipBlock"]["cidr"].as_str() {
+            assert!(!cidr.ends_with("/0"), "the webhook is open to {cidr}");
+            assert!(s["ipBlock"].get("except").is_none());
+        } else {
+            assert_eq!(
+                s["namespaceSelector"]["matchLabels"]
+                    .as_mapping()
+                    .map(|m| m.keys().filter_map(|k| k.as_str()).collect::<Vec<_>>()),
+                Some(vec!["policy-group.network.openshift.io/host-network"]),
+                "{s:?}"
+            );
+            assert!(s.get("podSelector").is_none());
+        }
+    }
+    // Metrics: the plain port of manifests/ and the secure one of the overlay, from Prometheus
+    // pods in the monitoring namespaces only (namespace AND pod selector in one peer).
+    let metrics = &rules[1];
+    assert_eq!(ports(metrics), [port_of("http-metrics"), 8443]);
+    for s in sources(metrics) {
+        assert!(s.get("ipBlock").is_none(), "{s:?}");
+        assert_eq!(
+            s["podSelector"]["matchLabels"]["app.kubernetes.io/name"].as_str(),
+            Some("prometheus"),
+            "{s:?}"
+        );
+        let ns = &s["namespaceSelector"]["matchExpressions"][0];
+        assert_eq!(ns["key"].as_str(), Some("kubernetes.io/metadata.name"));
+        assert_eq!(ns["operator"].as_str(), Some("In"));
+        assert!(strs(&ns["values"]).contains(&"openshift-monitoring".to_string()));
+    }
+    // Nothing admits the health port from elsewhere (probes come from the node).
+    assert!(rules.iter().all(|r| !ports(r).contains(&8081)));
 }

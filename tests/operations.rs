@@ -159,6 +159,80 @@ async fn metrics_families_move_during_a_maintenance_and_kubectl_shows_it() {
     nm::wait_gone(&client, &name, LIMIT).await;
 }
 
+/// The series the shipped alerts read move in a real blocked drain:
+/// `nmo_maintenance_blocked_pods` appears with the budget's reason while a PodDisruptionBudget
+/// refuses the evictions (NodeMaintenanceDrainStuck's input) and vanishes once the drain goes
+/// through; `nmo_lease_losses_total` exists at zero.
+#[tokio::test]
+async fn alert_series_follow_a_blocked_drain() {
+    use kube::api::{Patch, PatchParams};
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("alerts");
+    let nodes = worker_nodes(env.cluster, &client, &group, 2).await;
+    let ns = namespace(&client, "alerts").await;
+    env.cluster
+        .kubectl_run(&["cordon", &nodes[1]], None)
+        .unwrap();
+    deployment(&client, &ns, "guarded", &group, 2, 0).await;
+    wait_running(&client, &ns, "guarded", 2, LIMIT).await;
+    env.cluster
+        .kubectl_run(&["uncordon", &nodes[1]], None)
+        .unwrap();
+    let pdbs = budget(&client, &ns, "guard", "guarded", 0, 2).await;
+    let name = unique("nm-alerts");
+    nm::create(&client, &name, &nodes[0]).await;
+    let series = format!(
+        "nmo_maintenance_blocked_pods{{nodemaintenance=\"{name}\",node=\"{}\",reason=\"PodDisruptionBudget\"}}",
+        nodes[0]
+    );
+    let metrics = || env.operator.lock().unwrap().metrics().unwrap_or_default();
+    wait_for("the blocked series to appear", LIMIT, || {
+        let m = metrics();
+        let series = series.clone();
+        async move {
+            if m.lines().any(|l| l == format!("{series} 2")) {
+                Ok(())
+            } else {
+                Err(m
+                    .lines()
+                    .filter(|l| l.contains("blocked"))
+                    .collect::<Vec<_>>()
+                    .join("\n"))
+            }
+        }
+    })
+    .await;
+    let m = metrics();
+    assert_eq!(sample(&m, "nmo_lease_losses_total"), 0.0, "{m}");
+    assert!(m.contains("# TYPE nmo_lease_losses counter"), "{m}");
+
+    pdbs.patch(
+        "guard",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"maxUnavailable": 2}})),
+    )
+    .await
+    .unwrap();
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    wait_for("the blocked series to vanish", LIMIT, || {
+        let m = metrics();
+        let name = name.clone();
+        async move {
+            if m.lines()
+                .any(|l| l.contains(&format!("nodemaintenance=\"{name}\"")))
+            {
+                Err(m)
+            } else {
+                Ok(())
+            }
+        }
+    })
+    .await;
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+}
+
 #[tokio::test]
 async fn probes_answer() {
     let env = operator_env();
@@ -172,22 +246,25 @@ async fn probes_answer() {
     }
 }
 
-/// The manifests as a cluster admin would apply them, judged by the real API server.
+/// The manifests as a cluster admin would apply them, judged by the real API server: the
+/// default install and the NetworkPolicy overlay.
 #[tokio::test]
 async fn manifests_are_accepted_by_the_api_server() {
     let env = operator_env();
-    let out = env
-        .cluster
-        .kubectl_run(
-            &[
-                "apply",
-                "-k",
-                &manifests_dir().display().to_string(),
-                "--dry-run=server",
-            ],
-            None,
-        )
-        .unwrap();
+    let dry_run = |dir: &std::path::Path| {
+        env.cluster
+            .kubectl_run(
+                &[
+                    "apply",
+                    "-k",
+                    &dir.display().to_string(),
+                    "--dry-run=server",
+                ],
+                None,
+            )
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+    };
+    let out = dry_run(&manifests_dir());
     for kind in [
         "deployment.apps/",
         "validatingwebhookconfiguration.admissionregistration.k8s.io/",
@@ -196,6 +273,13 @@ async fn manifests_are_accepted_by_the_api_server() {
     ] {
         assert!(out.contains(kind), "{kind} not applied:\n{out}");
     }
+    let out = dry_run(&manifests_dir().join("overlays/network-policy"));
+    assert!(
+        out.contains(
+            "networkpolicy.networking.k8s.io/node-maintenance-operator-allow-apiserver-and-scrapers"
+        ) && out.contains("deployment.apps/"),
+        "{out}"
+    );
 }
 
 /// Runs the binary with `args`, no `KUBECONFIG`, and an empty temporary directory (so the

@@ -1,8 +1,9 @@
-//! Writes the OLM bundle (`bundle/`, `bundle.Dockerfile`) from the kustomize rendering of
-//! `manifests/overlays/metrics-secure` (read from stdin) and `manifests/crd.yaml`:
+//! Writes the OLM bundle (`bundle/`, `bundle.Dockerfile`) and its file-based catalog
+//! (`catalog/`, `catalog.Dockerfile`) from the kustomize rendering of
+//! `manifests/overlays/monitoring/secure` (read from stdin) and `manifests/crd.yaml`:
 //!
 //! ```sh
-//! kubectl kustomize manifests/overlays/metrics-secure | cargo run --bin bundlegen
+//! kubectl kustomize manifests/overlays/monitoring/secure | cargo run --bin bundlegen
 //! ```
 //!
 //! `tests/bundle.rs` fails when the files on disk differ from what this prints.
@@ -38,6 +39,7 @@ fn main() -> ExitCode {
     };
     // Files the mapping no longer produces must not linger in the bundle.
     let _ = std::fs::remove_dir_all(root.join("bundle/manifests"));
+    let _ = std::fs::remove_dir_all(root.join(bundle::CATALOG_DIR));
     for f in files {
         let path = root.join(&f.path);
         let written = path

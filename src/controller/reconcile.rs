@@ -183,6 +183,7 @@ async fn act(observed: Observed, plan: Plan, ctx: &Context) -> Result<Action, Er
     match (plan.work, observed.world) {
         (Work::Deletion(steps), World::Deletion(o)) => {
             act_deletion(&current, ctx, &o, steps).await?;
+            ctx.metrics.forget_maintenance(&o.name);
             ctx.lease_waits
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -236,7 +237,7 @@ async fn act_maintenance(
             MaintenanceStep::ExitNodeAfterLeaseLoss => {
                 tracing::warn!("lease could not be extended, failing maintenance");
                 match node::exit(&ctx.nodes, &node_name, me).await {
-                    Ok(_) | Err(NodeError::NotFound(_)) => {}
+                    Ok(_) | Err(NodeError::NotFound(_)) => ctx.metrics.lease_lost(),
                     Err(e) => return Err(Error::StopAfterLeaseLoss(e)),
                 }
             }
@@ -451,6 +452,18 @@ async fn finish(
     mut events: Vec<PlannedEvent>,
 ) -> Result<Action, Error> {
     write_status(current, ctx, &step.status).await?;
+    // From the planned status, not the stored one: upstream's CRD prunes `blockers`.
+    let running = step.status.phase == Some(MaintenancePhase::Running);
+    ctx.metrics.set_blockers(
+        &current.name_any(),
+        &current.spec.node_name,
+        step.status
+            .blockers
+            .iter()
+            .flatten()
+            .filter(|_| running)
+            .map(|b| b.reason.as_str()),
+    );
     events.extend(step.events);
     for e in &events {
         publish(ctx, current, node, e).await;

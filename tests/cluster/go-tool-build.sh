@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sourced by build-go-elector.sh and build-olm-validate.sh: builds one Go test tool (its
-# main.go, from this directory) with modules from the Go module proxy, into a versioned cache
+# Sourced by the build-<tool>.sh scripts (build-test-tools.sh runs them all): builds one Go
+# test tool, either our main.go from this directory (go_tool_build) or a published module's
+# command (go_cmd_build), with modules from the Go module proxy, into a versioned cache
 # under $HOME (as build-k8s-bins.sh caches the control plane). Go is used only to build test
 # tools; nothing built here is committed.
 #
@@ -31,6 +32,7 @@ go_tool_build() {
 
   command -v go >/dev/null 2>&1 || die "Go is missing: install a Go toolchain >= 1.26 (it is used only to build test tools)"
   export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-modcacherw
+  local start=$SECONDS
   WORK=$(mktemp -d "${TMPDIR:-/tmp}/nmo-$name.XXXXXX")
   trap 'rm -rf "$WORK"' EXIT
   cd "$WORK"
@@ -46,8 +48,47 @@ go_tool_build() {
   mkdir -p "$out"
   go build -trimpath -ldflags="-s -w" -o "$bin.tmp" .
   mv "$bin.tmp" "$bin"
+  log "built $name in $((SECONDS - start)) s"
   echo "$bin"
 }
 
 log() { echo "build-${TOOL:-go-tool}: $*" >&2; }
 die() { echo "build-${TOOL:-go-tool}: error: $*" >&2; exit 1; }
+
+# Builds one command of a published Go module (no main.go of ours), e.g. promtool:
+#
+#   go_cmd_build NAME TAG PACKAGE MODULE@VERSION [BUILD_TAGS]
+#
+# into $CACHE_ROOT/<NAME>_<TAG>/<NAME>, printed on stdout; the build time goes to stderr.
+# BUILD_TAGS (comma-separated) are the module's own build options; they apply to `go get` too,
+# so modules only other tags need are not downloaded.
+# The module is required by a wrapper module, so its own go.mod `replace`s do not apply: a
+# module that needs them fails here with the compiler's message.
+go_cmd_build() {
+  local name=$1 tag=$2 pkg=$3 modver=$4 tags=${5:-}
+  TOOL=$name
+  local out="$CACHE_ROOT/${name}_${tag}" bin
+  bin="$out/$name"
+  if [[ -x "$bin" ]]; then echo "$bin"; return 0; fi
+  mkdir -p "$CACHE_ROOT"
+  exec 9>"$CACHE_ROOT/.lock-$name"
+  flock 9
+  if [[ -x "$bin" ]]; then echo "$bin"; return 0; fi
+  command -v go >/dev/null 2>&1 || die "Go is missing: install a Go toolchain >= 1.26 (it is used only to build test tools)"
+  export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-modcacherw${tags:+ -tags=$tags}"
+  local start=$SECONDS
+  WORK=$(mktemp -d "${TMPDIR:-/tmp}/nmo-$name.XXXXXX")
+  trap 'rm -rf "$WORK"' EXIT
+  cd "$WORK"
+  printf 'module local/%s\n\ngo 1.24.0\n' "${name//-/}" >go.mod
+  log "building $name from $modver"
+  if ! go get "$pkg@${modver#*@}" >get.log 2>&1; then
+    tail -n 20 get.log >&2
+    die "the Go module proxy did not serve $modver"
+  fi
+  mkdir -p "$out"
+  go build -trimpath -ldflags="-s -w" -o "$bin.tmp" "$pkg" 2>build.log || { tail -n 30 build.log >&2; die "go build $pkg failed"; }
+  mv "$bin.tmp" "$bin"
+  log "built $name in $((SECONDS - start)) s"
+  echo "$bin"
+}

@@ -1,0 +1,402 @@
+//! The Helm chart (`charts/node-maintenance-operator/`): the files are exactly what `chartgen`
+//! renders from `manifests/` today; `helm template` with default values renders exactly the
+//! objects of `kubectl kustomize manifests/`, and each value renders exactly its overlay;
+//! `helm lint` passes (and refuses a value outside the schema); and the chart installs on the
+//! real control plane in a server-side dry run (`helm install --dry-run=server`, and its
+//! objects applied with `kubectl apply --dry-run=server`).
+//!
+//! helm is built from the Go module proxy by `tests/cluster/build-helm.sh` (cached under
+//! `$HOME`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use nmo_devcluster::Cluster;
+use node_maintenance_operator::bundle::parse_documents;
+use node_maintenance_operator::chart::{self, CHART_DIR, Renderings};
+use serde_json::Value;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn kubectl() -> PathBuf {
+    nmo_devcluster::ensure_binaries()
+        .expect("control plane binaries")
+        .join("bin/kubectl")
+}
+
+fn kustomize(dir: &str) -> String {
+    let out = Command::new(kubectl())
+        .args(["kustomize", &root().join(dir).display().to_string()])
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {dir}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Builds (once, cached under `$HOME`) and returns helm.
+fn helm_bin() -> PathBuf {
+    let script = root().join("tests/cluster/build-helm.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("bash runs");
+    assert!(out.status.success(), "{} failed", script.display());
+    PathBuf::from(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap()
+            .trim(),
+    )
+}
+
+/// helm with its caches and configuration in a directory of its own.
+fn helm(args: &[&str]) -> (bool, String, String) {
+    static HOME: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    let home = HOME.get_or_init(|| tempfile::tempdir().unwrap()).path();
+    let out = Command::new(helm_bin())
+        .args(args)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .output()
+        .expect("helm runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The local control plane's version, for `helm template` and `helm lint` (which otherwise
+/// assume the Kubernetes that helm was built against, v1.20 without release ldflags).
+const KUBE_VERSION: &str = "v1.36.3";
+
+fn chart_path() -> String {
+    root().join(CHART_DIR).display().to_string()
+}
+
+type Objects = BTreeMap<(String, String, String), Value>;
+
+fn objects(text: &str) -> Objects {
+    parse_documents(text)
+        .unwrap()
+        .into_iter()
+        .map(|d| {
+            let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (
+                (
+                    s(&d["kind"]),
+                    s(&d["metadata"]["namespace"]),
+                    s(&d["metadata"]["name"]),
+                ),
+                d,
+            )
+        })
+        .collect()
+}
+
+/// `helm template` of the chart with `--set` values `sets`, CRDs included.
+fn template(sets: &[&str]) -> Objects {
+    let path = chart_path();
+    let mut args = vec![
+        "template",
+        "nmo",
+        path.as_str(),
+        "--include-crds",
+        "--kube-version",
+        KUBE_VERSION,
+    ];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let (ok, out, err) = helm(&args);
+    assert!(ok, "helm template {sets:?}: {err}");
+    objects(&out)
+}
+
+fn assert_same(what: &str, got: &Objects, want: &Objects) {
+    let g: BTreeSet<_> = got.keys().collect();
+    let w: BTreeSet<_> = want.keys().collect();
+    assert_eq!(g, w, "{what}: the chart renders other objects");
+    for (k, v) in want {
+        assert_eq!(&got[k], v, "{what}: {k:?} differs");
+    }
+}
+
+#[test]
+fn chart_files_are_what_chartgen_renders() {
+    let files = chart::render(
+        &Renderings::with(|d| Ok::<_, ()>(kustomize(d))).unwrap(),
+        env!("CARGO_PKG_VERSION"),
+    )
+    .expect("the manifests render into a chart");
+    let regen = "regenerate with\n\n    KUBECTL=<kubectl> cargo run --bin chartgen\n";
+    let mut on_disk = BTreeSet::new();
+    fn walk(dir: &Path, out: &mut BTreeSet<String>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else {
+                out.insert(
+                    p.strip_prefix(Path::new(env!("CARGO_MANIFEST_DIR")))
+                        .unwrap()
+                        .display()
+                        .to_string(),
+                );
+            }
+        }
+    }
+    walk(&root().join(CHART_DIR), &mut on_disk);
+    let rendered: BTreeSet<String> = files.iter().map(|f| f.path.clone()).collect();
+    assert_eq!(rendered, on_disk, "the chart's file list is stale; {regen}");
+    for f in files {
+        let disk = std::fs::read_to_string(root().join(&f.path)).unwrap_or_default();
+        assert!(disk == f.content, "{} is out of date; {regen}", f.path);
+    }
+}
+
+/// Default values: exactly `kubectl kustomize manifests/`. Each value: exactly its overlay
+/// (plus the CRD, which the overlays leave to `manifests/crd.yaml`).
+#[test]
+fn the_chart_renders_what_kustomize_renders() {
+    let default = objects(&kustomize("manifests"));
+    assert_same("default values", &template(&[]), &default);
+    let crd: Objects = default
+        .iter()
+        .filter(|(k, _)| k.0 == "CustomResourceDefinition")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    assert_eq!(crd.len(), 1);
+    for (sets, dir) in [
+        (
+            &["metrics.mode=secure"][..],
+            "manifests/overlays/metrics-secure",
+        ),
+        (
+            &["certManager.enabled=true"][..],
+            "manifests/overlays/cert-manager",
+        ),
+        (
+            &["monitoring.enabled=true"][..],
+            "manifests/overlays/monitoring",
+        ),
+        (
+            &["monitoring.enabled=true", "metrics.mode=secure"][..],
+            "manifests/overlays/monitoring/secure",
+        ),
+    ] {
+        let mut want = objects(&kustomize(dir));
+        want.extend(crd.clone());
+        assert_same(dir, &template(sets), &want);
+    }
+
+    // The other values reach the Deployment.
+    let got = template(&[
+        "image.repository=registry.example/nmo",
+        "image.tag=v9",
+        "replicas=3",
+        "leaderElection.enabled=false",
+        "namespace=ops",
+    ]);
+    let dep = got
+        .iter()
+        .find(|(k, _)| k.0 == "Deployment")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .unwrap();
+    assert_eq!(dep.0.1, "ops");
+    let spec = &dep.1["spec"];
+    assert_eq!(spec["replicas"], 3);
+    let c = &spec["template"]["spec"]["containers"][0];
+    assert_eq!(c["image"], "registry.example/nmo:v9");
+    assert!(
+        !c["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "--leader-elect"),
+        "{}",
+        c["args"]
+    );
+    // The namespace value moves every object of the operator's namespace and what names it.
+    assert!(
+        got.keys().all(|k| k.1.is_empty() || ["ops", "medik8s-leases", "default"].contains(&k.1.as_str())),
+        "{:?}",
+        got.keys().collect::<Vec<_>>()
+    );
+    let vwc = got
+        .iter()
+        .find(|(k, _)| k.0 == "ValidatingWebhookConfiguration")
+        .unwrap()
+        .1;
+    assert_eq!(
+        vwc["webhooks"][0]["clientConfig"]["service"]["namespace"],
+        "ops"
+    );
+}
+
+#[test]
+fn helm_lint_passes_and_refuses_values_outside_the_schema() {
+    let path = chart_path();
+    for sets in [
+        "metrics.mode=plain",
+        "metrics.mode=secure,monitoring.enabled=true,certManager.enabled=true",
+    ] {
+        let (ok, out, err) = helm(&[
+            "lint",
+            "--strict",
+            "--kube-version",
+            KUBE_VERSION,
+            &path,
+            "--set",
+            sets,
+        ]);
+        assert!(
+            ok && out.contains("0 chart(s) failed"),
+            "helm lint {sets}:\n{out}{err}"
+        );
+    }
+    let (ok, out, err) = helm(&[
+        "lint",
+        "--kube-version",
+        KUBE_VERSION,
+        &path,
+        "--set",
+        "metrics.mode=insecure",
+    ]);
+    assert!(!ok, "a bad metrics mode passed lint:\n{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("/metrics/mode"),
+        "{out}{err}"
+    );
+}
+
+/// Installs the Prometheus Operator's ServiceMonitor and PrometheusRule CRDs
+/// (`tests/cluster/fetch-prometheus-operator-crds.sh`) and waits until they are served.
+fn install_monitoring_crds(cluster: &Cluster) {
+    let script = root().join("tests/cluster/fetch-prometheus-operator-crds.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("bash runs");
+    assert!(out.status.success(), "{} failed", script.display());
+    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    cluster
+        .kubectl_run(&["apply", "--server-side", "-f", &dir], None)
+        .unwrap();
+    for crd in ["servicemonitors", "prometheusrules"] {
+        cluster
+            .kubectl_run(
+                &[
+                    "wait",
+                    "--for=condition=Established",
+                    "--timeout=120s",
+                    &format!("crd/{crd}.monitoring.coreos.com"),
+                ],
+                None,
+            )
+            .unwrap();
+    }
+}
+
+/// `helm install --dry-run=server` against the local control plane, over namespaces that
+/// exist already without Helm's ownership (as another medik8s operator leaves
+/// `medik8s-leases`); the objects it would create validated by the API server
+/// (`kubectl apply --dry-run=server`), for plain and secure metrics, with monitoring (against
+/// the Prometheus Operator's real CRDs); and the monitoring overlays applied the same way.
+#[test]
+fn the_chart_installs_on_the_control_plane_in_a_server_side_dry_run() {
+    let cluster = Cluster::shared();
+    install_monitoring_crds(cluster);
+    // A dry run creates no namespace, so the namespaced objects need theirs to exist.
+    for ns in ["node-maintenance-operator-system", "medik8s-leases"] {
+        cluster
+            .kubectl_run(&["create", "namespace", ns], None)
+            .unwrap();
+    }
+    let kubeconfig = cluster.kubeconfig().display().to_string();
+    let path = chart_path();
+    for dir in [
+        "manifests/overlays/monitoring",
+        "manifests/overlays/monitoring/secure",
+    ] {
+        let out = cluster
+            .kubectl_run(
+                &[
+                    "apply",
+                    "--dry-run=server",
+                    "-k",
+                    &root().join(dir).display().to_string(),
+                ],
+                None,
+            )
+            .unwrap_or_else(|e| panic!("{dir}: {e}"));
+        for kind in [
+            "prometheusrule.monitoring.coreos.com/node-maintenance-operator-alerts",
+            "servicemonitor.monitoring.coreos.com/node-maintenance-operator-metrics-monitor",
+            "configmap/node-maintenance-operator-dashboard",
+        ] {
+            assert!(out.contains(kind), "{dir}: {kind} not applied:\n{out}");
+        }
+    }
+    for sets in [
+        "metrics.mode=plain",
+        "metrics.mode=secure",
+        "metrics.mode=plain,monitoring.enabled=true",
+        "metrics.mode=secure,monitoring.enabled=true",
+    ] {
+        let (ok, out, err) = helm(&[
+            "install",
+            "nmo",
+            &path,
+            "--dry-run=server",
+            "--kubeconfig",
+            &kubeconfig,
+            "--set",
+            sets,
+        ]);
+        assert!(ok, "helm install --dry-run=server {sets}:\n{out}{err}");
+        assert!(out.contains("STATUS: pending-install"), "{out}");
+        // The existing namespaces are left alone, everything else is installed.
+        assert!(!out.contains("kind: Namespace"), "{out}");
+        assert!(out.contains("kind: Deployment"), "{out}");
+
+        let (ok, rendered, err) = helm(&[
+            "template",
+            "nmo",
+            &path,
+            "--include-crds",
+            "--kube-version",
+            KUBE_VERSION,
+            "--set",
+            sets,
+        ]);
+        assert!(ok, "{err}");
+        let applied = cluster
+            .kubectl_run(&["apply", "--dry-run=server", "-f", "-"], Some(&rendered))
+            .unwrap_or_else(|e| panic!("{sets}: the API server refused the chart: {e}"));
+        for kind in [
+            "customresourcedefinition.apiextensions.k8s.io/nodemaintenances.nodemaintenance.medik8s.io",
+            "deployment.apps/node-maintenance-operator-controller-manager",
+            "validatingwebhookconfiguration.admissionregistration.k8s.io/",
+        ] {
+            assert!(applied.contains(kind), "{kind} not applied:\n{applied}");
+        }
+        if sets.contains("monitoring") {
+            assert!(
+                applied.contains("servicemonitor.monitoring.coreos.com/"),
+                "{applied}"
+            );
+        }
+    }
+}
