@@ -434,7 +434,7 @@ pub(crate) fn cluster_service_version(
                 "features.operators.openshift.io/disconnected": "true",
                 "features.operators.openshift.io/fips-compliant": "false",
                 "features.operators.openshift.io/proxy-aware": "false",
-                "features.operators.openshift.io/tls-profiles": "false",
+                "features.operators.openshift.io/tls-profiles": "true",
                 "features.operators.openshift.io/token-auth-aws": "false",
                 "features.operators.openshift.io/token-auth-azure": "false",
                 "features.operators.openshift.io/token-auth-gcp": "false",

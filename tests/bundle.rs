@@ -530,7 +530,7 @@ fn csv_carries_upstreams_olm_metadata_and_the_monitoring_kit() {
         ("disconnected", "true"),
         ("fips-compliant", "false"),
         ("proxy-aware", "false"),
-        ("tls-profiles", "false"),
+        ("tls-profiles", "true"),
         ("token-auth-aws", "false"),
         ("token-auth-azure", "false"),
         ("token-auth-gcp", "false"),
