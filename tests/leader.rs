@@ -54,7 +54,7 @@ const IN_FLIGHT: Duration = Duration::from_secs(1);
 /// How many more freeze rounds of the operator the test runs when the configured ones showed no
 /// refused write (whether a thawed reconcile or the election task runs first is up to the
 /// scheduler); each is counted in the summary.
-const EXTRA_FENCE_ROUNDS: usize = 4;
+const EXTRA_FENCE_ROUNDS: usize = 8;
 
 fn rounds() -> usize {
     match std::env::var("NMO_MIXED_ROUNDS") {
