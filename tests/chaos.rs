@@ -1418,7 +1418,9 @@ async fn round(seed: u64) -> Vec<String> {
         // events of the requests it had just completed. A maintenance during such a restart may
         // lack their evictions in the log; the node check (e) still applies to it.
         let restarted = windows.iter().any(|(kind, began, ended)| {
-            *kind == "RestartApiserver" && r.created.is_some_and(|c| c <= *ended) && *began <= succeeded
+            *kind == "RestartApiserver"
+                && r.created.is_some_and(|c| c <= *ended)
+                && *began <= succeeded
         });
         if !missing.is_empty() && restarted {
             history.log(format!(
@@ -1517,7 +1519,9 @@ fn inject(
             let mut r = replicas.lock().unwrap();
             let name = format!("{group}-a");
             if let Some(s) = r.get(&name).process().exited() {
-                return Err(format!("{name} had already exited ({s}) when it was to be killed"));
+                return Err(format!(
+                    "{name} had already exited ({s}) when it was to be killed"
+                ));
             }
             r.get(&name).process().kill();
             std::thread::sleep(down);
@@ -1660,7 +1664,10 @@ fn seeds() -> Vec<u64> {
         return vec![s.parse().expect("NMO_CHAOS_SEED is a number")];
     }
     let rounds = std::env::var("NMO_CHAOS_LIFECYCLES")
-        .map(|v| v.parse::<usize>().expect("NMO_CHAOS_LIFECYCLES is a number"))
+        .map(|v| {
+            v.parse::<usize>()
+                .expect("NMO_CHAOS_LIFECYCLES is a number")
+        })
         .map_or(0, |l| l.div_ceil(ROUND_NODES).max(1));
     let random = std::env::var("NMO_CHAOS_SEEDS").is_ok_and(|v| v == "random");
     let open = std::env::var("NMO_CHAOS_OPEN").is_ok_and(|v| v == "1");

@@ -232,7 +232,15 @@ async fn mixed_election_with_client_go_never_overlaps() {
     for (i, node) in nodes.iter().enumerate() {
         bare_pod(&pods, &format!("guard-{i}"), node, &format!("guard-{i}")).await;
         wait_running(&client, &ns, &format!("guard-{i}"), 1, LIMIT).await;
-        budget(&client, &ns, &format!("guard-{i}"), &format!("guard-{i}"), 0, 1).await;
+        budget(
+            &client,
+            &ns,
+            &format!("guard-{i}"),
+            &format!("guard-{i}"),
+            0,
+            1,
+        )
+        .await;
     }
     let leases = Api::<Lease>::namespaced(client.clone(), &account.namespace);
     let holder = || async {
@@ -284,8 +292,7 @@ async fn mixed_election_with_client_go_never_overlaps() {
     loop {
         let refused_so_far = frozen.iter().map(|f| f.1).sum::<usize>();
         let extra = round.saturating_sub(rounds);
-        if round >= rounds
-            && (rounds < 2 || refused_so_far > 0 || extra >= 2 * EXTRA_FENCE_ROUNDS)
+        if round >= rounds && (rounds < 2 || refused_so_far > 0 || extra >= 2 * EXTRA_FENCE_ROUNDS)
         {
             break;
         }
@@ -358,11 +365,17 @@ async fn mixed_election_with_client_go_never_overlaps() {
                 branch = "frozen at once";
             } else {
                 branch = "frozen once it acted";
-                nm::wait_status(&client, &name, "the drain blocked by the budget", LIMIT, |s| {
-                    s.blockers
-                        .as_ref()
-                        .is_some_and(|b| b.iter().any(|b| b.reason == "PodDisruptionBudget"))
-                })
+                nm::wait_status(
+                    &client,
+                    &name,
+                    "the drain blocked by the budget",
+                    LIMIT,
+                    |s| {
+                        s.blockers
+                            .as_ref()
+                            .is_some_and(|b| b.iter().any(|b| b.reason == "PodDisruptionBudget"))
+                    },
+                )
                 .await;
             }
         } else {

@@ -709,7 +709,8 @@ fn start_json(
     let mut opts = operator_options(name, account, kubeconfig);
     opts.env
         .push(("NMO_NODE_WATCH_ENCODING".into(), "json".into()));
-    let op = Operator::start(cluster, &opts).unwrap_or_else(|e| panic!("{name} did not start: {e}"));
+    let op =
+        Operator::start(cluster, &opts).unwrap_or_else(|e| panic!("{name} did not start: {e}"));
     let log = op.log();
     assert!(
         log.contains("Node watch: paged JSON lists"),
@@ -747,14 +748,22 @@ async fn restarts_with_the_json_node_watch_over_several_pages() {
     futures::future::join_all(filler.iter().map(|n| {
         let api = node_api.clone();
         async move {
-            let node: k8s_openapi::api::core::v1::Node =
-                serde_json::from_value(json!({"metadata": {"name": n, "labels": {"nmo-test": "json-filler"}}}))
-                    .unwrap();
+            let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(
+                json!({"metadata": {"name": n, "labels": {"nmo-test": "json-filler"}}}),
+            )
+            .unwrap();
             api.create(&PostParams::default(), &node).await.unwrap();
         }
     }))
     .await;
-    let count = || async { node_api.list(&Default::default()).await.unwrap().items.len() };
+    let count = || async {
+        node_api
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .len()
+    };
 
     // SIGKILL mid-drain, then a restart completes the drain.
     let (_ns, pdbs) = blocked_workload(cluster, &client, &group, &nodes).await;

@@ -301,7 +301,12 @@ async fn stalled_body_gets_408_while_others_are_served() {
 
     let n = tokio::time::timeout(STALL_TIMEOUT * 6, stalled.read(&mut buf))
         .await
-        .unwrap_or_else(|_| panic!("no response to the stalled request within {:?}", STALL_TIMEOUT * 6))
+        .unwrap_or_else(|_| {
+            panic!(
+                "no response to the stalled request within {:?}",
+                STALL_TIMEOUT * 6
+            )
+        })
         .unwrap();
     let text = String::from_utf8_lossy(&buf[..n]);
     assert!(text.starts_with("HTTP/1.1 408"), "{text}");
