@@ -155,6 +155,9 @@ impl Fault {
     }
 }
 
+/// A fault's kind and when it began and ended.
+type FaultWindow = (&'static str, jiff::Timestamp, jiff::Timestamp);
+
 /// Faults of this run by kind: (planned, happened).
 static FAULT_COUNTS: Mutex<BTreeMap<&'static str, (usize, usize)>> = Mutex::new(BTreeMap::new());
 
@@ -991,8 +994,7 @@ async fn round(seed: u64) -> Vec<String> {
     let relaxed_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let violations: Arc<Mutex<Vec<Violation>>> = Arc::default();
     // Each fault's kind and when it began and ended.
-    let fault_windows: Arc<Mutex<Vec<(&'static str, jiff::Timestamp, jiff::Timestamp)>>> =
-        Arc::default();
+    let fault_windows: Arc<Mutex<Vec<FaultWindow>>> = Arc::default();
     let mut tasks = Vec::new();
 
     for (i, lc) in plan.lifecycles.iter().cloned().enumerate() {

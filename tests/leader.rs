@@ -521,7 +521,7 @@ async fn mixed_election_with_client_go_never_overlaps() {
     assert_eq!(go_count, 1 + rounds_run / 2, "client-go terms:\n{summary}");
     assert_eq!(
         our_count,
-        rounds_run.div_ceil(2) + usize::from(rounds_run % 2 == 0),
+        rounds_run.div_ceil(2) + usize::from(rounds_run.is_multiple_of(2)),
         "our terms:\n{summary}"
     );
 
