@@ -144,13 +144,17 @@ fn go_terms(log: &str) -> (Vec<Term>, Option<jiff::Timestamp>) {
         let ts = |k: &str| -> jiff::Timestamp { v[k].as_str().unwrap().parse().unwrap() };
         match v["event"].as_str() {
             Some("started_leading") => open = Some(ts("at")),
-            Some("stopped_leading") => terms.push(Term {
-                who: "client-go".into(),
-                from: open
-                    .take()
-                    .expect("stopped_leading without started_leading"),
-                until: ts("until"),
-            }),
+            // client-go calls OnStoppedLeading whenever `Run` returns, also when it never led
+            // (stopped on SIGTERM while standing by): only a stop after a start ends a term.
+            Some("stopped_leading") => {
+                if let Some(from) = open.take() {
+                    terms.push(Term {
+                        who: "client-go".into(),
+                        from,
+                        until: ts("until"),
+                    });
+                }
+            }
             _ => {}
         }
     }
