@@ -20,16 +20,29 @@
 //!     maintenance (admin changes made meanwhile kept), and no medik8s lease is held by
 //!     `node-maintenance`;
 //! (d) no NodeMaintenance stays stuck with its finalizer;
-//! (e) every maintenance whose blockers were removed reaches Succeeded.
-//! A violation prints the seed and the recorded history of the node concerned.
+//! (e) every maintenance whose blockers were removed reaches Succeeded, and while its phase says
+//!     so its node is cordoned, carries both maintenance taints and holds no pod left to evict;
+//! (f) Succeeded comes only after every pod that was on the node when the round began was
+//!     evicted, as the audit log records it; a round with maintenances and no audited eviction,
+//!     or an audit log that is missing or unreadable, fails (the invariants above would hold
+//!     vacuously);
+//! (g) every planned fault happened (the operator died, the leader lost its term and another
+//!     replica took over, kube-apiserver came back, etcd was stopped, the webhook served the new
+//!     certificate); a fault that did not happen fails its round.
+//! A violation prints the seed and the recorded history of the node concerned. The run ends with
+//! the count of each fault kind, planned and happened.
 //!
 //! # Running
 //!
 //! ```text
-//! cargo test --test chaos                                   # short form: 30 lifecycles, fixed seeds
+//! cargo test --test chaos                                   # short form: regression seeds + fresh ones
 //! NMO_CHAOS_SEED=17 cargo test --test chaos -- --nocapture  # replay one round
 //! NMO_CHAOS_LIFECYCLES=300 NMO_CHAOS_SEEDS=random cargo test --test chaos -- --nocapture
 //! ```
+//!
+//! The short form runs every seed of [`KNOWN_SEEDS`] and, beside them, one fresh (random) seed
+//! for each fault kind that those seeds' rounds do not inject, so every run injects every kind
+//! and tries a scenario never run before; the seeds are printed first, for replay.
 
 mod common;
 
@@ -47,15 +60,13 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use nmo_devcluster::Options;
 use nmo_devcluster::audit::{AuditCursor, EVICTIONS_POLICY};
-use nmo_devcluster::faults::swap_serving_pair;
+use nmo_devcluster::faults::{certificate_der, served_certificate, swap_serving_pair};
 use nmo_devcluster::operator::{Operator, ServiceAccountRef, register_webhook};
 use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
 use serde_json::json;
 
 /// Nodes, hence lifecycles, per round.
 const ROUND_NODES: usize = 5;
-/// Lifecycles of the short form.
-const SHORT_LIFECYCLES: usize = 30;
 /// Seeds that once broke an invariant and were fixed, replayed first by every run (regression
 /// cases).
 /// - 1, 6, 282221 and 651981: a leader SIGSTOPped past its lease resumed and wrote from its stale
@@ -90,6 +101,9 @@ const LEADER_LEASE: Duration = Duration::from_secs(15);
 /// already running still counts as in flight rather than as a violation of (b): the operator
 /// cannot recall a request it sent before it saw the deletion.
 const IN_FLIGHT_GRACE: Duration = Duration::from_secs(2);
+/// How long the webhook may take to serve a swapped certificate (it reloads on a file event; a
+/// loaded 2-core machine may delay that by seconds, not by this much).
+const CERT_RELOAD: Duration = Duration::from_secs(30);
 /// How long a round's pods may take to run before kwok is taken for stalled and restarted.
 const KWOK_STALL: Duration = Duration::from_secs(30);
 /// Generous bound of any single wait (two shared cores, faults on).
@@ -105,6 +119,15 @@ const HOLD_FINALIZER: &str = "chaos.example/hold";
 // Scenario generation (pure, deterministic per seed)
 // ------------------------------------------------------------------------------------------
 
+/// The fault kinds, in the order in which `seed % 5` picks a round's primary fault.
+const FAULT_KINDS: [&str; 5] = [
+    "KillOperator",
+    "StopLeader",
+    "RestartApiserver",
+    "PauseEtcd",
+    "SwapCerts",
+];
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Fault {
     /// SIGKILL the operator, restart it after `down`.
@@ -118,6 +141,25 @@ enum Fault {
     /// Replace the webhook's serving pair on disk.
     SwapCerts,
 }
+
+impl Fault {
+    /// The kind's name, one of [`FAULT_KINDS`].
+    fn kind(&self) -> &'static str {
+        match self {
+            Fault::KillOperator { .. } => FAULT_KINDS[0],
+            Fault::StopLeader { .. } => FAULT_KINDS[1],
+            Fault::RestartApiserver { .. } => FAULT_KINDS[2],
+            Fault::PauseEtcd { .. } => FAULT_KINDS[3],
+            Fault::SwapCerts => FAULT_KINDS[4],
+        }
+    }
+}
+
+/// A fault's kind and when it began and ended.
+type FaultWindow = (&'static str, jiff::Timestamp, jiff::Timestamp);
+
+/// Faults of this run by kind: (planned, happened).
+static FAULT_COUNTS: Mutex<BTreeMap<&'static str, (usize, usize)>> = Mutex::new(BTreeMap::new());
 
 #[derive(Clone, Debug)]
 enum End {
@@ -286,6 +328,8 @@ struct NmRecord {
     node: String,
     /// Before the create request was sent.
     created: Option<jiff::Timestamp>,
+    /// When the driver read the phase Succeeded (and found the node drained).
+    succeeded: Option<jiff::Timestamp>,
     /// After the DELETE returned.
     deleted: Option<jiff::Timestamp>,
 }
@@ -326,6 +370,8 @@ fn env() -> &'static ChaosEnv {
 struct Replicas {
     running: Vec<(String, Option<Operator>)>,
     leader_elect: bool,
+    /// Start them with the JSON Node watch forced (`NMO_NODE_WATCH_ENCODING=json`).
+    json_node_watch: bool,
 }
 
 impl Replicas {
@@ -333,6 +379,10 @@ impl Replicas {
         let e = env();
         let mut opts = operator_options(name, &e.account, &e.kubeconfig);
         opts.leader_elect = self.leader_elect;
+        if self.json_node_watch {
+            opts.env
+                .push(("NMO_NODE_WATCH_ENCODING".into(), "json".into()));
+        }
         let op = Operator::start(&e.cluster, &opts).map_err(|e| format!("{name}: {e}"))?;
         match self.running.iter_mut().find(|(n, _)| n == name) {
             Some(slot) => slot.1 = Some(op),
@@ -672,7 +722,6 @@ async fn create_workloads(
             "spec": {
                 "nodeName": nodes[i],
                 "terminationGracePeriodSeconds": 0,
-                "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}],
                 "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]
             }
         });
@@ -713,6 +762,74 @@ async fn create_workloads(
             .unwrap();
     }
     wait_for(&what, LIMIT, all_running).await;
+}
+
+/// Whether an audited eviction may have evicted its pod: accepted (2xx), or of unknown outcome
+/// (5xx: the server may have deleted the pod and failed the answer, as a 504 after a slow etcd
+/// write does). A 4xx eviction was refused and changed nothing.
+fn possibly_effective(code: u16) -> bool {
+    (200..300).contains(&code) || code >= 500
+}
+
+/// Whether a drain has to evict `pod` (kubectl's drain with `--ignore-daemonsets`, as the
+/// operator drains): not owned by a DaemonSet and not finished. The round's pods tolerate
+/// neither maintenance taint, so none is skipped for that.
+fn evictable(pod: &Pod) -> bool {
+    let daemon = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.kind == "DaemonSet");
+    let finished = matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    );
+    !daemon && !finished
+}
+
+/// What keeps `node` from being in the state a Succeeded maintenance promises: `Ok(None)` when
+/// it is cordoned, carries both maintenance taints and no pod a drain has to evict is bound to
+/// it (a terminating one counts: the drain waits until it is gone); `Ok(Some(what))` names what
+/// differs; `Err` when the API could not be read.
+async fn drained_state(client: &Client, node: &str) -> Result<Option<String>, String> {
+    let n = Api::<Node>::all(client.clone())
+        .get(node)
+        .await
+        .map_err(|e| e.to_string())?;
+    let st = node_state(&n);
+    let mut wrong = Vec::new();
+    if !st.unschedulable {
+        wrong.push("not cordoned".to_string());
+    }
+    for taint in [
+        "medik8s.io/drain=:NoSchedule",
+        "node.kubernetes.io/unschedulable=:NoSchedule",
+    ] {
+        if !st.taints.contains(taint) {
+            wrong.push(format!("lacks taint {taint} (has {:?})", st.taints));
+        }
+    }
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .map_err(|e| e.to_string())?;
+    let left: Vec<String> = pods
+        .iter()
+        .filter(|p| evictable(p))
+        .map(|p| {
+            format!(
+                "{}/{} (deleting={})",
+                p.namespace().unwrap_or_default(),
+                p.name_any(),
+                p.metadata.deletion_timestamp.is_some()
+            )
+        })
+        .collect();
+    if !left.is_empty() {
+        wrong.push(format!("pods left to evict: {left:?}"));
+    }
+    Ok((!wrong.is_empty()).then(|| wrong.join("; ")))
 }
 
 /// Polls `check` every 200 ms until it returns `Ok`, or returns its last `Err` after `limit`.
@@ -820,11 +937,28 @@ async fn round(seed: u64) -> Vec<String> {
     for n in &nodes {
         expected.insert(n.clone(), node_state(&node_api.get(n).await.unwrap()));
     }
-    history.log(format!("baseline taken for {nodes:?}"));
+    // The pods a maintenance of each node has to evict before it may say Succeeded (f).
+    let mut baseline_pods: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for p in Api::<Pod>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        if evictable(&p) {
+            baseline_pods
+                .entry(node_of(&p).to_string())
+                .or_default()
+                .push(p.name_any());
+        }
+    }
+    history.log(format!(
+        "baseline taken for {nodes:?}; pods to evict: {baseline_pods:?}"
+    ));
 
     let replicas = Arc::new(Mutex::new(Replicas {
         running: Vec::new(),
         leader_elect: plan.leader_elect(),
+        json_node_watch: false,
     }));
     let webhook_replica = tokio::task::block_in_place(|| {
         let mut r = replicas.lock().unwrap();
@@ -859,6 +993,8 @@ async fn round(seed: u64) -> Vec<String> {
     let relaxed = Arc::new(tokio::sync::Notify::new());
     let relaxed_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let violations: Arc<Mutex<Vec<Violation>>> = Arc::default();
+    // Each fault's kind and when it began and ended.
+    let fault_windows: Arc<Mutex<Vec<FaultWindow>>> = Arc::default();
     let mut tasks = Vec::new();
 
     for (i, lc) in plan.lifecycles.iter().cloned().enumerate() {
@@ -878,7 +1014,7 @@ async fn round(seed: u64) -> Vec<String> {
                 NmRecord {
                     node: node.clone(),
                     created: Some(jiff::Timestamp::now()),
-                    deleted: None,
+                    ..NmRecord::default()
                 },
             );
             let created = retry(&format!("create {name}"), || async {
@@ -910,18 +1046,44 @@ async fn round(seed: u64) -> Vec<String> {
                         let nm = api.get(&name).await.map_err(|e| e.to_string())?;
                         let st = nm.status.unwrap_or_default();
                         if st.phase == Some(MaintenancePhase::Succeeded) {
-                            Ok(())
+                            Ok(jiff::Timestamp::now())
                         } else {
                             Err(format!("{st:?}"))
                         }
                     })
                     .await;
-                    if let Err(e) = done {
-                        violations.lock().unwrap().push(Violation {
-                            invariant: "(e) a maintenance whose blockers were removed reaches Succeeded",
-                            subject: node.clone(),
-                            detail: e,
-                        });
+                    match done {
+                        Ok(at) => {
+                            // The phase says Succeeded and only this task deletes the
+                            // NodeMaintenance, so the node must be drained right now.
+                            let seen = retry(&format!("node {node} read"), || {
+                                drained_state(&client, &node)
+                            })
+                            .await;
+                            history.log(format!(
+                                "driver: {name} Succeeded; node {node}: {seen:?}"
+                            ));
+                            match seen {
+                                Ok(None) => {
+                                    records.lock().unwrap().get_mut(&name).unwrap().succeeded =
+                                        Some(at);
+                                }
+                                Ok(Some(why)) | Err(why) => {
+                                    violations.lock().unwrap().push(Violation {
+                                        invariant: "(e) while the phase is Succeeded the node is cordoned, tainted and drained",
+                                        subject: node.clone(),
+                                        detail: why,
+                                    });
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            violations.lock().unwrap().push(Violation {
+                                invariant: "(e) a maintenance whose blockers were removed reaches Succeeded",
+                                subject: node.clone(),
+                                detail: e,
+                            });
+                        }
                     }
                 }
             }
@@ -1041,10 +1203,13 @@ async fn round(seed: u64) -> Vec<String> {
         let faults = plan.faults.clone();
         let webhook_replica = webhook_replica.clone();
         let group = group.clone();
+        let violations = violations.clone();
+        let windows = fault_windows.clone();
         tasks.push(tokio::spawn(async move {
             for (at, fault) in faults {
                 tokio::time::sleep(at.saturating_sub(t0.elapsed())).await;
                 history.log(format!("fault: {fault:?} begins"));
+                let began = jiff::Timestamp::now();
                 let replicas = replicas.clone();
                 let webhook_replica = webhook_replica.clone();
                 let group = group.clone();
@@ -1054,6 +1219,23 @@ async fn round(seed: u64) -> Vec<String> {
                 .await
                 .unwrap_or_else(|e| Err(format!("panicked: {e}")));
                 history.log(format!("fault: {fault:?} ends: {outcome:?}"));
+                windows
+                    .lock()
+                    .unwrap()
+                    .push((fault.kind(), began, jiff::Timestamp::now()));
+                {
+                    let mut counts = FAULT_COUNTS.lock().unwrap();
+                    let c = counts.entry(fault.kind()).or_default();
+                    c.0 += 1;
+                    c.1 += usize::from(outcome.is_ok());
+                }
+                if let Err(e) = outcome {
+                    violations.lock().unwrap().push(Violation {
+                        invariant: "(g) every planned fault happened",
+                        subject: "fault".into(),
+                        detail: format!("{fault:?}: {e}"),
+                    });
+                }
             }
         }));
     }
@@ -1120,14 +1302,19 @@ async fn round(seed: u64) -> Vec<String> {
         }
     }
 
-    // Evictions (a), (b), from the audit log.
+    // Evictions (a), (b), (f), from the audit log.
     let mut cursor = AuditCursor::new(cluster.audit_log_path());
-    let audited: Vec<_> = cursor
-        .read()
-        .unwrap()
-        .into_iter()
-        .filter(|ev| ev.namespace == ns)
-        .collect();
+    let audited: Vec<_> = match cursor.read() {
+        Ok(all) => all.into_iter().filter(|ev| ev.namespace == ns).collect(),
+        Err(e) => {
+            found.push(Violation {
+                invariant: "(f) the audit log can be read",
+                subject: "audit".into(),
+                detail: e.to_string(),
+            });
+            Vec::new()
+        }
+    };
     let evictions: Vec<_> = audited
         .iter()
         .filter(|ev| ev.subresource == "eviction")
@@ -1173,7 +1360,7 @@ async fn round(seed: u64) -> Vec<String> {
                 ev.user, ev.code
             ),
         );
-        if !(200..300).contains(&ev.code) {
+        if !possibly_effective(ev.code) {
             continue;
         }
         let nm = records.iter().find(|(_, r)| r.node == node);
@@ -1199,6 +1386,54 @@ async fn round(seed: u64) -> Vec<String> {
                 detail: format!(
                     "pod {key} evicted at {}, {name} deleted by {deleted}",
                     ev.received
+                ),
+            });
+        }
+    }
+    if evictions.is_empty() && !records.is_empty() {
+        found.push(Violation {
+            invariant: "(f) a round with maintenances has audited evictions",
+            subject: "audit".into(),
+            detail: format!(
+                "{} NodeMaintenances, {} audited requests in {ns}, none an eviction",
+                records.len(),
+                audited.len()
+            ),
+        });
+    }
+    let windows = fault_windows.lock().unwrap().clone();
+    for (name, r) in &records {
+        let Some(succeeded) = r.succeeded else {
+            continue;
+        };
+        let missing: Vec<&String> = baseline_pods
+            .get(&r.node)
+            .into_iter()
+            .flatten()
+            .filter(|pod| {
+                !evictions.iter().any(|ev| {
+                    ev.name == **pod && possibly_effective(ev.code) && ev.received <= succeeded
+                })
+            })
+            .collect();
+        // kube-apiserver writes an audit event once it has answered: SIGKILLed, it loses the
+        // events of the requests it had just completed. A maintenance during such a restart may
+        // lack their evictions in the log; the node check (e) still applies to it.
+        let restarted = windows.iter().any(|(kind, began, ended)| {
+            *kind == "RestartApiserver"
+                && r.created.is_some_and(|c| c <= *ended)
+                && *began <= succeeded
+        });
+        if !missing.is_empty() && restarted {
+            history.log(format!(
+                "checker: {name}: no audited eviction for {missing:?}, excused: kube-apiserver was restarted during the maintenance"
+            ));
+        } else if !missing.is_empty() {
+            found.push(Violation {
+                invariant: "(f) Succeeded only after every pod of the node was evicted",
+                subject: r.node.clone(),
+                detail: format!(
+                    "{name} Succeeded at {succeeded}; no accepted eviction audited before that for {missing:?}"
                 ),
             });
         }
@@ -1285,6 +1520,11 @@ fn inject(
         Fault::KillOperator { down } => {
             let mut r = replicas.lock().unwrap();
             let name = format!("{group}-a");
+            if let Some(s) = r.get(&name).process().exited() {
+                return Err(format!(
+                    "{name} had already exited ({s}) when it was to be killed"
+                ));
+            }
             r.get(&name).process().kill();
             std::thread::sleep(down);
             r.start(&name)?;
@@ -1296,6 +1536,19 @@ fn inject(
         Fault::StopLeader { extra } => {
             let mut r = replicas.lock().unwrap();
             let leader = r.leader().ok_or("no leader")?;
+            let standby = r
+                .running
+                .iter()
+                .map(|(n, _)| n.clone())
+                .find(|n| *n != leader)
+                .ok_or("no standby")?;
+            let acquired = |r: &mut Replicas| {
+                r.get(&standby)
+                    .log()
+                    .matches("successfully acquired lease")
+                    .count()
+            };
+            let standby_terms = acquired(&mut r);
             let pid = r.get(&leader).process().pid();
             r.get(&leader).process().pause();
             std::thread::sleep(LEADER_LEASE + extra);
@@ -1313,9 +1566,26 @@ fn inject(
                 }
                 std::thread::sleep(Duration::from_millis(100));
             };
+            let log = r.get(&leader).log();
+            if !log.contains("leader election lost") {
+                return Err(format!(
+                    "{leader} (pid {pid}) exited ({status}) without losing its term"
+                ));
+            }
+            // The fault is a leader that lost its term to another replica, not one that only
+            // slept: the standby must have taken over.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while acquired(&mut r) == standby_terms {
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "{standby} did not take over from the stopped {leader} within 60 s"
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
             r.start(&leader)?;
             Ok(format!(
-                "{leader} (pid {pid}) stopped, resumed, exited ({status}), restarted as standby"
+                "{leader} (pid {pid}) stopped, resumed, lost its term to {standby}, exited ({status}), restarted as standby"
             ))
         }
         Fault::RestartApiserver { down } => {
@@ -1333,29 +1603,74 @@ fn inject(
         }
         Fault::PauseEtcd { pause } => {
             cluster.pause_component("etcd").map_err(|e| e.to_string())?;
+            let pid = cluster.component_pid("etcd").map_err(|e| e.to_string())?;
+            // SIGSTOP is delivered asynchronously; the fault happened once the kernel shows the
+            // process stopped ('T' in /proc/<pid>/stat).
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                let state = process_state(pid);
+                if state == Some('T') {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let _ = cluster.resume_component("etcd");
+                    return Err(format!("etcd (pid {pid}) not stopped: state {state:?}"));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
             std::thread::sleep(pause);
             cluster
                 .resume_component("etcd")
                 .map_err(|e| e.to_string())?;
             Ok("etcd resumed".into())
         }
-        Fault::SwapCerts => swap_serving_pair(cluster, webhook_replica)
-            .map(|()| format!("serving pair of {webhook_replica} replaced"))
-            .map_err(|e| e.to_string()),
+        Fault::SwapCerts => {
+            let new = swap_serving_pair(cluster, webhook_replica).map_err(|e| e.to_string())?;
+            let want = certificate_der(&new)?;
+            let port = replicas.lock().unwrap().get(webhook_replica).webhook_port;
+            // The fault happened once the webhook serves the new certificate (hot reload).
+            let deadline = Instant::now() + CERT_RELOAD;
+            loop {
+                let served = served_certificate(cluster, port);
+                if served.as_ref() == Ok(&want) {
+                    return Ok(format!(
+                        "serving pair of {webhook_replica} replaced and served"
+                    ));
+                }
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "{webhook_replica} still did not serve the new certificate {CERT_RELOAD:?} after the swap: {}",
+                        served.map_or_else(|e| e, |_| "the old certificate".into())
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
     }
 }
 
-/// The seeds to run: `NMO_CHAOS_SEED` alone, or enough rounds for `NMO_CHAOS_LIFECYCLES`
-/// (default [`SHORT_LIFECYCLES`]): the [`KNOWN_SEEDS`] first, then 1, 2, 3, ... or, with
-/// `NMO_CHAOS_SEEDS=random`, random seeds.
+/// The state letter of process `pid` (`R`, `S`, `T` for stopped, ...), from `/proc/<pid>/stat`.
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may contain spaces: the state follows the last ')'.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// The seeds to run: `NMO_CHAOS_SEED` alone; else the [`KNOWN_SEEDS`] (none with
+/// `NMO_CHAOS_SEEDS=random`), the [`OPEN_SEEDS`] with `NMO_CHAOS_OPEN=1`, then one fresh seed
+/// for each fault kind the seeds so far do not inject, then fresh seeds until there are enough
+/// rounds for `NMO_CHAOS_LIFECYCLES` (default: no more). Fresh seeds are random, new every run,
+/// and named before the run, so a violation can be replayed.
 fn seeds() -> Vec<u64> {
     if let Ok(s) = std::env::var("NMO_CHAOS_SEED") {
         return vec![s.parse().expect("NMO_CHAOS_SEED is a number")];
     }
-    let lifecycles: usize = std::env::var("NMO_CHAOS_LIFECYCLES")
-        .map(|v| v.parse().expect("NMO_CHAOS_LIFECYCLES is a number"))
-        .unwrap_or(SHORT_LIFECYCLES);
-    let rounds = lifecycles.div_ceil(ROUND_NODES).max(1);
+    let rounds = std::env::var("NMO_CHAOS_LIFECYCLES")
+        .map(|v| {
+            v.parse::<usize>()
+                .expect("NMO_CHAOS_LIFECYCLES is a number")
+        })
+        .map_or(0, |l| l.div_ceil(ROUND_NODES).max(1));
     let random = std::env::var("NMO_CHAOS_SEEDS").is_ok_and(|v| v == "random");
     let open = std::env::var("NMO_CHAOS_OPEN").is_ok_and(|v| v == "1");
     let mut seeds: Vec<u64> = if random {
@@ -1366,19 +1681,43 @@ fn seeds() -> Vec<u64> {
     if open {
         seeds.extend(OPEN_SEEDS.iter().map(|(s, _)| *s));
     }
-    let mut next = 1;
+    let mut rng = fastrand::Rng::new();
+    for kind in uninjected_kinds(&seeds) {
+        let residue = FAULT_KINDS.iter().position(|k| *k == kind).unwrap() as u64;
+        let s = fresh_seed(&mut rng, Some(residue), &seeds);
+        seeds.push(s);
+    }
     while seeds.len() < rounds {
-        let s = if random {
-            fastrand::u64(1..1_000_000)
-        } else {
-            next += 1;
-            next - 1
-        };
-        if !seeds.contains(&s) && !OPEN_SEEDS.iter().any(|(o, _)| *o == s) {
-            seeds.push(s);
-        }
+        let s = fresh_seed(&mut rng, None, &seeds);
+        seeds.push(s);
     }
     seeds
+}
+
+/// The fault kinds that no round of `seeds` plans.
+fn uninjected_kinds(seeds: &[u64]) -> Vec<&'static str> {
+    let planned: BTreeSet<&str> = seeds
+        .iter()
+        .flat_map(|s| Plan::generate(*s).faults)
+        .map(|(_, f)| f.kind())
+        .collect();
+    FAULT_KINDS
+        .into_iter()
+        .filter(|k| !planned.contains(k))
+        .collect()
+}
+
+/// A random seed not in `taken` nor among the known or open ones; with `residue`, one whose
+/// primary fault is that kind (`seed % 5`).
+fn fresh_seed(rng: &mut fastrand::Rng, residue: Option<u64>, taken: &[u64]) -> u64 {
+    loop {
+        let s = rng.u64(5..1_000_000);
+        let s = residue.map_or(s, |r| s - s % 5 + r);
+        let known = KNOWN_SEEDS.contains(&s) || OPEN_SEEDS.iter().any(|(o, _)| *o == s);
+        if !known && !taken.contains(&s) {
+            return s;
+        }
+    }
 }
 
 /// Serialises this binary's tests that use the control plane: a fault of one would be an
@@ -1398,7 +1737,7 @@ const PROMPT_AFTER_RESTART: Duration = Duration::from_secs(40);
 /// Regression for seeds 708172, 336147 and 658917, without the timing luck of a round: two
 /// Succeeded NodeMaintenances deleted as soon as a restarted kube-apiserver is ready again (the
 /// operator's watches still failing and backing off) are reconciled, and their nodes restored,
-/// within [`PROMPT_AFTER_RESTART`].
+/// within [`PROMPT_AFTER_RESTART`]. The operator runs the JSON Node watch here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletions_right_after_an_api_server_restart_are_reconciled_promptly() {
     let _cluster = CLUSTER.lock().await;
@@ -1406,15 +1745,24 @@ async fn deletions_right_after_an_api_server_restart_are_reconciled_promptly() {
     let client = e.cluster.client().await;
     let group = unique("apirestart");
     let nodes = worker_nodes(&e.cluster, &client, &group, 2).await;
+    // The Node watch in JSON (paged lists, kube's watcher): the rounds cover the protobuf watch
+    // across API server restarts, this test the path of API servers before 1.32, whose relist
+    // after the restart must also report what vanished.
     let mut replicas = Replicas {
         running: Vec::new(),
         leader_elect: false,
+        json_node_watch: true,
     };
     let replica = format!("{group}-a");
     tokio::task::block_in_place(|| {
         replicas.start(&replica).unwrap();
         replicas.serve_webhook(&replica);
     });
+    let log = replicas.get(&replica).log();
+    assert!(
+        log.contains("Node watch: paged JSON lists"),
+        "the JSON Node watch was not used:\n{log}"
+    );
     let names: Vec<String> = nodes.iter().map(|n| format!("{n}-nm")).collect();
     for (name, node) in names.iter().zip(&nodes) {
         nm::create(&client, name, node).await;
@@ -1463,7 +1811,10 @@ async fn deletions_right_after_an_api_server_restart_are_reconciled_promptly() {
 async fn invariants_hold_under_faults() {
     let _cluster = CLUSTER.lock().await;
     let seeds = seeds();
-    eprintln!("chaos: seeds {seeds:?}");
+    let fresh: Vec<&u64> = seeds.iter().filter(|s| !KNOWN_SEEDS.contains(s)).collect();
+    eprintln!(
+        "chaos: seeds {seeds:?} (fresh this run: {fresh:?}; replay one with NMO_CHAOS_SEED=<seed>)"
+    );
     let started = Instant::now();
     tokio::task::block_in_place(env);
     let mut failures = Vec::new();
@@ -1482,6 +1833,26 @@ async fn invariants_hold_under_faults() {
         started.elapsed().as_secs_f64(),
         failures.len()
     );
+    let counts = FAULT_COUNTS.lock().unwrap().clone();
+    let line: Vec<String> = FAULT_KINDS
+        .iter()
+        .map(|k| {
+            let (planned, happened) = counts.get(k).copied().unwrap_or_default();
+            format!("{k} {happened}/{planned}")
+        })
+        .collect();
+    eprintln!("chaos: faults happened/planned: {}", line.join(", "));
+    if std::env::var("NMO_CHAOS_SEED").is_err() {
+        let missing: Vec<&&str> = FAULT_KINDS
+            .iter()
+            .filter(|k| counts.get(*k).is_none_or(|c| c.1 == 0))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "fault kinds that never happened in this run: {missing:?} ({})",
+            line.join(", ")
+        );
+    }
     for (seed, cause) in OPEN_SEEDS {
         if !seeds.contains(seed) {
             eprintln!("chaos: open case not run: seed {seed}: {cause}");
@@ -1508,6 +1879,37 @@ fn same_seed_same_scenario() {
         kinds.len(),
         5,
         "five consecutive seeds, five fault kinds: {kinds:?}"
+    );
+    for (i, kind) in FAULT_KINDS.iter().enumerate() {
+        assert_eq!(Plan::generate(10 + i as u64).primary.kind(), *kind);
+    }
+}
+
+/// The short form plans every fault kind, and its fresh seeds change from run to run.
+#[test]
+fn the_short_form_plans_every_fault_kind() {
+    let seeds: Vec<u64> = KNOWN_SEEDS.to_vec();
+    let missing = uninjected_kinds(&seeds);
+    let mut rng = fastrand::Rng::with_seed(1);
+    let mut all = seeds.clone();
+    for kind in &missing {
+        let r = FAULT_KINDS.iter().position(|k| k == kind).unwrap() as u64;
+        let s = fresh_seed(&mut rng, Some(r), &all);
+        assert_eq!(Plan::generate(s).primary.kind(), *kind);
+        all.push(s);
+    }
+    assert!(uninjected_kinds(&all).is_empty(), "{all:?}");
+    eprintln!(
+        "regression seeds plan {:?}; fresh seeds add {missing:?}",
+        FAULT_KINDS
+            .iter()
+            .filter(|k| !missing.contains(k))
+            .collect::<Vec<_>>()
+    );
+    let other = fresh_seed(&mut fastrand::Rng::with_seed(2), Some(0), &[]);
+    assert_ne!(
+        fresh_seed(&mut fastrand::Rng::with_seed(3), Some(0), &[]),
+        other
     );
 }
 

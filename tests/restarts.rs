@@ -837,4 +837,107 @@ async fn an_orphan_partly_undone_by_hand_is_cleaned_up_completely() {
         })
         .await;
     }
+
+/// Starts an operator whose Node watch uses kube's watcher with paged JSON lists although this
+/// API server streams initial lists (`NMO_NODE_WATCH_ENCODING=json`, `src/nodewatch`): the path
+/// of API servers before Kubernetes 1.32. Checks that its log says so and that its first list
+/// held every Node the API server has (`nodes`, counted before the start), across pages.
+fn start_json(
+    cluster: &Cluster,
+    account: &ServiceAccountRef,
+    kubeconfig: &std::path::Path,
+    name: &str,
+    nodes: usize,
+) -> Operator {
+    let mut opts = operator_options(name, account, kubeconfig);
+    opts.env
+        .push(("NMO_NODE_WATCH_ENCODING".into(), "json".into()));
+    let op =
+        Operator::start(cluster, &opts).unwrap_or_else(|e| panic!("{name} did not start: {e}"));
+    let log = op.log();
+    assert!(
+        log.contains("Node watch: paged JSON lists"),
+        "{name} did not take the JSON path:\n{log}"
+    );
+    let listed: Vec<usize> = log
+        .lines()
+        .filter(|l| l.contains("Node watch listed all nodes"))
+        .filter_map(|l| {
+            let at = l.find(" nodes=")? + " nodes=".len();
+            l[at..].split_whitespace().next()?.parse().ok()
+        })
+        .collect();
+    assert!(
+        !listed.is_empty() && listed.iter().all(|n| *n == nodes),
+        "{name} listed {listed:?} nodes, the API server has {nodes}:\n{log}"
+    );
+    op
+}
+
+/// The restart cases with the JSON Node watch, on a cluster of more Nodes than one page of its
+/// lists (`nodewatch::NODE_PAGE_SIZE`, 100): the first list after a SIGKILL mid-drain resumes
+/// the drain, and the first list after a deletion while the operator was down restores the node
+/// (a node carrying our holder annotation is reconciled from that list).
+#[tokio::test]
+async fn restarts_with_the_json_node_watch_over_several_pages() {
+    let _serial = SERIAL.lock().await;
+    let (cluster, account, kubeconfig) = setup();
+    let client = cluster.client().await;
+    let group = unique("json");
+    let nodes = worker_nodes(cluster, &client, &group, 2).await;
+    // Plain Node objects (no kubelet, so NotReady), only to make the lists span pages.
+    let node_api = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
+    let filler: Vec<String> = (0..150).map(|i| format!("{group}-page-{i}")).collect();
+    futures::future::join_all(filler.iter().map(|n| {
+        let api = node_api.clone();
+        async move {
+            let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(
+                json!({"metadata": {"name": n, "labels": {"nmo-test": "json-filler"}}}),
+            )
+            .unwrap();
+            api.create(&PostParams::default(), &node).await.unwrap();
+        }
+    }))
+    .await;
+    let count = || async {
+        node_api
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .len()
+    };
+
+    // SIGKILL mid-drain, then a restart completes the drain.
+    let (_ns, pdbs) = blocked_workload(cluster, &client, &group, &nodes).await;
+    let mut op = start_json(cluster, &account, &kubeconfig, "op-json", count().await);
+    let name = unique("nm-json");
+    nm::create(&client, &name, &nodes[0]).await;
+    nm::wait_status(&client, &name, "drain in progress", LIMIT, |s| {
+        s.blockers.as_ref().is_some_and(|b| !b.is_empty())
+    })
+    .await;
+    op.process().kill();
+    relax(&pdbs).await;
+    let mut op = start_json(cluster, &account, &kubeconfig, "op-json-2", count().await);
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+
+    // Deleted while the operator is down: the next start restores the node.
+    op.process().stop(Duration::from_secs(10));
+    nm::delete(&client, &name).await;
+    node::in_maintenance(&client, &nodes[0]).await.unwrap();
+    let _op = start_json(cluster, &account, &kubeconfig, "op-json-3", count().await);
+    nm::wait_gone(&client, &name, LIMIT).await;
+    wait_for("node fully restored", LIMIT, || {
+        node::restored(&client, &nodes[0])
+    })
+    .await;
+
+    futures::future::join_all(filler.iter().map(|n| {
+        let api = node_api.clone();
+        async move {
+            let _ = api.delete(n, &Default::default()).await;
+        }
+    }))
+    .await;
 }

@@ -354,7 +354,20 @@ async fn drive(client: Client, cache: NodeCache, synced: watch::Sender<bool>) {
     >;
     // Streamed initial lists come in protobuf (`protobuf`: a third of the API server's JSON
     // encoding time); a server without them gets kube's watcher with paged JSON lists.
-    let events: Events = if streams_initial_lists(&api).await {
+    let forced_json = forced_json();
+    let protobuf = !forced_json && streams_initial_lists(&api).await;
+    let encoding = if protobuf { "protobuf" } else { "json" };
+    tracing::info!(
+        encoding,
+        forced = forced_json,
+        "Node watch: {}",
+        if protobuf {
+            "streamed initial lists, protobuf"
+        } else {
+            "paged JSON lists"
+        }
+    );
+    let events: Events = if protobuf {
         Box::pin(protobuf::watch(client))
     } else {
         Box::pin(watcher(
@@ -382,7 +395,7 @@ async fn drive(client: Client, cache: NodeCache, synced: watch::Sender<bool>) {
                     cache.notify(c);
                 }
                 if first {
-                    tracing::debug!(nodes = cache.len(), "Node watch listed all nodes");
+                    tracing::info!(nodes = cache.len(), encoding, "Node watch listed all nodes");
                     synced.send_replace(true);
                 }
                 release_freed_heap();
@@ -454,6 +467,17 @@ fn relist_changes(
             }),
     );
     changes
+}
+
+/// Environment variable that, set to `json`, makes the Node watch use kube's watcher with paged
+/// JSON lists even when the API server streams initial lists: the path of servers older than
+/// Kubernetes 1.32, which the end-to-end tests (control plane 1.36) would otherwise never run.
+/// A test and support setting, not a flag: it changes no behaviour but the wire encoding.
+pub(crate) const FORCE_JSON_ENV: &str = "NMO_NODE_WATCH_ENCODING";
+
+/// Whether [`FORCE_JSON_ENV`] asks for the JSON path.
+fn forced_json() -> bool {
+    std::env::var(FORCE_JSON_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("json"))
 }
 
 /// Whether the API server streams a watch's initial list (`sendInitialEvents`, Kubernetes'

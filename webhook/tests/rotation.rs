@@ -1,5 +1,6 @@
 //! Certificate rotation under load: in-place rewrites and the kubelet `..data` symlink swap, with
-//! 0 failed requests and new connections seeing the new certificate within 2 s.
+//! 0 failed requests and new connections seeing the new certificate from the file watch alone
+//! (the periodic re-read is set to an hour there), within [`VISIBLE_WITHIN`].
 
 mod support;
 
@@ -13,7 +14,18 @@ use support::*;
 
 const REQUESTS: u64 = 5_000;
 const ROTATIONS: usize = 3;
-const VISIBLE_WITHIN: Duration = Duration::from_secs(2);
+/// Deadline for a rotated pair to be served. A reload follows a file event within milliseconds;
+/// the deadline is generous for a loaded 2-core machine, and a miss reports what was served.
+const VISIBLE_WITHIN: Duration = Duration::from_secs(20);
+
+/// The tests' tuning without the periodic re-read (an hour), so that only the file watch can
+/// make a rotated pair visible within [`VISIBLE_WITHIN`].
+fn watch_only() -> ServeTuning {
+    ServeTuning {
+        reload_poll: Duration::from_secs(3600),
+        ..tuning()
+    }
+}
 
 #[derive(Clone, Copy, Debug)]
 enum Layout {
@@ -169,7 +181,7 @@ async fn rotation_under_load(layout: Layout) {
     let tmp = tempfile::tempdir().unwrap();
     let first = certs.leaf();
     let mut dir = CertDir::new(tmp.path(), layout, &first);
-    let server = start(tmp.path(), false).await;
+    let server = start_with(tmp.path(), false, watch_only(), std::future::pending()).await;
     let addr = server.local_addr();
     let ca = certs.ca.cert_pem().to_string();
     assert_eq!(
@@ -264,13 +276,13 @@ async fn a_broken_pair_keeps_the_last_good_one() {
     let tmp = tempfile::tempdir().unwrap();
     let first = certs.leaf();
     write_pair(tmp.path(), &first);
-    let server = start(tmp.path(), false).await;
+    let server = start_with(tmp.path(), false, watch_only(), std::future::pending()).await;
     let addr = server.local_addr();
     let ca = certs.ca.cert_pem();
 
     // Garbage certificate.
     std::fs::write(tmp.path().join("tls.crt"), "garbage").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + VISIBLE_WITHIN;
     while server.reload_failure_count() == 0 {
         assert!(
             Instant::now() < deadline,
@@ -293,7 +305,7 @@ async fn a_broken_pair_keeps_the_last_good_one() {
     std::fs::write(tmp.path().join("tls.crt"), &first.cert_pem).unwrap();
     std::fs::write(tmp.path().join("tls.key"), &other.key_pem).unwrap();
     let failures = server.reload_failure_count();
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + VISIBLE_WITHIN;
     while server.reload_failure_count() == failures {
         assert!(
             Instant::now() < deadline,
@@ -317,7 +329,9 @@ async fn a_broken_pair_keeps_the_last_good_one() {
         }
         assert!(
             Instant::now() < deadline,
-            "repaired pair not served within 2 s"
+            "repaired pair not served within {VISIBLE_WITHIN:?}: still the first pair ({} reloads, {} rejected)",
+            server.reload_count(),
+            server.reload_failure_count()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -354,8 +368,10 @@ async fn the_periodic_reread_catches_changes_the_watch_cannot_see() {
             break;
         }
         assert!(
-            changed.elapsed() < Duration::from_secs(3),
-            "the poll did not pick up the change within 3 s"
+            changed.elapsed() < VISIBLE_WITHIN,
+            "the 500 ms poll did not pick up the change within {VISIBLE_WITHIN:?} ({} reloads, {} rejected)",
+            server.reload_count(),
+            server.reload_failure_count()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

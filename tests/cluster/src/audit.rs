@@ -174,7 +174,8 @@ pub struct AuditCursor {
 }
 
 impl AuditCursor {
-    /// A cursor at the start of `path` (which need not exist yet).
+    /// A cursor at the start of `path` (which must exist by the first [`AuditCursor::read`]:
+    /// kube-apiserver creates it at start when auditing is on).
     pub fn new(path: impl Into<PathBuf>) -> Self {
         AuditCursor {
             path: path.into(),
@@ -190,24 +191,42 @@ impl AuditCursor {
     }
 
     /// The events appended since the last read; a trailing partial line is left for the next
-    /// read. Lines that are not audit events are skipped.
+    /// read. A log that reads as nothing must mean that nothing was audited, so a missing file
+    /// and a complete line that is not an audit event are errors, never an empty answer.
     ///
     /// # Errors
-    /// The file exists but cannot be read.
+    /// The file is missing (auditing off, or another cluster's path) or cannot be read
+    /// (`NotFound` and the like, naming the path), or a complete line is not an audit event
+    /// (`InvalidData`, with the line's offset and the parser's message).
     pub fn read(&mut self) -> std::io::Result<Vec<AuditEvent>> {
-        let mut file = match std::fs::File::open(&self.path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e),
+        let named = |e: std::io::Error| {
+            std::io::Error::new(e.kind(), format!("audit log {}: {e}", self.path.display()))
         };
-        file.seek(SeekFrom::Start(self.offset))?;
+        let mut file = std::fs::File::open(&self.path).map_err(named)?;
+        file.seek(SeekFrom::Start(self.offset)).map_err(named)?;
         let mut buf = Vec::new();
-        file.read_to_end(&mut buf)?;
+        file.read_to_end(&mut buf).map_err(named)?;
         let complete = buf.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        let mut wires = Vec::new();
+        let mut at = self.offset;
+        for line in buf[..complete].split(|b| *b == b'\n') {
+            if !line.iter().all(u8::is_ascii_whitespace) {
+                let wire = serde_json::from_slice::<Wire>(line).map_err(|e| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!(
+                            "audit log {}: the line at byte {at} is not an audit event: {e}",
+                            self.path.display()
+                        ),
+                    )
+                })?;
+                wires.push(wire);
+            }
+            at += line.len() as u64 + 1;
+        }
         self.offset += complete as u64;
-        Ok(buf[..complete]
-            .split(|b| *b == b'\n')
-            .filter_map(|line| serde_json::from_slice::<Wire>(line).ok())
+        Ok(wires
+            .into_iter()
             .map(|w| AuditEvent {
                 verb: w.verb,
                 user: w.user.username,
@@ -223,5 +242,54 @@ impl AuditCursor {
                 target: w.request_object.target.name,
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EVENT: &str = r#"{"kind":"Event","verb":"create","user":{"username":"u"},"objectRef":{"resource":"pods","subresource":"eviction","namespace":"ns","name":"p"},"responseStatus":{"code":201},"requestReceivedTimestamp":"2026-01-01T00:00:00.000001Z","stageTimestamp":"2026-01-01T00:00:00.000002Z"}"#;
+
+    fn log(content: &str) -> PathBuf {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "nmo-audit-test-{}-{}.log",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::write(&p, content).unwrap();
+        p
+    }
+
+    #[test]
+    fn reads_complete_lines_and_keeps_a_partial_one() {
+        let p = log(&format!("{EVENT}\n{}", &EVENT[..20]));
+        let mut c = AuditCursor::new(&p);
+        let evs = c.read().unwrap();
+        assert_eq!(evs.len(), 1);
+        assert_eq!(evs[0].verb_resource(), "create pods/eviction");
+        assert_eq!(evs[0].code, 201);
+        std::fs::write(&p, format!("{EVENT}\n{EVENT}\n")).unwrap();
+        assert_eq!(c.read().unwrap().len(), 1, "only what was appended");
+        let _ = std::fs::remove_file(p);
+    }
+
+    #[test]
+    fn a_missing_log_is_an_error_not_silence() {
+        let mut c = AuditCursor::new(std::env::temp_dir().join("nmo-audit-test-no-such.log"));
+        let e = c.read().unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("nmo-audit-test-no-such.log"), "{e}");
+    }
+
+    #[test]
+    fn a_line_that_is_no_audit_event_is_an_error() {
+        let p = log(&format!("{EVENT}\nnot json\n"));
+        let e = AuditCursor::new(&p).read().unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains("byte"), "{e}");
+        let _ = std::fs::remove_file(p);
     }
 }

@@ -195,13 +195,14 @@ fn etcd_client_port(spec: &CommandSpec) -> Option<u16> {
 
 /// Replaces the webhook serving pair of the operator started as `operator_name` (in
 /// `<cluster dir>/<operator_name>-certs/`) with a new pair from the cluster's CA, as a
-/// certificate rotation does. Each file is written beside its target and renamed over it, so a
-/// reader sees the old or the new file, never a torn one; between the two renames the
-/// directory holds a mismatched pair, which the operator must survive.
+/// certificate rotation does, and returns the new certificate (PEM). Each file is written
+/// beside its target and renamed over it, so a reader sees the old or the new file, never a
+/// torn one; between the two renames the directory holds a mismatched pair, which the operator
+/// must survive. [`served_certificate`] tells when the operator serves the new one.
 ///
 /// # Errors
 /// Certificate or file errors.
-pub fn swap_serving_pair(cluster: &Cluster, operator_name: &str) -> Result<(), ClusterError> {
+pub fn swap_serving_pair(cluster: &Cluster, operator_name: &str) -> Result<String, ClusterError> {
     let dir = cluster.dir().join(format!("{operator_name}-certs"));
     let pair = cluster
         .ca()
@@ -214,7 +215,59 @@ pub fn swap_serving_pair(cluster: &Cluster, operator_name: &str) -> Result<(), C
         std::fs::write(&tmp, content).map_err(io_err(format!("writing {}", tmp.display())))?;
         std::fs::rename(&tmp, dir.join(file)).map_err(io_err(format!("renaming to {file}")))?;
     }
-    Ok(())
+    Ok(pair.cert_pem)
+}
+
+/// The leaf certificate (DER) a TLS server on `127.0.0.1:port` presents, verified against the
+/// cluster's CA for the name `127.0.0.1`. Blocking, with 5 s timeouts.
+///
+/// # Errors
+/// The connection, the handshake or the verification fails (the message says which).
+pub fn served_certificate(cluster: &Cluster, port: u16) -> Result<Vec<u8>, String> {
+    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+    use std::sync::Arc;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(cluster.ca().cert_pem().as_bytes()) {
+        roots
+            .add(c.map_err(|e| format!("CA PEM: {e}"))?)
+            .map_err(|e| format!("CA: {e}"))?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = ServerName::IpAddress(std::net::IpAddr::from([127, 0, 0, 1]).into());
+    let mut conn = rustls::ClientConnection::new(Arc::new(config), name)
+        .map_err(|e| format!("TLS client: {e}"))?;
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port))
+        .map_err(|e| format!("connect 127.0.0.1:{port}: {e}"))?;
+    let timeout = Some(Duration::from_secs(5));
+    tcp.set_read_timeout(timeout).map_err(|e| e.to_string())?;
+    tcp.set_write_timeout(timeout).map_err(|e| e.to_string())?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp)
+            .map_err(|e| format!("TLS handshake with 127.0.0.1:{port}: {e}"))?;
+    }
+    conn.peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.as_ref().to_vec())
+        .ok_or_else(|| format!("127.0.0.1:{port} presented no certificate"))
+}
+
+/// The DER of the first certificate in `pem`.
+///
+/// # Errors
+/// `pem` holds no certificate.
+pub fn certificate_der(pem: &str) -> Result<Vec<u8>, String> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()
+        .ok_or("no certificate in the PEM")?
+        .map(|c| c.as_ref().to_vec())
+        .map_err(|e| format!("certificate PEM: {e}"))
 }
 
 impl Child {

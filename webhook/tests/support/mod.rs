@@ -92,9 +92,30 @@ impl Validator for TestValidator {
             panic!("test validator asked to panic");
         }
         if let Some(ms) = name.strip_prefix("slow-") {
+            VALIDATING.lock().unwrap().push(req.uid.clone());
             tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;
         }
         allow(&req)
+    }
+}
+
+/// The uids of the `slow-<ms>` requests the validator has begun, in order.
+static VALIDATING: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Waits until the validator has begun the `slow-<ms>` request with `uid`, polling every 10 ms
+/// for up to 30 s (a loaded machine), and panics with what it saw otherwise.
+pub(crate) async fn wait_validating(uid: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = VALIDATING.lock().unwrap().clone();
+        if seen.iter().any(|u| u == uid) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "request {uid} never reached the validator in 30 s; begun: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
