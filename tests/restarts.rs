@@ -837,6 +837,7 @@ async fn an_orphan_partly_undone_by_hand_is_cleaned_up_completely() {
         })
         .await;
     }
+}
 
 /// Starts an operator whose Node watch uses kube's watcher with paged JSON lists although this
 /// API server streams initial lists (`NMO_NODE_WATCH_ENCODING=json`, `src/nodewatch`): the path
