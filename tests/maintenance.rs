@@ -962,13 +962,10 @@ async fn a_node_held_by_one_budget_keeps_a_small_status_and_finishes_in_a_minute
     let last = status.last_error.unwrap_or_default();
     assert!(last.len() < 16 * 1024 && (n <= 10 || last.contains("more errors")), "{}", last.len());
 
-    pdbs.patch(
-        "guard",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"minAvailable": 0}})),
-    )
-    .await
-    .unwrap();
+    // The budget allows by going away. (Relaxing it to `minAvailable: 0` instead left the last
+    // pod refused for over a minute in one run: the disruption controller counted it unhealthy,
+    // `needs 0 healthy pods and has 0`, which is the budget's bookkeeping, not the drain's.)
+    pdbs.delete("guard", &Default::default()).await.unwrap();
     let allowed = std::time::Instant::now();
     nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, Duration::from_secs(60)).await;
     eprintln!(
