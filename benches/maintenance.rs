@@ -761,7 +761,10 @@ impl Bench {
     }
 
     /// Peak `VmRSS` of process `pid` while `work` runs, sampled every 50 ms.
-    async fn peak_rss_during<T>(pid: u32, work: impl Future<Output = Result<T>>) -> Result<(T, u64)> {
+    async fn peak_rss_during<T>(
+        pid: u32,
+        work: impl Future<Output = Result<T>>,
+    ) -> Result<(T, u64)> {
         let stop = Arc::new(AtomicBool::new(false));
         let sampler = {
             let stop = stop.clone();
@@ -806,10 +809,15 @@ impl Bench {
                 }
             };
             let tag = if manager.is_some() { "u" } else { "o" };
-            for (case, nodes_n, per_node) in [("1 node x 3,000 pods", 1, 3000), ("20 nodes x 110 pods at once", 20, 110)] {
+            for (case, nodes_n, per_node) in [
+                ("1 node x 3,000 pods", 1, 3000),
+                ("20 nodes x 110 pods at once", 20, 110),
+            ] {
                 let ns = format!("{S}-{tag}-{nodes_n}");
                 self.namespace(&ns).await?;
-                let nodes = self.add_nodes(&format!("big{tag}{nodes_n}"), 0..nodes_n).await?;
+                let nodes = self
+                    .add_nodes(&format!("big{tag}{nodes_n}"), 0..nodes_n)
+                    .await?;
                 let size = self.big_pods(&ns, &nodes, per_node).await?;
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 let before = proc_status(pid, "VmRSS")?;
@@ -819,7 +827,11 @@ impl Bench {
                 self.row(
                     S,
                     &format!("{who}: peak RSS draining {case}"),
-                    format!("{} (before {}; {size} B per pod; drained in {last:.1} s)", mib(peak), mib(before)),
+                    format!(
+                        "{} (before {}; {size} B per pod; drained in {last:.1} s)",
+                        mib(peak),
+                        mib(before)
+                    ),
                     if manager.is_some() { "" } else { "< 64 MiB" },
                 );
                 self.end_maintenance(&nodes).await?;
@@ -832,7 +844,10 @@ impl Bench {
 
     /// Starts upstream's Go manager (as the admin; webhook on :9443 with its fallback serving
     /// pair, as `benches/admission.rs` runs it) and registers its webhook.
-    async fn start_upstream(&self, manager: &std::path::Path) -> Result<nmo_devcluster::process::Child> {
+    async fn start_upstream(
+        &self,
+        manager: &std::path::Path,
+    ) -> Result<nmo_devcluster::process::Child> {
         let tmp = self.cluster.dir().join("upstream-tmp");
         let certs = tmp.join("k8s-webhook-server/serving-certs");
         std::fs::create_dir_all(&certs)?;
@@ -858,9 +873,16 @@ impl Bench {
             .is_some_and(|r| r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200"))
         {
             if let Some(status) = child.exited() {
-                bail!("upstream manager exited ({status}):\n{}", child.log_tail(30));
+                bail!(
+                    "upstream manager exited ({status}):\n{}",
+                    child.log_tail(30)
+                );
             }
-            ensure!(Instant::now() < deadline, "upstream manager not ready after 60 s:\n{}", child.log_tail(30));
+            ensure!(
+                Instant::now() < deadline,
+                "upstream manager not ready after 60 s:\n{}",
+                child.log_tail(30)
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         nmo_devcluster::operator::register_webhook(&self.cluster, 9443)?;

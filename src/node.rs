@@ -1142,8 +1142,13 @@ mod tests {
         // A reason of any length is copied cut to its bound, and then stays unchanged.
         let huge = "r".repeat(1 << 20);
         let (patch, _) = enter_patch(&entered, NM, Some(&huge));
-        let copied = patch["metadata"]["annotations"][REASON_ANNOTATION].as_str().unwrap();
-        assert!(copied.len() <= crate::drain::bounds::MAX_REASON_ANNOTATION && copied.starts_with("rrr"));
+        let copied = patch["metadata"]["annotations"][REASON_ANNOTATION]
+            .as_str()
+            .unwrap();
+        assert!(
+            copied.len() <= crate::drain::bounds::MAX_REASON_ANNOTATION
+                && copied.starts_with("rrr")
+        );
         let cut = apply(&entered, &patch);
         assert_eq!(plan_enter(&cut, NM, Some(&huge)), EnterPlan::Unchanged);
     }

@@ -444,7 +444,14 @@ async fn tolerating_pods_are_evicted_and_only_their_replacements_kept() {
         }),
     )
     .await;
-    bare_pod(&client, &ns, "bare", &node, json!({"spec": {"tolerations": tolerate_all()}})).await;
+    bare_pod(
+        &client,
+        &ns,
+        "bare",
+        &node,
+        json!({"spec": {"tolerations": tolerate_all()}}),
+    )
+    .await;
     let before = wait_running(&client, &ns, "tolerant", 1, LIMIT).await;
     let original = before[0].metadata.uid.clone().unwrap();
     wait_pod_running(&client, &ns, "virt-launcher-vm1").await;
@@ -461,19 +468,27 @@ async fn tolerating_pods_are_evicted_and_only_their_replacements_kept() {
         );
     }
     // The original was evicted; a replacement is back on the node and stays.
-    let replacement = wait_running(&client, &ns, "tolerant", 1, LIMIT).await.remove(0);
+    let replacement = wait_running(&client, &ns, "tolerant", 1, LIMIT)
+        .await
+        .remove(0);
     let kept = replacement.metadata.name.clone().unwrap();
     assert_ne!(replacement.metadata.uid.as_deref(), Some(original.as_str()));
     assert_eq!(node_of(&replacement), node);
     let s = done.status.clone().unwrap();
     assert_eq!(s.eviction_pods, Some(3), "the three pods of before: {s:?}");
-    let kept_named = nm::wait_status(&client, &name, "the replacement named as kept", LIMIT, |s| {
-        s.conditions.iter().flatten().any(|c| {
-            c.type_ == "Drained"
-                && c.message
-                    .contains(&format!("{ns}/{kept} (ToleratesMaintenanceTaints)"))
-        })
-    })
+    let kept_named = nm::wait_status(
+        &client,
+        &name,
+        "the replacement named as kept",
+        LIMIT,
+        |s| {
+            s.conditions.iter().flatten().any(|c| {
+                c.type_ == "Drained"
+                    && c.message
+                        .contains(&format!("{ns}/{kept} (ToleratesMaintenanceTaints)"))
+            })
+        },
+    )
     .await;
     assert_eq!(
         kept_named.status.unwrap().phase,
@@ -486,15 +501,22 @@ async fn tolerating_pods_are_evicted_and_only_their_replacements_kept() {
         .filter(|e| e.1 == "PodNotEvicted" && e.2.contains(&kept))
         .collect();
     assert!(
-        skipped.len() == 1 && skipped[0].3 == 1 && skipped[0].2.contains("arrived after the drain started"),
+        skipped.len() == 1
+            && skipped[0].3 == 1
+            && skipped[0].2.contains("arrived after the drain started"),
         "{skipped:?}"
     );
     // Still there a while later, not evicted by a later pass (the Node watch sees it).
     let later = pods(&client, &ns, "tolerant").await;
     assert!(
-        later.len() == 1 && later[0].metadata.name.as_deref() == Some(kept.as_str()) && running(&later[0]),
+        later.len() == 1
+            && later[0].metadata.name.as_deref() == Some(kept.as_str())
+            && running(&later[0]),
         "{:?}",
-        later.iter().map(|p| (&p.metadata.name, p.metadata.deletion_timestamp.is_some())).collect::<Vec<_>>()
+        later
+            .iter()
+            .map(|p| (&p.metadata.name, p.metadata.deletion_timestamp.is_some()))
+            .collect::<Vec<_>>()
     );
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
@@ -600,7 +622,14 @@ async fn a_reason_of_any_size_is_copied_cut_and_editing_it_keeps_the_drain() {
         .await
         .remove(0);
     let ns = namespace(&client, "reason").await;
-    bare_pod(&client, &ns, "held", &node, json!({"metadata": {"finalizers": [HOLD]}})).await;
+    bare_pod(
+        &client,
+        &ns,
+        "held",
+        &node,
+        json!({"metadata": {"finalizers": [HOLD]}}),
+    )
+    .await;
     wait_pod_running(&client, &ns, "held").await;
     let name = unique("nm-reason");
     let huge = "a".repeat(1 << 20);
@@ -709,7 +738,10 @@ async fn a_hung_eviction_is_that_pods_blocker_and_the_others_proceed() {
         }]
     }))
     .unwrap();
-    webhooks.create(&PostParams::default(), &config).await.unwrap();
+    webhooks
+        .create(&PostParams::default(), &config)
+        .await
+        .unwrap();
     bare_pod(&client, &hung_ns, "hung", &node, json!({})).await;
     bare_pod(&client, &ns, "free", &node, json!({})).await;
     wait_pod_running(&client, &hung_ns, "hung").await;
@@ -717,24 +749,36 @@ async fn a_hung_eviction_is_that_pods_blocker_and_the_others_proceed() {
 
     let name = unique("nm-hang");
     nm::create(&client, &name, &node).await;
-    let blocked = nm::wait_status(&client, &name, "the hung eviction as its pod's blocker", LIMIT, |s| {
-        s.blockers.as_ref().is_some_and(|b| {
-            b.len() == 1
-                && b[0].name == "hung"
-                && b[0].reason == "EvictionTimeout"
-                && b[0].message.as_deref().is_some_and(|m| m.contains("did not answer within 10s"))
-        })
-    })
+    let blocked = nm::wait_status(
+        &client,
+        &name,
+        "the hung eviction as its pod's blocker",
+        LIMIT,
+        |s| {
+            s.blockers.as_ref().is_some_and(|b| {
+                b.len() == 1
+                    && b[0].name == "hung"
+                    && b[0].reason == "EvictionTimeout"
+                    && b[0]
+                        .message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("did not answer within 10s"))
+            })
+        },
+    )
     .await;
     let s = blocked.status.unwrap();
     let last = s.last_error.clone().unwrap_or_default();
     assert!(
-        last.contains(&format!("pods/\"hung\" -n \"{hung_ns}\"")) && last.contains("did not answer"),
+        last.contains(&format!("pods/\"hung\" -n \"{hung_ns}\""))
+            && last.contains("did not answer"),
         "lastError must name the hung call: {last:?}"
     );
     assert!(!last.contains("reconcile did not finish"), "{last:?}");
     assert!(
-        get_pod(&client, &ns, "free").await.is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+        get_pod(&client, &ns, "free")
+            .await
+            .is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
         "the other pod must be evicted meanwhile"
     );
     webhooks.delete(&label, &Default::default()).await.unwrap();

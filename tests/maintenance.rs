@@ -920,24 +920,38 @@ async fn a_node_held_by_one_budget_keeps_a_small_status_and_finishes_in_a_minute
     }))
     .unwrap();
     pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-    wait_for("every pod healthy under the budget", Duration::from_secs(300), || async {
-        let p = pdbs.get("guard").await.map_err(|e| e.to_string())?;
-        let s = p.status.clone().unwrap_or_default();
-        if s.observed_generation == p.metadata.generation && s.current_healthy == Some(n as i32) {
-            Ok(())
-        } else {
-            Err(format!("healthy {:?}", s.current_healthy))
-        }
-    })
+    wait_for(
+        "every pod healthy under the budget",
+        Duration::from_secs(300),
+        || async {
+            let p = pdbs.get("guard").await.map_err(|e| e.to_string())?;
+            let s = p.status.clone().unwrap_or_default();
+            if s.observed_generation == p.metadata.generation && s.current_healthy == Some(n as i32)
+            {
+                Ok(())
+            } else {
+                Err(format!("healthy {:?}", s.current_healthy))
+            }
+        },
+    )
     .await;
 
     let name = unique("nm-budget");
     nm::create(&client, &name, &node).await;
-    let blocked = nm::wait_status(&client, &name, "every pod refused, lists capped", Duration::from_secs(180), |s| {
-        s.blockers.as_ref().is_some_and(|b| {
-            b.len() == n.min(50) && b.iter().all(|b| b.reason == "PodDisruptionBudget")
-        }) && s.pending_pods.as_ref().is_some_and(|p| p.len() == n.min(200))
-    })
+    let blocked = nm::wait_status(
+        &client,
+        &name,
+        "every pod refused, lists capped",
+        Duration::from_secs(180),
+        |s| {
+            s.blockers.as_ref().is_some_and(|b| {
+                b.len() == n.min(50) && b.iter().all(|b| b.reason == "PodDisruptionBudget")
+            }) && s
+                .pending_pods
+                .as_ref()
+                .is_some_and(|p| p.len() == n.min(200))
+        },
+    )
     .await;
     let status = blocked.status.clone().unwrap();
     let size = serde_json::to_vec(&status).unwrap().len();
@@ -960,14 +974,24 @@ async fn a_node_held_by_one_budget_keeps_a_small_status_and_finishes_in_a_minute
         );
     }
     let last = status.last_error.unwrap_or_default();
-    assert!(last.len() < 16 * 1024 && (n <= 10 || last.contains("more errors")), "{}", last.len());
+    assert!(
+        last.len() < 16 * 1024 && (n <= 10 || last.contains("more errors")),
+        "{}",
+        last.len()
+    );
 
     // The budget allows by going away. (Relaxing it to `minAvailable: 0` instead left the last
     // pod refused for over a minute in one run: the disruption controller counted it unhealthy,
     // `needs 0 healthy pods and has 0`, which is the budget's bookkeeping, not the drain's.)
     pdbs.delete("guard", &Default::default()).await.unwrap();
     let allowed = std::time::Instant::now();
-    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, Duration::from_secs(60)).await;
+    nm::wait_phase(
+        &client,
+        &name,
+        MaintenancePhase::Succeeded,
+        Duration::from_secs(60),
+    )
+    .await;
     eprintln!(
         "{n} pods: Succeeded {:.1} s after the budget allowed",
         allowed.elapsed().as_secs_f64()

@@ -1986,7 +1986,13 @@ mod tests {
             ..ObservedMaintenance::default()
         }));
         let now = t(50);
-        let got = plan(&Observed { nm: o.clone(), world }, now);
+        let got = plan(
+            &Observed {
+                nm: o.clone(),
+                world,
+            },
+            now,
+        );
         let Work::Maintenance { steps, end } = got.work else {
             panic!("maintenance work expected");
         };

@@ -27,7 +27,8 @@ use super::plan::{
 };
 use super::{Context, Error, MAX_ERROR_BACKOFF};
 use crate::api::{
-    DRAIN_STARTED_ANNOTATION, ENTERED_NODE_ANNOTATION, FINALIZER, MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus,
+    DRAIN_STARTED_ANNOTATION, ENTERED_NODE_ANNOTATION, FINALIZER, MaintenancePhase,
+    NodeMaintenance, NodeMaintenanceStatus,
 };
 use crate::lease::LeaseError;
 use crate::node::{self, Claimant, EnterOutcome, ExitOutcome, NodeError};
@@ -551,7 +552,8 @@ fn learn_status_schema(
 /// Best effort: say in `status.lastError` what went wrong (the next successful pass replaces it).
 async fn record_error(nm: &NodeMaintenance, ctx: &Context, err: &Error) {
     // An API server's or a webhook's message can be any length (docs/drain-contract.md §5).
-    let text = crate::drain::bounds::truncate(&err.to_string(), crate::drain::bounds::MAX_ERROR * 4);
+    let text =
+        crate::drain::bounds::truncate(&err.to_string(), crate::drain::bounds::MAX_ERROR * 4);
     if nm.status.as_ref().and_then(|s| s.last_error.as_deref()) == Some(text.as_str()) {
         return;
     }

@@ -129,7 +129,9 @@ impl Drainer {
             let page: PodPage = {
                 let _slot = self.pages.acquire().await;
                 let what = || format!("the list of pods on node {node} (page {page_no})");
-                deadline(what, self.client.request(req)).await?.map_err(err)?
+                deadline(what, self.client.request(req))
+                    .await?
+                    .map_err(err)?
             };
             pods.extend(page.items);
             match page.metadata.continue_ {
@@ -162,7 +164,8 @@ impl Drainer {
                         None => {
                             let api: Api<DaemonSet> =
                                 Api::namespaced(self.client.clone(), &namespace);
-                            let what = || format!("the GET of DaemonSet {namespace}/{}", owner.name);
+                            let what =
+                                || format!("the GET of DaemonSet {namespace}/{}", owner.name);
                             let uid = deadline(what, api.get_metadata_opt(&owner.name))
                                 .await?
                                 .map_err(|source| DrainError::DaemonSet {
@@ -215,7 +218,9 @@ impl Drainer {
         let answers: Vec<(PlannedEviction, Option<EvictionOutcome>)> =
             stream::iter(plan.evict.clone())
                 .map(|e| async move {
-                    let outcome = self.evict_once(node, &e.pod, e.uid.as_deref(), budget_end).await;
+                    let outcome = self
+                        .evict_once(node, &e.pod, e.uid.as_deref(), budget_end)
+                        .await;
                     (e, outcome)
                 })
                 .buffer_unordered(EVICTION_PARALLELISM)
@@ -272,7 +277,11 @@ impl Drainer {
             return Some(super::timed_out(pod, EVICTION_TIMEOUT));
         };
         if answer.is_ok() {
-            tracing::info!("pod: {}:{} Evicted from node: {node}", pod.namespace, pod.name);
+            tracing::info!(
+                "pod: {}:{} Evicted from node: {node}",
+                pod.namespace,
+                pod.name
+            );
         }
         let outcome = classify_eviction(pod, answer.as_ref().map(|_| ()));
         if outcome.result != result::EVICTED && outcome.result != result::GONE {

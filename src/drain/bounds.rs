@@ -108,9 +108,18 @@ mod tests {
         all.push(blocker("z-budget", "PodDisruptionBudget", 100_000));
         let (kept, rest) = cap_blockers(&all);
         assert_eq!((kept.len(), rest), (MAX_BLOCKERS, 2001 - MAX_BLOCKERS));
-        assert!(kept.iter().any(|b| b.name == "z-budget"), "the blocking one is listed");
-        assert!(kept.iter().all(|b| b.message.as_ref().unwrap().len() <= MAX_BLOCKER_MESSAGE));
-        assert!(kept.windows(2).all(|w| w[0].name < w[1].name), "sorted by name");
+        assert!(
+            kept.iter().any(|b| b.name == "z-budget"),
+            "the blocking one is listed"
+        );
+        assert!(
+            kept.iter()
+                .all(|b| b.message.as_ref().unwrap().len() <= MAX_BLOCKER_MESSAGE)
+        );
+        assert!(
+            kept.windows(2).all(|w| w[0].name < w[1].name),
+            "sorted by name"
+        );
         let few = vec![blocker("a", "Terminating", 10)];
         assert_eq!(cap_blockers(&few), (few.clone(), 0));
         let (p, rest) = cap_pending(&(0..300).collect::<Vec<_>>());
@@ -131,7 +140,10 @@ mod tests {
             .rsplit_once(" ... (")
             .and_then(|(_, r)| r.split(' ').next()?.parse().ok())
             .unwrap();
-        assert_eq!(t.len() - " ... ( bytes cut)".len() - cut.to_string().len() + cut, 6000);
+        assert_eq!(
+            t.len() - " ... ( bytes cut)".len() - cut.to_string().len() + cut,
+            6000
+        );
         assert_eq!(truncate(&long, 5), "éé");
         assert_eq!(truncate_opt(None, 5), None);
     }

@@ -192,7 +192,8 @@ pub(crate) fn daemonset_owner(pod: &DrainPod) -> Option<&OwnerRef> {
     if pod.is_terminal() {
         return None;
     }
-    pod.controller_ref().filter(|o| o.kind == "DaemonSet" && api_group(&o.api_version) == "apps")
+    pod.controller_ref()
+        .filter(|o| o.kind == "DaemonSet" && api_group(&o.api_version) == "apps")
 }
 
 /// Whether `toleration` tolerates the taint `key`=`""`:`effect` (the scheduler's rule: an empty
@@ -840,7 +841,10 @@ pub(crate) mod tests {
     #[test]
     fn daemonset_pods_stay_while_their_daemonset_exists() {
         let p = owned(pod("ds-1"), "DaemonSet", "agent");
-        assert_eq!(daemonset_owner(&p).as_ref().map(|o| o.name.as_str()), Some("agent"));
+        assert_eq!(
+            daemonset_owner(&p).as_ref().map(|o| o.name.as_str()),
+            Some("agent")
+        );
         assert_eq!(
             classify(&p, Some("x"), &DrainOptions::default()),
             Disposition::SkipDaemonSet
@@ -864,7 +868,10 @@ pub(crate) mod tests {
         );
         for phase_ in ["Succeeded", "Failed"] {
             let job = phase(owned(pod("job-1"), "Job", "j"), phase_);
-            assert_eq!(classify(&job, None, &DrainOptions::default()), Disposition::SkipFinished);
+            assert_eq!(
+                classify(&job, None, &DrainOptions::default()),
+                Disposition::SkipFinished
+            );
         }
         for phase_ in ["Running", "Pending", "Unknown"] {
             assert!(classify(&phase(pod("p"), phase_), None, &DrainOptions::default()).evicts());
@@ -898,7 +905,6 @@ pub(crate) mod tests {
         );
         let managed = owned(pod("rs-pod"), "ReplicaSet", "web-123");
         assert!(evict_warnings(classify(&managed, None, &DrainOptions::default())).is_empty());
-
     }
 
     fn stage_of(d: Disposition) -> Stage {
@@ -1010,7 +1016,10 @@ pub(crate) mod tests {
         // There before the start, or within the margin of it: evicted, whatever it tolerates
         // (upstream evicts them all; a VM's launcher pod is live-migrated by its eviction).
         for second in [900, 1_000, 1_001] {
-            assert!(at(everything.clone(), second).evicts(), "created at {second}");
+            assert!(
+                at(everything.clone(), second).evicts(),
+                "created at {second}"
+            );
         }
         // No start known (the survey before the drain) or no creation time: evicted.
         let p = tolerating(pod("p"), everything.clone());
@@ -1036,7 +1045,10 @@ pub(crate) mod tests {
             assert!(at(t.clone(), 2_000).evicts(), "{t}");
         }
         // A finished pod is left, whenever it came.
-        let done = phase(created(tolerating(pod("job"), everything), 2_000), "Succeeded");
+        let done = phase(
+            created(tolerating(pod("job"), everything), 2_000),
+            "Succeeded",
+        );
         assert_eq!(
             super::classify(&slim(&done), None, &o, Some(start)),
             Disposition::SkipFinished
@@ -1058,7 +1070,10 @@ pub(crate) mod tests {
         );
         // apps/v1 DaemonSet of that name, but another one (recreated): the pod's owner is gone.
         let p = owned(pod("ds-1"), "DaemonSet", "agent");
-        assert_eq!(daemonset_owner(&p).as_ref().map(|o| o.uid.as_str()), Some("x"));
+        assert_eq!(
+            daemonset_owner(&p).as_ref().map(|o| o.uid.as_str()),
+            Some("x")
+        );
         assert_eq!(
             evict_warnings(classify(&p, Some("other-uid"), &o)),
             vec!["daemonsets.apps \"agent\" not found".to_string()]
@@ -1273,10 +1288,20 @@ pub(crate) mod tests {
             Some("[a, b]")
         );
         // Bounded: the first texts, each cut, and how many more.
-        let many: Vec<String> = (0..2000).map(|i| format!("e{i:04} {}", "x".repeat(5000))).collect();
+        let many: Vec<String> = (0..2000)
+            .map(|i| format!("e{i:04} {}", "x".repeat(5000)))
+            .collect();
         let text = aggregate_errors(&many).unwrap();
-        assert!(text.len() < bounds::MAX_ERRORS * (bounds::MAX_ERROR + 2) + 64, "{}", text.len());
-        assert!(text.ends_with(", and 1990 more errors]"), "{}", &text[text.len() - 60..]);
+        assert!(
+            text.len() < bounds::MAX_ERRORS * (bounds::MAX_ERROR + 2) + 64,
+            "{}",
+            text.len()
+        );
+        assert!(
+            text.ends_with(", and 1990 more errors]"),
+            "{}",
+            &text[text.len() - 60..]
+        );
     }
 
     #[test]

@@ -235,7 +235,8 @@ pub(crate) fn report(
         report.pending.extend(o.blocker);
         report.errors.extend(o.error);
     }
-    let by_name = |a: &PodBlocker, b: &PodBlocker| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name));
+    let by_name =
+        |a: &PodBlocker, b: &PodBlocker| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name));
     report.pending.sort_by(by_name);
     report.skipped.sort_by(by_name);
     report.newly_skipped.sort_by(by_name);
@@ -250,7 +251,8 @@ mod tests {
     use serde_json::json;
 
     fn pod(name: &str, extra: serde_json::Value) -> DrainPod {
-        let mut v = json!({"metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}")}});
+        let mut v =
+            json!({"metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}")}});
         crate::drain::tests::merge(&mut v, extra);
         serde_json::from_value(v).unwrap()
     }
@@ -271,14 +273,23 @@ mod tests {
         let refused = crate::drain::tests::pdb_refusal("held");
         retries.record("uid-held", "n", &refused, at);
         let pods = vec![
-            (pod("a", json!({"metadata": {"labels": {"app": "a"}}})), ordinary()),
+            (
+                pod("a", json!({"metadata": {"labels": {"app": "a"}}})),
+                ordinary(),
+            ),
             (pod("held", json!({})), ordinary()),
             (
-                pod("gone", json!({"metadata": {"deletionTimestamp": "2023-11-14T22:13:20Z"}})),
+                pod(
+                    "gone",
+                    json!({"metadata": {"deletionTimestamp": "2023-11-14T22:13:20Z"}}),
+                ),
                 ordinary(),
             ),
             (
-                pod("dns", json!({"spec": {"priorityClassName": "system-node-critical"}})),
+                pod(
+                    "dns",
+                    json!({"spec": {"priorityClassName": "system-node-critical"}}),
+                ),
                 Disposition::Evict {
                     warnings: Vec::new(),
                     stage: Stage::Critical,
@@ -291,11 +302,18 @@ mod tests {
         assert_eq!(plan.total_pods, 6);
         assert_eq!(plan.evictable.len(), 4);
         assert_eq!(
-            plan.evict.iter().map(|e| e.pod.name.as_str()).collect::<Vec<_>>(),
+            plan.evict
+                .iter()
+                .map(|e| e.pod.name.as_str())
+                .collect::<Vec<_>>(),
             ["a"]
         );
         assert_eq!(plan.evict[0].uid.as_deref(), Some("uid-a"));
-        let why: Vec<_> = plan.pending.iter().map(|b| (b.name.as_str(), b.reason.as_str())).collect();
+        let why: Vec<_> = plan
+            .pending
+            .iter()
+            .map(|b| (b.name.as_str(), b.reason.as_str()))
+            .collect();
         assert_eq!(
             why,
             [
@@ -311,7 +329,13 @@ mod tests {
 
         let accepted = classify_eviction(&plan.evict[0].pod, Ok(()));
         let newly: HashSet<String> = ["uid-vm2".to_string()].into();
-        let rep = report(plan.clone(), vec![accepted], Vec::new(), &newly, Some(Duration::from_secs(5)));
+        let rep = report(
+            plan.clone(),
+            vec![accepted],
+            Vec::new(),
+            &newly,
+            Some(Duration::from_secs(5)),
+        );
         assert_eq!(rep.evictions.by_result.get(&result::EVICTED), Some(&1));
         assert_eq!(rep.pending.len(), 4);
         assert_eq!(rep.pending[0].name, "a", "sorted by name");

@@ -56,7 +56,11 @@ pub(crate) struct PodMeta {
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
     /// Whether `metadata.annotations` has [`super::MIRROR_ANNOTATION`]; no annotation is kept.
-    #[serde(default, rename = "annotations", deserialize_with = "has_mirror_annotation")]
+    #[serde(
+        default,
+        rename = "annotations",
+        deserialize_with = "has_mirror_annotation"
+    )]
     pub mirror: bool,
     /// `metadata.ownerReferences`, without `blockOwnerDeletion`.
     #[serde(default)]
@@ -249,7 +253,10 @@ mod tests {
         .unwrap();
         assert_eq!(p.reference().name, "web-1");
         assert!(p.metadata.mirror && p.spec.empty_dir);
-        assert_eq!(p.controller_ref().map(|o| o.kind.as_str()), Some("ReplicaSet"));
+        assert_eq!(
+            p.controller_ref().map(|o| o.kind.as_str()),
+            Some("ReplicaSet")
+        );
         assert_eq!((p.spec.tolerations.len(), p.spec.priority), (1, Some(7)));
         assert!(!p.is_terminal());
         let bare: DrainPod = serde_json::from_value(json!({
