@@ -5,8 +5,10 @@
 //! # Command
 //!
 //! ```text
-//! cargo bench --bench maintenance                  # every scenario (about 6 min on 2 cores)
-//! cargo bench --bench maintenance -- drain200 many # only these (any of drain200 many api rss)
+//! cargo bench --bench maintenance                  # the default scenarios (about 6 min on 2 cores)
+//! cargo bench --bench maintenance -- drain200 many # only these (any of drain200 many api rss bigdrain)
+//! cargo bench --bench maintenance -- bigdrain      # memory of big drains (about 10 min; not in the default set)
+//! NMO_UPSTREAM_MANAGER=<manager built from upstream's source> cargo bench --bench maintenance -- bigdrain
 //! ```
 //!
 //! The operator is the release build of this package (`CARGO_BIN_EXE_node-maintenance-operator`),
@@ -51,6 +53,14 @@
 //!   synced), polled every 2 ms, median of 5 starts. Target 200 ms excluding API latency; the API
 //!   share is estimated as the time a fresh client (same ServiceAccount kubeconfig) takes to LIST
 //!   NodeMaintenances and Nodes in parallel, and `own start-up` = start-up minus that floor.
+//! - **bigdrain** (issue 20's memory acceptance; only when named): peak `VmRSS` of the operator,
+//!   sampled every 50 ms, (a) while draining one node of 3,000 bare pods of about 11 KB of JSON
+//!   each (a padding annotation and 20 environment variables; the figure prints the measured
+//!   size of one pod as the API server returns it), and (b) while 20 nodes of 110 such pods drain
+//!   at once; create of the NodeMaintenance(s) to the last `Succeeded`. Target: both under the
+//!   64 MiB limit `manifests/` ships. With `NMO_UPSTREAM_MANAGER`, upstream's Go manager (run as
+//!   the admin, as in `benches/admission.rs`) drains the same inputs afterwards, on fresh nodes,
+//!   with our operator stopped.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -71,7 +81,9 @@ use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
 use serde_json::json;
 
 /// Scenarios in the order they run.
-const SCENARIOS: [&str; 4] = ["drain200", "many", "api", "rss"];
+const SCENARIOS: [&str; 5] = ["drain200", "many", "api", "rss", "bigdrain"];
+/// The scenarios run when none is named (`bigdrain` takes longer than all of them).
+const DEFAULT_SCENARIOS: [&str; 4] = ["drain200", "many", "api", "rss"];
 const OPERATOR_BIN: &str = env!("CARGO_BIN_EXE_node-maintenance-operator");
 /// Label every bench node carries, `bench-group=<group>`, for spreading Deployments.
 const GROUP_LABEL: &str = "bench-group";
@@ -108,7 +120,7 @@ async fn main() -> Result<()> {
         chosen.push(s);
     }
     if chosen.is_empty() {
-        chosen = SCENARIOS.to_vec();
+        chosen = DEFAULT_SCENARIOS.to_vec();
     }
     let mut bench = Bench::new().await?;
     for s in SCENARIOS.iter().filter(|s| chosen.contains(s)) {
@@ -117,6 +129,7 @@ async fn main() -> Result<()> {
             "drain200" => bench.drain200().await?,
             "many" => bench.many().await?,
             "api" => bench.api().await?,
+            "bigdrain" => bench.bigdrain().await?,
             _ => bench.rss().await?,
         }
     }
@@ -700,6 +713,182 @@ impl Bench {
             self.end_maintenance(&drain).await?;
         }
         self.purge(S, &all_nodes).await
+    }
+
+    /// Creates `per_node` bare pods of about 11 KB of JSON on each of `nodes` in `ns` (32 creates
+    /// in flight), waits until they run, and returns the JSON size of one as the API server
+    /// returns it.
+    async fn big_pods(&self, ns: &str, nodes: &[String], per_node: usize) -> Result<usize> {
+        use futures::StreamExt as _;
+        let pods = Api::<Pod>::namespaced(self.client.clone(), ns);
+        let padding = "x".repeat(6500);
+        let env: Vec<serde_json::Value> = (0..20)
+            .map(|i| json!({"name": format!("BENCH_SETTING_{i:02}"), "value": format!("value-of-setting-{i:02}-{}", "v".repeat(40))}))
+            .collect();
+        let specs: Vec<(String, String)> = nodes
+            .iter()
+            .flat_map(|n| (0..per_node).map(move |i| (n.clone(), format!("{n}-p{i:04}"))))
+            .collect();
+        let total = specs.len();
+        self.progress(&format!("creating {total} pods of about 11 KB"));
+        let results: Vec<Result<(), kube::Error>> = futures::stream::iter(specs)
+            .map(|(node, name)| {
+                let pods = pods.clone();
+                let pod: Pod = serde_json::from_value(json!({
+                    "metadata": {
+                        "name": name,
+                        "labels": {"app": "bigdrain", "bench-node": node},
+                        "annotations": {"bench.medik8s.io/padding": padding},
+                    },
+                    "spec": {
+                        "nodeName": node,
+                        "terminationGracePeriodSeconds": 0,
+                        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10", "env": env}]
+                    }
+                }))
+                .expect("pod JSON");
+                async move { pods.create(&PostParams::default(), &pod).await.map(|_| ()) }
+            })
+            .buffer_unordered(32)
+            .collect()
+            .await;
+        for r in results {
+            r?;
+        }
+        self.wait_running(ns, total).await?;
+        let one = pods.list(&ListParams::default().limit(1)).await?;
+        Ok(serde_json::to_vec(&one.items[0])?.len())
+    }
+
+    /// Peak `VmRSS` of process `pid` while `work` runs, sampled every 50 ms.
+    async fn peak_rss_during<T>(
+        pid: u32,
+        work: impl Future<Output = Result<T>>,
+    ) -> Result<(T, u64)> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let sampler = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut peak = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    peak = peak.max(proc_status(pid, "VmRSS").unwrap_or(0));
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                peak
+            })
+        };
+        let out = work.await;
+        stop.store(true, Ordering::Relaxed);
+        let peak = sampler.join().expect("sampler thread");
+        Ok((out?, peak))
+    }
+
+    /// Issue 20's memory acceptance: a 3,000-pod node, then 20 nodes x 110 pods at once, ours and
+    /// (with `NMO_UPSTREAM_MANAGER`) upstream's.
+    async fn bigdrain(&mut self) -> Result<()> {
+        const S: &str = "bigdrain";
+        let mib = |b: u64| format!("{:.1} MiB", b as f64 / MIB);
+        let upstream = std::env::var_os("NMO_UPSTREAM_MANAGER").map(PathBuf::from);
+        let mut runs: Vec<(&str, Option<PathBuf>)> = vec![("ours", None)];
+        if let Some(m) = upstream {
+            runs.push(("upstream (Go)", Some(m)));
+        }
+        for (who, manager) in runs {
+            let mut child = None;
+            let pid = match &manager {
+                None => {
+                    self.restart_operator("op-bigdrain", &[], &[])?;
+                    self.operator_pid()
+                }
+                Some(m) => {
+                    self.operator = None;
+                    let c = self.start_upstream(m).await?;
+                    let pid = c.pid();
+                    child = Some(c);
+                    pid
+                }
+            };
+            let tag = if manager.is_some() { "u" } else { "o" };
+            for (case, nodes_n, per_node) in [
+                ("1 node x 3,000 pods", 1, 3000),
+                ("20 nodes x 110 pods at once", 20, 110),
+            ] {
+                let ns = format!("{S}-{tag}-{nodes_n}");
+                self.namespace(&ns).await?;
+                let nodes = self
+                    .add_nodes(&format!("big{tag}{nodes_n}"), 0..nodes_n)
+                    .await?;
+                let size = self.big_pods(&ns, &nodes, per_node).await?;
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let before = proc_status(pid, "VmRSS")?;
+                self.progress(&format!("{who}: draining {case}"));
+                let (times, peak) = Self::peak_rss_during(pid, self.maintain(&nodes)).await?;
+                let last = times.iter().copied().fold(0.0, f64::max);
+                self.row(
+                    S,
+                    &format!("{who}: peak RSS draining {case}"),
+                    format!(
+                        "{} (before {}; {size} B per pod; drained in {last:.1} s)",
+                        mib(peak),
+                        mib(before)
+                    ),
+                    if manager.is_some() { "" } else { "< 64 MiB" },
+                );
+                self.end_maintenance(&nodes).await?;
+                self.purge(&ns, &nodes).await?;
+            }
+            drop(child);
+        }
+        Ok(())
+    }
+
+    /// Starts upstream's Go manager (as the admin; webhook on :9443 with its fallback serving
+    /// pair, as `benches/admission.rs` runs it) and registers its webhook.
+    async fn start_upstream(
+        &self,
+        manager: &std::path::Path,
+    ) -> Result<nmo_devcluster::process::Child> {
+        let tmp = self.cluster.dir().join("upstream-tmp");
+        let certs = tmp.join("k8s-webhook-server/serving-certs");
+        std::fs::create_dir_all(&certs)?;
+        let pair = self
+            .cluster
+            .ca()
+            .issue_server(&["localhost"], &["127.0.0.1".parse()?])?;
+        std::fs::write(certs.join("tls.crt"), &pair.cert_pem)?;
+        std::fs::write(certs.join("tls.key"), &pair.key_pem)?;
+        let ports = free_ports(2)?;
+        let mut cmd = Command::new(manager);
+        cmd.args([
+            format!("--kubeconfig={}", self.cluster.kubeconfig().display()),
+            format!("--metrics-bind-address=127.0.0.1:{}", ports[0]),
+            format!("--health-probe-bind-address=127.0.0.1:{}", ports[1]),
+            "--leader-elect=false".into(),
+        ])
+        .env("TMPDIR", &tmp)
+        .env("OPERATOR_NAMESPACE", "node-maintenance-operator-system");
+        let mut child = self.cluster.spawn("upstream-manager", cmd)?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !http_get(("127.0.0.1", ports[1]), "/readyz")
+            .is_some_and(|r| r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200"))
+        {
+            if let Some(status) = child.exited() {
+                bail!(
+                    "upstream manager exited ({status}):\n{}",
+                    child.log_tail(30)
+                );
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "upstream manager not ready after 60 s:\n{}",
+                child.log_tail(30)
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        nmo_devcluster::operator::register_webhook(&self.cluster, 9443)?;
+        fixtures::wait_for_webhook(&self.cluster, Duration::from_secs(60))?;
+        self.progress("upstream manager ready");
+        Ok(child)
     }
 
     /// Start-up to ready: 5 extra operator processes (next to the running one, which keeps the

@@ -27,6 +27,12 @@ pub const NODE_NAME_IMMUTABLE: &str = "updating spec.NodeName isn't allowed";
 /// (docs/design.md §1). An annotation, not a status field: upstream's CRD would prune the latter.
 pub const ENTERED_NODE_ANNOTATION: &str = "nodemaintenance.medik8s.io/entered-node";
 
+/// Annotation on a NodeMaintenance with the time its drain started (RFC 3339, whole seconds),
+/// written with [`ENTERED_NODE_ANNOTATION`], before the node is first touched. A pod created
+/// after it that tolerates both maintenance taints is a replacement and is kept
+/// (docs/drain-contract.md §2). An annotation, for the same reason as the node's.
+pub const DRAIN_STARTED_ANNOTATION: &str = "nodemaintenance.medik8s.io/drain-started";
+
 /// Desired state: which node to keep in maintenance, and why.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[kube(

@@ -399,8 +399,12 @@ fn decide_enter(
     } else if me.uid.is_none() && state.holder_uid.is_some() && !matches!(record, Record::Ours) {
         annotations.insert(HOLDER_UID_ANNOTATION.into(), Value::Null);
     }
-    let wanted_reason = reason.filter(|r| !r.is_empty());
-    if annotation(node, REASON_ANNOTATION) != wanted_reason {
+    // Bounded where copied (docs/drain-contract.md §5): `spec.reason` has no length limit, the
+    // node's annotations together 256 KiB.
+    let wanted_reason = reason
+        .filter(|r| !r.is_empty())
+        .map(|r| crate::drain::bounds::truncate(r, crate::drain::bounds::MAX_REASON_ANNOTATION));
+    if annotation(node, REASON_ANNOTATION) != wanted_reason.as_deref() {
         annotations.insert(
             REASON_ANNOTATION.into(),
             wanted_reason.map_or(Value::Null, Value::from),
@@ -1148,6 +1152,18 @@ mod tests {
             json!({REASON_ANNOTATION: null})
         );
         assert_eq!(plan_enter(&entered, NM, Some("old")), EnterPlan::Unchanged);
+        // A reason of any length is copied cut to its bound, and then stays unchanged.
+        let huge = "r".repeat(1 << 20);
+        let (patch, _) = enter_patch(&entered, NM, Some(&huge));
+        let copied = patch["metadata"]["annotations"][REASON_ANNOTATION]
+            .as_str()
+            .unwrap();
+        assert!(
+            copied.len() <= crate::drain::bounds::MAX_REASON_ANNOTATION
+                && copied.starts_with("rrr")
+        );
+        let cut = apply(&entered, &patch);
+        assert_eq!(plan_enter(&cut, NM, Some(&huge)), EnterPlan::Unchanged);
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! Which pods the drain evicts, in which order, and how often, end to end: the operator binary,
 //! acting as the ServiceAccount from `manifests/`, against a real control plane whose kwok nodes
-//! run and terminate pods. The rules are in `docs/compat.md §7` and `docs/design.md §2`.
+//! run and terminate pods. The rules are in `docs/drain-contract.md`, `docs/compat.md §7` and
+//! `docs/design.md §2`.
 //!
 //! Order is shown with pods that carry a finalizer of the test's own: an evicted pod then stays
 //! (deletionTimestamp set) until the test releases it, so "not evicted before X is gone" is a
 //! state the API server holds, not a race. Evictions are counted from what the API server saw:
 //! pod UIDs and deletionTimestamps, and its own `apiserver_request_total` for refused evictions.
+//! `docs/drain-contract.md` names the test of each rule.
 
 mod common;
 
@@ -339,28 +341,24 @@ async fn critical_pods_leave_after_the_others() {
     nm::delete_and_wait_restored(&client, &alone, &nodes[1]).await;
 }
 
-/// Item 8: a Deployment's pod whose tolerations cover both maintenance taints is never evicted
-/// (its replacement would be scheduled straight back); it is named in status as not evicted, with
-/// one event, and the maintenance Succeeds.
-#[tokio::test]
-async fn pods_tolerating_the_maintenance_taints_are_not_evicted() {
-    let env = env();
-    let client = env.cluster.client().await;
-    let group = unique("tol");
-    let node = worker_nodes(env.cluster, &client, &group, 1)
-        .await
-        .remove(0);
-    let ns = namespace(&client, "tol").await;
+const TOLERATE_ALL: &str = r#"[{"operator": "Exists"}]"#;
+
+fn tolerate_all() -> serde_json::Value {
+    serde_json::from_str(TOLERATE_ALL).unwrap()
+}
+
+/// A Deployment `name` of one pod pinned to the nodes of `group` that tolerates every taint.
+async fn tolerant_deployment(client: &kube::Client, ns: &str, name: &str, group: &str) {
     let d: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "tolerant"},
+        "metadata": {"name": name},
         "spec": {
             "replicas": 1,
-            "selector": {"matchLabels": {"app": "tolerant"}},
+            "selector": {"matchLabels": {"app": name}},
             "template": {
-                "metadata": {"labels": {"app": "tolerant"}},
+                "metadata": {"labels": {"app": name}},
                 "spec": {
                     "nodeSelector": {"nmo-test": group},
-                    "tolerations": [{"operator": "Exists"}],
+                    "tolerations": tolerate_all(),
                     "terminationGracePeriodSeconds": 0,
                     "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]
                 }
@@ -368,79 +366,423 @@ async fn pods_tolerating_the_maintenance_taints_are_not_evicted() {
         }
     }))
     .unwrap();
-    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), &ns)
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &d)
         .await
         .unwrap();
-    // An ordinary pod too, so the drain takes several passes that all see the tolerant pod.
+}
+
+/// A custom resource standing for KubeVirt's `VirtualMachineInstance` (`kubevirt.io/v1`), so a
+/// pod can be controlled by one as a virt-launcher pod is. Returns an instance's UID.
+async fn virtual_machine_instance(client: &kube::Client, ns: &str, name: &str) -> String {
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "virtualmachineinstances.kubevirt.io"},
+        "spec": {
+            "group": "kubevirt.io",
+            "scope": "Namespaced",
+            "names": {"plural": "virtualmachineinstances", "singular": "virtualmachineinstance",
+                      "kind": "VirtualMachineInstance"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    }))
+    .unwrap();
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("creating the VirtualMachineInstance CRD: {e}"),
+    }
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "kubevirt.io",
+        "v1",
+        "VirtualMachineInstance",
+    ));
+    let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar);
+    let vmi = wait_for("VirtualMachineInstance created", LIMIT, || async {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": name}
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &obj)
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    vmi.metadata.uid.unwrap()
+}
+
+/// Contract §1 and §2 (issue 20, input 1): pods that tolerate both maintenance taints and were
+/// on the node before the drain are evicted like any other: a virt-launcher pod (controlled by a
+/// VirtualMachineInstance), a bare pod and a tolerate-everything Deployment's pod. Only the
+/// Deployment's replacement, which arrived after the drain started and tolerates both taints, is
+/// kept: named in the `Drained` condition and in one `PodNotEvicted` event, not counted in
+/// `evictionPods`, and the maintenance Succeeds with it on the node.
+#[tokio::test]
+async fn tolerating_pods_are_evicted_and_only_their_replacements_kept() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("tol");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "tol").await;
+    tolerant_deployment(&client, &ns, "tolerant", &group).await;
+    let vmi = virtual_machine_instance(&client, &ns, "vm1").await;
     bare_pod(
         &client,
         &ns,
-        "plain",
+        "virt-launcher-vm1",
         &node,
-        json!({"metadata": {"finalizers": [HOLD]}}),
+        json!({
+            "metadata": {"ownerReferences": [{
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance", "name": "vm1",
+                "uid": vmi, "controller": true, "blockOwnerDeletion": true
+            }]},
+            "spec": {"tolerations": tolerate_all()}
+        }),
+    )
+    .await;
+    bare_pod(
+        &client,
+        &ns,
+        "bare",
+        &node,
+        json!({"spec": {"tolerations": tolerate_all()}}),
     )
     .await;
     let before = wait_running(&client, &ns, "tolerant", 1, LIMIT).await;
-    let uid = before[0].metadata.uid.clone().unwrap();
-    let pod_name = before[0].metadata.name.clone().unwrap();
-    wait_pod_running(&client, &ns, "plain").await;
+    let original = before[0].metadata.uid.clone().unwrap();
+    wait_pod_running(&client, &ns, "virt-launcher-vm1").await;
+    wait_pod_running(&client, &ns, "bare").await;
 
     let name = unique("nm-tol");
     nm::create(&client, &name, &node).await;
-    nm::wait_status(&client, &name, "plain evicted", LIMIT, |s| {
-        s.blockers
-            .as_ref()
-            .is_some_and(|b| b.len() == 1 && b[0].name == "plain" && terminating(&b[0].reason))
-    })
-    .await;
-    release(&client, &ns, "plain").await;
     let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
-
-    let after = pods(&client, &ns, "tolerant").await;
-    assert!(
-        after.len() == 1
-            && after[0].metadata.uid.as_deref() == Some(uid.as_str())
-            && running(&after[0]),
-        "the tolerant pod was evicted (replaced or deleting): {:?}",
-        after
-            .iter()
-            .map(|p| (
-                &p.metadata.name,
-                &p.metadata.uid,
-                p.metadata.deletion_timestamp.is_some()
-            ))
-            .collect::<Vec<_>>()
-    );
-    let s = done.status.unwrap();
+    for p in ["virt-launcher-vm1", "bare"] {
+        assert!(
+            deleting(&get_pod(&client, &ns, p).await),
+            "{p} tolerates both taints but was on the node before the drain: it must be evicted; {:?}",
+            done.status
+        );
+    }
+    // The original was evicted; a replacement is back on the node and stays.
+    let replacement = wait_running(&client, &ns, "tolerant", 1, LIMIT)
+        .await
+        .remove(0);
+    let kept = replacement.metadata.name.clone().unwrap();
+    assert_ne!(replacement.metadata.uid.as_deref(), Some(original.as_str()));
+    assert_eq!(node_of(&replacement), node);
+    let s = done.status.clone().unwrap();
+    assert_eq!(s.eviction_pods, Some(3), "the three pods of before: {s:?}");
+    let kept_named = nm::wait_status(
+        &client,
+        &name,
+        "the replacement named as kept",
+        LIMIT,
+        |s| {
+            s.conditions.iter().flatten().any(|c| {
+                c.type_ == "Drained"
+                    && c.message
+                        .contains(&format!("{ns}/{kept} (ToleratesMaintenanceTaints)"))
+            })
+        },
+    )
+    .await;
     assert_eq!(
-        s.eviction_pods,
-        Some(1),
-        "only the plain pod is up for eviction: {s:?}"
-    );
-    let drained = s
-        .conditions
-        .unwrap_or_default()
-        .into_iter()
-        .find(|c| c.type_ == "Drained")
-        .unwrap();
-    assert!(
-        drained
-            .message
-            .contains(&format!("{ns}/{pod_name} (ToleratesMaintenanceTaints)")),
-        "{}",
-        drained.message
+        kept_named.status.unwrap().phase,
+        Some(MaintenancePhase::Succeeded)
     );
     nm::wait_event(&client, &name, "PodNotEvicted").await;
     let skipped: Vec<_> = nm::event_summary(&client, &name)
         .await
         .into_iter()
-        .filter(|e| e.1 == "PodNotEvicted")
+        .filter(|e| e.1 == "PodNotEvicted" && e.2.contains(&kept))
         .collect();
     assert!(
-        skipped.len() == 1 && skipped[0].3 == 1 && skipped[0].2.contains(&pod_name),
+        skipped.len() == 1
+            && skipped[0].3 == 1
+            && skipped[0].2.contains("arrived after the drain started"),
         "{skipped:?}"
     );
+    // Still there a while later, not evicted by a later pass (the Node watch sees it).
+    let later = pods(&client, &ns, "tolerant").await;
+    assert!(
+        later.len() == 1
+            && later[0].metadata.name.as_deref() == Some(kept.as_str())
+            && running(&later[0]),
+        "{:?}",
+        later
+            .iter()
+            .map(|p| (&p.metadata.name, p.metadata.deletion_timestamp.is_some()))
+            .collect::<Vec<_>>()
+    );
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
+
+/// Contract §3 (issue 20, input 2): once Succeeded, a pod that arrives (an admin's maintenance
+/// job, a bare pod bound with `spec.nodeName`) is not evicted, while the cordon and taints are
+/// still enforced: an uncordon by hand is re-applied, and the passes that follows (the Node
+/// watch's, an edit of the node's labels and of the NodeMaintenance) evict nothing.
+#[tokio::test]
+async fn nothing_is_evicted_after_succeeded() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("after");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "after").await;
+    bare_pod(&client, &ns, "before", &node, json!({})).await;
+    wait_pod_running(&client, &ns, "before").await;
+    let name = unique("nm-after");
+    nm::create(&client, &name, &node).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    assert!(deleting(&get_pod(&client, &ns, "before").await));
+
+    bare_pod(&client, &ns, "firmware-job", &node, json!({})).await;
+    wait_pod_running(&client, &ns, "firmware-job").await;
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
+    nodes
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"e2e/touched": "1"}}})),
+        )
+        .await
+        .unwrap();
+    Api::<NodeMaintenance>::all(client.clone())
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touch": "1"}}})),
+        )
+        .await
+        .unwrap();
+    // An uncordon by hand: the next pass must re-apply it (so passes do run) and evict nothing.
+    nodes
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": null}})),
+        )
+        .await
+        .unwrap();
+    wait_for("the cordon re-applied", LIMIT, || async {
+        let n = nodes.get(&node).await.map_err(|e| e.to_string())?;
+        if n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+            Ok(())
+        } else {
+            Err("uncordoned".into())
+        }
+    })
+    .await;
+    nm::wait_event(&client, &name, "MaintenanceReapplied").await;
+    // Several passes' worth of time (a pass comes at least every second while there is work).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let job = get_pod(&client, &ns, "firmware-job").await;
+    assert!(
+        job.as_ref().is_some_and(running),
+        "the pod that arrived after Succeeded was evicted: {:?}",
+        job.map(|p| p.metadata.deletion_timestamp)
+    );
+    let s = Api::<NodeMaintenance>::all(client.clone())
+        .get(&name)
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(s.phase, Some(MaintenancePhase::Succeeded), "{s:?}");
+    node::in_maintenance(&client, &node).await.unwrap();
+    let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        client.clone(),
+        "medik8s-leases",
+    )
+    .get(&format!("node-{node}"))
+    .await
+    .unwrap();
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("node-maintenance"),
+        "the lease is still held"
+    );
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
+
+/// Contract §5 (issue 20, input 3): a 1 MiB `spec.reason` is admitted and copied onto the node
+/// cut to 4 KiB; editing the reason of a running maintenance (to another 1 MiB one) does not stop
+/// its drain.
+#[tokio::test]
+async fn a_reason_of_any_size_is_copied_cut_and_editing_it_keeps_the_drain() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("reason");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "reason").await;
+    bare_pod(
+        &client,
+        &ns,
+        "held",
+        &node,
+        json!({"metadata": {"finalizers": [HOLD]}}),
+    )
+    .await;
+    wait_pod_running(&client, &ns, "held").await;
+    let name = unique("nm-reason");
+    let huge = "a".repeat(1 << 20);
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &nm::new(&name, &node, &huge))
+        .await
+        .unwrap_or_else(|e| panic!("a 1 MiB reason must be admitted: {e}"));
+    let reason_on_node = |prefix: char| {
+        let client = client.clone();
+        let node = node.clone();
+        async move {
+            wait_for("the reason on the node, cut", LIMIT, || async {
+                let n = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+                    .get(&node)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let r = n
+                    .metadata
+                    .annotations
+                    .unwrap_or_default()
+                    .get("nodemaintenance.medik8s.io/reason")
+                    .cloned()
+                    .unwrap_or_default();
+                if r.starts_with(prefix) && r.len() <= 4096 && r.len() > 1000 {
+                    Ok(r.len())
+                } else {
+                    Err(format!("{} bytes starting {:?}", r.len(), r.chars().next()))
+                }
+            })
+            .await
+        }
+    };
+    reason_on_node('a').await;
+    nm::wait_status(&client, &name, "held evicted", LIMIT, |s| {
+        s.blockers
+            .as_ref()
+            .is_some_and(|b| b.len() == 1 && terminating(&b[0].reason))
+    })
+    .await;
+    Api::<NodeMaintenance>::all(client.clone())
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"reason": "b".repeat(1 << 20)}})),
+        )
+        .await
+        .unwrap();
+    reason_on_node('b').await;
+    release(&client, &ns, "held").await;
+    let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    assert_eq!(done.status.unwrap().last_error, None);
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
+
+/// Accepts TLS connections' TCP part and never answers: an admission webhook that hangs.
+fn hanging_server() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().flatten() {
+            held.push(conn);
+        }
+    });
+    port
+}
+
+/// Contract §4 (issue 20, input 4): an eviction webhook that never answers, for the pods of one
+/// namespace: that pod's eviction is cut off after 10 s and becomes its blocker
+/// (`EvictionTimeout`, naming the call), `lastError` names it, and the other pod of the node is
+/// evicted meanwhile. Once the webhook is gone the maintenance Succeeds.
+#[tokio::test]
+async fn a_hung_eviction_is_that_pods_blocker_and_the_others_proceed() {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("hang");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let hung_ns = namespace(&client, "hang").await;
+    let ns = namespace(&client, "nohang").await;
+    let port = hanging_server();
+    let label = unique("hang");
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .patch(
+            &hung_ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"e2e-hang": label}}})),
+        )
+        .await
+        .unwrap();
+    let webhooks = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+    let config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "metadata": {"name": label},
+        "webhooks": [{
+            "name": "hang.e2e.medik8s.io",
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}/hang")},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                       "resources": ["pods/eviction"], "scope": "Namespaced"}],
+            "namespaceSelector": {"matchLabels": {"e2e-hang": label}},
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "timeoutSeconds": 30,
+            "admissionReviewVersions": ["v1"]
+        }]
+    }))
+    .unwrap();
+    webhooks
+        .create(&PostParams::default(), &config)
+        .await
+        .unwrap();
+    bare_pod(&client, &hung_ns, "hung", &node, json!({})).await;
+    bare_pod(&client, &ns, "free", &node, json!({})).await;
+    wait_pod_running(&client, &hung_ns, "hung").await;
+    wait_pod_running(&client, &ns, "free").await;
+
+    let name = unique("nm-hang");
+    nm::create(&client, &name, &node).await;
+    let blocked = nm::wait_status(
+        &client,
+        &name,
+        "the hung eviction as its pod's blocker",
+        LIMIT,
+        |s| {
+            s.blockers.as_ref().is_some_and(|b| {
+                b.len() == 1
+                    && b[0].name == "hung"
+                    && b[0].reason == "EvictionTimeout"
+                    && b[0]
+                        .message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("did not answer within 10s"))
+            })
+        },
+    )
+    .await;
+    let s = blocked.status.unwrap();
+    let last = s.last_error.clone().unwrap_or_default();
+    assert!(
+        last.contains(&format!("pods/\"hung\" -n \"{hung_ns}\""))
+            && last.contains("did not answer"),
+        "lastError must name the hung call: {last:?}"
+    );
+    assert!(!last.contains("reconcile did not finish"), "{last:?}");
+    assert!(
+        get_pod(&client, &ns, "free")
+            .await
+            .is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+        "the other pod must be evicted meanwhile"
+    );
+    webhooks.delete(&label, &Default::default()).await.unwrap();
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
 

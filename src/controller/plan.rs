@@ -323,8 +323,9 @@ pub(crate) fn init_status(
     s.phase = Some(MaintenancePhase::Running);
     s.total_pods = Some(count(survey.total_pods));
     s.eviction_pods = Some(count(survey.evictable.len()));
-    s.pending_pods = non_empty(names(&survey.evictable));
-    s.pending_pods_refs = non_empty(survey.evictable.clone());
+    let (refs, _) = drain::bounds::cap_pending(&survey.evictable);
+    s.pending_pods = non_empty(names(&refs));
+    s.pending_pods_refs = non_empty(refs);
     s.drain_progress = Some(0);
     s.drain_start_time = Some(now_time(now));
     touch(&mut s, generation, now);
@@ -671,17 +672,33 @@ fn pending_summary(report: &DrainReport) -> String {
 }
 
 /// `; not evicted: ns/a (reason), ns/b (reason)` for the pods the drain leaves on the node on
-/// purpose, or nothing. Names, not counts, so it changes only when the set does.
+/// purpose, or nothing: at most [`drain::bounds::MAX_NAMED_KEPT`] named, then `and N more`.
+/// Names, not counts, so it changes only when the set does.
 fn skipped_summary(report: &DrainReport) -> String {
     if report.skipped.is_empty() {
         return String::new();
     }
-    let names: Vec<String> = report
+    let mut names: Vec<String> = report
         .skipped
         .iter()
+        .take(drain::bounds::MAX_NAMED_KEPT)
         .map(|b| format!("{}/{} ({})", b.namespace, b.name, b.reason))
         .collect();
+    if report.skipped.len() > drain::bounds::MAX_NAMED_KEPT {
+        names.push(format!(
+            "and {} more",
+            report.skipped.len() - drain::bounds::MAX_NAMED_KEPT
+        ));
+    }
     format!("; not evicted: {}", names.join(", "))
+}
+
+/// `; the status lists N of them (blockers: M)` when the lists were capped, or nothing.
+fn capped_summary(pending: usize, listed: usize, blockers: usize) -> String {
+    if listed == pending && blockers == pending {
+        return String::new();
+    }
+    format!("; the status lists {listed} of them (blockers: {blockers})")
 }
 
 /// After a drain pass. Nothing pending: phase Succeeded, drainProgress 100, pending lists and
@@ -709,16 +726,17 @@ pub(crate) fn drained(
     s.drain_start_time.get_or_insert_with(|| now_time(now));
     let requeue;
     for b in &report.newly_skipped {
+        let note = format!(
+            "Pod {}/{} {}",
+            b.namespace,
+            b.name,
+            b.message.as_deref().unwrap_or(&b.reason)
+        );
         events.push(PlannedEvent::normal(
             EventTarget::Maintenance,
             (
                 event::POD_SKIPPED,
-                &format!(
-                    "Pod {}/{} {}",
-                    b.namespace,
-                    b.name,
-                    b.message.as_deref().unwrap_or(&b.reason)
-                ),
+                &drain::bounds::truncate(&note, drain::bounds::MAX_EVENT_NOTE),
             ),
         ));
     }
@@ -740,18 +758,24 @@ pub(crate) fn drained(
             condition::DRAINED,
             true,
             "AllPodsEvicted",
-            format!("all pods were evicted{}", skipped_summary(report)),
+            drain::bounds::truncate(
+                &format!("all pods were evicted{}", skipped_summary(report)),
+                drain::bounds::MAX_CONDITION_MESSAGE,
+            ),
             generation,
             now,
         );
         requeue = Requeue::After(REQUEUE_SUCCEEDED);
     } else {
-        let refs = drain::refs(&report.pending);
+        let all = drain::refs(&report.pending);
+        let (refs, _) = drain::bounds::cap_pending(&all);
+        let (blockers, _) = drain::bounds::cap_blockers(&report.pending);
+        let capped = capped_summary(all.len(), refs.len(), blockers.len());
         s.phase = Some(MaintenancePhase::Running);
-        s.drain_progress = Some(drain_progress(s.eviction_pods.unwrap_or(0), refs.len()));
+        s.drain_progress = Some(drain_progress(s.eviction_pods.unwrap_or(0), all.len()));
         s.pending_pods = non_empty(names(&refs));
         s.pending_pods_refs = non_empty(refs);
-        s.blockers = non_empty(report.pending.clone());
+        s.blockers = non_empty(blockers);
         s.last_error = report.last_error();
         let blocked = report.blocked();
         set_condition(
@@ -763,7 +787,14 @@ pub(crate) fn drained(
             } else {
                 "PodsTerminating"
             },
-            format!("{}{}", pending_summary(report), skipped_summary(report)),
+            drain::bounds::truncate(
+                &format!(
+                    "{}{capped}{}",
+                    pending_summary(report),
+                    skipped_summary(report)
+                ),
+                drain::bounds::MAX_CONDITION_MESSAGE,
+            ),
             generation,
             now,
         );
@@ -1033,8 +1064,9 @@ pub(crate) enum MaintenanceStep {
     /// webhook nor the CRD's rule guards it): take that node out of maintenance if it is still
     /// ours, and invalidate its lease when it was.
     LeaveEnteredNode(String),
-    /// Record (`Some`) or clear (`None`) the entered node on the NodeMaintenance.
-    RecordEnteredNode(Option<String>),
+    /// Record (`Some`) or clear (`None`) the entered node on the NodeMaintenance, with the
+    /// drain's start ([`crate::api::DRAIN_STARTED_ANNOTATION`]), in one write.
+    RecordEnteredNode(Option<String>, Option<jiff::Timestamp>),
     /// Write this status (when it differs in more than `lastUpdate`).
     WriteStatus(NodeMaintenanceStatus),
     /// Create, renew or take over the lease (planned as ours: a lease found held meanwhile
@@ -1062,6 +1094,8 @@ pub(crate) enum PassEnd {
         status: NodeMaintenanceStatus,
         /// Events of the node entry.
         events: Vec<PlannedEvent>,
+        /// When the drain started ([`drain_started`], or this pass's time when it records it).
+        drain_started: Option<jiff::Timestamp>,
     },
 }
 
@@ -1128,7 +1162,7 @@ fn plan_maintenance(
         // Restore the node entered first; the next pass starts over on the new one.
         let steps = vec![
             S::LeaveEnteredNode(entered.to_string()),
-            S::RecordEnteredNode(None),
+            S::RecordEnteredNode(None, None),
         ];
         return done(
             steps,
@@ -1195,9 +1229,12 @@ fn plan_maintenance(
             return done(steps, PassEnd::Finish(failed));
         }
     };
-    // The node to restore at the end is recorded before it is touched.
+    // The node to restore at the end is recorded before it is touched, and the drain's start
+    // with it.
+    let mut started = drain_started(nm);
     if entered_node(nm) != Some(node_name) {
-        steps.push(S::RecordEnteredNode(Some(node_name.to_string())));
+        started = Some(now);
+        steps.push(S::RecordEnteredNode(Some(node_name.to_string()), started));
     }
     let live = |_: &str, _: Option<&str>| o.holder_live;
     let repaired = match crate::node::plan_enter_outcome(node, me, nm.spec.reason.as_deref(), &live)
@@ -1211,7 +1248,35 @@ fn plan_maintenance(
     };
     steps.push(S::EnterNode);
     let (status, events) = entered(&status, node_name, &repaired, generation, now);
-    done(steps, PassEnd::Drain { status, events })
+    if status.phase == Some(MaintenancePhase::Succeeded) {
+        // Drained once is drained: a pod that arrives later (an admin's maintenance job) stays.
+        // The node, lease and label are still enforced above (upstream never drains again).
+        let step = Step {
+            status,
+            events,
+            requeue: Requeue::After(REQUEUE_SUCCEEDED),
+        };
+        return done(steps, PassEnd::Finish(step));
+    }
+    done(
+        steps,
+        PassEnd::Drain {
+            status,
+            events,
+            drain_started: started,
+        },
+    )
+}
+
+/// When the drain of `nm` started: its [`crate::api::DRAIN_STARTED_ANNOTATION`]; for a
+/// maintenance entered before that annotation existed (or by upstream), `status.drainStartTime`,
+/// else its creation. `None` when none is readable: then no pod counts as arrived after it.
+pub(crate) fn drain_started(nm: &NodeMaintenance) -> Option<jiff::Timestamp> {
+    nm.annotations()
+        .get(crate::api::DRAIN_STARTED_ANNOTATION)
+        .and_then(|v| v.parse().ok())
+        .or_else(|| nm.status.as_ref()?.drain_start_time.as_ref().map(|t| t.0))
+        .or_else(|| nm.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
 /// What the deletion pass of a NodeMaintenance observed (the input of [`plan_deletion`]).
@@ -1721,7 +1786,7 @@ mod tests {
         fn label(step: &MaintenanceStep) -> String {
             match step {
                 MaintenanceStep::LeaveEnteredNode(n) => format!("leave {n}"),
-                MaintenanceStep::RecordEnteredNode(n) => format!("record {n:?}"),
+                MaintenanceStep::RecordEnteredNode(n, _) => format!("record {n:?}"),
                 MaintenanceStep::WriteStatus(s) => format!("write {:?}", s.phase),
                 MaintenanceStep::RequestLease => "request lease".into(),
                 MaintenanceStep::ExitNodeAfterLeaseLoss => "exit".into(),
@@ -1750,6 +1815,10 @@ mod tests {
         entered_here
             .annotations_mut()
             .insert(crate::api::ENTERED_NODE_ANNOTATION.into(), "node01".into());
+        let mut succeeded = entered_here.clone();
+        if let Some(s) = succeeded.status.as_mut() {
+            s.phase = Some(MaintenancePhase::Succeeded);
+        }
         let mut striking = entered_here.clone();
         if let Some(s) = striking.status.as_mut() {
             s.error_on_lease_count = Some(MAX_LEASE_ERRORS);
@@ -1854,6 +1923,14 @@ mod tests {
                 "drain [MaintenanceReapplied]",
             ),
             (
+                "Succeeded: node and lease still enforced, no drain pass (upstream drains once)",
+                succeeded,
+                seen(node(Some(("nm", "uid-nm")), false), None, true),
+                false,
+                vec!["request lease", "write Some(Succeeded)", "enter"],
+                "finish Some(Succeeded) After(300s) [MaintenanceReapplied]",
+            ),
+            (
                 "ours, complete: nothing to write on the node but the pass goes on",
                 entered_here,
                 seen(node(Some(("nm", "uid-nm")), true), None, true),
@@ -1894,6 +1971,60 @@ mod tests {
             assert_eq!(got_steps, steps, "{what}");
             assert_eq!(got_end, end, "{what}");
         }
+    }
+
+    /// The drain's start: recorded with the entered node in the pass that first enters it, and
+    /// read back from the annotation; older maintenances fall back to drainStartTime, then to
+    /// their creation.
+    #[test]
+    fn the_drain_start_is_recorded_with_the_entered_node_and_read_back() {
+        let mut o = nm("nm", "node01");
+        o.metadata.uid = Some("uid-nm".into());
+        o.status = Some(running_with_two());
+        let node = {
+            let mut n = Node::default();
+            n.metadata.name = Some("node01".into());
+            n.metadata.resource_version = Some("1".into());
+            Some(n)
+        };
+        let world = World::Maintenance(Box::new(ObservedMaintenance {
+            node,
+            holder_live: true,
+            ..ObservedMaintenance::default()
+        }));
+        let now = t(50);
+        let got = plan(
+            &Observed {
+                nm: o.clone(),
+                world,
+            },
+            now,
+        );
+        let Work::Maintenance { steps, end } = got.work else {
+            panic!("maintenance work expected");
+        };
+        assert!(
+            steps.contains(&MaintenanceStep::RecordEnteredNode(
+                Some("node01".into()),
+                Some(now)
+            )),
+            "{steps:?}"
+        );
+        assert!(
+            matches!(*end, PassEnd::Drain { drain_started: Some(s), .. } if s == now),
+            "{end:?}"
+        );
+        let created = t(-100);
+        o.metadata.creation_timestamp = Some(now_time(created));
+        o.status.as_mut().unwrap().drain_start_time = Some(now_time(t(-50)));
+        assert_eq!(drain_started(&o), Some(t(-50)));
+        o.status.as_mut().unwrap().drain_start_time = None;
+        assert_eq!(drain_started(&o), Some(created));
+        o.annotations_mut().insert(
+            crate::api::DRAIN_STARTED_ANNOTATION.into(),
+            t(7).to_string(),
+        );
+        assert_eq!(drain_started(&o), Some(t(7)));
     }
 
     /// The deletion pass as a table of observations -> ordered steps.

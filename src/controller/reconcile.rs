@@ -27,7 +27,8 @@ use super::plan::{
 };
 use super::{Context, Error, MAX_ERROR_BACKOFF};
 use crate::api::{
-    ENTERED_NODE_ANNOTATION, FINALIZER, MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus,
+    DRAIN_STARTED_ANNOTATION, ENTERED_NODE_ANNOTATION, FINALIZER, MaintenancePhase,
+    NodeMaintenance, NodeMaintenanceStatus,
 };
 use crate::lease::LeaseError;
 use crate::node::{self, Claimant, EnterOutcome, ExitOutcome, NodeError};
@@ -146,8 +147,9 @@ async fn observe_maintenance(
     }
     let node_name = nm.spec.node_name.as_str();
     if nm.status.as_ref().and_then(|s| s.phase).is_none() {
+        let reason = nm.spec.reason.as_deref().unwrap_or_default();
         tracing::info!(
-            reason = nm.spec.reason.as_deref().unwrap_or_default(),
+            reason = %crate::drain::bounds::truncate(reason, crate::drain::bounds::MAX_REASON_ANNOTATION),
             "Applying maintenance mode"
         );
         let survey = ctx
@@ -220,8 +222,8 @@ async fn act_maintenance(
                 tracing::warn!(entered = %entered, "spec.nodeName changed after the node was entered; restoring that node first");
                 leave_node(ctx, &current, &entered, me).await?;
             }
-            MaintenanceStep::RecordEnteredNode(record) => {
-                current = record_entered_node(ctx, &current, record.as_deref()).await?;
+            MaintenanceStep::RecordEnteredNode(record, started) => {
+                current = record_entered_node(ctx, &current, record.as_deref(), started).await?;
             }
             MaintenanceStep::WriteStatus(s) => write_status(&mut current, ctx, &s).await?,
             MaintenanceStep::RequestLease => {
@@ -256,7 +258,11 @@ async fn act_maintenance(
             }
             finish(&mut current, ctx, node, step, Vec::new()).await
         }
-        PassEnd::Drain { status, events } => drain(current, ctx, node, status, events).await,
+        PassEnd::Drain {
+            status,
+            events,
+            drain_started,
+        } => drain(current, ctx, node, status, events, drain_started).await,
     }
 }
 
@@ -317,6 +323,7 @@ async fn drain(
     node: Option<&Node>,
     status: NodeMaintenanceStatus,
     enter_events: Vec<PlannedEvent>,
+    drain_started: Option<jiff::Timestamp>,
 ) -> Result<Action, Error> {
     let node_name = current.spec.node_name.clone();
     // An eviction cannot be taken back, so none on the word of a copy that may be stale: the
@@ -332,7 +339,7 @@ async fn drain(
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
     tracing::debug!("Evict all Pods from Node");
-    let report = match ctx.drainer.pass(&node_name, now()).await {
+    let report = match ctx.drainer.pass(&node_name, drain_started, now()).await {
         Ok(report) => report,
         Err(e) => {
             for event in &enter_events {
@@ -394,16 +401,23 @@ fn holder_is_live(ctx: &Context, holder: &str, uid: Option<&str>) -> bool {
         .is_some_and(|o| uid.is_none_or(|u| o.metadata.uid.as_deref() == Some(u)))
 }
 
-/// Records (`Some`) or clears (`None`) the entered node on the NodeMaintenance: a merge patch of
-/// one annotation, preconditioned on the resourceVersion read (409 on a concurrent change).
+/// Records (`Some`) or clears (`None`) the entered node and the drain's start on the
+/// NodeMaintenance: a merge patch of two annotations, preconditioned on the resourceVersion read
+/// (409 on a concurrent change).
 async fn record_entered_node(
     ctx: &Context,
     nm: &NodeMaintenance,
     node: Option<&str>,
+    started: Option<jiff::Timestamp>,
 ) -> Result<NodeMaintenance, Error> {
+    // Whole seconds, like the creation timestamps it is compared with.
+    let started = started.and_then(|t| jiff::Timestamp::from_second(t.as_second()).ok());
     let patch = serde_json::json!({"metadata": {
         "resourceVersion": nm.resource_version(),
-        "annotations": {ENTERED_NODE_ANNOTATION: node},
+        "annotations": {
+            ENTERED_NODE_ANNOTATION: node,
+            DRAIN_STARTED_ANNOTATION: started.map(|t| t.to_string()),
+        },
     }});
     ctx.nms
         .patch(
@@ -550,7 +564,9 @@ fn learn_status_schema(
 
 /// Best effort: say in `status.lastError` what went wrong (the next successful pass replaces it).
 async fn record_error(nm: &NodeMaintenance, ctx: &Context, err: &Error) {
-    let text = err.to_string();
+    // An API server's or a webhook's message can be any length (docs/drain-contract.md §5).
+    let text =
+        crate::drain::bounds::truncate(&err.to_string(), crate::drain::bounds::MAX_ERROR * 4);
     if nm.status.as_ref().and_then(|s| s.last_error.as_deref()) == Some(text.as_str()) {
         return;
     }

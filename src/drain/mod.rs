@@ -1,5 +1,5 @@
 //! The drain: which pods leave a node in maintenance, in which order, and one non-blocking
-//! eviction pass.
+//! eviction pass (the rules for cluster admins: `docs/drain-contract.md`).
 //!
 //! The pod selection mirrors upstream NMO's settings of the kubectl drain library
 //! (`k8s.io/kubectl/pkg/drain`: `Force`, `DeleteEmptyDirData`, `IgnoreAllDaemonSets`, grace period
@@ -8,9 +8,11 @@
 //! evicts what it can, records why every other pod is still on the node, and returns. The
 //! controller requeues and runs the next pass.
 //!
-//! Pure parts ([`classify`], [`stage`], [`tolerates_maintenance`], [`classify_eviction`],
-//! [`terminating_blocker`], [`selector_matches`], [`aggregate_errors`], [`RetrySchedule`]) are
-//! unit-tested below; [`Drainer`] does the API calls.
+//! Modules by concern: this one classifies pods and eviction answers and keeps the retry
+//! schedule (pure, unit-tested below); `pod.rs` is the slim pod the list is read into;
+//! `pass.rs` plans a pass and turns its answers into a report (pure); `bounds.rs` holds the
+//! size bounds of everything written; `act.rs` ([`Drainer`]) does the API calls, each under a
+//! deadline.
 //!
 //! Defaults, documented because kubectl's own defaults are different (each would abort the drain),
 //! and our deliberate differences from upstream (`docs/compat.md §7`, `docs/design.md §2`):
@@ -19,32 +21,42 @@
 //!   and the DaemonSet of that name has the reference's UID; a pod whose DaemonSet is gone (or
 //!   replaced by a same-named one) is evicted.
 //! - Mirror (static) pods stay, since the API server cannot delete them.
-//! - Pods that tolerate both maintenance taints stay: their replacement would be scheduled back
-//!   onto the same cordoned node, so evicting them only loops.
-//! - Pods using emptyDir, pods without a controller and finished pods are evicted.
+//! - Every other pod that was on the node before the drain started is evicted, whatever it
+//!   tolerates (upstream's rule). Only a pod that arrived after the drain started and tolerates
+//!   both maintenance taints is kept: it is a replacement that can only come back
+//!   ([`arrived_after`]).
+//! - Finished pods stay (kubectl and upstream delete them): they run nothing, and their record
+//!   is kept for the Job or admin that reads it.
+//! - Pods using emptyDir and pods without a controller are evicted.
 //! - Eviction goes in [`Stage`] order: ordinary pods first, system-critical pods once no ordinary
 //!   pod is left, the operator's own pod (`POD_NAME`/`POD_NAMESPACE`) last, so the drain never
 //!   stops half-way and the webhook is not left without a running pod after the node reboots.
 //! - A refused eviction is retried per pod, no sooner than [`EVICTION_RETRY_INTERVAL`] later,
 //!   whatever triggers the next pass.
 
+mod act;
+pub(crate) mod bounds;
+pub(crate) mod pass;
+pub(crate) mod pod;
+
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, stream};
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::core::v1::Toleration;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
-use kube::api::ListParams;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::Status;
-use kube::{Api, Client, ResourceExt};
+
+pub(crate) use act::{DrainError, Drainer};
+pub(crate) use pass::{DrainReport, Survey};
+use pod::{DrainPod, OwnerRef};
 
 use crate::api::{PodBlocker, PodReference};
 use crate::node::{DRAIN_TAINT_KEY, NO_SCHEDULE, UNSCHEDULABLE_TAINT_KEY};
 
+/// How much later than the drain's start a pod must have been created to count as arrived after
+/// it ([`arrived_after`]): 2 s, one for the whole-second creation timestamps and one for the
+/// clocks of the operator and the API server. Ours.
+pub(crate) const ARRIVAL_MARGIN: Duration = Duration::from_secs(2);
 /// Annotation that marks a mirror pod: the API server's copy of a kubelet static pod, which an
 /// eviction cannot remove (kubectl's `mirror` filter).
 pub(crate) const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -52,10 +64,6 @@ pub(crate) const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// API server sets to the eviction time plus the pod's grace period) before it is reported as
 /// `StuckTerminating`: 60 s, Karpenter's threshold for the same situation.
 pub(crate) const STUCK_TERMINATING_MARGIN: Duration = Duration::from_secs(60);
-/// Evictions in flight at once within one pass (kubectl starts one goroutine per pod, unbounded).
-pub(crate) const EVICTION_PARALLELISM: usize = 32;
-/// Page size of the pod list (kubectl's `--chunk-size` default).
-pub(crate) const LIST_PAGE_SIZE: u32 = 500;
 /// Shortest time between two eviction requests for the same pod after one was refused
 /// (upstream's `waitDurationOnDrainError`). Kept per pod UID in memory, not in the status.
 pub(crate) const EVICTION_RETRY_INTERVAL: Duration = Duration::from_secs(5);
@@ -85,12 +93,17 @@ pub(crate) mod reason {
     pub(crate) const TOO_MANY_REQUESTS: &str = "TooManyRequests";
     /// Any other eviction failure.
     pub(crate) const EVICTION_ERROR: &str = "EvictionError";
+    /// The eviction request did not answer within its deadline (an admission webhook on
+    /// `pods/eviction` or the API server hung); asked again after the retry interval.
+    pub(crate) const EVICTION_TIMEOUT: &str = "EvictionTimeout";
+    /// Not asked in this pass: the pass's time for evictions ran out on other pods' calls.
+    pub(crate) const EVICTION_DEFERRED: &str = "EvictionDeferred";
     /// A system-critical pod, not evicted while an ordinary pod is still on the node.
     pub(crate) const SYSTEM_CRITICAL: &str = "SystemCritical";
     /// The operator's own pod, not evicted while any other evictable pod is still on the node.
     pub(crate) const OPERATOR_POD: &str = "OperatorPod";
-    /// Skipped (never evicted): the pod tolerates both maintenance taints, so its replacement
-    /// would come back to the same node.
+    /// Kept (not evicted): the pod arrived after the drain started and tolerates both
+    /// maintenance taints, so it is a replacement that would come back to the same node.
     pub(crate) const TOLERATES_MAINTENANCE: &str = "ToleratesMaintenanceTaints";
 }
 
@@ -121,7 +134,7 @@ pub(crate) struct DrainOptions {
 /// longer listed on the node) before any pod of a later stage is evicted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Stage {
-    /// Everything not below (finished pods always).
+    /// Everything not below.
     Ordinary,
     /// Running system-critical pods (DNS, network agents that are not DaemonSets), which the
     /// ordinary pods may need while they terminate; the kubelet's graceful node shutdown and
@@ -148,9 +161,13 @@ pub(crate) enum Disposition {
     SkipDaemonSet,
     /// A mirror pod of a static pod: left alone, silently.
     SkipMirror,
-    /// Tolerates both maintenance taints: its replacement would land on this node again, so it is
-    /// left alone and reported once.
-    SkipTolerating,
+    /// Finished (`Succeeded` or `Failed`): it runs nothing the maintenance needs gone, and its
+    /// record (exit status, logs) stays for whoever reads it. Left alone, silently.
+    SkipFinished,
+    /// Arrived after the drain started and tolerates both maintenance taints: a replacement that
+    /// would land on this node again however often it is evicted, so it is left alone and
+    /// reported once.
+    KeepReplacement,
 }
 
 impl Disposition {
@@ -158,21 +175,6 @@ impl Disposition {
     pub(crate) fn evicts(&self) -> bool {
         matches!(self, Self::Evict { .. })
     }
-}
-
-fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded") | Some("Failed")
-    )
-}
-
-fn controller_ref(pod: &Pod) -> Option<&OwnerReference> {
-    pod.metadata
-        .owner_references
-        .as_ref()?
-        .iter()
-        .find(|o| o.controller == Some(true))
 }
 
 /// The API group of an `apiVersion` (`apps/v1` -> `apps`, `v1` -> the core group `""`).
@@ -186,11 +188,12 @@ pub(crate) fn api_group(api_version: &str) -> &str {
 /// GETs the DaemonSet of that name in the pod's namespace and passes its UID to [`classify`],
 /// which also requires it to equal the reference's UID (kubectl's drain checks kind and
 /// apiVersion, but not the UID).
-pub(crate) fn daemonset_owner(pod: &Pod) -> Option<&OwnerReference> {
-    if is_terminal(pod) {
+pub(crate) fn daemonset_owner(pod: &DrainPod) -> Option<&OwnerRef> {
+    if pod.is_terminal() {
         return None;
     }
-    controller_ref(pod).filter(|o| o.kind == "DaemonSet" && api_group(&o.api_version) == "apps")
+    pod.controller_ref()
+        .filter(|o| o.kind == "DaemonSet" && api_group(&o.api_version) == "apps")
 }
 
 /// Whether `toleration` tolerates the taint `key`=`""`:`effect` (the scheduler's rule: an empty
@@ -221,12 +224,8 @@ pub(crate) fn tolerates(toleration: &Toleration, key: &str, effect: &str) -> boo
 /// The pod's own tolerations stand for its owner's template: admission only adds NoExecute
 /// tolerations, so whatever the owner creates next tolerates at least what this pod does and
 /// would be scheduled onto this node again.
-pub(crate) fn tolerates_maintenance(pod: &Pod) -> bool {
-    let tolerations = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.tolerations.as_deref())
-        .unwrap_or_default();
+pub(crate) fn tolerates_maintenance(pod: &DrainPod) -> bool {
+    let tolerations = &pod.spec.tolerations;
     [UNSCHEDULABLE_TAINT_KEY, DRAIN_TAINT_KEY]
         .iter()
         .all(|key| tolerations.iter().any(|t| tolerates(t, key, NO_SCHEDULE)))
@@ -235,10 +234,8 @@ pub(crate) fn tolerates_maintenance(pod: &Pod) -> bool {
 /// Whether the pod is system-critical: `spec.priority` at least [`SYSTEM_CRITICAL_PRIORITY`]
 /// (the kubelet's rule), or, when the priority was not resolved, one of
 /// [`SYSTEM_CRITICAL_CLASSES`] as its `priorityClassName`.
-pub(crate) fn is_system_critical(pod: &Pod) -> bool {
-    let Some(spec) = pod.spec.as_ref() else {
-        return false;
-    };
+pub(crate) fn is_system_critical(pod: &DrainPod) -> bool {
+    let spec = &pod.spec;
     match spec.priority {
         Some(p) => p >= SYSTEM_CRITICAL_PRIORITY,
         None => spec
@@ -248,34 +245,55 @@ pub(crate) fn is_system_critical(pod: &Pod) -> bool {
     }
 }
 
-fn is_own_pod(pod: &Pod, options: &DrainOptions) -> bool {
-    options.own_pod.as_ref().is_some_and(|own| {
-        pod.metadata.namespace.as_deref() == Some(own.namespace.as_str())
-            && pod.metadata.name.as_deref() == Some(own.name.as_str())
-    })
+fn is_own_pod(pod: &DrainPod, options: &DrainOptions) -> bool {
+    options
+        .own_pod
+        .as_ref()
+        .is_some_and(|own| pod.metadata.namespace == own.namespace && pod.metadata.name == own.name)
 }
 
 /// The [`Stage`] of an evictable pod: the operator's own pod last, running system-critical pods
-/// before it, everything else (finished pods included) first.
-pub(crate) fn stage(pod: &Pod, options: &DrainOptions) -> Stage {
+/// before it, everything else first.
+pub(crate) fn stage(pod: &DrainPod, options: &DrainOptions) -> Stage {
     if is_own_pod(pod, options) {
         Stage::OwnPod
-    } else if !is_terminal(pod) && is_system_critical(pod) {
+    } else if !pod.is_terminal() && is_system_critical(pod) {
         Stage::Critical
     } else {
         Stage::Ordinary
     }
 }
 
+/// Whether `pod` arrived on the node after the drain started at `drain_started`: its
+/// `metadata.creationTimestamp` is at least [`ARRIVAL_MARGIN`] later, compared in whole seconds.
+/// No start known, or no creation time: `false` (the pod is treated as one that was there).
+///
+/// The margin covers the creation time's whole-second granularity and the difference between
+/// the operator's clock (which recorded the start) and the API server's (which stamped the pod),
+/// and it errs towards evicting: a replacement created within it is evicted once more, and its
+/// own replacement, created later, is kept.
+pub(crate) fn arrived_after(pod: &DrainPod, drain_started: Option<jiff::Timestamp>) -> bool {
+    let (Some(start), Some(created)) = (drain_started, pod.metadata.creation_timestamp.as_ref())
+    else {
+        return false;
+    };
+    created.0.as_second() >= start.as_second() + ARRIVAL_MARGIN.as_secs() as i64
+}
+
 /// Decides what the drain does with `pod`, in kubectl's filter order (DaemonSet, mirror, local
 /// storage, unreplicated) with upstream NMO's flags (force, delete emptyDir data, ignore all
-/// DaemonSets), then our own rule for pods that tolerate the maintenance taints. `daemonset_uid`
-/// is the UID of the DaemonSet named by [`daemonset_owner`] (`None`: not found); it is ignored
-/// for other pods, and a UID other than the owner reference's counts as not found.
+/// DaemonSets), then our exceptions: a finished pod is left ([`Disposition::SkipFinished`]; kubectl
+/// and upstream delete it), and a running pod that tolerates both maintenance taints and
+/// [arrived after](arrived_after) the drain started at `drain_started` is a replacement that can
+/// only come back to this node, so it is kept ([`Disposition::KeepReplacement`]). A pod is never
+/// kept for its tolerations alone (upstream evicts every such pod; so do we, once).
+/// `daemonset_uid` is the UID of the DaemonSet named by [`daemonset_owner`] (`None`: not found);
+/// it is ignored for other pods, and a UID other than the owner reference's counts as not found.
 pub(crate) fn classify(
-    pod: &Pod,
+    pod: &DrainPod,
     daemonset_uid: Option<&str>,
     options: &DrainOptions,
+    drain_started: Option<jiff::Timestamp>,
 ) -> Disposition {
     let mut warnings = Vec::new();
     if let Some(ds) = daemonset_owner(pod) {
@@ -285,27 +303,19 @@ pub(crate) fn classify(
         // kubectl with --force evicts the orphan and warns with the NotFound error text.
         warnings.push(format!("daemonsets.apps \"{}\" not found", ds.name));
     }
-    if pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
-    {
+    if pod.metadata.mirror {
         return Disposition::SkipMirror;
     }
-    let terminal = is_terminal(pod);
-    if !terminal && tolerates_maintenance(pod) {
-        return Disposition::SkipTolerating;
+    if pod.is_terminal() {
+        return Disposition::SkipFinished;
     }
-    let has_empty_dir = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .is_some_and(|v| v.iter().any(|v| v.empty_dir.is_some()));
-    if !terminal && has_empty_dir {
+    if tolerates_maintenance(pod) && arrived_after(pod, drain_started) {
+        return Disposition::KeepReplacement;
+    }
+    if pod.spec.empty_dir {
         warnings.push("deleting Pods with local storage".to_string());
     }
-    if !terminal && controller_ref(pod).is_none() {
+    if pod.controller_ref().is_none() {
         warnings.push("deleting Pods that declare no controller".to_string());
     }
     Disposition::Evict {
@@ -348,16 +358,17 @@ pub(crate) fn waiting_blocker(
     })
 }
 
-/// The status entry of a pod left on the node on purpose ([`Disposition::SkipTolerating`]).
+/// The status entry of a pod left on the node on purpose ([`Disposition::KeepReplacement`]).
 pub(crate) fn skipped_entry(pod: &PodReference) -> PodBlocker {
     PodBlocker {
         namespace: pod.namespace.clone(),
         name: pod.name.clone(),
         reason: reason::TOLERATES_MAINTENANCE.to_string(),
         message: Some(format!(
-            "not evicted: the pod tolerates {UNSCHEDULABLE_TAINT_KEY}:{NO_SCHEDULE} and \
-             {DRAIN_TAINT_KEY}:{NO_SCHEDULE}, so its replacement would be scheduled onto this node \
-             again"
+            "not evicted: the pod arrived after the drain started and tolerates \
+             {UNSCHEDULABLE_TAINT_KEY}:{NO_SCHEDULE} and {DRAIN_TAINT_KEY}:{NO_SCHEDULE}, so it is \
+             a replacement that would be scheduled onto this node again however often it is \
+             evicted"
         )),
         ..PodBlocker::default()
     }
@@ -580,28 +591,69 @@ pub(crate) fn classify_eviction(
     }
 }
 
+/// The outcome of an eviction of `pod` that did not answer within `timeout`: blocker
+/// [`reason::EVICTION_TIMEOUT`] naming the call, and upstream's lastError form around it.
+pub(crate) fn timed_out(pod: &PodReference, timeout: Duration) -> EvictionOutcome {
+    let text = format!(
+        "the eviction request did not answer within {}s (the API server, or an admission \
+         webhook on pods/eviction, hung)",
+        timeout.as_secs()
+    );
+    EvictionOutcome {
+        result: result::ERROR,
+        error: Some(format!(
+            "error when evicting pods/\"{}\" -n \"{}\": {text}",
+            pod.name, pod.namespace
+        )),
+        blocker: Some(PodBlocker {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            reason: reason::EVICTION_TIMEOUT.to_string(),
+            message: Some(text),
+            ..PodBlocker::default()
+        }),
+    }
+}
+
+/// The blocker of an eviction of `pod` not sent because the pass's `budget` for evictions ran
+/// out: pending with [`reason::EVICTION_DEFERRED`], no error, no retry scheduled, not counted
+/// as a request.
+pub(crate) fn deferred(pod: &PodReference, budget: Duration) -> PodBlocker {
+    PodBlocker {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        reason: reason::EVICTION_DEFERRED.to_string(),
+        message: Some(format!(
+            "not asked yet: the pass's {}s for evictions went to other pods' requests; asked in \
+             the next pass",
+            budget.as_secs()
+        )),
+        ..PodBlocker::default()
+    }
+}
+
 /// The blocker of a pod that is already terminating (deletionTimestamp set): `Terminating`, or
 /// `StuckTerminating` once `now` is more than [`STUCK_TERMINATING_MARGIN`] past its
 /// deletionTimestamp. The API server sets deletionTimestamp to the deletion time plus the grace
 /// period, so this is "terminating for longer than its grace period plus 60 s". `None` when the
 /// pod is not terminating.
-pub(crate) fn terminating_blocker(pod: &Pod, now: jiff::Timestamp) -> Option<PodBlocker> {
+pub(crate) fn terminating_blocker(pod: &DrainPod, now: jiff::Timestamp) -> Option<PodBlocker> {
     let due = pod.metadata.deletion_timestamp.as_ref()?.0;
     let grace = pod
         .metadata
         .deletion_grace_period_seconds
-        .or_else(|| pod.spec.as_ref()?.termination_grace_period_seconds)
+        .or(pod.spec.termination_grace_period_seconds)
         .unwrap_or(30);
     let overdue = now.duration_since(due).as_secs();
     let mut b = PodBlocker {
-        namespace: pod.namespace().unwrap_or_default(),
-        name: pod.name_any(),
+        namespace: pod.metadata.namespace.clone(),
+        name: pod.metadata.name.clone(),
         reason: reason::TERMINATING.to_string(),
         message: Some(format!("terminating (grace period {grace}s, due at {due})")),
         ..PodBlocker::default()
     };
     if overdue > STUCK_TERMINATING_MARGIN.as_secs() as i64 {
-        let finalizers = pod.finalizers();
+        let finalizers = &pod.metadata.finalizers;
         // No live counter in the text: the status is rewritten only when it changes, and every
         // write triggers another reconcile.
         let mut msg = format!(
@@ -630,7 +682,9 @@ pub(crate) fn selector_matches(
 }
 
 /// `utilerrors.NewAggregate(errs).Error()`: `None` for none, the text itself for one,
-/// `[e1, e2]` for several (duplicates dropped, order kept).
+/// `[e1, e2]` for several (duplicates dropped, order kept). Bounded (ours): at most
+/// [`bounds::MAX_ERRORS`] texts, each cut to [`bounds::MAX_ERROR`] bytes, then
+/// `and N more errors` inside the brackets.
 pub(crate) fn aggregate_errors(errors: &[String]) -> Option<String> {
     let mut seen = std::collections::HashSet::new();
     let unique: Vec<&str> = errors
@@ -638,411 +692,21 @@ pub(crate) fn aggregate_errors(errors: &[String]) -> Option<String> {
         .filter(|e| seen.insert(e.as_str()))
         .map(String::as_str)
         .collect();
-    match unique.as_slice() {
+    let mut shown: Vec<String> = unique
+        .iter()
+        .take(bounds::MAX_ERRORS)
+        .map(|e| bounds::truncate(e, bounds::MAX_ERROR))
+        .collect();
+    if unique.len() > bounds::MAX_ERRORS {
+        shown.push(format!(
+            "and {} more errors",
+            unique.len() - bounds::MAX_ERRORS
+        ));
+    }
+    match shown.as_slice() {
         [] => None,
-        [one] => Some(one.to_string()),
+        [one] => Some(one.clone()),
         many => Some(format!("[{}]", many.join(", "))),
-    }
-}
-
-/// Eviction requests of one pass, by result.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct EvictionCounts {
-    /// Label -> number of requests.
-    pub by_result: std::collections::BTreeMap<crate::metrics::EvictionResult, u32>,
-}
-
-impl EvictionCounts {
-    fn record(&mut self, result: crate::metrics::EvictionResult) {
-        *self.by_result.entry(result).or_default() += 1;
-    }
-}
-
-/// The pods on a node as the drain sees them.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct Survey {
-    /// Every pod on the node, DaemonSet, mirror and finished ones included (upstream `totalpods`).
-    pub total_pods: usize,
-    /// The pods up for eviction (upstream's `GetPodsForDeletion` list).
-    pub evictable: Vec<PodReference>,
-}
-
-/// What one drain pass did and found.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct DrainReport {
-    /// Every pod on the node at the start of the pass.
-    pub total_pods: usize,
-    /// The pods up for eviction at the start of the pass.
-    pub evictable: Vec<PodReference>,
-    /// The evictable pods still on the node, each with why.
-    pub pending: Vec<PodBlocker>,
-    /// Pods left on the node on purpose (they tolerate the maintenance taints), each with why.
-    pub skipped: Vec<PodBlocker>,
-    /// The part of `skipped` reported for the first time by this process (one event each).
-    pub newly_skipped: Vec<PodBlocker>,
-    /// Time until the earliest per-pod eviction retry on this node; the next pass is not useful
-    /// before then (`None`: no refused eviction waits).
-    pub retry_in: Option<Duration>,
-    /// Eviction requests sent in this pass, by result.
-    pub evictions: EvictionCounts,
-    /// Upstream-format error texts of this pass (failed evictions, stuck terminating pods).
-    pub errors: Vec<String>,
-}
-
-impl DrainReport {
-    /// Nothing evictable is left on the node.
-    pub(crate) fn done(&self) -> bool {
-        self.pending.is_empty()
-    }
-    /// Some pending pod waits for something other than its own termination or the termination
-    /// of the pods evicted before it (a budget, an error), so the next pass should come later
-    /// (at the retry) rather than soon (1 s).
-    pub(crate) fn blocked(&self) -> bool {
-        self.pending.iter().any(|b| {
-            !matches!(
-                b.reason.as_str(),
-                reason::TERMINATING | reason::SYSTEM_CRITICAL | reason::OPERATOR_POD
-            )
-        })
-    }
-    /// The aggregated lastError of this pass, `None` when nothing failed.
-    pub(crate) fn last_error(&self) -> Option<String> {
-        aggregate_errors(&self.errors)
-    }
-}
-
-/// Failure of a whole pass (the pod list or a DaemonSet lookup failed); single evictions never
-/// fail a pass.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum DrainError {
-    /// Listing the pods of the node failed.
-    #[error("failed to list pods on node {node}: {source}")]
-    ListPods {
-        /// The node.
-        node: String,
-        /// The API error.
-        source: kube::Error,
-    },
-    /// Looking up a pod's DaemonSet failed with something other than NotFound (kubectl aborts
-    /// the drain in this case too).
-    #[error("failed to get DaemonSet {namespace}/{name}: {source}")]
-    DaemonSet {
-        /// Namespace of the DaemonSet.
-        namespace: String,
-        /// Name of the DaemonSet.
-        name: String,
-        /// The API error.
-        source: kube::Error,
-    },
-}
-
-/// Runs drain passes. Cheap to clone; holds two clients: `client` for reads, `eviction_client`
-/// (built with kube's default 429 retry disabled) for evictions, so that a PodDisruptionBudget
-/// refusal comes back at once instead of being retried inside the client for minutes.
-#[derive(Clone)]
-pub(crate) struct Drainer {
-    client: Client,
-    eviction_client: Client,
-    options: DrainOptions,
-    retries: Arc<Mutex<RetrySchedule>>,
-}
-
-fn pod_ref(pod: &Pod) -> PodReference {
-    PodReference {
-        namespace: pod.namespace().unwrap_or_default(),
-        name: pod.name_any(),
-    }
-}
-
-impl Drainer {
-    /// A drainer; `eviction_client` must have `default_retry = false`.
-    pub(crate) fn new(client: Client, eviction_client: Client, options: DrainOptions) -> Self {
-        Self {
-            client,
-            eviction_client,
-            options,
-            retries: Arc::default(),
-        }
-    }
-
-    fn retries(&self) -> std::sync::MutexGuard<'_, RetrySchedule> {
-        self.retries.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// All pods bound to `node`: a field-selected, paginated list (never a cluster-wide cache).
-    async fn list_pods(&self, node: &str) -> Result<Vec<Pod>, DrainError> {
-        let api: Api<Pod> = Api::all(self.client.clone());
-        let mut lp = ListParams::default()
-            .fields(&format!("spec.nodeName={node}"))
-            .limit(LIST_PAGE_SIZE);
-        let mut pods = Vec::new();
-        loop {
-            let page = api.list(&lp).await.map_err(|source| DrainError::ListPods {
-                node: node.to_string(),
-                source,
-            })?;
-            pods.extend(page.items);
-            match page.metadata.continue_ {
-                Some(token) if !token.is_empty() => lp = lp.continue_token(&token),
-                _ => return Ok(pods),
-            }
-        }
-    }
-
-    /// Lists the node's pods and classifies each, looking up each DaemonSet once.
-    async fn classified(&self, node: &str) -> Result<Vec<(Pod, Disposition)>, DrainError> {
-        let pods = self.list_pods(node).await?;
-        // UID of the DaemonSet found under each (namespace, name); `None` when not found.
-        let mut daemonsets: HashMap<(String, String), Option<String>> = HashMap::new();
-        let mut out = Vec::with_capacity(pods.len());
-        for pod in pods {
-            let exists = match daemonset_owner(&pod) {
-                None => None,
-                Some(owner) => {
-                    let namespace = pod.namespace().unwrap_or_default();
-                    let key = (namespace.clone(), owner.name.clone());
-                    match daemonsets.get(&key) {
-                        Some(uid) => uid.clone(),
-                        None => {
-                            let api: Api<DaemonSet> =
-                                Api::namespaced(self.client.clone(), &namespace);
-                            let uid = api
-                                .get_metadata_opt(&owner.name)
-                                .await
-                                .map_err(|source| DrainError::DaemonSet {
-                                    namespace,
-                                    name: owner.name.clone(),
-                                    source,
-                                })?
-                                .and_then(|d| d.metadata.uid);
-                            daemonsets.insert(key, uid.clone());
-                            uid
-                        }
-                    }
-                }
-            };
-            let disposition = classify(&pod, exists.as_deref(), &self.options);
-            out.push((pod, disposition));
-        }
-        Ok(out)
-    }
-
-    /// Counts the node's pods without evicting anything (status initialisation: `totalpods`,
-    /// `evictionPods`, `pendingPods`).
-    ///
-    /// # Errors
-    /// [`DrainError`] when the pod list or a DaemonSet lookup fails.
-    pub(crate) async fn survey(&self, node: &str) -> Result<Survey, DrainError> {
-        let pods = self.classified(node).await?;
-        Ok(Survey {
-            total_pods: pods.len(),
-            evictable: pods
-                .iter()
-                .filter(|(_, d)| d.evicts())
-                .map(|(p, _)| pod_ref(p))
-                .collect(),
-        })
-    }
-
-    /// One drain pass over `node`: lists its pods and evicts the evictable ones of the earliest
-    /// [`Stage`] still on the node that are neither terminating nor waiting for their retry
-    /// ([`RetrySchedule`]): at most [`EVICTION_PARALLELISM`] requests at once, each with a UID
-    /// precondition and no grace period override, so the pod's own applies. Reports what is
-    /// left, and why. Never sleeps or waits for pods to go: a pod counts as gone once a later
-    /// pass no longer lists it on the node.
-    ///
-    /// # Errors
-    /// [`DrainError`] when the pod list or a DaemonSet lookup fails; eviction failures are
-    /// reported per pod in [`DrainReport::pending`] and [`DrainReport::errors`].
-    pub(crate) async fn pass(
-        &self,
-        node: &str,
-        now: jiff::Timestamp,
-    ) -> Result<DrainReport, DrainError> {
-        let pods = self.classified(node).await?;
-        let started = Instant::now();
-        let mut report = DrainReport {
-            total_pods: pods.len(),
-            ..DrainReport::default()
-        };
-        let first_stage = pods
-            .iter()
-            .filter_map(|(_, d)| match d {
-                Disposition::Evict { stage, .. } => Some(*stage),
-                _ => None,
-            })
-            .min();
-        let mut listed = HashSet::new();
-        let mut labels = std::collections::BTreeMap::new();
-        let mut to_evict = Vec::new();
-        for (pod, disposition) in pods {
-            let r = pod_ref(&pod);
-            let uid = pod.metadata.uid.clone().unwrap_or_default();
-            let (warnings, stage) = match disposition {
-                Disposition::Evict { warnings, stage } => (warnings, stage),
-                Disposition::SkipTolerating => {
-                    let entry = skipped_entry(&r);
-                    listed.insert(uid.clone());
-                    if self.retries().announce(&uid, node) {
-                        tracing::info!(pod = %format!("{}/{}", r.namespace, r.name), "not evicting a pod that tolerates the maintenance taints");
-                        report.newly_skipped.push(entry.clone());
-                    }
-                    report.skipped.push(entry);
-                    continue;
-                }
-                Disposition::SkipDaemonSet | Disposition::SkipMirror => continue,
-            };
-            report.evictable.push(r.clone());
-            if let Some(b) = terminating_blocker(&pod, now) {
-                if b.reason == reason::STUCK_TERMINATING {
-                    report.errors.push(format!(
-                        "error when waiting for pod \"{}\" in namespace \"{}\" to terminate: {}",
-                        r.name,
-                        r.namespace,
-                        b.message.as_deref().unwrap_or_default()
-                    ));
-                }
-                report.pending.push(b);
-                continue;
-            }
-            if Some(stage) > first_stage {
-                let class = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.priority_class_name.as_deref());
-                report.pending.extend(waiting_blocker(&r, stage, class));
-                continue;
-            }
-            listed.insert(uid.clone());
-            labels.insert(r.clone(), pod.labels().clone());
-            if let Some((b, error)) = self.retries().held(&uid, started) {
-                report.pending.push(b.clone());
-                report.errors.extend(error.map(str::to_string));
-                continue;
-            }
-            if !warnings.is_empty() {
-                tracing::debug!(pod = %format!("{}/{}", r.namespace, r.name), warnings = %warnings.join("; "), "evicting despite kubectl warnings");
-            }
-            to_evict.push((r, pod.metadata.uid.clone()));
-        }
-        let outcomes: Vec<(Option<String>, EvictionOutcome)> = stream::iter(to_evict)
-            .map(|(r, uid)| async move {
-                let answer = self.evict(&r, uid.as_deref()).await;
-                if answer.is_ok() {
-                    tracing::info!("pod: {}:{} Evicted from node: {node}", r.namespace, r.name);
-                }
-                let outcome = classify_eviction(&r, answer.as_ref().map(|_| ()));
-                if outcome.result != result::EVICTED && outcome.result != result::GONE {
-                    tracing::info!(error = %outcome.error.as_deref().unwrap_or_default(), "eviction refused");
-                }
-                (uid, outcome)
-            })
-            .buffer_unordered(EVICTION_PARALLELISM)
-            .collect()
-            .await;
-        {
-            let mut retries = self.retries();
-            for (uid, o) in &outcomes {
-                retries.record(uid.as_deref().unwrap_or_default(), node, o, started);
-            }
-            retries.retain(node, &listed);
-            report.retry_in = retries.next_due(node, Instant::now());
-        }
-        for (_, o) in outcomes {
-            report.evictions.record(o.result);
-            if let Some(b) = o.blocker {
-                report.pending.push(b);
-            }
-            if let Some(e) = o.error {
-                report.errors.push(e);
-            }
-        }
-        self.name_overlapping_budgets(&mut report.pending, &labels)
-            .await;
-        report
-            .pending
-            .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-        report
-            .skipped
-            .sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-        report.errors.sort();
-        Ok(report)
-    }
-
-    /// POST `pods/<name>/eviction` (policy/v1) with a UID precondition. Written by hand because
-    /// kube's `Api::evict` sends its delete options under a `delete_options` key the API server
-    /// does not know, so a precondition would be dropped silently.
-    async fn evict(&self, pod: &PodReference, uid: Option<&str>) -> Result<(), kube::Error> {
-        let mut body = serde_json::json!({
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": pod.name, "namespace": pod.namespace},
-        });
-        if let Some(uid) = uid {
-            body["deleteOptions"] = serde_json::json!({"preconditions": {"uid": uid}});
-        }
-        let url = format!(
-            "/api/v1/namespaces/{}/pods/{}/eviction",
-            pod.namespace, pod.name
-        );
-        let req = http::Request::post(url)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(serde_json::to_vec(&body).map_err(kube::Error::SerdeError)?)
-            .map_err(kube::Error::HttpError)?;
-        self.eviction_client.request_text(req).await.map(|_| ())
-    }
-
-    /// For pods refused because several budgets select them, names those budgets (the API
-    /// server's 500 names none). `labels` are the pods' labels as this pass listed them (not
-    /// re-read by name, which could find a same-named replacement). Best effort: a failed PDB
-    /// list leaves the message as it was.
-    async fn name_overlapping_budgets(
-        &self,
-        pending: &mut [PodBlocker],
-        labels: &std::collections::BTreeMap<
-            PodReference,
-            std::collections::BTreeMap<String, String>,
-        >,
-    ) {
-        let mut by_namespace: HashMap<String, Vec<PodDisruptionBudget>> = HashMap::new();
-        for b in pending
-            .iter_mut()
-            .filter(|b| b.reason == reason::MULTIPLE_PDBS)
-        {
-            if !by_namespace.contains_key(&b.namespace) {
-                let api: Api<PodDisruptionBudget> =
-                    Api::namespaced(self.client.clone(), &b.namespace);
-                let Ok(list) = api.list(&ListParams::default()).await else {
-                    continue;
-                };
-                by_namespace.insert(b.namespace.clone(), list.items);
-            }
-            let key = PodReference {
-                namespace: b.namespace.clone(),
-                name: b.name.clone(),
-            };
-            let Some(labels) = labels.get(&key) else {
-                continue;
-            };
-            let names: Vec<String> = by_namespace[&b.namespace]
-                .iter()
-                .filter(|pdb| {
-                    pdb.spec
-                        .as_ref()
-                        .and_then(|s| s.selector.as_ref())
-                        .is_some_and(|s| selector_matches(s, labels))
-                })
-                .map(|pdb| pdb.name_any())
-                .collect();
-            if !names.is_empty() {
-                let msg = b.message.take().unwrap_or_default();
-                b.message = Some(format!(
-                    "{msg} (budgets selecting the pod: {})",
-                    names.join(", ")
-                ));
-                b.pod_disruption_budget = Some(names.join(","));
-            }
-        }
     }
 }
 
@@ -1058,13 +722,52 @@ pub(crate) fn refs(blockers: &[PodBlocker]) -> Vec<PodReference> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PodSpec, PodStatus, Volume};
+    use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Pod, PodSpec, PodStatus, Volume};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
         LabelSelectorRequirement, OwnerReference, Time,
     };
     use kube::core::response::{StatusCause, StatusDetails};
+
+    /// Merges JSON object `from` into `into`.
+    pub(crate) fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
+        match (into, from) {
+            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+                for (k, v) in b {
+                    merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+                }
+            }
+            (a, b) => *a = b,
+        }
+    }
+    /// A PodDisruptionBudget refusal of pod `name`.
+    pub(crate) fn pdb_refusal(name: &str) -> EvictionOutcome {
+        let e = api_err(
+            429,
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+            &[(
+                "DisruptionBudget",
+                "The disruption budget b needs 1 healthy pods and has 1 currently",
+            )],
+        );
+        classify_eviction(&r(name), Err(&e))
+    }
+    /// The drain's view of a full pod, as the list would give it.
+    fn slim(p: &Pod) -> DrainPod {
+        serde_json::from_value(serde_json::to_value(p).unwrap()).unwrap()
+    }
+    // The rules, called on full pods (the tests build them with k8s-openapi's types), with no
+    // drain start (nothing arrived after it).
+    fn classify(p: &Pod, ds: Option<&str>, o: &DrainOptions) -> Disposition {
+        super::classify(&slim(p), ds, o, None)
+    }
+    fn daemonset_owner(p: &Pod) -> Option<OwnerRef> {
+        super::daemonset_owner(&slim(p)).cloned()
+    }
+    fn terminating_blocker(p: &Pod, now: jiff::Timestamp) -> Option<PodBlocker> {
+        super::terminating_blocker(&slim(p), now)
+    }
 
     fn pod(name: &str) -> Pod {
         let mut p = Pod::default();
@@ -1138,7 +841,10 @@ mod tests {
     #[test]
     fn daemonset_pods_stay_while_their_daemonset_exists() {
         let p = owned(pod("ds-1"), "DaemonSet", "agent");
-        assert_eq!(daemonset_owner(&p).map(|o| o.name.as_str()), Some("agent"));
+        assert_eq!(
+            daemonset_owner(&p).as_ref().map(|o| o.name.as_str()),
+            Some("agent")
+        );
         assert_eq!(
             classify(&p, Some("x"), &DrainOptions::default()),
             Disposition::SkipDaemonSet
@@ -1153,13 +859,23 @@ mod tests {
     }
 
     #[test]
-    fn finished_daemonset_pods_are_evicted_without_a_lookup() {
+    fn finished_pods_are_left_without_a_lookup() {
         let p = phase(owned(pod("ds-1"), "DaemonSet", "agent"), "Succeeded");
         assert_eq!(daemonset_owner(&p), None);
         assert_eq!(
-            evict_warnings(classify(&p, Some("x"), &DrainOptions::default())),
-            Vec::<String>::new()
+            classify(&p, Some("x"), &DrainOptions::default()),
+            Disposition::SkipFinished
         );
+        for phase_ in ["Succeeded", "Failed"] {
+            let job = phase(owned(pod("job-1"), "Job", "j"), phase_);
+            assert_eq!(
+                classify(&job, None, &DrainOptions::default()),
+                Disposition::SkipFinished
+            );
+        }
+        for phase_ in ["Running", "Pending", "Unknown"] {
+            assert!(classify(&phase(pod("p"), phase_), None, &DrainOptions::default()).evicts());
+        }
     }
 
     #[test]
@@ -1189,8 +905,6 @@ mod tests {
         );
         let managed = owned(pod("rs-pod"), "ReplicaSet", "web-123");
         assert!(evict_warnings(classify(&managed, None, &DrainOptions::default())).is_empty());
-        let done = phase(pod("job-pod"), "Succeeded");
-        assert!(evict_warnings(classify(&done, None, &DrainOptions::default())).is_empty());
     }
 
     fn stage_of(d: Disposition) -> Stage {
@@ -1269,47 +983,50 @@ mod tests {
                 "{class:?} {prio:?}"
             );
         }
-        // A finished critical pod needs nothing and goes with the ordinary ones.
-        let done = phase(
-            critical(
-                pod("dns"),
-                Some("system-node-critical"),
-                Some(2_000_001_000),
-            ),
-            "Failed",
-        );
-        assert_eq!(stage_of(classify(&done, None, &o)), Stage::Ordinary);
         let b = waiting_blocker(&r("dns"), Stage::Critical, Some("system-node-critical")).unwrap();
         assert_eq!(b.reason, reason::SYSTEM_CRITICAL);
         assert!(b.message.unwrap().contains("system-node-critical"));
     }
 
+    fn created(mut p: Pod, second: i64) -> Pod {
+        p.metadata.creation_timestamp = Some(Time(jiff::Timestamp::from_second(second).unwrap()));
+        p
+    }
+
     #[test]
-    fn pods_tolerating_both_maintenance_taints_are_skipped() {
+    fn only_replacements_that_arrived_after_the_start_and_tolerate_both_taints_are_kept() {
         let o = DrainOptions::default();
-        let skip = |t: serde_json::Value| {
-            classify(
-                &tolerating(owned(pod("p"), "ReplicaSet", "rs"), t),
-                None,
-                &o,
-            )
+        let start = jiff::Timestamp::from_second(1_000).unwrap();
+        let at = |t: serde_json::Value, second: i64| {
+            let p = created(tolerating(owned(pod("p"), "ReplicaSet", "rs"), t), second);
+            super::classify(&slim(&p), None, &o, Some(start))
         };
-        assert_eq!(
-            skip(serde_json::json!([{"operator": "Exists"}])),
-            Disposition::SkipTolerating
-        );
-        assert_eq!(
-            skip(serde_json::json!([{"operator": "Exists", "effect": "NoSchedule"}])),
-            Disposition::SkipTolerating
-        );
-        assert_eq!(
-            skip(serde_json::json!([
+        let everything = serde_json::json!([{"operator": "Exists"}]);
+        // Arrived after the start (by the margin): kept, with any form of tolerating both.
+        for t in [
+            everything.clone(),
+            serde_json::json!([{"operator": "Exists", "effect": "NoSchedule"}]),
+            serde_json::json!([
                 {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
                 {"key": "medik8s.io/drain", "effect": "NoSchedule"}
-            ])),
-            Disposition::SkipTolerating
-        );
-        // Only one of the two taints, the wrong effect, or a value the taint does not have.
+            ]),
+        ] {
+            assert_eq!(at(t.clone(), 1_002), Disposition::KeepReplacement, "{t}");
+        }
+        // There before the start, or within the margin of it: evicted, whatever it tolerates
+        // (upstream evicts them all; a VM's launcher pod is live-migrated by its eviction).
+        for second in [900, 1_000, 1_001] {
+            assert!(
+                at(everything.clone(), second).evicts(),
+                "created at {second}"
+            );
+        }
+        // No start known (the survey before the drain) or no creation time: evicted.
+        let p = tolerating(pod("p"), everything.clone());
+        assert!(super::classify(&slim(&p), None, &o, Some(start)).evicts());
+        assert!(classify(&created(p, 5_000), None, &o).evicts());
+        // After the start but not tolerating both: evicted (the cordon keeps its replacement
+        // away). Only one of the two taints, the wrong effect, or a value the taint lacks.
         for t in [
             serde_json::json!([{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}]),
             serde_json::json!([{"operator": "Exists", "effect": "NoExecute"}]),
@@ -1325,14 +1042,17 @@ mod tests {
                 {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
             ]),
         ] {
-            assert!(skip(t.clone()).evicts(), "{t}");
+            assert!(at(t.clone(), 2_000).evicts(), "{t}");
         }
-        // A finished pod is never replaced: it goes.
+        // A finished pod is left, whenever it came.
         let done = phase(
-            tolerating(pod("job"), serde_json::json!([{"operator": "Exists"}])),
+            created(tolerating(pod("job"), everything), 2_000),
             "Succeeded",
         );
-        assert!(classify(&done, None, &o).evicts());
+        assert_eq!(
+            super::classify(&slim(&done), None, &o, Some(start)),
+            Disposition::SkipFinished
+        );
         assert_eq!(skipped_entry(&r("p")).reason, reason::TOLERATES_MAINTENANCE);
     }
 
@@ -1350,7 +1070,10 @@ mod tests {
         );
         // apps/v1 DaemonSet of that name, but another one (recreated): the pod's owner is gone.
         let p = owned(pod("ds-1"), "DaemonSet", "agent");
-        assert_eq!(daemonset_owner(&p).map(|o| o.uid.as_str()), Some("x"));
+        assert_eq!(
+            daemonset_owner(&p).as_ref().map(|o| o.uid.as_str()),
+            Some("x")
+        );
         assert_eq!(
             evict_warnings(classify(&p, Some("other-uid"), &o)),
             vec!["daemonsets.apps \"agent\" not found".to_string()]
@@ -1563,6 +1286,21 @@ mod tests {
         assert_eq!(
             aggregate_errors(&["a".into(), "b".into(), "a".into()]).as_deref(),
             Some("[a, b]")
+        );
+        // Bounded: the first texts, each cut, and how many more.
+        let many: Vec<String> = (0..2000)
+            .map(|i| format!("e{i:04} {}", "x".repeat(5000)))
+            .collect();
+        let text = aggregate_errors(&many).unwrap();
+        assert!(
+            text.len() < bounds::MAX_ERRORS * (bounds::MAX_ERROR + 2) + 64,
+            "{}",
+            text.len()
+        );
+        assert!(
+            text.ends_with(", and 1990 more errors]"),
+            "{}",
+            &text[text.len() - 60..]
         );
     }
 

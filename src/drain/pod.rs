@@ -1,0 +1,276 @@
+//! The pod as the drain reads it: only the fields a drain decision uses, deserialized straight
+//! from the pod list's JSON, so a pass holds tens of bytes per pod instead of the whole object
+//! (a kubelet-size pod is about 11 KB of JSON, and several times that as a `k8s_openapi` `Pod`).
+//!
+//! Everything else in the JSON (container specs, managed fields, status details, annotations
+//! other than the mirror marker, volumes other than whether one is an emptyDir) is skipped by the
+//! deserializer without being kept (`serde::de::IgnoredAny`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::Deserialize;
+use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+use crate::api::PodReference;
+
+/// A pod on the node, as far as the drain cares (`metadata`, `spec`, `status.phase`).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub(crate) struct DrainPod {
+    /// Identity, owners, timestamps, labels.
+    #[serde(default)]
+    pub metadata: PodMeta,
+    /// Tolerations, priority, grace period, emptyDir use.
+    #[serde(default)]
+    pub spec: PodSpecView,
+    /// The phase only.
+    #[serde(default)]
+    pub status: PodStatusView,
+}
+
+/// The metadata fields the drain reads.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PodMeta {
+    /// `metadata.name`.
+    #[serde(default)]
+    pub name: String,
+    /// `metadata.namespace`.
+    #[serde(default)]
+    pub namespace: String,
+    /// `metadata.uid` (the eviction's precondition, the retry schedule's key).
+    #[serde(default)]
+    pub uid: Option<String>,
+    /// `metadata.creationTimestamp` (the API server's clock, whole seconds).
+    #[serde(default)]
+    pub creation_timestamp: Option<Time>,
+    /// `metadata.deletionTimestamp`: the pod is terminating; due at this time.
+    #[serde(default)]
+    pub deletion_timestamp: Option<Time>,
+    /// `metadata.deletionGracePeriodSeconds`.
+    #[serde(default)]
+    pub deletion_grace_period_seconds: Option<i64>,
+    /// `metadata.labels` (PodDisruptionBudget selectors are matched against them).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Whether `metadata.annotations` has [`super::MIRROR_ANNOTATION`]; no annotation is kept.
+    #[serde(
+        default,
+        rename = "annotations",
+        deserialize_with = "has_mirror_annotation"
+    )]
+    pub mirror: bool,
+    /// `metadata.ownerReferences`, without `blockOwnerDeletion`.
+    #[serde(default)]
+    pub owner_references: Vec<OwnerRef>,
+    /// `metadata.finalizers` (named in a stuck pod's message).
+    #[serde(default)]
+    pub finalizers: Vec<String>,
+}
+
+/// An owner reference as the drain reads it.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct OwnerRef {
+    /// `apiVersion` of the owner (`apps/v1`).
+    #[serde(default)]
+    pub api_version: String,
+    /// `kind` of the owner.
+    #[serde(default)]
+    pub kind: String,
+    /// `name` of the owner.
+    #[serde(default)]
+    pub name: String,
+    /// `uid` of the owner.
+    #[serde(default)]
+    pub uid: String,
+    /// Whether this owner is the managing controller.
+    #[serde(default)]
+    pub controller: Option<bool>,
+}
+
+/// The spec fields the drain reads.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PodSpecView {
+    /// `spec.tolerations`.
+    #[serde(default)]
+    pub tolerations: Vec<Toleration>,
+    /// `spec.priority` (resolved by the Priority admission plugin).
+    #[serde(default)]
+    pub priority: Option<i32>,
+    /// `spec.priorityClassName`.
+    #[serde(default)]
+    pub priority_class_name: Option<String>,
+    /// `spec.terminationGracePeriodSeconds`.
+    #[serde(default)]
+    pub termination_grace_period_seconds: Option<i64>,
+    /// Whether some `spec.volumes[]` is an emptyDir; no volume is kept.
+    #[serde(default, rename = "volumes", deserialize_with = "has_empty_dir")]
+    pub empty_dir: bool,
+}
+
+/// The status field the drain reads.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub(crate) struct PodStatusView {
+    /// `status.phase`.
+    #[serde(default)]
+    pub phase: Option<String>,
+}
+
+impl DrainPod {
+    /// Namespace and name.
+    pub(crate) fn reference(&self) -> PodReference {
+        PodReference {
+            namespace: self.metadata.namespace.clone(),
+            name: self.metadata.name.clone(),
+        }
+    }
+    /// `Succeeded` or `Failed`: it will not run again.
+    pub(crate) fn is_terminal(&self) -> bool {
+        matches!(
+            self.status.phase.as_deref(),
+            Some("Succeeded") | Some("Failed")
+        )
+    }
+    /// The owner reference with `controller: true`.
+    pub(crate) fn controller_ref(&self) -> Option<&OwnerRef> {
+        self.metadata
+            .owner_references
+            .iter()
+            .find(|o| o.controller == Some(true))
+    }
+}
+
+/// A page of `GET /api/v1/pods` as the drain reads it.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct PodPage {
+    /// The list's metadata: the continue token.
+    #[serde(default)]
+    pub metadata: PageMeta,
+    /// The pods of the page.
+    #[serde(default)]
+    pub items: Vec<DrainPod>,
+}
+
+/// `metadata` of a list.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct PageMeta {
+    /// The token for the next page; absent or empty on the last.
+    #[serde(default, rename = "continue")]
+    pub continue_: Option<String>,
+}
+
+fn has_mirror_annotation<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = bool;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a map of annotations or null")
+        }
+        fn visit_unit<E>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_none<E>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+            d.deserialize_map(V)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+            let mut found = false;
+            while let Some(key) = map.next_key::<String>()? {
+                found |= key == super::MIRROR_ANNOTATION;
+                map.next_value::<IgnoredAny>()?;
+            }
+            Ok(found)
+        }
+    }
+    d.deserialize_option(V)
+}
+
+fn has_empty_dir<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    #[derive(Deserialize)]
+    struct Volume {
+        #[serde(default, rename = "emptyDir")]
+        empty_dir: Option<IgnoredAny>,
+    }
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = bool;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list of volumes or null")
+        }
+        fn visit_unit<E>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_none<E>(self) -> Result<bool, E> {
+            Ok(false)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+            d.deserialize_seq(V)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+            let mut found = false;
+            while let Some(v) = seq.next_element::<Volume>()? {
+                found |= v.empty_dir.is_some();
+            }
+            Ok(found)
+        }
+    }
+    d.deserialize_option(V)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_only_what_the_drain_uses_from_a_full_pod() {
+        let p: DrainPod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "web-1", "namespace": "ns", "uid": "u1",
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"app": "web"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}",
+                                "kubernetes.io/config.mirror": "x"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
+                                     "uid": "rs", "controller": true, "blockOwnerDeletion": true}],
+                "managedFields": [{"manager": "kube-controller-manager"}]
+            },
+            "spec": {
+                "containers": [{"name": "c", "image": "i", "env": [{"name": "A", "value": "B"}]}],
+                "volumes": [{"name": "a", "configMap": {"name": "x"}}, {"name": "b", "emptyDir": {}}],
+                "tolerations": [{"operator": "Exists"}],
+                "priority": 7
+            },
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap();
+        assert_eq!(p.reference().name, "web-1");
+        assert!(p.metadata.mirror && p.spec.empty_dir);
+        assert_eq!(
+            p.controller_ref().map(|o| o.kind.as_str()),
+            Some("ReplicaSet")
+        );
+        assert_eq!((p.spec.tolerations.len(), p.spec.priority), (1, Some(7)));
+        assert!(!p.is_terminal());
+        let bare: DrainPod = serde_json::from_value(json!({
+            "metadata": {"name": "b", "annotations": null},
+            "spec": {"volumes": null}
+        }))
+        .unwrap();
+        assert!(!bare.metadata.mirror && !bare.spec.empty_dir && bare.controller_ref().is_none());
+        let page: PodPage = serde_json::from_value(json!({
+            "kind": "PodList", "metadata": {"continue": "abc", "resourceVersion": "1"},
+            "items": [{"metadata": {"name": "x"}}]
+        }))
+        .unwrap();
+        assert_eq!(page.metadata.continue_.as_deref(), Some("abc"));
+        assert_eq!(page.items.len(), 1);
+    }
+}
