@@ -53,7 +53,7 @@
 //!   synced), polled every 2 ms, median of 5 starts. Target 200 ms excluding API latency; the API
 //!   share is estimated as the time a fresh client (same ServiceAccount kubeconfig) takes to LIST
 //!   NodeMaintenances and Nodes in parallel, and `own start-up` = start-up minus that floor.
-//! - **bigdrain** (issue 20's memory acceptance; only when named): peak `VmRSS` of the operator,
+//! - **bigdrain** (memory bounded by what the drain keeps, `docs/drain-contract.md` §5; only when named): peak `VmRSS` of the operator,
 //!   sampled every 50 ms, (a) while draining one node of 3,000 bare pods of about 11 KB of JSON
 //!   each (a padding annotation and 20 environment variables; the figure prints the measured
 //!   size of one pod as the API server returns it), and (b) while 20 nodes of 110 such pods drain
@@ -783,7 +783,7 @@ impl Bench {
         Ok((out?, peak))
     }
 
-    /// Issue 20's memory acceptance: a 3,000-pod node, then 20 nodes x 110 pods at once, ours and
+    /// Memory bounded by what the drain keeps: a 3,000-pod node, then 20 nodes x 110 pods at once, ours and
     /// (with `NMO_UPSTREAM_MANAGER`) upstream's.
     async fn bigdrain(&mut self) -> Result<()> {
         const S: &str = "bigdrain";

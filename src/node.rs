@@ -1537,7 +1537,7 @@ mod tests {
         let exited = apply(&taken, &exit_patch(&taken, "c").0);
         assert!(observe(&exited).cordoned, "the recorded admin cordon stays");
 
-        // Issue 20 input 5 with a new NodeMaintenance: the vanished holder's node uncordoned by
+        // `docs/drain-contract.md` §6 with a new NodeMaintenance: the vanished holder's node uncordoned by
         // hand, its drain taint and label left. The maintenance is still in place: the record
         // is reused, so the admin's label value that predated it comes back at the end.
         let labelled = node(json!({"metadata": {"labels": {EXCLUDE_LABEL: "no"}}}));

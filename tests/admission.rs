@@ -230,7 +230,7 @@ async fn etcd_member(client: &kube::Client, node: &str) {
     .await;
 }
 
-/// Issue 20 input 8: control-plane quorum on a cluster that is not OpenShift. The quorum rule
+/// `docs/drain-contract.md` §9: control-plane quorum on a cluster that is not OpenShift. The quorum rule
 /// refuses only what it can judge (`docs/drain-contract.md` §9):
 /// - no etcd quorum guard budget and no etcd pod visible (as in this test cluster): the only
 ///   control-plane node is admitted with a warning that says why quorum was not checked (an
@@ -366,7 +366,7 @@ spec:
     nm::wait_gone(&client, &again, LIMIT).await;
 }
 
-/// Issue 20 input 6, at admission: a valid node name whose lease name would be too long is
+/// `docs/drain-contract.md` §7, at admission: a valid node name whose lease name would be too long is
 /// admitted (the controller then fails it, touching nothing) with a warning that says so.
 #[tokio::test]
 async fn a_node_name_too_long_for_its_lease_is_admitted_with_a_warning() {

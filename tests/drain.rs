@@ -413,7 +413,7 @@ async fn virtual_machine_instance(client: &kube::Client, ns: &str, name: &str) -
     vmi.metadata.uid.unwrap()
 }
 
-/// Contract §1 and §2 (issue 20, input 1): pods that tolerate both maintenance taints and were
+/// `docs/drain-contract.md` §1 and §2: pods that tolerate both maintenance taints and were
 /// on the node before the drain are evicted like any other: a virt-launcher pod (controlled by a
 /// VirtualMachineInstance), a bare pod and a tolerate-everything Deployment's pod. Only the
 /// Deployment's replacement, which arrived after the drain started and tolerates both taints, is
@@ -521,7 +521,7 @@ async fn tolerating_pods_are_evicted_and_only_their_replacements_kept() {
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
 
-/// Contract §3 (issue 20, input 2): once Succeeded, a pod that arrives (an admin's maintenance
+/// `docs/drain-contract.md` §3: once Succeeded, a pod that arrives (an admin's maintenance
 /// job, a bare pod bound with `spec.nodeName`) is not evicted, while the cordon and taints are
 /// still enforced: an uncordon by hand is re-applied, and the passes that follows (the Node
 /// watch's, an edit of the node's labels and of the NodeMaintenance) evict nothing.
@@ -610,7 +610,7 @@ async fn nothing_is_evicted_after_succeeded() {
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
 
-/// Contract §5 (issue 20, input 3): a 1 MiB `spec.reason` is admitted and copied onto the node
+/// `docs/drain-contract.md` §5: a 1 MiB `spec.reason` is admitted and copied onto the node
 /// cut to 4 KiB; editing the reason of a running maintenance (to another 1 MiB one) does not stop
 /// its drain.
 #[tokio::test]
@@ -697,7 +697,7 @@ fn hanging_server() -> u16 {
     port
 }
 
-/// Contract §4 (issue 20, input 4): an eviction webhook that never answers, for the pods of one
+/// `docs/drain-contract.md` §4: an eviction webhook that never answers, for the pods of one
 /// namespace: that pod's eviction is cut off after 10 s and becomes its blocker
 /// (`EvictionTimeout`, naming the call), `lastError` names it, and the other pod of the node is
 /// evicted meanwhile. Once the webhook is gone the maintenance Succeeds.

@@ -298,7 +298,7 @@ async fn lease_held_by_another_is_retried_then_succeeds_when_released() {
     nm::wait_gone(&client, &name, LIMIT).await;
 }
 
-/// Issue 20 input 7: NodeHealthCheck's lease renewed 120 s "in the future" (its clock runs
+/// `docs/drain-contract.md` §8: NodeHealthCheck's lease renewed 120 s "in the future" (its clock runs
 /// ahead of ours) is held by either clock: respected like any valid foreign lease (not taken
 /// over, the node not touched) until it is released.
 #[tokio::test]
@@ -357,7 +357,7 @@ async fn a_foreign_lease_renewed_in_the_future_is_respected() {
     nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
 }
 
-/// Issue 20 input 6, the kind: names derived from a node name that exceed a limit.
+/// `docs/drain-contract.md` §7, the kind: names derived from a node name that exceed a limit.
 /// - A valid node name of 251 characters has no valid lease name (`node-<name>` would have
 ///   256): the maintenance is Failed at once with the reason, and nothing is touched (no node
 ///   change, no lease), instead of Running for ever on a 422.
@@ -1045,7 +1045,7 @@ async fn pre_existing_marks_released_during_maintenance_are_not_restored() {
     );
 }
 
-/// Pods of the budget test: `NMO_DRAIN_BUDGET_PODS` (the long form of issue 20's acceptance:
+/// Pods of the budget test: `NMO_DRAIN_BUDGET_PODS` (the long form:
 /// `NMO_DRAIN_BUDGET_PODS=2000 cargo test --test maintenance small_status -- --nocapture`), 250 by
 /// default, more than the status lists (200 pending, 50 blockers), so the caps are exercised.
 fn budget_pods() -> usize {
@@ -1054,7 +1054,7 @@ fn budget_pods() -> usize {
         .unwrap_or(250)
 }
 
-/// Contract §5 and issue 20's acceptance: a node whose pods are all held by one
+/// `docs/drain-contract.md` §5: a node whose pods are all held by one
 /// PodDisruptionBudget keeps a status under 256 KiB (lists capped, the count of the rest in the
 /// `Drained` condition) and reaches Succeeded within a minute of the budget allowing.
 #[tokio::test]

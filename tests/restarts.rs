@@ -695,7 +695,7 @@ async fn a_node_whose_maintenance_vanished_without_cleanup_is_restored() {
     cluster.kubectl_run(&["uncordon", n], None).unwrap();
 }
 
-/// Issue 20 input 5: the operator uninstalled mid-maintenance, the finalizers removed by hand,
+/// `docs/drain-contract.md` §6: the operator uninstalled mid-maintenance, the finalizers removed by hand,
 /// the nodes uncordoned by hand, the operator installed again. No NodeMaintenance targets the
 /// nodes, but the drain taint, the exclude label, the lease and the record are still there: all
 /// of what the operator put there is removed; an admin's own taint and label that predated the

@@ -204,7 +204,7 @@ pub(crate) fn pod_ready_status(pod: &Pod) -> Option<String> {
 /// unknown); `maintained` says whether a node has a NodeMaintenance (cached or reserved).
 /// Control-plane nodes without a visible etcd pod are no members: an earlier rule counted every
 /// control-plane node as one when no etcd pod was visible, which refused what it could not judge
-/// (issue 20 input 8).
+/// (`docs/drain-contract.md` §9).
 pub(crate) fn etcd_members(
     etcd_pods: &[Arc<Pod>],
     node_ready_by_name: impl Fn(&str) -> bool,
@@ -303,7 +303,7 @@ mod tests {
         }
     }
 
-    /// Issue 20 input 8: what cannot be judged is admitted with a warning saying why; a guard
+    /// `docs/drain-contract.md` §9: what cannot be judged is admitted with a warning saying why; a guard
     /// budget is honoured off OpenShift too; visible members give the majority rule.
     #[test]
     fn kubernetes_rule_refuses_only_what_it_can_judge() {

@@ -241,7 +241,7 @@ mod tests {
         );
     }
 
-    /// Issue 20 input 5: the operator uninstalled mid-maintenance, the finalizer removed by hand,
+    /// `docs/drain-contract.md` §6: the operator uninstalled mid-maintenance, the finalizer removed by hand,
     /// the node uncordoned by hand (the node lifecycle controller then drops the unschedulable
     /// taint). The drain taint, the label and our lease are left: the maintenance is still in
     /// place, so everything the record says we added is removed; an admin's own taint and

@@ -2251,7 +2251,7 @@ mod tests {
         );
     }
 
-    /// Issue 20 input 6: a valid node name of 251 characters has no valid lease name; the
+    /// `docs/drain-contract.md` §7: a valid node name of 251 characters has no valid lease name; the
     /// maintenance fails at once, saying so, and the plan touches no node and no lease.
     #[test]
     fn a_node_name_too_long_for_its_lease_fails_without_touching_anything() {
