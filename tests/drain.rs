@@ -418,7 +418,8 @@ async fn virtual_machine_instance(client: &kube::Client, ns: &str, name: &str) -
 /// VirtualMachineInstance), a bare pod and a tolerate-everything Deployment's pod. Only the
 /// Deployment's replacement, which arrived after the drain started and tolerates both taints, is
 /// kept: named in the `Drained` condition and in one `PodNotEvicted` event, not counted in
-/// `evictionPods`, and the maintenance Succeeds with it on the node.
+/// `evictionPods`, and the maintenance Succeeds with it on the node. A budget holds one ordinary
+/// pod until the replacement is back, so that it arrives while the drain is open.
 #[tokio::test]
 async fn tolerating_pods_are_evicted_and_only_their_replacements_kept() {
     let env = env();
@@ -452,13 +453,77 @@ async fn tolerating_pods_are_evicted_and_only_their_replacements_kept() {
         json!({"spec": {"tolerations": tolerate_all()}}),
     )
     .await;
+    // An ordinary pod held by a budget keeps the drain open until the replacement is back:
+    // a replacement that arrives only after Succeeded is neither evicted nor named (§3), so
+    // without it the outcome would depend on whether the scheduler beats the drain.
+    bare_pod(&client, &ns, "guarded", &node, json!({})).await;
     let before = wait_running(&client, &ns, "tolerant", 1, LIMIT).await;
     let original = before[0].metadata.uid.clone().unwrap();
     wait_pod_running(&client, &ns, "virt-launcher-vm1").await;
     wait_pod_running(&client, &ns, "bare").await;
+    wait_pod_running(&client, &ns, "guarded").await;
+    let guard = budget(&client, &ns, "guard", "guarded", 0, 1).await;
 
     let name = unique("nm-tol");
     nm::create(&client, &name, &node).await;
+    // The original was evicted; its replacement is back on the node while the drain is open
+    // and is named as kept. A replacement created within the arrival margin is evicted once
+    // more (§2), so the one named is whichever replacement is on the node now.
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    let (kept, kept_named) = wait_for(
+        "a replacement of the tolerating Deployment Running on the node and named as kept",
+        LIMIT,
+        || {
+            let (client, ns, original, nms, name, node) = (
+                client.clone(),
+                ns.clone(),
+                original.clone(),
+                nms.clone(),
+                name.clone(),
+                node.clone(),
+            );
+            async move {
+                let now = pods(&client, &ns, "tolerant").await;
+                let nm = nms.get(&name).await.map_err(|e| e.to_string())?;
+                let drained = nm
+                    .status
+                    .iter()
+                    .flat_map(|s| s.conditions.iter().flatten())
+                    .find(|c| c.type_ == "Drained")
+                    .map(|c| c.message.clone())
+                    .unwrap_or_default();
+                match now.as_slice() {
+                    [p] if running(p)
+                        && p.metadata.uid.as_deref() != Some(original.as_str())
+                        && node_of(p) == node
+                        && drained.contains(&format!(
+                            "{ns}/{} (ToleratesMaintenanceTaints)",
+                            p.metadata.name.as_deref().unwrap_or_default()
+                        )) =>
+                    {
+                        Ok((p.metadata.name.clone().unwrap(), nm))
+                    }
+                    other => Err(format!(
+                        "pods {:?}; Drained: {drained:?}",
+                        other
+                            .iter()
+                            .map(|p| (&p.metadata.name, running(p), node_of(p)))
+                            .collect::<Vec<_>>()
+                    )),
+                }
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        kept_named.status.unwrap().phase,
+        Some(MaintenancePhase::Running),
+        "the budget still holds `guarded`"
+    );
+    guard
+        .delete("guard", &Default::default())
+        .await
+        .expect("budget deleted");
     let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
     for p in ["virt-launcher-vm1", "bare"] {
         assert!(
@@ -467,33 +532,8 @@ async fn tolerating_pods_are_evicted_and_only_their_replacements_kept() {
             done.status
         );
     }
-    // The original was evicted; a replacement is back on the node and stays.
-    let replacement = wait_running(&client, &ns, "tolerant", 1, LIMIT)
-        .await
-        .remove(0);
-    let kept = replacement.metadata.name.clone().unwrap();
-    assert_ne!(replacement.metadata.uid.as_deref(), Some(original.as_str()));
-    assert_eq!(node_of(&replacement), node);
     let s = done.status.clone().unwrap();
-    assert_eq!(s.eviction_pods, Some(3), "the three pods of before: {s:?}");
-    let kept_named = nm::wait_status(
-        &client,
-        &name,
-        "the replacement named as kept",
-        LIMIT,
-        |s| {
-            s.conditions.iter().flatten().any(|c| {
-                c.type_ == "Drained"
-                    && c.message
-                        .contains(&format!("{ns}/{kept} (ToleratesMaintenanceTaints)"))
-            })
-        },
-    )
-    .await;
-    assert_eq!(
-        kept_named.status.unwrap().phase,
-        Some(MaintenancePhase::Succeeded)
-    );
+    assert_eq!(s.eviction_pods, Some(4), "the four pods of before: {s:?}");
     nm::wait_event(&client, &name, "PodNotEvicted").await;
     let skipped: Vec<_> = nm::event_summary(&client, &name)
         .await
