@@ -1141,6 +1141,24 @@ async fn round(seed: u64) -> Vec<String> {
             history.log(format!(
                 "driver: budget db relaxed to maxUnavailable 2 ({r:?})"
             ));
+            // The API server refuses evictions by the budget's status, which the disruption
+            // controller writes: (e)'s wait starts once the cluster allows, and the history says
+            // when that was (after an API server restart it has taken minutes).
+            let allows = retry("budget db allows evictions", || async {
+                let p = pdbs.get("db").await.map_err(|e| e.to_string())?;
+                let st = p.status.clone().unwrap_or_default();
+                if st.observed_generation == p.metadata.generation
+                    && st.disruptions_allowed.unwrap_or(0) > 0
+                {
+                    Ok(st.disruptions_allowed.unwrap_or(0))
+                } else {
+                    Err(format!("{st:?}"))
+                }
+            })
+            .await;
+            history.log(format!(
+                "driver: budget db status after the relax: disruptionsAllowed {allows:?}"
+            ));
             let pods = Api::<Pod>::namespaced(client.clone(), &ns);
             let r = retry("release held pod", || async {
                 match pods
