@@ -304,20 +304,7 @@ fn csv_deployment_rbac_and_webhook_equal_the_kustomize_rendering() {
 
 /// Builds (once, cached under `$HOME`) and returns operator-framework's validator.
 fn olm_validate() -> PathBuf {
-    let script = root().join("tests/cluster/build-olm-validate.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .expect("bash runs");
-    assert!(out.status.success(), "{} failed", script.display());
-    PathBuf::from(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap()
-            .trim(),
-    )
+    nmo_devcluster::go_tool("build-olm-validate.sh")
 }
 
 #[test]
@@ -394,20 +381,7 @@ fn long_tool(tool: &str) -> bool {
 
 /// Builds (once, cached under `$HOME`) and returns operator-registry's opm.
 fn opm() -> PathBuf {
-    let script = root().join("tests/cluster/build-opm.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .expect("bash runs");
-    assert!(out.status.success(), "{} failed", script.display());
-    PathBuf::from(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap()
-            .trim(),
-    )
+    nmo_devcluster::go_tool("build-opm.sh")
 }
 
 fn opm_validate(dir: &Path) -> (bool, String) {

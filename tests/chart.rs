@@ -42,20 +42,7 @@ fn kustomize(dir: &str) -> String {
 
 /// Builds (once, cached under `$HOME`) and returns helm.
 fn helm_bin() -> PathBuf {
-    let script = root().join("tests/cluster/build-helm.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .expect("bash runs");
-    assert!(out.status.success(), "{} failed", script.display());
-    PathBuf::from(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap()
-            .trim(),
-    )
+    nmo_devcluster::go_tool("build-helm.sh")
 }
 
 /// helm with its caches and configuration in a directory of its own.

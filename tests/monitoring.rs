@@ -65,20 +65,7 @@ fn rules() -> Vec<Value> {
 
 /// Builds (once, cached under `$HOME`) and returns promtool.
 fn promtool() -> PathBuf {
-    let script = root().join("tests/cluster/build-promtool.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .expect("bash runs");
-    assert!(out.status.success(), "{} failed", script.display());
-    PathBuf::from(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap()
-            .trim(),
-    )
+    nmo_devcluster::go_tool("build-promtool.sh")
 }
 
 /// Runs `promtool test rules` on `rule_file` with the committed unit tests; returns whether it

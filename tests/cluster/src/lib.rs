@@ -723,3 +723,22 @@ fn rand_u32() -> u32 {
     h.write_u64(std::process::id() as u64);
     h.finish() as u32
 }
+
+/// Runs `tests/cluster/<script>` (a Go test tool's builder: builds once into the versioned
+/// cache under `$HOME`, then prints the tool's path as its last line) and returns that path.
+///
+/// # Panics
+/// When the script fails or prints nothing; its stderr goes to the test's.
+pub fn go_tool(script: &str) -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("bash runs");
+    assert!(out.status.success(), "{} failed", script.display());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default().trim();
+    assert!(!last.is_empty(), "{} printed no path", script.display());
+    PathBuf::from(last)
+}
