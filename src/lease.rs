@@ -10,11 +10,11 @@
 //! without writing on every pass; and another holder's lease renewed "in the future" (clock
 //! skew) is respected, not taken over ([`is_valid`]; docs/compat.md §3).
 //!
-//! [`plan_request`] is pure; [`NodeLeases`] does the I/O without sleeps: `request_from` costs one GET
-//! when the lease is current, and a conflicting write is returned to the caller for its retry.
+//! Everything but the reads of [`NodeLeases`] is pure: [`request`] and [`invalidation`] turn the
+//! lease as read into the complete write (create, replace with its resourceVersion, delete with
+//! its uid and resourceVersion) that the controller's executor sends; a write that meets a
+//! concurrent one fails its precondition and the next pass reads the lease again.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
@@ -22,7 +22,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use kube::Client;
-use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::api::Api;
 
 /// `spec.holderIdentity` of our leases (upstream NMO's identity).
 pub(crate) const LEASE_HOLDER: &str = "node-maintenance";
@@ -74,18 +74,14 @@ pub(crate) fn held_by_us(lease: Option<&Lease>) -> bool {
         == Some(LEASE_HOLDER)
 }
 
-/// Outcome of [`NodeLeases::request_from`].
+/// What a lease request stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LeaseOutcome {
-    /// No lease existed; ours was created.
-    Created,
     /// Our lease was updated: renewed, re-armed after expiry, or completed (missing renew time or
     /// duration).
     Renewed,
     /// A lapsed lease of another holder (e.g. NHC) was taken over; `leaseTransitions` +1.
     TakenOver,
-    /// Our lease is valid and not due for renewal: nothing was written.
-    Current,
 }
 
 /// What [`plan_request`] decided.
@@ -185,6 +181,93 @@ pub(crate) fn plan_request(existing: Option<&Lease>, now: Timestamp) -> LeasePla
     LeasePlan::Update { spec, outcome }
 }
 
+/// The write that requesting `node`'s lease (found as `existing`) at `now` needs, following
+/// [`plan_request`]. `node_uid` (the Node's `metadata.uid`) makes the Node the lease's owner so
+/// the lease is garbage-collected with it; `None` keeps existing owner references.
+pub(crate) fn request(
+    node: &str,
+    node_uid: Option<&str>,
+    existing: Option<&Lease>,
+    now: Timestamp,
+) -> LeaseRequest {
+    match plan_request(existing, now) {
+        LeasePlan::Current => LeaseRequest::Current,
+        LeasePlan::AlreadyHeld { holder } => LeaseRequest::AlreadyHeld { holder },
+        LeasePlan::Update { spec, .. } => {
+            let mut lease = existing.cloned().unwrap_or_default();
+            if let Some(owner) = node_owner(node, node_uid) {
+                lease.metadata.owner_references = Some(vec![owner]);
+            }
+            lease.spec = Some(spec);
+            LeaseRequest::Replace(Box::new(lease))
+        }
+        LeasePlan::Create(spec) => LeaseRequest::Create(Box::new(Lease {
+            metadata: ObjectMeta {
+                name: Some(lease_name(node)),
+                owner_references: node_owner(node, node_uid).map(|o| vec![o]),
+                ..ObjectMeta::default()
+            },
+            spec: Some(spec),
+        })),
+    }
+}
+
+/// What [`request`] decided: the lease to create or to put in place of the one read (its
+/// resourceVersion is the replace's precondition), or why nothing is written.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum LeaseRequest {
+    /// Create this lease.
+    Create(Box<Lease>),
+    /// Replace the lease read with this one.
+    Replace(Box<Lease>),
+    /// Ours, valid and not due: no write.
+    Current,
+    /// Held by another identity and valid.
+    AlreadyHeld {
+        /// The other holder's identity (`unknown` when unset).
+        holder: String,
+    },
+}
+
+/// What giving up a lease (upstream's `InvalidateLease`) means for the lease read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Invalidation {
+    /// There is none: nothing to do.
+    Nothing,
+    /// Another identity holds it (a remediation): left alone, as upstream does on stop.
+    HeldByOther(String),
+    /// Ours: delete it, preconditioned on the uid and resourceVersion read, so a lease taken
+    /// over in between stays.
+    Delete {
+        /// Its name.
+        name: String,
+        /// Its `metadata.uid`.
+        uid: Option<String>,
+        /// Its `metadata.resourceVersion`.
+        resource_version: Option<String>,
+    },
+}
+
+/// Decides how to give up `lease` (as read; `None`: there is none).
+pub(crate) fn invalidation(lease: Option<&Lease>) -> Invalidation {
+    let Some(lease) = lease else {
+        return Invalidation::Nothing;
+    };
+    if let Some(holder) = lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .filter(|h| *h != LEASE_HOLDER)
+    {
+        return Invalidation::HeldByOther(holder.to_owned());
+    }
+    Invalidation::Delete {
+        name: lease.metadata.name.clone().unwrap_or_default(),
+        uid: lease.metadata.uid.clone(),
+        resource_version: lease.metadata.resource_version.clone(),
+    }
+}
+
 fn duration_seconds() -> i32 {
     LEASE_DURATION.as_secs() as i32
 }
@@ -227,100 +310,18 @@ pub(crate) enum LeaseError {
     Api(#[source] kube::Error),
 }
 
-/// Requests and invalidates the per-node medik8s leases in one namespace.
-///
-/// Cheap to clone (shares the client and the "namespace exists" flag).
+/// Reads the per-node medik8s leases of one namespace; every write is planned ([`request`],
+/// [`invalidation`]) and sent by the controller's executor through [`NodeLeases::api`].
 #[derive(Clone)]
 pub(crate) struct NodeLeases {
     client: Client,
     namespace: String,
-    namespace_ready: Arc<AtomicBool>,
 }
 
 impl NodeLeases {
     /// Leases live in `namespace` (`--lease-namespace`, [`crate::config::Config::lease_namespace`]). No I/O until the first request.
     pub(crate) fn new(client: Client, namespace: String) -> Self {
-        Self {
-            client,
-            namespace,
-            namespace_ready: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    /// Requests (creates, renews or takes over) the lease of `node` for `node-maintenance`,
-    /// following [`plan_request`] at the current time. `node_uid` (the Node's `metadata.uid`)
-    /// makes the Node the lease's owner so the lease is garbage-collected with it; pass `None`
-    /// when unknown (existing owner references are then kept).
-    ///
-    /// The lease namespace is read once per process and created when missing (and re-checked
-    /// when a create reports it gone). A replace carries the resourceVersion read, so a
-    /// concurrent writer yields a 409 [`LeaseError::Api`] for the caller to retry; a create that
-    /// races with another creator re-reads and re-plans once.
-    ///
-    /// Errors: [`LeaseError::AlreadyHeld`] (valid foreign lease), [`LeaseError::GetNamespace`],
-    /// [`LeaseError::CreateNamespace`], [`LeaseError::Api`].
-    ///
-    /// The first attempt plans on `read`, the lease as the caller has just read it with
-    /// [`get`](Self::get) (`Some(None)`: no lease; `None`: read it here). A stale copy costs a
-    /// 409 (the replace carries its resourceVersion) or an already-exists (the create re-reads
-    /// once).
-    pub(crate) async fn request_from(
-        &self,
-        node: &str,
-        node_uid: Option<&str>,
-        read: Option<Option<Lease>>,
-    ) -> Result<LeaseOutcome, LeaseError> {
-        let api = self.api();
-        let name = lease_name(node);
-        let mut retried = false;
-        let mut read = read;
-        loop {
-            self.ensure_namespace().await?;
-            let existing = match read.take() {
-                Some(l) => l,
-                None => api.get_opt(&name).await.map_err(LeaseError::Api)?,
-            };
-            match plan_request(existing.as_ref(), Timestamp::now()) {
-                LeasePlan::Current => return Ok(LeaseOutcome::Current),
-                LeasePlan::AlreadyHeld { holder } => {
-                    return Err(LeaseError::AlreadyHeld { holder });
-                }
-                LeasePlan::Update { spec, outcome } => {
-                    let mut lease = existing.unwrap_or_default();
-                    if let Some(owner) = node_owner(node, node_uid) {
-                        lease.metadata.owner_references = Some(vec![owner]);
-                    }
-                    lease.spec = Some(spec);
-                    api.replace(&name, &PostParams::default(), &lease)
-                        .await
-                        .map_err(LeaseError::Api)?;
-                    return Ok(outcome);
-                }
-                LeasePlan::Create(spec) => {
-                    let lease = Lease {
-                        metadata: ObjectMeta {
-                            name: Some(name.clone()),
-                            namespace: Some(self.namespace.clone()),
-                            owner_references: node_owner(node, node_uid).map(|o| vec![o]),
-                            ..ObjectMeta::default()
-                        },
-                        spec: Some(spec),
-                    };
-                    match api.create(&PostParams::default(), &lease).await {
-                        Ok(_) => return Ok(LeaseOutcome::Created),
-                        Err(kube::Error::Api(status)) if !retried && status.is_already_exists() => {
-                            retried = true;
-                        }
-                        Err(kube::Error::Api(status)) if !retried && status.is_not_found() => {
-                            // The namespace was deleted after we checked it.
-                            self.namespace_ready.store(false, Ordering::Relaxed);
-                            retried = true;
-                        }
-                        Err(e) => return Err(LeaseError::Api(e)),
-                    }
-                }
-            }
-        }
+        Self { client, namespace }
     }
 
     /// Reads the lease of `node` (`None`: there is none, also when its namespace is missing),
@@ -336,71 +337,27 @@ impl NodeLeases {
         }
     }
 
-    /// Gives up the lease of `node` by deleting it (upstream's `InvalidateLease`). A missing lease
-    /// counts as success; a lease whose holder is another identity is left alone and returns
-    /// [`LeaseError::AlreadyHeld`] (upstream logs and ignores this on stop). The delete is
-    /// preconditioned on the uid and resourceVersion read, so a lease taken over in between is
-    /// not deleted (409 [`LeaseError::Api`]; retry).
-    pub(crate) async fn invalidate(&self, node: &str) -> Result<(), LeaseError> {
-        let api = self.api();
-        let name = lease_name(node);
-        let Some(lease) = api.get_opt(&name).await.map_err(LeaseError::Api)? else {
-            return Ok(());
-        };
-        if let Some(holder) = lease
-            .spec
-            .as_ref()
-            .and_then(|s| s.holder_identity.as_deref())
-            .filter(|h| *h != LEASE_HOLDER)
-        {
-            return Err(LeaseError::AlreadyHeld {
-                holder: holder.to_owned(),
-            });
-        }
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                resource_version: lease.metadata.resource_version.clone(),
-                uid: lease.metadata.uid.clone(),
-            }),
-            ..DeleteParams::default()
-        };
-        match api.delete(&name, &params).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
-            Err(e) => Err(LeaseError::Api(e)),
-        }
-    }
-
-    fn api(&self) -> Api<Lease> {
-        Api::namespaced(self.client.clone(), &self.namespace)
-    }
-
-    /// GET the namespace; CREATE it if NotFound (medik8s common's bootstrap).
-    async fn ensure_namespace(&self) -> Result<(), LeaseError> {
-        if self.namespace_ready.load(Ordering::Relaxed) {
-            return Ok(());
-        }
+    /// Whether the lease namespace exists (medik8s common creates it when missing).
+    ///
+    /// # Errors
+    /// [`LeaseError::GetNamespace`] when the read fails.
+    pub(crate) async fn namespace_exists(&self) -> Result<bool, LeaseError> {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let found = api
-            .get_opt(&self.namespace)
+            .get_metadata_opt(&self.namespace)
             .await
             .map_err(LeaseError::GetNamespace)?;
-        if found.is_none() {
-            let namespace = Namespace {
-                metadata: ObjectMeta {
-                    name: Some(self.namespace.clone()),
-                    ..ObjectMeta::default()
-                },
-                ..Namespace::default()
-            };
-            match api.create(&PostParams::default(), &namespace).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.is_already_exists() => {}
-                Err(e) => return Err(LeaseError::CreateNamespace(e)),
-            }
-        }
-        self.namespace_ready.store(true, Ordering::Relaxed);
-        Ok(())
+        Ok(found.is_some())
+    }
+
+    /// The namespace's name.
+    pub(crate) fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The leases of the namespace.
+    pub(crate) fn api(&self) -> Api<Lease> {
+        Api::namespaced(self.client.clone(), &self.namespace)
     }
 }
 

@@ -5,15 +5,14 @@
 //! with a `test` op on the whole taint list, cordon strategic-merge patch) and on stop removes them
 //! unconditionally (docs/compat.md §2). We instead make every change in ONE JSON merge patch
 //! that carries `metadata.resourceVersion`, which the API server enforces as a precondition (409 on
-//! a concurrent change; we re-read and re-plan), and we record the prior state on the node so that
-//! stopping restores exactly what was there before (docs/compat.md §2, §13).
+//! a concurrent change ends the pass; the next one reads the node again), and we record the prior
+//! state on the node so that stopping restores exactly what was there before (docs/compat.md §2,
+//! §13).
 //!
-//! The planning functions (`observe`, `plan_enter`, `plan_exit`, `plan_transfer`) are pure; the
-//! async functions (`enter`, `exit`, `transfer`) do one GET per attempt plus at most one PATCH,
-//! never sleep, and retry only on 409 (at most [`MAX_ATTEMPTS`] attempts).
+//! Everything here is pure: it reads a Node and returns the patch to send. The controller's
+//! executor sends it.
 
 use k8s_openapi::api::core::v1::{Node, Taint};
-use kube::api::{Api, Patch, PatchParams};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -35,9 +34,6 @@ pub(crate) const DRAIN_TAINT_KEY: &str = "medik8s.io/drain";
 pub(crate) const UNSCHEDULABLE_TAINT_KEY: &str = "node.kubernetes.io/unschedulable";
 /// Effect of both maintenance taints.
 pub(crate) const NO_SCHEDULE: &str = "NoSchedule";
-/// Attempts (GET + PATCH) made by [`enter`], [`exit`] and [`transfer`] before a 409 Conflict is
-/// returned to the caller.
-pub(crate) const MAX_ATTEMPTS: usize = 5;
 
 /// `repaired` entry: `spec.unschedulable` had been reset while we held the node.
 pub(crate) const REPAIRED_CORDON: &str = "cordon";
@@ -248,7 +244,6 @@ pub(crate) fn plan_enter(node: &Node, holder: &str, reason: Option<&str>) -> Ent
     decide_enter(node, Claimant::named(holder), reason, &|_, _| true).plan
 }
 
-#[cfg(test)]
 /// Plans entering (or re-asserting) maintenance on `node` for `me`.
 ///
 /// The patch sets `spec.unschedulable: true`; when a maintenance taint is missing it rewrites
@@ -278,8 +273,27 @@ pub(crate) fn plan_enter_for(
     me: Claimant<'_>,
     reason: Option<&str>,
     is_live: HolderLive<'_>,
-) -> EnterPlan {
-    decide_enter(node, me, reason, is_live).plan
+) -> (EnterPlan, EnterOutcome) {
+    let decision = decide_enter(node, me, reason, is_live);
+    let outcome = decision.outcome();
+    (decision.plan, outcome)
+}
+
+/// `node` as it would be once adopted by `me` ([`plan_enter_for`] with every other holder taken
+/// as alive): `Some` only when that is a first entry, i.e. the node carries no live record. Pure:
+/// the adoption patch applied to a copy, so that the exit planned on it restores what the
+/// adoption would have recorded.
+pub(crate) fn adopted(node: &Node, me: Claimant<'_>) -> Option<Node> {
+    let decision = decide_enter(node, me, None, &|_, _| true);
+    let EnterPlan::Apply { patch, .. } = &decision.plan else {
+        return None;
+    };
+    if !matches!(decision.outcome(), EnterOutcome::Entered { .. }) {
+        return None;
+    }
+    let mut value = serde_json::to_value(node).ok()?;
+    json_patch::merge(&mut value, patch);
+    serde_json::from_value(value).ok()
 }
 
 struct EnterDecision {
@@ -521,7 +535,7 @@ pub(crate) fn plan_exit_for(node: &Node, me: Claimant<'_>) -> ExitPlan {
 #[cfg(test)]
 /// Plans handing the node from the `NodeMaintenance` `from` to `to` without touching its state:
 /// a merge patch (with `metadata.resourceVersion`) that rewrites only the holder annotation.
-/// `None` when `from` does not hold the node or `from == to`. The caller runs [`enter`] for `to`
+/// `None` when `from` does not hold the node or `from == to`. The next pass of `to` enters it
 /// afterwards to bring the reason annotation up to date.
 pub(crate) fn plan_transfer(node: &Node, from: &str, to: &str) -> Option<Value> {
     plan_transfer_to(node, from, Claimant::named(to))
@@ -543,23 +557,15 @@ pub(crate) fn plan_transfer_to(node: &Node, from: &str, to: Claimant<'_>) -> Opt
     Some(build_patch(node, Map::new(), annotations, Map::new()))
 }
 
-/// Errors of [`enter`], [`exit`] and [`transfer`].
+/// Errors of the node writes and reads, with upstream's texts.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum NodeError {
-    /// The node does not exist (on GET or PATCH). Displays exactly `nodes "<name>" not found`,
-    /// upstream's `lastError`, which upstream compares to decide not to requeue.
-    #[error("nodes \"{0}\" not found")]
-    NotFound(String),
-    /// Reading the node failed; displays the raw API error, like upstream.
-    #[error("{0}")]
-    Get(#[source] kube::Error),
-    /// The patch failed, including a 409 Conflict still seen after [`MAX_ATTEMPTS`] attempts.
-    /// Displays upstream's `patching node taints failed: <err>`.
+    /// The patch failed. Displays upstream's `patching node taints failed: <err>`.
     #[error("patching node taints failed: {0}")]
     Patch(#[source] kube::Error),
 }
 
-/// Result of [`enter`].
+/// What an entry stands for ([`plan_enter_for`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum EnterOutcome {
     /// First entry: the node was cordoned, tainted, labelled and annotated in one patch.
@@ -582,224 +588,37 @@ pub(crate) enum EnterOutcome {
     Repaired(Vec<&'static str>),
     /// Re-entry that only changed the reason annotation.
     ReasonUpdated,
-    /// Already in maintenance for this holder: only a GET was made.
+    /// Already in maintenance for this holder: nothing to write.
     Unchanged,
     /// Another `NodeMaintenance` (named) holds the node; nothing was written.
     HeldBy(String),
 }
 
-/// Result of [`exit`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum ExitOutcome {
-    /// The node was restored; `uncordoned` is true only when we set `spec.unschedulable` false.
-    Restored {
-        /// We uncordoned the node (emit `UncordonNode`).
-        uncordoned: bool,
-    },
-    /// Not held by the caller (see [`ExitPlan::NotHeld`]); nothing was written.
-    NotHeld(Option<String>),
-}
-
-/// Result of [`transfer`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum TransferOutcome {
-    /// The holder annotation now names `to` (also when it already did).
-    Transferred,
-    /// Neither `from` nor `to` holds the node: `Some(other)` or `None` (no holder). Nothing written.
-    NotHeld(Option<String>),
-}
-
-/// Puts node `node` into maintenance for `holder` (see [`plan_enter`]): GET the node, plan, send
-/// the merge patch; on 409 re-read and re-plan, at most [`MAX_ATTEMPTS`] times. Cheap when the
-/// node is already in maintenance (`Unchanged`: one GET). Errors: [`NodeError::NotFound`],
-/// [`NodeError::Get`], [`NodeError::Patch`].
-pub(crate) async fn enter(
-    api: &Api<Node>,
-    node: &str,
-    me: Claimant<'_>,
-    reason: Option<&str>,
-    is_live: HolderLive<'_>,
-) -> Result<EnterOutcome, NodeError> {
-    enter_from(api, node, None, me, reason, is_live).await
-}
-
-/// As [`enter`], but the first attempt plans on `read`, the node as the caller has just read
-/// it, instead of reading it again (one GET less per reconcile). A stale copy costs nothing but
-/// a retry: the patch carries its resourceVersion, so the API server answers 409 and the next
-/// attempt re-reads. Errors as [`enter`].
-pub(crate) async fn enter_from(
-    api: &Api<Node>,
-    node: &str,
-    read: Option<Node>,
-    me: Claimant<'_>,
-    reason: Option<&str>,
-    is_live: HolderLive<'_>,
-) -> Result<EnterOutcome, NodeError> {
-    let mut read = read;
-    let mut attempt = 1;
-    loop {
-        let current = match read.take() {
-            Some(n) => n,
-            None => get_node(api, node).await?,
-        };
-        let (patch, outcome) = decide_enter_outcome(&current, me, reason, is_live);
-        let Some(patch) = patch else {
-            return Ok(outcome);
-        };
-        match patch_node(api, node, &patch, attempt).await? {
-            Patched::Done => return Ok(outcome),
-            Patched::Conflict => attempt += 1,
-        }
-    }
-}
-
-/// What [`enter`] would report for `node` as read, if its patch (when one is needed) succeeds:
-/// the reconcile's planner decides on this without I/O. Pure.
-pub(crate) fn plan_enter_outcome(
-    node: &Node,
-    me: Claimant<'_>,
-    reason: Option<&str>,
-    is_live: HolderLive<'_>,
-) -> EnterOutcome {
-    decide_enter_outcome(node, me, reason, is_live).1
-}
-
-/// The patch to send (none when nothing changes) and the outcome it stands for.
-fn decide_enter_outcome(
-    node: &Node,
-    me: Claimant<'_>,
-    reason: Option<&str>,
-    is_live: HolderLive<'_>,
-) -> (Option<Value>, EnterOutcome) {
-    let decision = decide_enter(node, me, reason, is_live);
-    match decision.plan {
-        EnterPlan::Unchanged => (None, EnterOutcome::Unchanged),
-        EnterPlan::HeldBy(other) => (None, EnterOutcome::HeldBy(other)),
-        EnterPlan::Apply { patch, repaired } => {
-            let outcome = if decision.first {
-                EnterOutcome::Entered {
-                    cordoned: decision.cordons,
-                    adopted: decision.adopted,
-                    discarded: match &decision.record {
-                        Record::Discarded(h) => Some(h.clone()),
-                        _ => None,
-                    },
+impl EnterDecision {
+    /// What entering reports once its patch (when one is needed) is sent.
+    fn outcome(&self) -> EnterOutcome {
+        match &self.plan {
+            EnterPlan::Unchanged => EnterOutcome::Unchanged,
+            EnterPlan::HeldBy(other) => EnterOutcome::HeldBy(other.clone()),
+            EnterPlan::Apply { repaired, .. } => {
+                if self.first {
+                    EnterOutcome::Entered {
+                        cordoned: self.cordons,
+                        adopted: self.adopted,
+                        discarded: match &self.record {
+                            Record::Discarded(h) => Some(h.clone()),
+                            _ => None,
+                        },
+                    }
+                } else if let Record::Reused(from) = &self.record {
+                    EnterOutcome::TookOver { from: from.clone() }
+                } else if repaired.is_empty() {
+                    EnterOutcome::ReasonUpdated
+                } else {
+                    EnterOutcome::Repaired(repaired.clone())
                 }
-            } else if let Record::Reused(from) = &decision.record {
-                EnterOutcome::TookOver { from: from.clone() }
-            } else if repaired.is_empty() {
-                EnterOutcome::ReasonUpdated
-            } else {
-                EnterOutcome::Repaired(repaired)
-            };
-            (Some(patch), outcome)
-        }
-    }
-}
-
-/// Takes node `node` out of maintenance held by `holder` (see [`plan_exit`]), with the same
-/// read/plan/patch/retry loop as [`enter`]. Errors: [`NodeError::NotFound`], [`NodeError::Get`],
-/// [`NodeError::Patch`].
-pub(crate) async fn exit(
-    api: &Api<Node>,
-    node: &str,
-    me: Claimant<'_>,
-) -> Result<ExitOutcome, NodeError> {
-    exit_from(api, node, None, me).await
-}
-
-/// As [`exit`], with the first attempt planned on `read`, the node as the caller has just read
-/// it (see [`enter_from`]). Errors as [`exit`].
-pub(crate) async fn exit_from(
-    api: &Api<Node>,
-    node: &str,
-    read: Option<Node>,
-    me: Claimant<'_>,
-) -> Result<ExitOutcome, NodeError> {
-    let mut read = read;
-    let mut attempt = 1;
-    loop {
-        let current = match read.take() {
-            Some(n) => n,
-            None => get_node(api, node).await?,
-        };
-        let (patch, uncordon) = match plan_exit_for(&current, me) {
-            ExitPlan::NotHeld(other) => return Ok(ExitOutcome::NotHeld(other)),
-            ExitPlan::Apply { patch, uncordon } => (patch, uncordon),
-        };
-        match patch_node(api, node, &patch, attempt).await? {
-            Patched::Done => {
-                return Ok(ExitOutcome::Restored {
-                    uncordoned: uncordon,
-                });
             }
-            Patched::Conflict => attempt += 1,
         }
-    }
-}
-
-/// Hands node `node` from `from` to `to` (see [`plan_transfer`]), with the same read/plan/patch/
-/// retry loop as [`enter`]. Used when one of two `NodeMaintenance`s for a node goes away while
-/// the other stays, so the node stays in maintenance (docs/design.md §3).
-pub(crate) async fn transfer(
-    api: &Api<Node>,
-    node: &str,
-    from: &str,
-    to: Claimant<'_>,
-) -> Result<TransferOutcome, NodeError> {
-    let mut attempt = 1;
-    loop {
-        let current = get_node(api, node).await?;
-        let holder = annotation(&current, HOLDER_ANNOTATION);
-        if holder == Some(to.name) {
-            return Ok(TransferOutcome::Transferred);
-        }
-        let Some(patch) = plan_transfer_to(&current, from, to) else {
-            return Ok(TransferOutcome::NotHeld(holder.map(str::to_owned)));
-        };
-        match patch_node(api, node, &patch, attempt).await? {
-            Patched::Done => return Ok(TransferOutcome::Transferred),
-            Patched::Conflict => attempt += 1,
-        }
-    }
-}
-
-enum Patched {
-    Done,
-    Conflict,
-}
-
-async fn get_node(api: &Api<Node>, name: &str) -> Result<Node, NodeError> {
-    api.get(name).await.map_err(|e| match &e {
-        kube::Error::Api(s) if s.is_not_found() => NodeError::NotFound(name.to_owned()),
-        _ => NodeError::Get(e),
-    })
-}
-
-/// Sends the merge patch; a 409 before the last attempt asks the caller to re-read and re-plan.
-async fn patch_node(
-    api: &Api<Node>,
-    name: &str,
-    patch: &Value,
-    attempt: usize,
-) -> Result<Patched, NodeError> {
-    match api
-        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-        .await
-    {
-        Ok(_) => Ok(Patched::Done),
-        Err(e) => match &e {
-            kube::Error::Api(s) if s.is_conflict() && attempt < MAX_ATTEMPTS => {
-                tracing::debug!(
-                    node = name,
-                    attempt,
-                    "node changed concurrently, re-reading"
-                );
-                Ok(Patched::Conflict)
-            }
-            kube::Error::Api(s) if s.is_not_found() => Err(NodeError::NotFound(name.to_owned())),
-            _ => Err(NodeError::Patch(e)),
-        },
     }
 }
 
@@ -1470,7 +1289,7 @@ mod tests {
         let nobody_alive: HolderLive<'_> = &|_, _| false;
         let clean = node(json!({}));
         let b = claimant("b", "uid-b");
-        let entered = match plan_enter_for(&clean, b, Some("r"), nobody_alive) {
+        let entered = match plan_enter_for(&clean, b, Some("r"), nobody_alive).0 {
             EnterPlan::Apply { patch, .. } => apply(&clean, &patch),
             other => panic!("{other:?}"),
         };
@@ -1516,7 +1335,7 @@ mod tests {
         // The record's holder vanished but the node still carries every mark: the maintenance
         // it describes is still in place, so its prior state is taken over as it is.
         let admin_cordoned = node(json!({"spec": {"unschedulable": true}}));
-        let held = match plan_enter_for(&admin_cordoned, b, None, nobody_alive) {
+        let held = match plan_enter_for(&admin_cordoned, b, None, nobody_alive).0 {
             EnterPlan::Apply { patch, .. } => apply(&admin_cordoned, &patch),
             other => panic!("{other:?}"),
         };
@@ -1541,7 +1360,7 @@ mod tests {
         // hand, its drain taint and label left. The maintenance is still in place: the record
         // is reused, so the admin's label value that predated it comes back at the end.
         let labelled = node(json!({"metadata": {"labels": {EXCLUDE_LABEL: "no"}}}));
-        let held = match plan_enter_for(&labelled, b, None, nobody_alive) {
+        let held = match plan_enter_for(&labelled, b, None, nobody_alive).0 {
             EnterPlan::Apply { patch, .. } => apply(&labelled, &patch),
             other => panic!("{other:?}"),
         };
@@ -1568,21 +1387,13 @@ mod tests {
         // A live holder (same name and uid in the cache) keeps its node.
         let alive: HolderLive<'_> = &|name, uid| name == "b" && uid == Some("uid-b");
         assert_eq!(
-            plan_enter_for(&held, c, None, alive),
+            plan_enter_for(&held, c, None, alive).0,
             EnterPlan::HeldBy("b".into())
         );
         assert_eq!(
-            plan_enter_for(&held, b, None, alive),
+            plan_enter_for(&held, b, None, alive).0,
             EnterPlan::Unchanged,
             "its own record"
-        );
-    }
-
-    #[test]
-    fn not_found_error_text_matches_upstream_last_error() {
-        assert_eq!(
-            NodeError::NotFound("worker-1".into()).to_string(),
-            r#"nodes "worker-1" not found"#
         );
     }
 }

@@ -7,17 +7,23 @@
 //! holds a worker: one pass evicts what it can and the reconcile returns a requeue (upstream
 //! blocks its single worker for up to 30 s per pass, §16 row 1).
 //!
-//! - `plan.rs`: the pure state machine (statuses, events, requeues), unit-tested.
-//! - `reconcile.rs`: the reconcile steps and their I/O.
+//! - `reconcile.rs`: one pass: observe, plan, act (and the drain round in the same shape);
+//! - `observe.rs`: the pass's reads, into one `Observed`;
+//! - `plan/`: the pure decision (ordered writes, requeue, memory), unit-tested;
+//! - `act.rs`: the executor of a plan's writes;
+//! - `memory.rs`: what a restart forgets;
+//! - `orphans.rs`: records of NodeMaintenances that vanished without us.
 
+mod act;
+pub(crate) mod memory;
+mod observe;
 pub(crate) mod orphans;
 pub(crate) mod plan;
 mod reconcile;
 pub(crate) mod relist;
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -126,7 +132,6 @@ impl Error {
     /// The `error` label of `nmo_reconcile_failures_total`.
     pub(crate) fn metric_label(&self) -> ReconcileErrorKind {
         match self {
-            Error::Node(NodeError::NotFound(_)) => ReconcileErrorKind::node_not_found,
             Error::Node(_) | Error::GetNode(_) => ReconcileErrorKind::node,
             Error::StopAfterLeaseLoss(_) => ReconcileErrorKind::stop_after_lease_loss,
             Error::Lease(_) => ReconcileErrorKind::lease,
@@ -160,8 +165,8 @@ impl Error {
     /// (status, node patch, finalizer, lease).
     pub(crate) fn api_status(&self) -> Option<&kube::core::Status> {
         let source = match self {
-            Error::Node(NodeError::Get(e) | NodeError::Patch(e))
-            | Error::StopAfterLeaseLoss(NodeError::Get(e) | NodeError::Patch(e))
+            Error::Node(NodeError::Patch(e))
+            | Error::StopAfterLeaseLoss(NodeError::Patch(e))
             | Error::GetNode(e)
             | Error::AddFinalizer(e)
             | Error::RemoveFinalizer(e)
@@ -236,14 +241,9 @@ pub(crate) struct Context {
     /// (the cache is complete) or delivers an event, cleared by a watch error or the start of a
     /// relist (the cache may then miss changes, e.g. a deletion, until the watch is back).
     pub nms_synced: tokio::sync::watch::Receiver<bool>,
-    /// Consecutive reconcile failures per object, for exponential back-off; reset on success.
-    pub failures: Mutex<HashMap<String, u32>>,
-    /// Consecutive waits for a lease we never held, per object; reset when the lease is ours.
-    pub lease_waits: Mutex<HashMap<String, u32>>,
-    /// Which status fields the API server keeps and which it prunes (upstream's CRD
-    /// installed), learnt from a dry run before a write that carries a field not seen yet and
-    /// from every write's answer; pruned fields are never compared (docs/design.md §1).
-    pub status_schema: Mutex<plan::StatusSchema>,
+    /// What a restart forgets: per-object back-off counters and the learnt status schema, read
+    /// into every pass's observation (`memory.rs`).
+    pub memory: memory::Memories,
 }
 
 impl Context {
@@ -478,9 +478,7 @@ pub(crate) async fn run(
         metrics,
         store,
         nms_synced,
-        failures: Mutex::default(),
-        lease_waits: Mutex::default(),
-        status_schema: Mutex::default(),
+        memory: memory::Memories::default(),
     });
     // Aborted with the controller, so it never writes after the controller stopped.
     let sweeper = tokio::spawn(orphans::run(ctx.clone(), orphan_rx));

@@ -15,16 +15,17 @@
 //! the node carries now is that someone's, and only the record is dropped.
 use std::sync::Arc;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::{Map, Value};
 
 use super::Context;
+use super::plan::{NodePurpose, Write};
 use crate::api::{ENTERED_NODE_ANNOTATION, NodeMaintenance};
 use crate::node::{
-    self, Claimant, ExitOutcome, HOLDER_ANNOTATION, HOLDER_UID_ANNOTATION, PRIOR_STATE_ANNOTATION,
+    self, Claimant, HOLDER_ANNOTATION, HOLDER_UID_ANNOTATION, PRIOR_STATE_ANNOTATION,
     REASON_ANNOTATION,
 };
 
@@ -118,6 +119,69 @@ enum SettleError {
     Node(#[from] kube::Error),
     #[error("{0}")]
     Lease(#[from] crate::lease::LeaseError),
+    #[error("{0}")]
+    Write(#[from] super::Error),
+    #[error("the node or its lease changed while it was settled")]
+    Stopped,
+}
+
+/// The writes that settle `node`'s record (pure): for [`OrphanPlan::Restore`], our lease given up
+/// first, then the exit by the vanished holder's record (the record on the node is what brings
+/// the node back here when a step fails, so it goes last); for [`OrphanPlan::DropRecord`], the
+/// record's annotations removed.
+pub(crate) fn orphan_writes(plan: &OrphanPlan, node: &Node, lease: Option<&Lease>) -> Vec<Write> {
+    let name = node.name_any();
+    let mut writes = Vec::new();
+    match plan {
+        OrphanPlan::Keep => {}
+        OrphanPlan::Restore { holder } => {
+            if let crate::lease::Invalidation::Delete {
+                name,
+                uid,
+                resource_version,
+            } = crate::lease::invalidation(lease)
+            {
+                writes.push(Write::DeleteLease {
+                    name,
+                    uid,
+                    resource_version,
+                });
+            }
+            let state = node::observe(node);
+            let vanished = Claimant {
+                name: holder,
+                uid: state.holder_uid.as_deref(),
+            };
+            if let node::ExitPlan::Apply { patch, .. } = node::plan_exit_for(node, vanished) {
+                writes.push(Write::Node {
+                    name,
+                    patch,
+                    purpose: NodePurpose::Exit,
+                });
+            }
+        }
+        OrphanPlan::DropRecord => {
+            let mut annotations = Map::new();
+            for key in [
+                HOLDER_ANNOTATION,
+                HOLDER_UID_ANNOTATION,
+                PRIOR_STATE_ANNOTATION,
+                REASON_ANNOTATION,
+            ] {
+                annotations.insert(key.into(), Value::Null);
+            }
+            let patch = serde_json::json!({"metadata": {
+                "resourceVersion": node.resource_version(),
+                "annotations": annotations,
+            }});
+            writes.push(Write::Node {
+                name,
+                patch,
+                purpose: NodePurpose::Exit,
+            });
+        }
+    }
+    writes
 }
 
 async fn settle(ctx: &Context, name: &str) -> Result<(), SettleError> {
@@ -134,49 +198,22 @@ async fn settle(ctx: &Context, name: &str) -> Result<(), SettleError> {
         return Ok(());
     }
     // The lease is read only for a record nobody owns (rare), and before any write.
-    let our_lease = crate::lease::held_by_us(ctx.leases.get(name).await?.as_ref());
-    match orphan_plan(&node, &is_live, targeted, our_lease) {
-        OrphanPlan::Keep => Ok(()),
+    let lease = ctx.leases.get(name).await?;
+    let our_lease = crate::lease::held_by_us(lease.as_ref());
+    let plan = orphan_plan(&node, &is_live, targeted, our_lease);
+    match &plan {
+        OrphanPlan::Keep => return Ok(()),
         OrphanPlan::Restore { holder } => {
-            let state = node::observe(&node);
-            let vanished = Claimant {
-                name: &holder,
-                uid: state.holder_uid.as_deref(),
-            };
             tracing::warn!(node = %name, vanished_holder = %holder, "restoring a node whose NodeMaintenance vanished without its cleanup");
-            // The lease first: the record on the node is what brings the node back here when
-            // a step fails, so it goes last.
-            match ctx.leases.invalidate(name).await {
-                Ok(()) | Err(crate::lease::LeaseError::AlreadyHeld { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-            match node::exit_from(&ctx.nodes, name, Some(node.clone()), vanished).await {
-                Ok(ExitOutcome::Restored { .. } | ExitOutcome::NotHeld(_))
-                | Err(node::NodeError::NotFound(_)) => Ok(()),
-                Err(node::NodeError::Get(e) | node::NodeError::Patch(e)) => Err(e.into()),
-            }
         }
         OrphanPlan::DropRecord => {
             tracing::info!(node = %name, "dropping the record of a vanished NodeMaintenance whose maintenance was already ended");
-            let mut annotations = Map::new();
-            for key in [
-                HOLDER_ANNOTATION,
-                HOLDER_UID_ANNOTATION,
-                PRIOR_STATE_ANNOTATION,
-                REASON_ANNOTATION,
-            ] {
-                annotations.insert(key.into(), Value::Null);
-            }
-            let patch = serde_json::json!({"metadata": {
-                "resourceVersion": node.resource_version(),
-                "annotations": annotations,
-            }});
-            ctx.nodes
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map(|_| ())
-                .map_err(Into::into)
         }
+    }
+    let writes = orphan_writes(&plan, &node, lease.as_ref());
+    match super::act::execute_unowned(ctx, writes).await? {
+        super::act::Executed::Done => Ok(()),
+        super::act::Executed::Stopped => Err(SettleError::Stopped),
     }
 }
 

@@ -4,7 +4,7 @@
 //! (`docs/drain-contract.md §4`). Every decision is made by the pure functions of `pass.rs` and
 //! `mod.rs`; this module only carries them out.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,7 +14,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
-use super::pass::{self, DrainReport, PlannedEviction, Survey};
+use super::pass::{self, DrainReport, EVICTION_BUDGET, PlannedEviction, Survey};
 use super::pod::{DrainPod, PodPage};
 use super::{
     Disposition, DrainOptions, EvictionOutcome, RetrySchedule, classify, classify_eviction,
@@ -36,11 +36,6 @@ pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(15);
 /// (`timeoutSeconds`, default 10 s); past this one the pod is reported as
 /// [`reason::EVICTION_TIMEOUT`] and asked again after the retry interval.
 pub(crate) const EVICTION_TIMEOUT: Duration = Duration::from_secs(10);
-/// Evictions not started within this time of the pass's start (its pod list included) wait for
-/// the next pass
-/// ([`reason::EVICTION_DEFERRED`]). With [`EVICTION_TIMEOUT`] and a list that answers, a pass ends
-/// well inside the reconcile's 60 s.
-pub(crate) const EVICTION_BUDGET: Duration = Duration::from_secs(30);
 
 /// Failure of a whole pass (the pod list or a DaemonSet lookup failed or hung); single evictions
 /// never fail a pass.
@@ -81,7 +76,8 @@ pub(crate) struct Drainer {
     client: Client,
     eviction_client: Client,
     options: DrainOptions,
-    retries: Arc<Mutex<RetrySchedule>>,
+    /// The drain's memory: each node's retry schedule, read into every round.
+    retries: Arc<Mutex<HashMap<String, RetrySchedule>>>,
     pages: Arc<tokio::sync::Semaphore>,
 }
 
@@ -106,7 +102,7 @@ impl Drainer {
         }
     }
 
-    fn retries(&self) -> std::sync::MutexGuard<'_, RetrySchedule> {
+    fn schedules(&self) -> std::sync::MutexGuard<'_, HashMap<String, RetrySchedule>> {
         self.retries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -211,53 +207,54 @@ impl Drainer {
         drain_started: Option<jiff::Timestamp>,
         now: jiff::Timestamp,
     ) -> Result<DrainReport, DrainError> {
+        // Observe: the pods, and what earlier rounds remember of them.
         let started = Instant::now();
         let pods = self.classified(node, drain_started).await?;
-        let plan = pass::plan_pass(pods, &self.retries(), now, started);
-        let budget_end = started + EVICTION_BUDGET;
-        let answers: Vec<(PlannedEviction, Option<EvictionOutcome>)> =
-            stream::iter(plan.evict.clone())
-                .map(|e| async move {
-                    let outcome = self
-                        .evict_once(node, &e.pod, e.uid.as_deref(), budget_end)
-                        .await;
-                    (e, outcome)
-                })
-                .buffer_unordered(EVICTION_PARALLELISM)
-                .collect()
-                .await;
-        let mut deferred = Vec::new();
-        let mut outcomes = Vec::new();
-        for (e, outcome) in answers {
-            match outcome {
-                Some(o) => outcomes.push((e.uid, o)),
-                None => deferred.push(super::deferred(&e.pod, EVICTION_BUDGET)),
-            }
-        }
-        let mut newly_kept = HashSet::new();
-        let retry_in = {
-            let mut retries = self.retries();
-            let answered = Instant::now();
-            for (uid, o) in &outcomes {
-                retries.record(uid.as_deref().unwrap_or_default(), node, o, answered);
-            }
-            retries.retain(node, &plan.listed);
-            for uid in &plan.kept_uids {
-                if retries.announce(uid, node) {
-                    newly_kept.insert(uid.clone());
-                }
-            }
-            retries.next_due(node, Instant::now())
-        };
+        let schedule = self.schedules().get(node).cloned().unwrap_or_default();
+        // Plan (pure), evict, settle (pure), remember.
+        let plan = pass::plan_pass(pods, &schedule, now, started);
+        let answers = self
+            .evict_all(node, &plan.evict, started + EVICTION_BUDGET)
+            .await;
         let labels = plan.labels.clone();
-        let outcomes = outcomes.into_iter().map(|(_, o)| o).collect();
-        let mut report = pass::report(plan, outcomes, deferred, &newly_kept, retry_in);
+        let (mut report, schedule) = pass::settle(node, plan, answers, schedule, Instant::now());
+        self.remember(node, schedule);
         for b in &report.newly_skipped {
             tracing::info!(pod = %format!("{}/{}", b.namespace, b.name), "not evicting a replacement pod that tolerates the maintenance taints");
         }
         self.name_overlapping_budgets(&mut report.pending, &labels)
             .await;
         Ok(report)
+    }
+
+    /// Sends the planned evictions, at most [`EVICTION_PARALLELISM`] at once; each answer paired
+    /// with its eviction (`None`: not sent, `budget_end` had passed).
+    async fn evict_all(
+        &self,
+        node: &str,
+        evict: &[PlannedEviction],
+        budget_end: Instant,
+    ) -> Vec<(PlannedEviction, Option<EvictionOutcome>)> {
+        stream::iter(evict.iter().cloned())
+            .map(|e| async move {
+                let outcome = self
+                    .evict_once(node, &e.pod, e.uid.as_deref(), budget_end)
+                    .await;
+                (e, outcome)
+            })
+            .buffer_unordered(EVICTION_PARALLELISM)
+            .collect()
+            .await
+    }
+
+    /// Replaces the retry schedule of `node` with what the round settled.
+    fn remember(&self, node: &str, schedule: RetrySchedule) {
+        let mut schedules = self.schedules();
+        if schedule.is_empty() {
+            schedules.remove(node);
+        } else {
+            schedules.insert(node.to_owned(), schedule);
+        }
     }
 
     /// One eviction with its deadline, classified; `None` (not sent) once `budget_end` has

@@ -374,17 +374,19 @@ pub(crate) fn skipped_entry(pod: &PodReference) -> PodBlocker {
     }
 }
 
-/// Per-pod eviction retry schedule, kept in memory by pod UID: after a refused eviction, the pod
+/// Per-pod eviction retry schedule of one node, by pod UID: after a refused eviction, the pod
 /// is not asked again before [`EVICTION_RETRY_INTERVAL`] has passed, whatever triggered the pass
-/// (our own status write, node patch or lease renewal included). Lost on restart: the first pass
-/// of a new process asks each pending pod once more, then the schedule applies again.
-#[derive(Debug, Default)]
+/// (our own status write, node patch or lease renewal included). It is the drain's memory: read
+/// into each round's observation, replaced by what the round's pure report makes of it
+/// ([`pass::settle`]). Lost on restart: the first pass of a new process asks each pending pod
+/// once more, then the schedule applies again.
+#[derive(Clone, Debug, Default)]
 pub(crate) struct RetrySchedule {
     entries: HashMap<String, RetryEntry>,
     announced: HashMap<String, String>,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct RetryEntry {
     node: String,
     due: Instant,
@@ -441,6 +443,10 @@ impl RetrySchedule {
             .filter(|e| e.node == node)
             .map(|e| e.due.saturating_duration_since(now))
             .min()
+    }
+    /// Whether nothing is remembered.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.announced.is_empty()
     }
     /// Whether skipped pod `uid` is reported for the first time (for its one event).
     pub(crate) fn announce(&mut self, uid: &str, node: &str) -> bool {

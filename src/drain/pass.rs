@@ -1,8 +1,8 @@
 //! One drain pass as two pure decisions around the evictions (the shape of `docs/design.md §2`):
 //! [`plan_pass`] turns the classified pods of the node and the retry schedule into the pods to
 //! evict now and the ones that wait (with why); the I/O (`act.rs`) sends the evictions; then
-//! [`report`] turns the plan and the answers into the [`DrainReport`] the status is made of.
-//! Neither decision does I/O or reads a clock.
+//! [`settle`] turns the plan and the answers into the [`DrainReport`] the status is made of and
+//! the retry schedule the next round starts from. Neither decision does I/O or reads a clock.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
@@ -13,6 +13,12 @@ use super::{
     terminating_blocker, waiting_blocker,
 };
 use crate::api::{PodBlocker, PodReference};
+
+/// Evictions not started within this time of the pass's start (its pod list included) wait for
+/// the next pass
+/// ([`reason::EVICTION_DEFERRED`]). With `act.rs`'s eviction timeout and a list that answers, a pass ends
+/// well inside the reconcile's 60 s.
+pub(crate) const EVICTION_BUDGET: Duration = Duration::from_secs(30);
 
 /// Eviction requests of one pass, by result.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -208,6 +214,41 @@ pub(crate) fn plan_pass(
 /// (`outcomes`, in any order) and the evictions not sent (`deferred`, their blockers), with the kept pods announced for the first time
 /// (`newly_kept`, UIDs) and the next retry (`retry_in`). Lists are sorted by namespace and name,
 /// errors by text, so an unchanged node gives an unchanged report.
+/// Settles a round (pure): the answers of its evictions recorded in `schedule` (refusals held
+/// for [`super::EVICTION_RETRY_INTERVAL`] from `answered`, pods no longer listed forgotten, kept
+/// pods announced once), then the round's report. `answers` pairs each planned eviction with its
+/// outcome, `None` when it was not sent before the round's budget ran out. Returns the report
+/// and the schedule the next round starts from.
+pub(crate) fn settle(
+    node: &str,
+    plan: PassPlan,
+    answers: Vec<(PlannedEviction, Option<EvictionOutcome>)>,
+    mut schedule: RetrySchedule,
+    answered: Instant,
+) -> (DrainReport, RetrySchedule) {
+    let mut deferred = Vec::new();
+    let mut outcomes = Vec::new();
+    for (e, outcome) in answers {
+        match outcome {
+            Some(o) => {
+                schedule.record(e.uid.as_deref().unwrap_or_default(), node, &o, answered);
+                outcomes.push(o);
+            }
+            None => deferred.push(super::deferred(&e.pod, EVICTION_BUDGET)),
+        }
+    }
+    schedule.retain(node, &plan.listed);
+    let newly_kept: HashSet<String> = plan
+        .kept_uids
+        .iter()
+        .filter(|uid| schedule.announce(uid, node))
+        .cloned()
+        .collect();
+    let retry_in = schedule.next_due(node, answered);
+    let report = report(plan, outcomes, deferred, &newly_kept, retry_in);
+    (report, schedule)
+}
+
 pub(crate) fn report(
     plan: PassPlan,
     outcomes: Vec<EvictionOutcome>,

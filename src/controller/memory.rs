@@ -1,0 +1,233 @@
+//! What a restart forgets: the little a pass remembers from earlier passes, read into the
+//! observation so that every decision built on it is made (and unit-tested) by the planner.
+//!
+//! - per NodeMaintenance, [`Memory`]: consecutive failed reconciles (the error back-off) and
+//!   waits for a lease we never held (the lease back-off);
+//! - per process, [`StatusSchema`]: which status fields the installed CRD keeps (upstream's
+//!   prunes our additions), so a status that differs only in pruned fields is not written again.
+//!
+//! The drain's per-pod retry schedule is the drain's own memory (`crate::drain::RetrySchedule`),
+//! read into its observation the same way. A restart forgets all of it, and that is safe: the
+//! back-offs start over, the schema is probed again, and a refused pod is asked once more.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::api::NodeMaintenanceStatus;
+
+/// What the passes of one NodeMaintenance remember of each other.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Memory {
+    /// Reconciles that failed in a row (reset by a success).
+    pub failures: u32,
+    /// Waits in a row for a lease we never held (reset when the lease is ours).
+    pub lease_waits: u32,
+}
+
+/// What a plan does to the memory of its NodeMaintenance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Remember {
+    /// Keep it as it is.
+    Same,
+    /// Replace it.
+    Set(Memory),
+    /// Drop it: the NodeMaintenance is gone.
+    Forget,
+}
+
+/// The memory of every NodeMaintenance and the learnt status schema (one per controller).
+#[derive(Debug, Default)]
+pub(crate) struct Memories {
+    objects: Mutex<HashMap<String, Memory>>,
+    schema: Mutex<StatusSchema>,
+}
+
+impl Memories {
+    /// The memory of NodeMaintenance `name` (default when it has none).
+    pub(crate) fn of(&self, name: &str) -> Memory {
+        lock(&self.objects).get(name).copied().unwrap_or_default()
+    }
+
+    /// Applies what a plan decided for `name`.
+    pub(crate) fn apply(&self, name: &str, remember: Remember) {
+        let mut objects = lock(&self.objects);
+        match remember {
+            Remember::Same => {}
+            Remember::Set(m) if m == Memory::default() => {
+                objects.remove(name);
+            }
+            Remember::Set(m) => {
+                objects.insert(name.to_owned(), m);
+            }
+            Remember::Forget => {
+                objects.remove(name);
+            }
+        }
+    }
+
+    /// Counts a failed reconcile of `name`; returns the failures in a row, this one included.
+    pub(crate) fn failed(&self, name: &str) -> u32 {
+        let mut objects = lock(&self.objects);
+        let m = objects.entry(name.to_owned()).or_default();
+        m.failures = m.failures.saturating_add(1);
+        m.failures
+    }
+
+    /// Clears the failure count of `name` after a successful reconcile.
+    pub(crate) fn succeeded(&self, name: &str) {
+        let mut objects = lock(&self.objects);
+        if let Some(m) = objects.get_mut(name) {
+            m.failures = 0;
+            if *m == Memory::default() {
+                objects.remove(name);
+            }
+        }
+    }
+
+    /// The status schema learnt so far.
+    pub(crate) fn schema(&self) -> StatusSchema {
+        lock(&self.schema).clone()
+    }
+
+    /// Learns from a status write (or dry run) of `sent` answered with `stored`; returns the
+    /// fields newly found pruned.
+    pub(crate) fn learn(
+        &self,
+        sent: &NodeMaintenanceStatus,
+        stored: Option<&NodeMaintenanceStatus>,
+    ) -> Vec<String> {
+        lock(&self.schema).learn(sent, stored)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Back-off after the `failures`-th failed reconcile in a row (1 for the first): 1 s doubling
+/// per failure up to `max` (controller-runtime's per-item exponential limiter has the same
+/// shape).
+pub(crate) fn error_backoff(failures: u32, max: Duration) -> Duration {
+    Duration::from_secs(1)
+        .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16)))
+        .min(max)
+}
+
+/// What the API server keeps of the status fields, as far as seen: a field sent and read back
+/// is kept, one sent and missing from the answer is pruned (upstream's CRD lacks our additions).
+/// Fields never sent yet are unknown; a write carrying one is preceded by a dry run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct StatusSchema {
+    /// Fields (JSON names) the API server was seen to keep.
+    pub kept: std::collections::BTreeSet<String>,
+    /// Fields (JSON names) the API server was seen to prune.
+    pub pruned: std::collections::BTreeSet<String>,
+}
+
+fn field_names(status: &NodeMaintenanceStatus) -> Vec<String> {
+    serde_json::to_value(status)
+        .ok()
+        .and_then(|v| v.as_object().map(|m| m.keys().cloned().collect()))
+        .unwrap_or_default()
+}
+
+impl StatusSchema {
+    /// The pruned fields, for [`needs_write`].
+    pub(crate) fn pruned(&self) -> Vec<String> {
+        self.pruned.iter().cloned().collect()
+    }
+
+    /// Whether `status` sets a field whose fate is not known yet.
+    pub(crate) fn has_unknown(&self, status: &NodeMaintenanceStatus) -> bool {
+        field_names(status)
+            .iter()
+            .any(|f| !self.kept.contains(f) && !self.pruned.contains(f))
+    }
+
+    /// Learns from a write of `sent` answered with `stored`; returns the fields newly found
+    /// pruned.
+    pub(crate) fn learn(
+        &mut self,
+        sent: &NodeMaintenanceStatus,
+        stored: Option<&NodeMaintenanceStatus>,
+    ) -> Vec<String> {
+        let stored = stored.map(field_names).unwrap_or_default();
+        let mut fresh = Vec::new();
+        for f in field_names(sent) {
+            if stored.contains(&f) {
+                self.kept.insert(f);
+            } else if self.pruned.insert(f.clone()) {
+                fresh.push(f);
+            }
+        }
+        fresh
+    }
+}
+
+impl StatusSchema {
+    /// A status with every field set to a value every CRD version accepts: the body of the dry
+    /// run that tells which fields the installed CRD keeps, before the first write needs to know.
+    pub(crate) fn probe(now: jiff::Timestamp) -> NodeMaintenanceStatus {
+        let time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::from_second(now.as_second()).unwrap_or(now),
+        );
+        NodeMaintenanceStatus {
+            phase: Some(crate::api::MaintenancePhase::Running),
+            drain_progress: Some(0),
+            last_update: Some(time.clone()),
+            last_error: Some(String::new()),
+            pending_pods: Some(Vec::new()),
+            pending_pods_refs: Some(Vec::new()),
+            total_pods: Some(0),
+            eviction_pods: Some(0),
+            error_on_lease_count: Some(0),
+            blockers: Some(Vec::new()),
+            drain_start_time: Some(time),
+            observed_generation: Some(0),
+            conditions: Some(Vec::new()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_backoff_doubles_from_one_second_to_the_cap() {
+        let max = Duration::from_secs(300);
+        let got: Vec<u64> = (1..=10).map(|n| error_backoff(n, max).as_secs()).collect();
+        assert_eq!(got, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300]);
+        assert_eq!(error_backoff(u32::MAX, max), max);
+    }
+
+    #[test]
+    fn the_probe_sets_every_status_field() {
+        let probe = StatusSchema::probe(jiff::Timestamp::UNIX_EPOCH);
+        let mut schema = StatusSchema::default();
+        assert!(schema.has_unknown(&probe));
+        schema.learn(&probe, Some(&probe));
+        assert!(!schema.has_unknown(&probe));
+        assert_eq!(field_names(&probe).len(), 13);
+    }
+
+    #[test]
+    fn memory_is_dropped_when_back_to_default() {
+        let m = Memories::default();
+        assert_eq!(m.failed("a"), 1);
+        assert_eq!(m.failed("a"), 2);
+        m.succeeded("a");
+        assert_eq!(m.of("a"), Memory::default());
+        m.apply(
+            "a",
+            Remember::Set(Memory {
+                failures: 0,
+                lease_waits: 3,
+            }),
+        );
+        assert_eq!(m.of("a").lease_waits, 3);
+        m.apply("a", Remember::Forget);
+        assert!(lock(&m.objects).is_empty());
+    }
+}

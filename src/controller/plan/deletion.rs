@@ -1,0 +1,211 @@
+//! The deletion pass: restore the node (or hand it to the next NodeMaintenance for it), give up
+//! the lease, remove the finalizer.
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+
+use super::*;
+
+/// How the node looked when its NodeMaintenance is being deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum NodeSeen<'a> {
+    /// The node does not exist.
+    Missing,
+    /// The node exists; its holder annotation.
+    Holder(Option<&'a str>),
+}
+
+/// What deleting a NodeMaintenance does to its node and lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum DeletionPlan {
+    /// Take the node out of maintenance and invalidate the lease (emit `UncordonNode` when it was
+    /// uncordoned).
+    Exit,
+    /// Another live NodeMaintenance for the node takes it over; node and lease stay.
+    Transfer {
+        /// The successor.
+        to: String,
+    },
+    /// Nobody holds the node (it is missing, or we never got to enter it): invalidate the lease
+    /// by name, which we may have taken.
+    InvalidateLease,
+    /// Someone else holds the node (or will): leave node and lease alone.
+    Nothing,
+}
+
+/// Decides the cleanup of NodeMaintenance `me` (upstream's stop-on-deletion, §5.3, plus the
+/// handover of §16 row 9): only the holder restores the node, and not while another live
+/// NodeMaintenance for the same node (`successor`) still wants it.
+pub(super) fn deletion_plan(node: NodeSeen<'_>, me: &str, successor: Option<&str>) -> DeletionPlan {
+    match (node, successor) {
+        (NodeSeen::Holder(Some(h)), Some(to)) if h == me => {
+            DeletionPlan::Transfer { to: to.to_string() }
+        }
+        (NodeSeen::Holder(Some(h)), None) if h == me => DeletionPlan::Exit,
+        (NodeSeen::Holder(Some(_)), _) => DeletionPlan::Nothing,
+        (NodeSeen::Missing | NodeSeen::Holder(None), None) => DeletionPlan::InvalidateLease,
+        (NodeSeen::Missing | NodeSeen::Holder(None), Some(_)) => DeletionPlan::Nothing,
+    }
+}
+
+/// The live NodeMaintenance (not being deleted, for `node`, another name) that should hold
+/// `node`, the node `me` entered, after `me` goes: the oldest, then by name.
+pub(crate) fn successor<'a>(
+    me: &NodeMaintenance,
+    node: &str,
+    all: impl IntoIterator<Item = &'a NodeMaintenance>,
+) -> Option<&'a NodeMaintenance> {
+    let me_name = me.name_any();
+    all.into_iter()
+        .filter(|o| {
+            o.spec.node_name == node
+                && o.metadata.deletion_timestamp.is_none()
+                && o.name_any() != me_name
+        })
+        .min_by(|a, b| {
+            let key = |o: &NodeMaintenance| {
+                (
+                    o.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                    o.name_any(),
+                )
+            };
+            key(a).cmp(&key(b))
+        })
+}
+
+/// What the deletion pass of a NodeMaintenance observed (the input of [`plan_deletion`]).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ObservedDeletion {
+    /// `metadata.name` of the NodeMaintenance being deleted.
+    pub(crate) name: String,
+    /// Its `metadata.uid`.
+    pub(crate) uid: Option<String>,
+    /// The node it entered ([`ENTERED_NODE_ANNOTATION`](crate::api::ENTERED_NODE_ANNOTATION)),
+    /// else `spec.nodeName`.
+    pub(crate) node_name: String,
+    /// The node as read; `None` when it does not exist or `node_name` is no valid node name
+    /// (then it was not read).
+    pub(crate) node: Option<Node>,
+    /// The live NodeMaintenance that should take the node over ([`successor`]): name and uid.
+    pub(crate) successor: Option<(String, Option<String>)>,
+    /// `status.phase` is set: the maintenance was started (by us or by upstream NMO).
+    pub(crate) started: bool,
+    /// The node's medik8s lease (`None`: there is none, or `node_name` is invalid).
+    pub(crate) lease: Option<Lease>,
+    /// `metadata.finalizers` of the NodeMaintenance.
+    pub(crate) finalizers: Vec<String>,
+}
+
+/// Plans the deletion pass (docs/design.md §3: restore, or hand over to a successor): the node,
+/// the lease, then the finalizer and `RemovedMaintenance`; the object's memory is forgotten. An
+/// invalid node name touches no node and no lease.
+pub(super) fn plan_deletion(o: &ObservedDeletion) -> Plan {
+    let mut w = Writes::new(NodeMaintenanceStatus::default(), &StatusSchema::default());
+    let me = crate::node::Claimant {
+        name: &o.name,
+        uid: o.uid.as_deref(),
+    };
+    if validate_node_name(&o.node_name).is_ok() {
+        let record = o.node.as_ref().map(crate::node::observe);
+        // A record of our name but another uid is an earlier object's: not ours to restore.
+        let holder = record.as_ref().and_then(|r| {
+            let h = r.holder.as_deref()?;
+            Some(if me.owns(h, r.holder_uid.as_deref()) || h != o.name {
+                h.to_string()
+            } else {
+                format!("{h} (uid {})", r.holder_uid.as_deref().unwrap_or_default())
+            })
+        });
+        let seen = match &record {
+            None => NodeSeen::Missing,
+            Some(_) => NodeSeen::Holder(holder.as_deref()),
+        };
+        let successor = o.successor.as_ref().map(|(n, _)| n.as_str());
+        match (deletion_plan(seen, &o.name, successor), &o.node) {
+            (DeletionPlan::Exit, Some(node)) => {
+                exit(&mut w, &o.node_name, node, me, NodePurpose::Exit);
+                maintenance::invalidate(&mut w, o.lease.as_ref());
+            }
+            (DeletionPlan::Transfer { to }, Some(node)) => {
+                let to_uid = o.successor.as_ref().and_then(|(_, u)| u.as_deref());
+                let claimant = crate::node::Claimant {
+                    name: &to,
+                    uid: to_uid,
+                };
+                if let Some(patch) = crate::node::plan_transfer_to(node, &o.name, claimant) {
+                    w.push(Write::Node {
+                        name: o.node_name.clone(),
+                        patch,
+                        purpose: NodePurpose::Transfer { to },
+                    });
+                }
+            }
+            (DeletionPlan::InvalidateLease, node) => {
+                if let Some(node) = node.as_ref().filter(|_| o.started)
+                    && record.is_some_and(|r| r.drain_taint)
+                {
+                    adopt_and_exit(&mut w, &o.node_name, node, me);
+                }
+                maintenance::invalidate(&mut w, o.lease.as_ref());
+            }
+            _ => {}
+        }
+    }
+    if let Some(i) = o.finalizers.iter().position(|f| f == FINALIZER) {
+        let path = format!("/metadata/finalizers/{i}");
+        let ops = serde_json::json!([
+            {"op": "test", "path": path, "value": FINALIZER},
+            {"op": "remove", "path": path},
+        ]);
+        w.push(Write::Finalizers {
+            patch: serde_json::from_value(ops).unwrap_or_default(),
+            add: false,
+        });
+    }
+    w.events(
+        vec![PlannedEvent::normal(
+            EventTarget::Maintenance,
+            event::REMOVED,
+        )],
+        None,
+    );
+    Plan {
+        writes: w.list,
+        then: Then::Requeue(Requeue::Never),
+        remember: Remember::Forget,
+        status: None,
+    }
+}
+
+/// Restores `node` from `me`'s record, with `UncordonNode` when it uncordons it; nothing when
+/// the record is not `me`'s.
+fn exit(
+    w: &mut Writes,
+    name: &str,
+    node: &Node,
+    me: crate::node::Claimant<'_>,
+    purpose: NodePurpose,
+) {
+    if let crate::node::ExitPlan::Apply { patch, uncordon } = crate::node::plan_exit_for(node, me) {
+        w.push(Write::Node {
+            name: name.to_owned(),
+            patch,
+            purpose,
+        });
+        if uncordon {
+            let e = PlannedEvent::normal(EventTarget::Node, event::UNCORDON);
+            w.events(vec![e], Some(node));
+        }
+    }
+}
+
+/// A node left in maintenance by upstream NMO (its drain taint, none of our records): adopted
+/// and restored at once, as upstream would have restored it. One patch: the exit planned on the
+/// node as adopting it would leave it (adoption records "nothing was there before").
+fn adopt_and_exit(w: &mut Writes, name: &str, node: &Node, me: crate::node::Claimant<'_>) {
+    let Some(adopted) = crate::node::adopted(node, me) else {
+        return;
+    };
+    exit(w, name, &adopted, me, NodePurpose::AdoptAndExit);
+}

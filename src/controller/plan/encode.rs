@@ -1,0 +1,65 @@
+//! Status encoding: whether a planned status is worth a write, and the merge patch that stores
+//! it.
+
+use crate::api::NodeMaintenanceStatus;
+
+/// every step bumps), i.e. whether a status write is due. `pruned` names the status fields (JSON
+/// names) the API server drops (those of [`crate::api::ADDED_STATUS_FIELDS`] when upstream's CRD
+/// is installed): `old` was read back without them, so comparing them would call for a write on
+/// every pass (docs/design.md §1).
+pub(crate) fn needs_write(
+    old: &NodeMaintenanceStatus,
+    new: &NodeMaintenanceStatus,
+    pruned: &[String],
+) -> bool {
+    let kept = |s: &NodeMaintenanceStatus| {
+        let mut v = serde_json::to_value(s).unwrap_or_default();
+        if let Some(map) = v.as_object_mut() {
+            map.remove("lastUpdate");
+            for f in pruned {
+                map.remove(f);
+            }
+        }
+        v
+    };
+    kept(old) != kept(new)
+}
+
+/// Every status field's JSON name, for explicit nulls in a merge patch (kept in step with
+/// `NodeMaintenanceStatus` by a unit test).
+pub(super) const STATUS_FIELDS: [&str; 13] = [
+    "phase",
+    "drainProgress",
+    "lastUpdate",
+    "lastError",
+    "pendingPods",
+    "pendingPodsRefs",
+    "totalpods",
+    "evictionPods",
+    "errorOnLeaseCount",
+    "blockers",
+    "drainStartTime",
+    "observedGeneration",
+    "conditions",
+];
+
+/// The JSON merge patch for the status subresource that makes the stored status equal `status`:
+/// unset fields are sent as explicit `null` (a merge patch otherwise leaves them), lists are
+/// replaced whole. With `resource_version`, the API server rejects the write with 409 when the
+/// object changed since it was read (optimistic concurrency).
+pub(crate) fn status_patch(
+    status: &NodeMaintenanceStatus,
+    resource_version: Option<&str>,
+) -> serde_json::Value {
+    let mut body = serde_json::to_value(status).unwrap_or_else(|_| serde_json::json!({}));
+    if let Some(map) = body.as_object_mut() {
+        for f in STATUS_FIELDS {
+            map.entry(f).or_insert(serde_json::Value::Null);
+        }
+    }
+    let mut patch = serde_json::json!({ "status": body });
+    if let Some(rv) = resource_version {
+        patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
+    }
+    patch
+}

@@ -1,0 +1,241 @@
+//! The maintenance pass (upstream's reconcile, docs/design.md §1): the status initialised before
+//! the node is touched, the lease, its ownership recorded before entering, the node entered and
+//! recorded, then the drain round.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+
+use super::*;
+use crate::api::{DRAIN_STARTED_ANNOTATION, ENTERED_NODE_ANNOTATION, MaintenancePhase};
+use crate::lease::{self, LeaseRequest};
+use crate::node::{self, Claimant, EnterPlan, ExitPlan};
+
+/// After restoring a node that `spec.nodeName` no longer names, the next pass starts on the new
+/// one at once.
+const REQUEUE_NODE_CHANGED: Duration = Duration::from_millis(100);
+
+/// The maintenance pass. `invalid` says why `spec.nodeName` cannot name a node.
+pub(super) fn plan_maintenance(
+    o: &Observed,
+    m: &ObservedMaintenance,
+    invalid: Option<&str>,
+    now: jiff::Timestamp,
+) -> Plan {
+    let nm = &o.nm;
+    let node_name = nm.spec.node_name.as_str();
+    let generation = nm.metadata.generation;
+    let old = nm.status.clone().unwrap_or_default();
+    let name = nm.name_any();
+    let me = Claimant {
+        name: &name,
+        uid: nm.metadata.uid.as_deref(),
+    };
+    let mut w = Writes::new(old.clone(), &o.schema);
+    if let Some((entered, node, lease)) = &m.entered {
+        // Restore the node entered first; the next pass starts over on the new one.
+        leave(&mut w, entered, node.as_ref(), lease.as_ref(), me);
+        w.push(annotate(None, None));
+        let step = Step {
+            status: NodeMaintenanceStatus::default(),
+            events: Vec::new(),
+            requeue: Requeue::After(REQUEUE_NODE_CHANGED),
+        };
+        return w.finish(step, None, o.memory);
+    }
+    if let Some(why) = invalid {
+        let step = invalid_node_name(&old, node_name, why, generation, now);
+        return w.finish(step, None, o.memory);
+    }
+    let mut status = old.clone();
+    if let Some(s) = m
+        .survey
+        .as_ref()
+        .and_then(|survey| init_status(&old, survey, generation, now))
+    {
+        w.status(&s);
+        status = s;
+    }
+    let Some(node) = &m.node else {
+        let step = node_missing(&status, node_name, generation, now);
+        return w.finish(step, None, o.memory);
+    };
+    let status = node_present(&status);
+    let request = lease::request(
+        node_name,
+        node.metadata.uid.as_deref(),
+        m.lease.as_ref(),
+        now,
+    );
+    let observation = match &request {
+        LeaseRequest::AlreadyHeld { holder } => LeaseObservation::AlreadyHeld(
+            lease::LeaseError::AlreadyHeld {
+                holder: holder.clone(),
+            }
+            .to_string(),
+        ),
+        _ => LeaseObservation::Held,
+    };
+    let record = node::observe(node);
+    let holds_node = record
+        .holder
+        .as_deref()
+        .is_some_and(|h| me.owns(h, record.holder_uid.as_deref()));
+    let mut memory = o.memory;
+    let status = match lease_result(&status, &observation, holds_node, generation, now) {
+        LeaseStep::Proceed(s) => {
+            // Ownership (and a phase back from Failed) is recorded before touching the node.
+            lease_writes(&mut w, request, m.lease_namespace_missing);
+            memory.lease_waits = 0;
+            w.status(&s);
+            s
+        }
+        LeaseStep::Wait(step) => return w.finish(step, Some(node), o.memory),
+        LeaseStep::Stop(step) => {
+            let exit = node::plan_exit_for(node, me);
+            let uncordon = matches!(exit, ExitPlan::Apply { uncordon: true, .. });
+            let failed = lease_failed(&step.status, uncordon, generation, now);
+            w.status(&step.status);
+            if let ExitPlan::Apply { patch, .. } = exit {
+                w.push(Write::Node {
+                    name: node_name.to_owned(),
+                    patch,
+                    purpose: NodePurpose::ExitAfterLeaseLoss,
+                });
+            }
+            invalidate(&mut w, m.lease.as_ref());
+            return w.finish(failed, Some(node), o.memory);
+        }
+    };
+    // The node to restore at the end is recorded before it is touched, and the drain's start
+    // with it.
+    let mut started = drain_started(nm);
+    if entered_node(nm) != Some(node_name) {
+        started = Some(now);
+        w.push(annotate(Some(node_name), started));
+    }
+    let live = |_: &str, _: Option<&str>| m.holder_live;
+    let (plan, outcome) = node::plan_enter_for(node, me, nm.spec.reason.as_deref(), &live);
+    let repaired = match (plan, outcome) {
+        (EnterPlan::HeldBy(other), _) => {
+            let step = held_by_other(&status, node_name, &other, generation, now);
+            return with_memory(w.finish(step, Some(node), o.memory), memory, o.memory);
+        }
+        (EnterPlan::Unchanged, _) => Vec::new(),
+        (EnterPlan::Apply { patch, repaired }, outcome) => {
+            w.push(Write::Node {
+                name: node_name.to_owned(),
+                patch,
+                purpose: NodePurpose::Enter(outcome),
+            });
+            repaired
+        }
+    };
+    let (status, events) = entered(&status, node_name, &repaired, generation, now);
+    w.events(events, Some(node));
+    if status.phase == Some(MaintenancePhase::Succeeded) {
+        // Drained once is drained: a pod that arrives later (an admin's maintenance job) stays.
+        // The node, lease and label are still enforced above (upstream never drains again).
+        let step = Step {
+            status,
+            events: Vec::new(),
+            requeue: Requeue::After(REQUEUE_SUCCEEDED),
+        };
+        return with_memory(w.finish(step, Some(node), o.memory), memory, o.memory);
+    }
+    Plan {
+        then: Then::Drain(Box::new(DrainRound {
+            node: node_name.to_owned(),
+            status: status.clone(),
+            stored: w.stored.clone(),
+            started,
+            generation,
+            pruned: w.pruned.clone(),
+        })),
+        writes: w.list,
+        remember: remember(memory, o.memory),
+        status: Some(status),
+    }
+}
+
+fn remember(new: Memory, old: Memory) -> Remember {
+    if new == old {
+        Remember::Same
+    } else {
+        Remember::Set(new)
+    }
+}
+
+fn with_memory(mut plan: Plan, new: Memory, old: Memory) -> Plan {
+    if plan.remember == Remember::Same {
+        plan.remember = remember(new, old);
+    }
+    plan
+}
+
+/// Records (`Some`) or clears (`None`) the entered node and the drain's start on the
+/// NodeMaintenance, in one merge patch.
+fn annotate(node: Option<&str>, started: Option<jiff::Timestamp>) -> Write {
+    // Whole seconds, like the creation timestamps it is compared with.
+    let started = started.and_then(|t| jiff::Timestamp::from_second(t.as_second()).ok());
+    Write::Annotations(serde_json::json!({"metadata": {"annotations": {
+        ENTERED_NODE_ANNOTATION: node,
+        DRAIN_STARTED_ANNOTATION: started.map(|t| t.to_string()),
+    }}}))
+}
+
+/// The lease writes of a request that found the lease ours (or free): the namespace when it is
+/// missing, then the create or the replace; nothing while ours is current.
+fn lease_writes(w: &mut Writes, request: LeaseRequest, namespace_missing: bool) {
+    match request {
+        LeaseRequest::Create(lease) => {
+            if namespace_missing {
+                w.push(Write::LeaseNamespace);
+            }
+            w.push(Write::CreateLease(lease));
+        }
+        LeaseRequest::Replace(lease) => w.push(Write::ReplaceLease(lease)),
+        LeaseRequest::Current | LeaseRequest::AlreadyHeld { .. } => {}
+    }
+}
+
+/// Gives up the lease read (upstream's `InvalidateLease`): deleted when it is ours; another
+/// holder's (a remediation's) is left alone, as upstream does on stop.
+pub(super) fn invalidate(w: &mut Writes, lease: Option<&Lease>) {
+    if let lease::Invalidation::Delete {
+        name,
+        uid,
+        resource_version,
+    } = lease::invalidation(lease)
+    {
+        w.push(Write::DeleteLease {
+            name,
+            uid,
+            resource_version,
+        });
+    }
+}
+
+/// Takes the node entered first out of maintenance when it is still ours, then gives up its
+/// lease (a node held by another NodeMaintenance keeps the lease that one renews). A missing
+/// node counts as left.
+fn leave(w: &mut Writes, name: &str, node: Option<&Node>, lease: Option<&Lease>, me: Claimant<'_>) {
+    let Some(node) = node else {
+        invalidate(w, lease);
+        return;
+    };
+    if let ExitPlan::Apply { patch, uncordon } = node::plan_exit_for(node, me) {
+        w.push(Write::Node {
+            name: name.to_owned(),
+            patch,
+            purpose: NodePurpose::Exit,
+        });
+        if uncordon {
+            let e = PlannedEvent::normal(EventTarget::Node, event::UNCORDON);
+            w.events(vec![e], Some(node));
+        }
+        invalidate(w, lease);
+    }
+}

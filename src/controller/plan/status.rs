@@ -1,0 +1,734 @@
+//! The status steps of a pass: each turns the status before it and what was observed into the
+//! status to record, the events to publish once it is recorded, and when to come back.
+//!
+//! Upstream's observable contract (docs/compat.md §3–§5: phases, events, lastError texts, the
+//! errorOnLeaseCount rules) is kept, with the improvements of §16: events only on transitions, no
+//! status write when nothing changed, lastError cleared on success, drainProgress never negative,
+//! lease ownership tracked explicitly (the `LeaseHeld` condition) instead of `drainProgress > 0`.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use super::*;
+use crate::api::{MaintenancePhase, NodeMaintenanceStatus, PodReference};
+use crate::drain::{self, DrainReport, Survey};
+
+/// Condition types in `status.conditions`.
+pub(crate) mod condition {
+    /// The node is cordoned, tainted and labelled for this maintenance.
+    pub(crate) const CORDONED: &str = "Cordoned";
+    /// Every evictable pod is gone.
+    pub(crate) const DRAINED: &str = "Drained";
+    /// The medik8s lease of the node is ours. `False` with reason [`LEASE_LOST`] remembers that
+    /// it used to be ours (upstream used `drainProgress > 0` as a proxy for this).
+    pub(crate) const LEASE_HELD: &str = "LeaseHeld";
+    /// Reason of `LeaseHeld=False` after we held the lease.
+    pub(crate) const LEASE_LOST: &str = "LeaseLost";
+    /// Reason of `LeaseHeld=False` when we never held it.
+    pub(crate) const HELD_BY_OTHER: &str = "HeldByOther";
+}
+
+/// Upstream's event reasons and exact messages (docs/compat.md §4), plus ours.
+pub(crate) mod event {
+    /// Normal, on the NodeMaintenance, after the finalizer was added.
+    pub(crate) const BEGIN: (&str, &str) = ("BeginMaintenance", "Begin a node maintenance");
+    /// Normal, on the NodeMaintenance, on the transition to Succeeded.
+    pub(crate) const SUCCEED: (&str, &str) =
+        ("SucceedMaintenance", "Node maintenance was succeeded");
+    /// Warning, on the NodeMaintenance, on the transition to Failed.
+    pub(crate) const FAILED: (&str, &str) = ("FailedMaintenance", "Failed a node maintenance");
+    /// Normal, on the Node, when leaving maintenance uncordoned it.
+    pub(crate) const UNCORDON: (&str, &str) = ("UncordonNode", "Uncordon a node");
+    /// Normal, on the NodeMaintenance, after the finalizer was removed.
+    pub(crate) const REMOVED: (&str, &str) = ("RemovedMaintenance", "Removed a node maintenance");
+    /// Warning, on the NodeMaintenance, when someone undid part of the maintenance (ours).
+    pub(crate) const REAPPLIED: &str = "MaintenanceReapplied";
+    /// Normal, on the NodeMaintenance, once per pod the drain leaves on the node on purpose
+    /// (it tolerates the maintenance taints; ours, `docs/compat.md §7`).
+    pub(crate) const POD_SKIPPED: &str = "PodNotEvicted";
+}
+
+/// The object an event is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum EventTarget {
+    /// The NodeMaintenance being reconciled.
+    Maintenance,
+    /// Its Node.
+    Node,
+}
+
+/// An event to publish after the status write it belongs to succeeded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PlannedEvent {
+    /// What it is about.
+    pub target: EventTarget,
+    /// Warning (true) or Normal.
+    pub warning: bool,
+    /// Event reason.
+    pub reason: &'static str,
+    /// Event message (note).
+    pub message: String,
+}
+
+impl PlannedEvent {
+    /// A Normal event.
+    pub(crate) fn normal(target: EventTarget, (reason, message): (&'static str, &str)) -> Self {
+        Self {
+            target,
+            warning: false,
+            reason,
+            message: message.to_string(),
+        }
+    }
+    /// A Warning event.
+    pub(crate) fn warning(
+        target: EventTarget,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            target,
+            warning: true,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// When to reconcile again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Requeue {
+    /// After this long.
+    After(Duration),
+    /// After this long; the reconciler logs upstream's `Reconciling with fixed duration`.
+    Fixed(Duration),
+    /// After the per-object wait for a lease we never held ([`lease_wait`]).
+    LeaseWait,
+    /// Only when the object changes.
+    Never,
+}
+
+/// The outcome of one step: the status to record, the events to emit once it is recorded, and
+/// when to come back.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Step {
+    /// The new status.
+    pub status: NodeMaintenanceStatus,
+    /// Events to publish after the status write succeeded.
+    pub events: Vec<PlannedEvent>,
+    /// Next reconcile.
+    pub requeue: Requeue,
+}
+
+/// Failed for good: the lease could not be recovered and the node was restored.
+pub(crate) fn is_terminal(status: &NodeMaintenanceStatus) -> bool {
+    status.phase == Some(MaintenancePhase::Failed)
+        && status.error_on_lease_count.unwrap_or(0) > MAX_LEASE_ERRORS
+}
+
+/// `now` with the 1 s precision of `metav1.Time`, so a value read back compares equal.
+pub(crate) fn now_time(now: jiff::Timestamp) -> Time {
+    Time(jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
+}
+
+/// Sets condition `type_` on `status`, keeping `lastTransitionTime` when its status is unchanged.
+pub(crate) fn set_condition(
+    status: &mut NodeMaintenanceStatus,
+    type_: &str,
+    value: bool,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) {
+    let value = if value { "True" } else { "False" }.to_string();
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    let message = message.into();
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != value {
+                c.last_transition_time = now_time(now);
+                c.status = value;
+            }
+            c.reason = reason.to_string();
+            c.message = message;
+            c.observed_generation = generation;
+        }
+        None => conditions.push(Condition {
+            type_: type_.to_string(),
+            status: value,
+            reason: reason.to_string(),
+            message,
+            observed_generation: generation,
+            last_transition_time: now_time(now),
+        }),
+    }
+}
+
+fn condition<'a>(status: &'a NodeMaintenanceStatus, type_: &str) -> Option<&'a Condition> {
+    status
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// Whether the lease was ours at some point: `LeaseHeld` is True, or False because it was lost.
+pub(crate) fn held_lease_before(status: &NodeMaintenanceStatus) -> bool {
+    condition(status, condition::LEASE_HELD)
+        .is_some_and(|c| c.status == "True" || c.reason == condition::LEASE_LOST)
+}
+
+/// `(evictionPods - pending) * 100 / evictionPods`, clamped to 0..=100; 0 when nothing was up
+/// for eviction (upstream leaves it unset then and can go negative).
+pub(crate) fn drain_progress(eviction_pods: i32, pending: usize) -> i32 {
+    if eviction_pods <= 0 {
+        return 0;
+    }
+    let pending = i64::try_from(pending).unwrap_or(i64::MAX);
+    ((i64::from(eviction_pods) - pending) * 100 / i64::from(eviction_pods)).clamp(0, 100) as i32
+}
+
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+fn names(refs: &[PodReference]) -> Vec<String> {
+    refs.iter().map(|r| r.name.clone()).collect()
+}
+
+fn non_empty<T>(v: Vec<T>) -> Option<Vec<T>> {
+    (!v.is_empty()).then_some(v)
+}
+
+fn touch(status: &mut NodeMaintenanceStatus, generation: Option<i64>, now: jiff::Timestamp) {
+    status.last_update = Some(now_time(now));
+    status.observed_generation = generation;
+}
+
+fn to_failed(
+    old: &NodeMaintenanceStatus,
+    status: &mut NodeMaintenanceStatus,
+    events: &mut Vec<PlannedEvent>,
+) {
+    if old.phase != Some(MaintenancePhase::Failed) {
+        let (reason, message) = event::FAILED;
+        events.push(PlannedEvent::warning(
+            EventTarget::Maintenance,
+            reason,
+            message,
+        ));
+    }
+    status.phase = Some(MaintenancePhase::Failed);
+}
+
+/// Status initialisation (upstream's `initMaintenanceStatus`), only while `phase` is unset:
+/// phase Running, `totalpods`, `evictionPods`, pending pods, drainStartTime, lastUpdate,
+/// observedGeneration. `None` when the phase is already set (upstream test "Should not modify
+/// the CR after initalization").
+pub(crate) fn init_status(
+    old: &NodeMaintenanceStatus,
+    survey: &Survey,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Option<NodeMaintenanceStatus> {
+    if old.phase.is_some() {
+        return None;
+    }
+    let mut s = old.clone();
+    s.phase = Some(MaintenancePhase::Running);
+    s.total_pods = Some(count(survey.total_pods));
+    s.eviction_pods = Some(count(survey.evictable.len()));
+    let (refs, _) = drain::bounds::cap_pending(&survey.evictable);
+    s.pending_pods = non_empty(names(&refs));
+    s.pending_pods_refs = non_empty(refs);
+    s.drain_progress = Some(0);
+    s.drain_start_time = Some(now_time(now));
+    touch(&mut s, generation, now);
+    Some(s)
+}
+
+/// The NodeMaintenance names an invalid node: phase Failed, a lastError that says so, Warning
+/// `FailedMaintenance` on the transition; no node or lease is touched.
+pub(crate) fn invalid_node_name(
+    old: &NodeMaintenanceStatus,
+    node: &str,
+    why: &str,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Step {
+    let mut s = old.clone();
+    let mut events = Vec::new();
+    to_failed(old, &mut s, &mut events);
+    s.last_error = Some(invalid_node_name_error(node, why));
+    set_condition(
+        &mut s,
+        condition::CORDONED,
+        false,
+        "InvalidNodeName",
+        "spec.nodeName is invalid",
+        generation,
+        now,
+    );
+    touch(&mut s, generation, now);
+    Step {
+        status: s,
+        events,
+        requeue: Requeue::After(REQUEUE_INVALID),
+    }
+}
+
+/// `lastError` for a nodeName that cannot name a Node: upstream's text for the same input first
+/// (it looks the node up and reports the API's answer: `nodes "<n>" not found`, or client-go's
+/// `resource name may not be empty`), then why (docs/compat.md §5).
+///
+/// A valid Node name that cannot be leased names a node that may well exist: no "not found".
+pub(crate) fn invalid_node_name_error(node: &str, why: &str) -> String {
+    let upstream = if node.is_empty() {
+        "resource name may not be empty: ".to_string()
+    } else if crate::api::validate_node_name(node).is_ok() {
+        String::new()
+    } else {
+        format!("nodes \"{node}\" not found: ")
+    };
+    format!("{upstream}invalid nodeName, {why}; no node was changed")
+}
+
+/// The node does not exist: phase Failed, lastError `nodes "<n>" not found`, Warning
+/// `FailedMaintenance` on the transition only. The maintenance resumes when the node appears
+/// (the Node watch, or the slow requeue).
+pub(crate) fn node_missing(
+    old: &NodeMaintenanceStatus,
+    node: &str,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Step {
+    let mut s = old.clone();
+    let mut events = Vec::new();
+    to_failed(old, &mut s, &mut events);
+    s.last_error = Some(format!("nodes \"{node}\" not found"));
+    set_condition(
+        &mut s,
+        condition::CORDONED,
+        false,
+        "NodeNotFound",
+        format!("node {node} does not exist; maintenance resumes when it appears"),
+        generation,
+        now,
+    );
+    touch(&mut s, generation, now);
+    Step {
+        status: s,
+        events,
+        requeue: Requeue::After(REQUEUE_NODE_MISSING),
+    }
+}
+
+/// The node exists: a maintenance that failed because it was missing is Running again.
+pub(crate) fn node_present(status: &NodeMaintenanceStatus) -> NodeMaintenanceStatus {
+    let mut s = status.clone();
+    if s.phase == Some(MaintenancePhase::Failed) && !is_terminal(&s) {
+        s.phase = Some(MaintenancePhase::Running);
+    }
+    s
+}
+
+/// What requesting the medik8s lease returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum LeaseObservation {
+    /// Ours (created, renewed, taken over or still current).
+    Held,
+    /// Held by another holder; the error text
+    /// (`can't update or invalidate the lease because it is held by different owner: <holder>`).
+    AlreadyHeld(String),
+}
+
+/// What to do after the lease request.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum LeaseStep {
+    /// Carry on with this status (record it first if it differs from the old one: it may carry
+    /// the `LeaseHeld` ownership that later counting depends on).
+    Proceed(NodeMaintenanceStatus),
+    /// Don't touch the node now; record the step and come back.
+    Wait(Step),
+    /// The lease is lost for good: record the step's status, take the node out of maintenance
+    /// (emitting `UncordonNode` if it was uncordoned), invalidate the lease, then mark the
+    /// maintenance Failed with [`lease_failed`].
+    Stop(Step),
+}
+
+/// Upstream's errorOnLeaseCount rules (docs/compat.md §3), with ownership tracked by the
+/// `LeaseHeld` condition: AlreadyHeld for a lease we never held is not counted (lastError
+/// `failed to obtain a lease that is not owned by us : <err> errorOnLeaseCount <n>`, wait with
+/// backoff); AlreadyHeld for a lease we held counts (lastError
+/// `failed to extend a lease that used to be owned by us, incrementing error on lease count: <err>, errorOnLeaseCount: <n>`),
+/// and a count above [`MAX_LEASE_ERRORS`] stops the maintenance. Success resets the count.
+///
+/// "Used to be ours" never rests on a field upstream's schema lacks alone (a CRD installed by
+/// upstream prunes `conditions`): `entered` is the caller's evidence from outside the status (the
+/// node carries our holder record, and we enter a node only after obtaining its lease), and a
+/// non-zero `errorOnLeaseCount` (an upstream field, only ever raised for a lease we held) counts
+/// too (docs/compat.md §3).
+pub(crate) fn lease_result(
+    old: &NodeMaintenanceStatus,
+    observed: &LeaseObservation,
+    entered: bool,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> LeaseStep {
+    let mut s = old.clone();
+    let n = old.error_on_lease_count.unwrap_or(0);
+    let held_before = entered || n > 0 || held_lease_before(old);
+    match observed {
+        LeaseObservation::Held => {
+            s.error_on_lease_count = None;
+            touch(&mut s, generation, now);
+            set_condition(
+                &mut s,
+                condition::LEASE_HELD,
+                true,
+                "LeaseObtained",
+                "the medik8s lease of the node is held by node-maintenance",
+                generation,
+                now,
+            );
+            LeaseStep::Proceed(s)
+        }
+        LeaseObservation::AlreadyHeld(err) if !held_before => {
+            s.last_error = Some(format!(
+                "failed to obtain a lease that is not owned by us : {err} errorOnLeaseCount {n}"
+            ));
+            set_condition(
+                &mut s,
+                condition::LEASE_HELD,
+                false,
+                condition::HELD_BY_OTHER,
+                err.clone(),
+                generation,
+                now,
+            );
+            touch(&mut s, generation, now);
+            LeaseStep::Wait(Step {
+                status: s,
+                events: Vec::new(),
+                requeue: Requeue::LeaseWait,
+            })
+        }
+        LeaseObservation::AlreadyHeld(err) => {
+            // Our own status write wakes the controller at once; without spacing, the four
+            // strikes would be spent in well under a second (upstream's tight loop). A strike
+            // counts only once REQUEUE_LEASE_LOST has passed since the last one (lastUpdate has
+            // one-second precision, hence the second of slack).
+            if n > 0
+                && let Some(last) = &old.last_update
+            {
+                let spacing = jiff::SignedDuration::try_from(REQUEUE_LEASE_LOST)
+                    .unwrap_or_default()
+                    .saturating_sub(jiff::SignedDuration::from_secs(1));
+                let elapsed = now.duration_since(last.0);
+                if elapsed < spacing {
+                    let remaining = Duration::try_from(spacing.saturating_sub(elapsed))
+                        .unwrap_or(REQUEUE_LEASE_LOST);
+                    return LeaseStep::Wait(Step {
+                        status: old.clone(),
+                        events: Vec::new(),
+                        requeue: Requeue::After(remaining.max(Duration::from_millis(100))),
+                    });
+                }
+            }
+            let n = n.saturating_add(1);
+            s.error_on_lease_count = Some(n);
+            set_condition(
+                &mut s,
+                condition::LEASE_HELD,
+                false,
+                condition::LEASE_LOST,
+                err.clone(),
+                generation,
+                now,
+            );
+            touch(&mut s, generation, now);
+            if n > MAX_LEASE_ERRORS {
+                s.last_error = Some(format!(
+                    "maintenance failed: lease could not be extended after {n} attempts"
+                ));
+                LeaseStep::Stop(Step {
+                    status: s,
+                    events: Vec::new(),
+                    requeue: Requeue::Never,
+                })
+            } else {
+                s.last_error = Some(format!(
+                    "failed to extend a lease that used to be owned by us, incrementing error on lease count: {err}, errorOnLeaseCount: {n}"
+                ));
+                LeaseStep::Wait(Step {
+                    status: s,
+                    events: Vec::new(),
+                    requeue: Requeue::Fixed(REQUEUE_LEASE_LOST),
+                })
+            }
+        }
+    }
+}
+
+/// After the node was taken out of maintenance because the lease was lost for good: phase
+/// Failed (terminal), Warning `FailedMaintenance` on the transition, `UncordonNode` on the Node
+/// when the node was uncordoned.
+pub(crate) fn lease_failed(
+    recorded: &NodeMaintenanceStatus,
+    uncordoned: bool,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Step {
+    let mut s = recorded.clone();
+    let mut events = Vec::new();
+    if uncordoned {
+        events.push(PlannedEvent::normal(EventTarget::Node, event::UNCORDON));
+    }
+    to_failed(recorded, &mut s, &mut events);
+    set_condition(
+        &mut s,
+        condition::CORDONED,
+        false,
+        condition::LEASE_LOST,
+        "the node was taken out of maintenance because the medik8s lease could not be extended",
+        generation,
+        now,
+    );
+    touch(&mut s, generation, now);
+    Step {
+        status: s,
+        events,
+        requeue: Requeue::Never,
+    }
+}
+
+/// Retry delay for a lease we never held, after `attempt` earlier waits: 2 s doubling to 30 s.
+pub(crate) fn lease_wait(attempt: u32) -> Duration {
+    LEASE_WAIT_INITIAL
+        .saturating_mul(2u32.saturating_pow(attempt.min(16)))
+        .min(LEASE_WAIT_MAX)
+}
+
+/// Another NodeMaintenance holds the node: this one does not drain; its status names the holder.
+pub(crate) fn held_by_other(
+    old: &NodeMaintenanceStatus,
+    node: &str,
+    other: &str,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Step {
+    let mut s = old.clone();
+    let msg = format!(
+        "node {node} is held by NodeMaintenance {other}; this one takes over when that one is deleted"
+    );
+    s.last_error = Some(msg.clone());
+    set_condition(
+        &mut s,
+        condition::CORDONED,
+        false,
+        "HeldByOtherMaintenance",
+        msg,
+        generation,
+        now,
+    );
+    touch(&mut s, generation, now);
+    Step {
+        status: s,
+        events: Vec::new(),
+        requeue: Requeue::After(REQUEUE_HELD_BY_OTHER),
+    }
+}
+
+/// The node is in maintenance for us. `repaired` lists what someone had undone and we re-applied
+/// (a Warning `MaintenanceReapplied` event names it).
+pub(crate) fn entered(
+    old: &NodeMaintenanceStatus,
+    node: &str,
+    repaired: &[&str],
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> (NodeMaintenanceStatus, Vec<PlannedEvent>) {
+    let mut s = old.clone();
+    set_condition(
+        &mut s,
+        condition::CORDONED,
+        true,
+        "NodeCordoned",
+        "the node is cordoned, tainted medik8s.io/drain:NoSchedule and \
+         node.kubernetes.io/unschedulable:NoSchedule, and excluded from remediation",
+        generation,
+        now,
+    );
+    let mut events = Vec::new();
+    if !repaired.is_empty() {
+        events.push(PlannedEvent::warning(
+            EventTarget::Maintenance,
+            event::REAPPLIED,
+            format!(
+                "Re-applied maintenance to node {node}: {} had been removed",
+                repaired.join(", ")
+            ),
+        ));
+    }
+    (s, events)
+}
+
+fn pending_summary(report: &DrainReport) -> String {
+    let mut by_reason: std::collections::BTreeMap<&str, usize> = Default::default();
+    for b in &report.pending {
+        *by_reason.entry(b.reason.as_str()).or_default() += 1;
+    }
+    let parts: Vec<String> = by_reason.iter().map(|(r, n)| format!("{n} {r}")).collect();
+    format!(
+        "{} pods still on the node: {}",
+        report.pending.len(),
+        parts.join(", ")
+    )
+}
+
+/// `; not evicted: ns/a (reason), ns/b (reason)` for the pods the drain leaves on the node on
+/// purpose, or nothing: at most [`drain::bounds::MAX_NAMED_KEPT`] named, then `and N more`.
+/// Names, not counts, so it changes only when the set does.
+fn skipped_summary(report: &DrainReport) -> String {
+    if report.skipped.is_empty() {
+        return String::new();
+    }
+    let mut names: Vec<String> = report
+        .skipped
+        .iter()
+        .take(drain::bounds::MAX_NAMED_KEPT)
+        .map(|b| format!("{}/{} ({})", b.namespace, b.name, b.reason))
+        .collect();
+    if report.skipped.len() > drain::bounds::MAX_NAMED_KEPT {
+        names.push(format!(
+            "and {} more",
+            report.skipped.len() - drain::bounds::MAX_NAMED_KEPT
+        ));
+    }
+    format!("; not evicted: {}", names.join(", "))
+}
+
+/// `; the status lists N of them (blockers: M)` when the lists were capped, or nothing.
+fn capped_summary(pending: usize, listed: usize, blockers: usize) -> String {
+    if listed == pending && blockers == pending {
+        return String::new();
+    }
+    format!("; the status lists {listed} of them (blockers: {blockers})")
+}
+
+/// After a drain pass. Nothing pending: phase Succeeded, drainProgress 100, pending lists and
+/// lastError cleared, `SucceedMaintenance` on the transition only, next check in 5 min.
+/// Otherwise: phase Running, pending pods with their blockers, drainProgress, the pass's
+/// aggregated error as lastError (cleared when the pods are only terminating), next pass in 1 s
+/// (only terminating) or 5 s (blocked). Both are logged as upstream's `Reconciling with fixed
+/// duration`: upstream logs it whenever a pass ends with pods left (its e2e test greps for it),
+/// and a drain whose pods only take long to terminate is such a pass.
+pub(crate) fn drained(
+    old: &NodeMaintenanceStatus,
+    report: &DrainReport,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Step {
+    let mut s = old.clone();
+    let mut events = Vec::new();
+    // A maintenance initialised while its node was missing counted nothing; count now.
+    if s.eviction_pods.unwrap_or(0) == 0 && !report.evictable.is_empty() {
+        s.eviction_pods = Some(count(report.evictable.len()));
+    }
+    if s.total_pods.unwrap_or(0) == 0 && report.total_pods > 0 {
+        s.total_pods = Some(count(report.total_pods));
+    }
+    s.drain_start_time.get_or_insert_with(|| now_time(now));
+    let requeue;
+    for b in &report.newly_skipped {
+        let note = format!(
+            "Pod {}/{} {}",
+            b.namespace,
+            b.name,
+            b.message.as_deref().unwrap_or(&b.reason)
+        );
+        events.push(PlannedEvent::normal(
+            EventTarget::Maintenance,
+            (
+                event::POD_SKIPPED,
+                &drain::bounds::truncate(&note, drain::bounds::MAX_EVENT_NOTE),
+            ),
+        ));
+    }
+    if report.done() {
+        if old.phase != Some(MaintenancePhase::Succeeded) {
+            events.push(PlannedEvent::normal(
+                EventTarget::Maintenance,
+                event::SUCCEED,
+            ));
+        }
+        s.phase = Some(MaintenancePhase::Succeeded);
+        s.drain_progress = Some(100);
+        s.pending_pods = None;
+        s.pending_pods_refs = None;
+        s.blockers = None;
+        s.last_error = None;
+        set_condition(
+            &mut s,
+            condition::DRAINED,
+            true,
+            "AllPodsEvicted",
+            drain::bounds::truncate(
+                &format!("all pods were evicted{}", skipped_summary(report)),
+                drain::bounds::MAX_CONDITION_MESSAGE,
+            ),
+            generation,
+            now,
+        );
+        requeue = Requeue::After(REQUEUE_SUCCEEDED);
+    } else {
+        let all = drain::refs(&report.pending);
+        let (refs, _) = drain::bounds::cap_pending(&all);
+        let (blockers, _) = drain::bounds::cap_blockers(&report.pending);
+        let capped = capped_summary(all.len(), refs.len(), blockers.len());
+        s.phase = Some(MaintenancePhase::Running);
+        s.drain_progress = Some(drain_progress(s.eviction_pods.unwrap_or(0), all.len()));
+        s.pending_pods = non_empty(names(&refs));
+        s.pending_pods_refs = non_empty(refs);
+        s.blockers = non_empty(blockers);
+        s.last_error = report.last_error();
+        let blocked = report.blocked();
+        set_condition(
+            &mut s,
+            condition::DRAINED,
+            false,
+            if blocked {
+                "EvictionBlocked"
+            } else {
+                "PodsTerminating"
+            },
+            drain::bounds::truncate(
+                &format!(
+                    "{}{capped}{}",
+                    pending_summary(report),
+                    skipped_summary(report)
+                ),
+                drain::bounds::MAX_CONDITION_MESSAGE,
+            ),
+            generation,
+            now,
+        );
+        requeue = if blocked {
+            // No earlier than the first per-pod eviction retry is due: a pass before it only
+            // re-reports (docs/design.md §2).
+            Requeue::Fixed(report.retry_in.map_or(REQUEUE_BLOCKED, |d| {
+                d.clamp(Duration::from_millis(200), REQUEUE_BLOCKED)
+            }))
+        } else {
+            Requeue::Fixed(REQUEUE_TERMINATING)
+        };
+    }
+    touch(&mut s, generation, now);
+    Step {
+        status: s,
+        events,
+        requeue,
+    }
+}

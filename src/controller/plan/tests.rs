@@ -1,0 +1,1280 @@
+use super::*;
+use crate::api::{MaintenancePhase, NodeMaintenanceSpec, PodBlocker, PodReference};
+use crate::drain::{self, reason};
+use deletion::{DeletionPlan, NodeSeen, deletion_plan};
+use k8s_openapi::api::coordination::v1::LeaseSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+fn t(s: i64) -> jiff::Timestamp {
+    jiff::Timestamp::from_second(1_800_000_000 + s).unwrap()
+}
+const GEN: Option<i64> = Some(1);
+fn pods(names: &[&str]) -> Vec<PodReference> {
+    names
+        .iter()
+        .map(|n| PodReference {
+            namespace: "test-namespace".into(),
+            name: n.to_string(),
+        })
+        .collect()
+}
+fn survey(names: &[&str]) -> Survey {
+    Survey {
+        total_pods: names.len(),
+        evictable: pods(names),
+    }
+}
+fn report(evictable: &[&str], pending: &[(&str, &str)], errors: &[&str]) -> DrainReport {
+    DrainReport {
+        total_pods: evictable.len(),
+        evictable: pods(evictable),
+        pending: pending
+            .iter()
+            .map(|(n, r)| PodBlocker {
+                namespace: "test-namespace".into(),
+                name: n.to_string(),
+                reason: r.to_string(),
+                ..PodBlocker::default()
+            })
+            .collect(),
+        errors: errors.iter().map(|e| e.to_string()).collect(),
+        ..DrainReport::default()
+    }
+}
+fn nm(name: &str, node: &str) -> NodeMaintenance {
+    let mut nm = NodeMaintenance::new(
+        name,
+        NodeMaintenanceSpec {
+            node_name: node.into(),
+            reason: None,
+        },
+    );
+    nm.metadata.finalizers = Some(vec![FINALIZER.into()]);
+    nm
+}
+const HELD_ERR: &str =
+    "can't update or invalidate the lease because it is held by different owner: NodeHealthCheck-x";
+fn already_held() -> LeaseObservation {
+    LeaseObservation::AlreadyHeld(HELD_ERR.into())
+}
+fn reasons(events: &[PlannedEvent]) -> Vec<&str> {
+    events.iter().map(|e| e.reason).collect()
+}
+
+/// One maintenance reconcile as the reconciler runs it, through [`plan`] and, when it ends in a
+/// drain round, [`drained_plan`]: a node that exists and that no NodeMaintenance holds yet, the
+/// lease free (`Held`) or held by `NodeHealthCheck-x` (`AlreadyHeld`), and the drain answering
+/// `drain`. Returns the status the pass ends with, its events in order, and the requeue.
+fn pass(
+    old: &NodeMaintenanceStatus,
+    lease: LeaseObservation,
+    drain: &DrainReport,
+    now: jiff::Timestamp,
+) -> (NodeMaintenanceStatus, Vec<PlannedEvent>, Requeue) {
+    let mut o = nm("nm", "node01");
+    o.metadata.uid = Some("uid-nm".into());
+    o.metadata.generation = GEN;
+    o.status = Some(old.clone());
+    // A lease that was ours means the node was entered (the lease comes first).
+    let node = if held_lease_before(old) || old.error_on_lease_count.unwrap_or(0) > 0 {
+        entered_node()
+    } else {
+        let mut n = Node::default();
+        n.metadata.name = Some("node01".into());
+        n
+    };
+    let lease = match lease {
+        LeaseObservation::Held => None,
+        LeaseObservation::AlreadyHeld(_) => Some(Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: Some("NodeHealthCheck-x".into()),
+                lease_duration_seconds: Some(3600),
+                renew_time: Some(MicroTime(now)),
+                ..LeaseSpec::default()
+            }),
+            ..Lease::default()
+        }),
+    };
+    let observed = Observed {
+        nm: o,
+        world: World::Maintenance(Box::new(ObservedMaintenance {
+            node: Some(node),
+            lease,
+            holder_live: true,
+            ..ObservedMaintenance::default()
+        })),
+        memory: Memory::default(),
+        schema: StatusSchema::default(),
+    };
+    let first = plan(&observed, now);
+    let mut events = events_of(&first);
+    let last = match &first.then {
+        Then::Drain(round) => drained_plan(round, drain, now),
+        Then::Requeue(_) => first.clone(),
+    };
+    if last != first {
+        events.extend(events_of(&last));
+    }
+    let Then::Requeue(requeue) = last.then else {
+        panic!("a drain round ends in a requeue");
+    };
+    (last.status.unwrap_or_else(|| old.clone()), events, requeue)
+}
+/// node01 in maintenance for `nm` (uid `uid-nm`): cordoned, both taints, excluded.
+fn entered_node() -> Node {
+    use crate::node::{DRAIN_TAINT_KEY, EXCLUDE_LABEL, HOLDER_ANNOTATION, HOLDER_UID_ANNOTATION};
+    serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": "node01",
+            "annotations": {HOLDER_ANNOTATION: "nm", HOLDER_UID_ANNOTATION: "uid-nm"},
+            "labels": {EXCLUDE_LABEL: "true"},
+        },
+        "spec": {"unschedulable": true, "taints": [
+            {"key": crate::node::UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"},
+            {"key": DRAIN_TAINT_KEY, "effect": "NoSchedule"},
+        ]},
+    }))
+    .unwrap()
+}
+fn events_of(p: &Plan) -> Vec<PlannedEvent> {
+    p.writes
+        .iter()
+        .filter_map(|w| match w {
+            Write::Event { event, .. } => Some(event.clone()),
+            _ => None,
+        })
+        .collect()
+}
+/// A write as the tables name it: its kind, with the phase of a status and the node of an
+/// annotation.
+fn label(w: &Write) -> String {
+    match w {
+        Write::Status { sent, .. } => format!("status {:?}", sent.phase),
+        Write::Annotations(p) => format!(
+            "annotate {}",
+            p["metadata"]["annotations"][crate::api::ENTERED_NODE_ANNOTATION]
+        ),
+        w => w.kind().to_string(),
+    }
+}
+fn labels(p: &Plan) -> Vec<String> {
+    p.writes.iter().map(label).collect()
+}
+fn then_of(p: &Plan) -> String {
+    match &p.then {
+        Then::Drain(_) => "drain".into(),
+        Then::Requeue(r) => format!("{r:?}"),
+    }
+}
+fn running_with_two() -> NodeMaintenanceStatus {
+    init_status(
+        &NodeMaintenanceStatus::default(),
+        &survey(&["test-pod-1", "test-pod-2"]),
+        GEN,
+        t(0),
+    )
+    .unwrap()
+}
+
+// Upstream §15.1 #1: initialisation with 2 pods to drain.
+#[test]
+fn init_sets_running_with_the_pods_to_drain() {
+    let s = running_with_two();
+    assert_eq!(s.phase, Some(MaintenancePhase::Running));
+    assert_eq!(s.pending_pods.as_ref().unwrap().len(), 2);
+    assert_eq!(s.pending_pods_refs.as_ref().unwrap().len(), 2);
+    assert_eq!(
+        (s.eviction_pods, s.total_pods, s.drain_progress),
+        (Some(2), Some(2), Some(0))
+    );
+    assert!(s.last_update.is_some() && s.drain_start_time.is_some());
+    assert_eq!(s.observed_generation, GEN);
+}
+
+// Upstream §15.1 #3: no re-initialisation once a phase is set.
+#[test]
+fn init_leaves_a_set_phase_alone() {
+    let failed = NodeMaintenanceStatus {
+        phase: Some(MaintenancePhase::Failed),
+        ..Default::default()
+    };
+    assert_eq!(init_status(&failed, &survey(&["a"]), GEN, t(0)), None);
+}
+
+// Upstream §15.1 #6: a valid maintenance drains and succeeds once.
+#[test]
+fn valid_maintenance_succeeds_once_and_then_stays_quiet() {
+    let s0 = running_with_two();
+    let (s1, ev1, rq1) = pass(
+        &s0,
+        LeaseObservation::Held,
+        &report(&["test-pod-1", "test-pod-2"], &[], &[]),
+        t(1),
+    );
+    assert_eq!(s1.phase, Some(MaintenancePhase::Succeeded));
+    assert_eq!(
+        (s1.pending_pods.as_ref(), s1.pending_pods_refs.as_ref()),
+        (None, None)
+    );
+    assert_eq!(
+        (s1.eviction_pods, s1.total_pods, s1.drain_progress),
+        (Some(2), Some(2), Some(100))
+    );
+    assert_eq!(s1.last_error, None);
+    assert_eq!(s1.error_on_lease_count.unwrap_or(0), 0);
+    assert_eq!(reasons(&ev1), vec!["SucceedMaintenance"]);
+    assert_eq!(ev1[0].message, "Node maintenance was succeeded");
+    assert!(!ev1[0].warning);
+    assert_eq!(rq1, Requeue::After(REQUEUE_SUCCEEDED));
+    // Re-reconciled later with nothing changed: no write, no event.
+    let (s2, ev2, _) = pass(&s1, LeaseObservation::Held, &report(&[], &[], &[]), t(400));
+    assert!(ev2.is_empty());
+    assert!(!needs_write(&s1, &s2, &[]), "{s1:?}\n{s2:?}");
+}
+
+// Upstream §15.1 #7: a node that does not exist.
+#[test]
+fn missing_node_fails_once_and_resumes_when_it_appears() {
+    let s0 = init_status(&NodeMaintenanceStatus::default(), &survey(&[]), GEN, t(0)).unwrap();
+    let step = node_missing(&s0, "non-existing", GEN, t(1));
+    let s = &step.status;
+    assert_eq!(s.phase, Some(MaintenancePhase::Failed));
+    assert_eq!(
+        s.last_error.as_deref(),
+        Some("nodes \"non-existing\" not found")
+    );
+    assert_eq!(
+        (s.eviction_pods, s.total_pods, s.drain_progress),
+        (Some(0), Some(0), Some(0))
+    );
+    assert_eq!(s.error_on_lease_count.unwrap_or(0), 0);
+    assert_eq!(reasons(&step.events), vec!["FailedMaintenance"]);
+    assert!(step.events[0].warning);
+    assert_eq!(step.events[0].message, "Failed a node maintenance");
+    // Still missing: no second event, no write.
+    let again = node_missing(s, "non-existing", GEN, t(31));
+    assert!(again.events.is_empty());
+    assert!(!needs_write(s, &again.status, &[]));
+    // The node appears with a pod: Running, counted, drained.
+    let (s2, ev, _) = pass(
+        s,
+        LeaseObservation::Held,
+        &report(&["p"], &[("p", reason::TERMINATING)], &[]),
+        t(60),
+    );
+    assert_eq!(s2.phase, Some(MaintenancePhase::Running));
+    assert_eq!(s2.eviction_pods, Some(1));
+    assert_eq!(s2.last_error, None);
+    assert!(ev.is_empty());
+}
+
+// Upstream §15.1 #8: a lease held by someone else from the start is waited for, not counted.
+#[test]
+fn foreign_lease_from_the_start_is_not_counted() {
+    let mut s = running_with_two();
+    for i in 0..6 {
+        let (next, ev, rq) = pass(&s, already_held(), &report(&[], &[], &[]), t(i));
+        // The first wait of a process (the memory of earlier waits: see the test below).
+        assert_eq!(rq, Requeue::After(LEASE_WAIT_INITIAL));
+        assert!(ev.is_empty());
+        s = next;
+    }
+    assert!(s.last_error.as_deref().unwrap().starts_with(&format!(
+        "failed to obtain a lease that is not owned by us : {HELD_ERR} errorOnLeaseCount 0"
+    )));
+    assert_eq!(s.error_on_lease_count.unwrap_or(0), 0);
+    assert_eq!(s.drain_progress, Some(0));
+    assert_eq!(s.phase, Some(MaintenancePhase::Running));
+}
+
+// Upstream §15.1 #9: held 5 times, then released: succeeds without ever failing.
+#[test]
+fn lease_released_later_leads_straight_to_success() {
+    let mut s = running_with_two();
+    let mut all = Vec::new();
+    for i in 0..5 {
+        let (next, ev, _) = pass(&s, already_held(), &report(&[], &[], &[]), t(i));
+        all.extend(ev);
+        s = next;
+    }
+    assert!(
+        s.last_error
+            .as_deref()
+            .unwrap()
+            .contains("failed to obtain a lease that is not owned by us")
+    );
+    let (s, ev, _) = pass(&s, LeaseObservation::Held, &report(&[], &[], &[]), t(10));
+    all.extend(ev);
+    assert_eq!(s.phase, Some(MaintenancePhase::Succeeded));
+    assert_eq!(
+        (s.error_on_lease_count.unwrap_or(0), s.drain_progress),
+        (0, Some(100))
+    );
+    assert_eq!(reasons(&all), vec!["SucceedMaintenance"]);
+}
+
+// Upstream §15.1 #10: lease lost twice during the drain, then recovered.
+#[test]
+fn transiently_lost_lease_is_counted_then_reset() {
+    let s0 = running_with_two();
+    let blocked = report(
+        &["test-pod-1", "test-pod-2"],
+        &[("test-pod-1", reason::PDB)],
+        &["e"],
+    );
+    let (s1, _, _) = pass(&s0, LeaseObservation::Held, &blocked, t(1));
+    let (s2, _, rq) = pass(&s1, already_held(), &blocked, t(2));
+    assert_eq!(rq, Requeue::Fixed(REQUEUE_LEASE_LOST));
+    // Woken at once by its own status write: not a new strike, come back when one is due.
+    let (again, ev, rq) = pass(&s2, already_held(), &blocked, t(3));
+    assert_eq!((&again, ev.len()), (&s2, 0));
+    assert!(matches!(rq, Requeue::After(d) if d <= REQUEUE_LEASE_LOST));
+    let (s3, _, _) = pass(&s2, already_held(), &blocked, t(8));
+    assert_eq!(s3.error_on_lease_count, Some(2));
+    assert_eq!(
+        s3.last_error.as_deref(),
+        Some(&*format!(
+            "failed to extend a lease that used to be owned by us, incrementing error on lease count: {HELD_ERR}, errorOnLeaseCount: 2"
+        ))
+    );
+    let (s4, ev, _) = pass(&s3, LeaseObservation::Held, &report(&[], &[], &[]), t(9));
+    assert_eq!(s4.phase, Some(MaintenancePhase::Succeeded));
+    assert_eq!(
+        (s4.error_on_lease_count.unwrap_or(0), s4.drain_progress),
+        (0, Some(100))
+    );
+    assert_eq!(reasons(&ev), vec!["SucceedMaintenance"]);
+}
+
+// Upstream §15.1 #12: lease lost for good: Failed after more than 3 counted errors, then quiet.
+#[test]
+fn permanently_lost_lease_fails_the_maintenance_once() {
+    let s0 = running_with_two();
+    let (mut s, _, _) = pass(
+        &s0,
+        LeaseObservation::Held,
+        &report(&["test-pod-1"], &[("test-pod-1", reason::PDB)], &[]),
+        t(1),
+    );
+    assert!(s.drain_progress.unwrap() > 0);
+    let mut all = Vec::new();
+    for i in 0..4 {
+        let (next, ev, _) = pass(&s, already_held(), &report(&[], &[], &[]), t(2 + 5 * i));
+        all.extend(ev);
+        s = next;
+    }
+    assert_eq!(s.phase, Some(MaintenancePhase::Failed));
+    assert!(s.error_on_lease_count.unwrap() > 3);
+    assert!(is_terminal(&s));
+    assert_eq!(
+        s.last_error.as_deref(),
+        Some("maintenance failed: lease could not be extended after 4 attempts")
+    );
+    assert_eq!(reasons(&all), vec!["UncordonNode", "FailedMaintenance"]);
+    assert_eq!(all[0].target, EventTarget::Node);
+    // Terminal: later reconciles neither write nor emit.
+    let (s2, ev, rq) = pass(&s, already_held(), &report(&[], &[], &[]), t(100));
+    assert!(ev.is_empty() && !needs_write(&s, &s2, &[]) && rq == Requeue::Never);
+    let mut obj = nm("nm", "node01");
+    obj.status = Some(s);
+    assert_eq!(entry(&obj), Entry::Terminal);
+}
+
+// Upstream §15.1 #11 / bug #154: a deleting object never falls through to maintenance.
+#[test]
+fn deletion_comes_first_and_never_falls_through() {
+    let mut obj = nm("nm", "node01");
+    obj.metadata.deletion_timestamp = Some(now_time(t(0)));
+    assert_eq!(entry(&obj), Entry::Cleanup);
+    obj.metadata.finalizers = Some(vec!["test/blocker".into()]);
+    assert_eq!(entry(&obj), Entry::Ignore);
+    obj.spec.node_name = String::new();
+    assert_eq!(entry(&obj), Entry::Ignore);
+    let mut fresh = nm("nm", "node01");
+    fresh.metadata.finalizers = None;
+    assert_eq!(entry(&fresh), Entry::AddFinalizer);
+    assert_eq!(entry(&nm("nm", "node01")), Entry::Maintain);
+}
+
+#[test]
+fn deletion_restores_only_what_this_maintenance_holds() {
+    assert_eq!(
+        deletion_plan(NodeSeen::Holder(Some("a")), "a", None),
+        DeletionPlan::Exit
+    );
+    assert_eq!(
+        deletion_plan(NodeSeen::Holder(Some("a")), "a", Some("b")),
+        DeletionPlan::Transfer { to: "b".into() }
+    );
+    assert_eq!(
+        deletion_plan(NodeSeen::Holder(Some("b")), "a", None),
+        DeletionPlan::Nothing
+    );
+    assert_eq!(
+        deletion_plan(NodeSeen::Holder(None), "a", None),
+        DeletionPlan::InvalidateLease
+    );
+    assert_eq!(
+        deletion_plan(NodeSeen::Missing, "a", None),
+        DeletionPlan::InvalidateLease
+    );
+    assert_eq!(
+        deletion_plan(NodeSeen::Missing, "a", Some("b")),
+        DeletionPlan::Nothing
+    );
+}
+
+/// One pass as a table of observations -> plans: whether the finalizer is added, the
+/// ordered steps, and how the pass ends (its status phase, events and requeue).
+#[test]
+fn one_pass_is_planned_whole_from_one_observation() {
+    use crate::node::{
+        DRAIN_TAINT_KEY, EXCLUDE_LABEL, HOLDER_ANNOTATION, HOLDER_UID_ANNOTATION,
+        UNSCHEDULABLE_TAINT_KEY,
+    };
+    use k8s_openapi::api::core::v1::{NodeSpec, Taint};
+    let now = t(100);
+    // A node; `holder` records a NodeMaintenance (name, uid); `marks`: cordoned, both
+    // maintenance taints, excluded from remediation.
+    let node = |holder: Option<(&str, &str)>, marks: bool| {
+        let mut n = Node::default();
+        n.metadata.name = Some("node01".into());
+        if let Some((h, uid)) = holder {
+            n.metadata.annotations = Some(
+                [
+                    (HOLDER_ANNOTATION.to_string(), h.to_string()),
+                    (HOLDER_UID_ANNOTATION.to_string(), uid.to_string()),
+                ]
+                .into(),
+            );
+        }
+        if marks {
+            n.metadata.labels = Some([(EXCLUDE_LABEL.to_string(), "true".into())].into());
+            let taint = |key: &str| Taint {
+                key: key.into(),
+                effect: "NoSchedule".into(),
+                ..Taint::default()
+            };
+            n.spec = Some(NodeSpec {
+                unschedulable: Some(true),
+                taints: Some(vec![taint(DRAIN_TAINT_KEY), taint(UNSCHEDULABLE_TAINT_KEY)]),
+                ..NodeSpec::default()
+            });
+        }
+        Some(n)
+    };
+    let foreign_lease = || {
+        Some(Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: Some("NodeHealthCheck-x".into()),
+                lease_duration_seconds: Some(3600),
+                renew_time: Some(MicroTime(t(90))),
+                ..LeaseSpec::default()
+            }),
+            ..Lease::default()
+        })
+    };
+    let our_lease = || {
+        Some(Lease {
+            metadata: kube::api::ObjectMeta {
+                name: Some("node-node01".into()),
+                uid: Some("uid-lease".into()),
+                resource_version: Some("5".into()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(crate::lease::LEASE_HOLDER.into()),
+                lease_duration_seconds: Some(3600),
+                acquire_time: Some(MicroTime(t(90))),
+                renew_time: Some(MicroTime(t(90))),
+                ..LeaseSpec::default()
+            }),
+        })
+    };
+    let mine = || {
+        let mut o = nm("nm", "node01");
+        o.metadata.uid = Some("uid-nm".into());
+        o.status = Some(running_with_two());
+        o
+    };
+    let seen = |node: Option<Node>, lease: Option<Lease>, holder_live: bool| {
+        World::Maintenance(Box::new(ObservedMaintenance {
+            node,
+            lease,
+            holder_live,
+            ..ObservedMaintenance::default()
+        }))
+    };
+    // (what, the NodeMaintenance, the reads, the writes in order, then)
+    type Case<'a> = (&'a str, NodeMaintenance, World, Vec<&'a str>, &'a str);
+    let mut fresh = nm("nm", "node01");
+    fresh.metadata.finalizers = None;
+    let mut deleted = nm("nm", "node01");
+    deleted.metadata.finalizers = Some(vec!["test/blocker".into()]);
+    deleted.metadata.deletion_timestamp = Some(now_time(t(0)));
+    let mut terminal = mine();
+    terminal.status = Some(NodeMaintenanceStatus {
+        phase: Some(MaintenancePhase::Failed),
+        error_on_lease_count: Some(MAX_LEASE_ERRORS + 1),
+        ..NodeMaintenanceStatus::default()
+    });
+    let mut moved = mine();
+    moved
+        .annotations_mut()
+        .insert(crate::api::ENTERED_NODE_ANNOTATION.into(), "node02".into());
+    let mut entered_here = mine();
+    entered_here
+        .annotations_mut()
+        .insert(crate::api::ENTERED_NODE_ANNOTATION.into(), "node01".into());
+    let mut succeeded = entered_here.clone();
+    if let Some(s) = succeeded.status.as_mut() {
+        s.phase = Some(MaintenancePhase::Succeeded);
+    }
+    let mut striking = entered_here.clone();
+    if let Some(s) = striking.status.as_mut() {
+        s.error_on_lease_count = Some(MAX_LEASE_ERRORS);
+        s.last_update = Some(now_time(t(0)));
+    }
+    let cases: Vec<Case> = vec![
+        (
+            "new: finalizer, status initialised before anything else, node missing",
+            fresh,
+            World::Maintenance(Box::new(ObservedMaintenance {
+                survey: Some(survey(&["a", "b"])),
+                ..ObservedMaintenance::default()
+            })),
+            vec![
+                "add finalizer",
+                "BeginMaintenance",
+                "status Some(Running)",
+                "status Some(Failed)",
+                "FailedMaintenance",
+            ],
+            "After(30s)",
+        ),
+        (
+            "deleted without our finalizer: nothing",
+            deleted,
+            World::Nothing,
+            vec![],
+            "Never",
+        ),
+        (
+            "failed for good: nothing",
+            terminal,
+            World::Nothing,
+            vec![],
+            "Never",
+        ),
+        (
+            "invalid nodeName: failed, no node touched",
+            nm("nm", "Node_01"),
+            World::Maintenance(Box::default()),
+            vec!["status Some(Failed)", "FailedMaintenance"],
+            "After(300s)",
+        ),
+        (
+            "nodeName changed: restore the node entered and its lease, clear record and status",
+            moved,
+            World::Maintenance(Box::new(ObservedMaintenance {
+                entered: Some((
+                    "node02".into(),
+                    node(Some(("nm", "uid-nm")), true),
+                    our_lease(),
+                )),
+                ..ObservedMaintenance::default()
+            })),
+            vec![
+                "exit node",
+                "UncordonNode",
+                "delete lease",
+                "annotate null",
+                "status None",
+            ],
+            "After(100ms)",
+        ),
+        (
+            "free node, no lease: lease, ownership recorded, node recorded, entered, drain",
+            mine(),
+            seen(node(None, false), None, true),
+            vec![
+                "create lease",
+                "status Some(Running)",
+                "annotate \"node01\"",
+                "enter node",
+            ],
+            "drain",
+        ),
+        (
+            "lease held by another holder, never ours: wait, the node untouched",
+            mine(),
+            seen(node(None, false), foreign_lease(), true),
+            vec!["status Some(Running)"],
+            "After(2s)",
+        ),
+        (
+            "node held by another live NodeMaintenance: no drain",
+            mine(),
+            seen(node(Some(("other", "uid-o")), true), None, true),
+            vec![
+                "create lease",
+                "status Some(Running)",
+                "annotate \"node01\"",
+                "status Some(Running)",
+            ],
+            "After(30s)",
+        ),
+        (
+            "node held by a vanished NodeMaintenance: taken over, drain",
+            mine(),
+            seen(node(Some(("other", "uid-o")), true), None, false),
+            vec![
+                "create lease",
+                "status Some(Running)",
+                "annotate \"node01\"",
+                "enter node",
+            ],
+            "drain",
+        ),
+        (
+            "ours, partly undone: re-applied, and said so right after",
+            entered_here.clone(),
+            seen(node(Some(("nm", "uid-nm")), false), our_lease(), true),
+            vec!["status Some(Running)", "enter node", "MaintenanceReapplied"],
+            "drain",
+        ),
+        (
+            "Succeeded: node and lease still enforced, no drain round (upstream drains once)",
+            succeeded,
+            seen(node(Some(("nm", "uid-nm")), false), our_lease(), true),
+            vec![
+                "status Some(Succeeded)",
+                "enter node",
+                "MaintenanceReapplied",
+                "status Some(Succeeded)",
+            ],
+            "After(300s)",
+        ),
+        (
+            "ours, complete, lease current: no write before the drain round",
+            entered_here,
+            seen(node(Some(("nm", "uid-nm")), true), our_lease(), true),
+            vec!["status Some(Running)"],
+            "drain",
+        ),
+        (
+            "lease lost past the limit: count recorded before leaving, then the node; a foreign lease stays",
+            striking,
+            seen(node(Some(("nm", "uid-nm")), true), foreign_lease(), true),
+            vec![
+                "status Some(Running)",
+                "exit node after lease loss",
+                "status Some(Failed)",
+                "UncordonNode",
+                "FailedMaintenance",
+            ],
+            "Never",
+        ),
+    ];
+    for (what, nm, world, writes, then) in cases {
+        let got = plan(
+            &Observed {
+                nm,
+                world,
+                memory: Memory::default(),
+                schema: StatusSchema::default(),
+            },
+            now,
+        );
+        assert_eq!(labels(&got), writes, "{what}");
+        assert_eq!(then_of(&got), then, "{what}");
+    }
+}
+
+/// The drain's start: recorded with the entered node in the pass that first enters it, and
+/// read back from the annotation; older maintenances fall back to drainStartTime, then to
+/// their creation.
+#[test]
+fn the_drain_start_is_recorded_with_the_entered_node_and_read_back() {
+    let mut o = nm("nm", "node01");
+    o.metadata.uid = Some("uid-nm".into());
+    o.status = Some(running_with_two());
+    let node = {
+        let mut n = Node::default();
+        n.metadata.name = Some("node01".into());
+        n.metadata.resource_version = Some("1".into());
+        Some(n)
+    };
+    let world = World::Maintenance(Box::new(ObservedMaintenance {
+        node,
+        holder_live: true,
+        ..ObservedMaintenance::default()
+    }));
+    let now = t(50);
+    let got = plan(
+        &Observed {
+            nm: o.clone(),
+            world,
+            memory: Memory::default(),
+            schema: StatusSchema::default(),
+        },
+        now,
+    );
+    let recorded = got.writes.iter().find_map(|w| match w {
+        Write::Annotations(p) => Some(p["metadata"]["annotations"].clone()),
+        _ => None,
+    });
+    assert_eq!(
+        recorded,
+        Some(serde_json::json!({
+            crate::api::ENTERED_NODE_ANNOTATION: "node01",
+            crate::api::DRAIN_STARTED_ANNOTATION: now.to_string(),
+        })),
+        "{got:?}"
+    );
+    assert!(
+        matches!(&got.then, Then::Drain(round) if round.started == Some(now)),
+        "{:?}",
+        got.then
+    );
+    let created = t(-100);
+    o.metadata.creation_timestamp = Some(now_time(created));
+    o.status.as_mut().unwrap().drain_start_time = Some(now_time(t(-50)));
+    assert_eq!(drain_started(&o), Some(t(-50)));
+    o.status.as_mut().unwrap().drain_start_time = None;
+    assert_eq!(drain_started(&o), Some(created));
+    o.annotations_mut().insert(
+        crate::api::DRAIN_STARTED_ANNOTATION.into(),
+        t(7).to_string(),
+    );
+    assert_eq!(drain_started(&o), Some(t(7)));
+}
+
+/// The deletion pass as a table of observations -> ordered steps.
+#[test]
+fn deletion_pass_is_planned_whole_in_order() {
+    use crate::node::{DRAIN_TAINT_KEY, HOLDER_ANNOTATION, HOLDER_UID_ANNOTATION};
+    use k8s_openapi::api::core::v1::{NodeSpec, Taint};
+    fn node(holder: Option<(&str, &str)>, drain_taint: bool) -> Option<Node> {
+        let mut n = Node::default();
+        n.metadata.name = Some("node01".into());
+        if let Some((h, uid)) = holder {
+            n.metadata.annotations = Some(
+                [
+                    (HOLDER_ANNOTATION.to_string(), h.to_string()),
+                    (HOLDER_UID_ANNOTATION.to_string(), uid.to_string()),
+                ]
+                .into(),
+            );
+        }
+        if drain_taint {
+            n.spec = Some(NodeSpec {
+                taints: Some(vec![Taint {
+                    key: DRAIN_TAINT_KEY.into(),
+                    effect: "NoSchedule".into(),
+                    ..Taint::default()
+                }]),
+                ..NodeSpec::default()
+            });
+        }
+        Some(n)
+    }
+    let observed = |node_name: &str, node: Option<Node>, successor: Option<&str>, started| {
+        let mut lease = Lease::default();
+        lease.metadata.name = Some(format!("node-{node_name}"));
+        lease.spec = Some(LeaseSpec {
+            holder_identity: Some(crate::lease::LEASE_HOLDER.into()),
+            ..LeaseSpec::default()
+        });
+        ObservedDeletion {
+            name: "a".into(),
+            uid: Some("uid-a".into()),
+            node_name: node_name.into(),
+            node,
+            successor: successor.map(|s| (s.to_string(), Some(format!("uid-{s}")))),
+            started,
+            lease: Some(lease),
+            finalizers: vec!["other/x".into(), FINALIZER.into()],
+        }
+    };
+    let with_tail = |v: &[&str]| {
+        let mut v: Vec<String> = v.iter().map(|s| s.to_string()).collect();
+        v.extend(["remove finalizer".into(), "RemovedMaintenance".into()]);
+        v
+    };
+    let cases: Vec<(&str, ObservedDeletion, Vec<String>)> = vec![
+        (
+            "held by us, nobody else wants it: exit, then the lease",
+            observed("node01", node(Some(("a", "uid-a")), true), None, true),
+            with_tail(&["exit node", "delete lease"]),
+        ),
+        (
+            "held by us, a successor: hand over, lease stays",
+            observed("node01", node(Some(("a", "uid-a")), true), Some("b"), true),
+            with_tail(&["transfer node"]),
+        ),
+        (
+            "held under our name by an earlier object (other uid): not ours",
+            observed("node01", node(Some(("a", "uid-old")), true), None, true),
+            with_tail(&[]),
+        ),
+        (
+            "held by another NodeMaintenance: node and lease alone",
+            observed("node01", node(Some(("b", "uid-b")), true), None, true),
+            with_tail(&[]),
+        ),
+        (
+            "node missing: the lease by name",
+            observed("node01", None, None, true),
+            with_tail(&["delete lease"]),
+        ),
+        (
+            "node missing, a successor: nothing",
+            observed("node01", None, Some("b"), true),
+            with_tail(&[]),
+        ),
+        (
+            "left in maintenance by upstream NMO: adopted and restored in one patch, then the lease",
+            observed("node01", node(None, true), None, true),
+            with_tail(&["adopt and exit node", "UncordonNode", "delete lease"]),
+        ),
+        (
+            "drain taint but never started: only the lease",
+            observed("node01", node(None, true), None, false),
+            with_tail(&["delete lease"]),
+        ),
+        (
+            "no record, no taint: only the lease",
+            observed("node01", node(None, false), None, true),
+            with_tail(&["delete lease"]),
+        ),
+        (
+            "invalid node name: no node, no lease",
+            observed("Node_01", None, None, true),
+            with_tail(&[]),
+        ),
+    ];
+    for (what, o, want) in cases {
+        let mut nm = nm("a", &o.node_name);
+        nm.metadata.deletion_timestamp = Some(now_time(t(0)));
+        let got = plan(
+            &Observed {
+                nm,
+                world: World::Deletion(Box::new(o)),
+                memory: Memory::default(),
+                schema: StatusSchema::default(),
+            },
+            t(1),
+        );
+        assert_eq!(labels(&got), want, "{what}");
+        assert_eq!(got.remember, Remember::Forget, "{what}");
+        let Some(Write::Finalizers { patch, .. }) = got
+            .writes
+            .iter()
+            .find(|w| matches!(w, Write::Finalizers { .. }))
+        else {
+            panic!("{what}: no finalizer write");
+        };
+        assert_eq!(
+            serde_json::to_value(patch).unwrap(),
+            serde_json::json!([
+                {"op": "test", "path": "/metadata/finalizers/1", "value": FINALIZER},
+                {"op": "remove", "path": "/metadata/finalizers/1"},
+            ]),
+            "{what}: ours removed by index, tested first"
+        );
+    }
+}
+
+/// Issue 10 item 3: on upstream's schema the stored status lacks our additions; once the
+/// schema is learnt, a pass that changes only those (or lastUpdate) writes nothing, and a
+/// field never sent before calls for a dry run first.
+#[test]
+fn status_comparison_ignores_what_the_api_server_prunes() {
+    let running = running_with_two();
+    let (s, _, _) = pass(
+        &running,
+        LeaseObservation::Held,
+        &report(&["a", "b"], &[], &[]),
+        t(5),
+    );
+    assert_eq!(s.phase, Some(MaintenancePhase::Succeeded));
+    let pruned_copy = |s: &NodeMaintenanceStatus| NodeMaintenanceStatus {
+        conditions: None,
+        observed_generation: None,
+        drain_start_time: None,
+        blockers: None,
+        ..s.clone()
+    };
+    let stored = pruned_copy(&s);
+    let mut schema = StatusSchema::default();
+    assert!(schema.has_unknown(&s));
+    let fresh = schema.learn(&s, Some(&stored));
+    assert_eq!(
+        fresh,
+        ["conditions", "drainStartTime", "observedGeneration"]
+    );
+    assert!(!schema.has_unknown(&s));
+    // The next pass, later: only lastUpdate, conditions' times and drainStartTime differ.
+    let (again, _, _) = pass(
+        &stored,
+        LeaseObservation::Held,
+        &report(&["a", "b"], &[], &[]),
+        t(60),
+    );
+    assert!(
+        needs_write(&stored, &again, &[]),
+        "without the schema: a write every pass"
+    );
+    assert!(!needs_write(&stored, &again, &schema.pruned()));
+    // A kept field that changes is still written.
+    let failed = NodeMaintenanceStatus {
+        last_error: Some("x".into()),
+        ..again.clone()
+    };
+    assert!(needs_write(&stored, &failed, &schema.pruned()));
+    assert!(schema.has_unknown(&failed), "lastError not seen yet");
+    // With our own CRD nothing is pruned.
+    let mut ours = StatusSchema::default();
+    assert!(ours.learn(&s, Some(&s)).is_empty());
+    assert!(ours.pruned().is_empty());
+}
+
+#[test]
+fn successor_is_the_oldest_live_maintenance_of_the_same_node() {
+    let me = nm("a", "n1");
+    let mut b = nm("b", "n1");
+    b.metadata.creation_timestamp = Some(now_time(t(5)));
+    let mut c = nm("c", "n1");
+    c.metadata.creation_timestamp = Some(now_time(t(1)));
+    let mut deleting = nm("d", "n1");
+    deleting.metadata.creation_timestamp = Some(now_time(t(0)));
+    deleting.metadata.deletion_timestamp = Some(now_time(t(9)));
+    let other_node = nm("e", "n2");
+    let all = [me.clone(), b, c, deleting, other_node];
+    assert_eq!(
+        successor(&me, "n1", all.iter()).map(ResourceExt::name_any),
+        Some("c".into())
+    );
+    assert_eq!(successor(&me, "n1", [me.clone()].iter()), None);
+}
+
+#[test]
+fn invalid_node_names_fail_without_touching_anything() {
+    assert!(validate_node_name("").unwrap_err().contains("empty"));
+    assert!(validate_node_name("Node_1").is_err());
+    assert!(validate_node_name("-a").is_err());
+    assert!(validate_node_name("a..b").is_err());
+    assert!(validate_node_name(&"a".repeat(254)).is_err());
+    assert!(validate_node_name("worker-1.example.com").is_ok());
+    let mut obj = nm("nm", "");
+    assert!(matches!(entry(&obj), Entry::InvalidNodeName(_)));
+    obj.spec.node_name = "ok".into();
+    assert_eq!(entry(&obj), Entry::Maintain);
+    let step = invalid_node_name(
+        &NodeMaintenanceStatus::default(),
+        "",
+        "it is empty",
+        GEN,
+        t(0),
+    );
+    assert_eq!(step.status.phase, Some(MaintenancePhase::Failed));
+    assert_eq!(
+        step.status.last_error.as_deref(),
+        Some("resource name may not be empty: invalid nodeName, it is empty; no node was changed")
+    );
+    assert_eq!(reasons(&step.events), vec!["FailedMaintenance"]);
+    assert!(
+        invalid_node_name_error("doesNotExist", "it is not a valid node name")
+            .starts_with(r#"nodes "doesNotExist" not found"#)
+    );
+    assert!(
+        invalid_node_name(&step.status, "", "it is empty", GEN, t(5))
+            .events
+            .is_empty()
+    );
+}
+
+/// `docs/drain-contract.md` §7: a valid node name of 251 characters has no valid lease name; the
+/// maintenance fails at once, saying so, and the plan touches no node and no lease.
+#[test]
+fn a_node_name_too_long_for_its_lease_fails_without_touching_anything() {
+    let long = format!("{}.example", "a".repeat(61) + &".b".repeat(91));
+    assert_eq!(long.len(), 251);
+    assert!(crate::api::validate_node_name(&long).is_ok());
+    let why = validate_node_name(&long).unwrap_err();
+    assert!(validate_node_name(&"a".repeat(248)).is_ok());
+    let obj = nm("nm", &long);
+    assert_eq!(entry(&obj), Entry::InvalidNodeName(why.clone()));
+    let text = invalid_node_name_error(&long, &why);
+    assert!(
+        text.starts_with(
+            "invalid nodeName, its medik8s lease name node-<nodeName> would have 256 characters"
+        ) && text.ends_with("; no node was changed"),
+        "{text}"
+    );
+    let step = invalid_node_name(&NodeMaintenanceStatus::default(), &long, &why, GEN, t(0));
+    assert_eq!(step.status.phase, Some(MaintenancePhase::Failed));
+    assert_eq!(step.status.last_error.as_deref(), Some(text.as_str()));
+    assert_eq!(reasons(&step.events), vec!["FailedMaintenance"]);
+}
+
+#[test]
+fn drain_progress_is_clamped_and_never_negative() {
+    assert_eq!(drain_progress(2, 1), 50);
+    assert_eq!(drain_progress(3, 1), 66);
+    assert_eq!(drain_progress(2, 5), 0);
+    assert_eq!(drain_progress(0, 3), 0);
+    assert_eq!(drain_progress(2, 0), 100);
+    // And through a pass where more pods are pending than were counted at the start.
+    let s0 = init_status(
+        &NodeMaintenanceStatus::default(),
+        &survey(&["a"]),
+        GEN,
+        t(0),
+    )
+    .unwrap();
+    let rep = report(
+        &["a", "b", "c"],
+        &[("a", reason::PDB), ("b", reason::PDB), ("c", reason::PDB)],
+        &[],
+    );
+    let (s, _, _) = pass(&s0, LeaseObservation::Held, &rep, t(1));
+    assert_eq!(s.drain_progress, Some(0));
+}
+
+#[test]
+fn blocked_pass_requeues_at_the_first_per_pod_retry_and_names_skipped_pods_once() {
+    let s0 = running_with_two();
+    let mut rep = report(&["test-pod-1"], &[("test-pod-1", reason::PDB)], &[]);
+    rep.retry_in = Some(Duration::from_millis(4900));
+    let skipped = drain::skipped_entry(&PodReference {
+        namespace: "test-namespace".into(),
+        name: "tolerant".into(),
+    });
+    rep.skipped = vec![skipped.clone()];
+    rep.newly_skipped = vec![skipped];
+    let step = drained(&s0, &rep, GEN, t(1));
+    assert_eq!(step.requeue, Requeue::Fixed(Duration::from_millis(4900)));
+    assert_eq!(reasons(&step.events), vec![event::POD_SKIPPED]);
+    let cond = step.status.conditions.as_ref().unwrap();
+    let drained_cond = cond.iter().find(|c| c.type_ == condition::DRAINED).unwrap();
+    assert!(
+        drained_cond
+            .message
+            .ends_with("; not evicted: test-namespace/tolerant (ToleratesMaintenanceTaints)"),
+        "{}",
+        drained_cond.message
+    );
+    // Announced already: no second event; a retry due at once is not a busy loop.
+    rep.newly_skipped.clear();
+    rep.retry_in = Some(Duration::ZERO);
+    let again = drained(&step.status, &rep, GEN, t(2));
+    assert!(again.events.is_empty());
+    assert_eq!(again.requeue, Requeue::Fixed(Duration::from_millis(200)));
+    assert!(!needs_write(&step.status, &again.status, &[]));
+}
+
+#[test]
+fn blocked_pass_records_blockers_and_requeues_with_the_fixed_duration() {
+    let s0 = running_with_two();
+    let rep = report(
+        &["test-pod-1", "test-pod-2"],
+        &[
+            ("test-pod-1", reason::PDB),
+            ("test-pod-2", reason::TERMINATING),
+        ],
+        &[
+            "error when evicting pods/\"test-pod-1\" -n \"test-namespace\": Cannot evict pod as it would violate the pod's disruption budget.",
+        ],
+    );
+    let (s, ev, rq) = pass(&s0, LeaseObservation::Held, &rep, t(1));
+    assert!(ev.is_empty());
+    assert_eq!(rq, Requeue::Fixed(REQUEUE_BLOCKED));
+    assert_eq!(s.phase, Some(MaintenancePhase::Running));
+    assert_eq!(
+        s.pending_pods,
+        Some(vec!["test-pod-1".to_string(), "test-pod-2".to_string()])
+    );
+    assert_eq!(s.blockers.as_ref().unwrap().len(), 2);
+    assert_eq!(s.drain_progress, Some(0));
+    assert!(
+        s.last_error
+            .as_deref()
+            .unwrap()
+            .starts_with("error when evicting pods/\"test-pod-1\"")
+    );
+    let drained_cond = s
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == condition::DRAINED)
+        .unwrap();
+    assert_eq!(
+        (drained_cond.status.as_str(), drained_cond.reason.as_str()),
+        ("False", "EvictionBlocked")
+    );
+    // Only terminating left: short requeue, lastError cleared.
+    let rep = report(&["test-pod-2"], &[("test-pod-2", reason::TERMINATING)], &[]);
+    let (s, _, rq) = pass(&s, LeaseObservation::Held, &rep, t(2));
+    assert_eq!(rq, Requeue::Fixed(REQUEUE_TERMINATING));
+    assert_eq!((s.drain_progress, s.last_error.as_ref()), (Some(50), None));
+}
+
+#[test]
+fn lease_ownership_comes_from_the_condition_not_the_progress() {
+    // drainProgress > 0 without ever holding the lease (e.g. pods left on their own): not counted.
+    let mut s = running_with_two();
+    s.drain_progress = Some(50);
+    let LeaseStep::Wait(step) = lease_result(&s, &already_held(), false, GEN, t(1)) else {
+        panic!()
+    };
+    assert_eq!(step.status.error_on_lease_count.unwrap_or(0), 0);
+    // Held with drainProgress 0 (nothing evicted yet), then lost: counted.
+    let LeaseStep::Proceed(held) = lease_result(
+        &running_with_two(),
+        &LeaseObservation::Held,
+        false,
+        GEN,
+        t(1),
+    ) else {
+        panic!()
+    };
+    assert!(held_lease_before(&held));
+    let LeaseStep::Wait(step) = lease_result(&held, &already_held(), false, GEN, t(2)) else {
+        panic!()
+    };
+    assert_eq!(step.status.error_on_lease_count, Some(1));
+    assert!(held_lease_before(&step.status));
+}
+
+/// The wait for a lease we never held comes from what earlier passes remember, and the plan
+/// says what to remember next; holding the lease forgets the waits.
+#[test]
+fn lease_wait_comes_from_the_remembered_waits() {
+    let mut o = nm("nm", "node01");
+    o.metadata.uid = Some("uid-nm".into());
+    o.status = Some(running_with_two());
+    let mut node = Node::default();
+    node.metadata.name = Some("node01".into());
+    let foreign = Lease {
+        spec: Some(LeaseSpec {
+            holder_identity: Some("NodeHealthCheck-x".into()),
+            lease_duration_seconds: Some(3600),
+            renew_time: Some(MicroTime(t(0))),
+            ..LeaseSpec::default()
+        }),
+        ..Lease::default()
+    };
+    let observed = |lease: Option<Lease>, lease_waits| Observed {
+        nm: o.clone(),
+        world: World::Maintenance(Box::new(ObservedMaintenance {
+            node: Some(node.clone()),
+            lease,
+            holder_live: true,
+            ..ObservedMaintenance::default()
+        })),
+        memory: Memory {
+            failures: 0,
+            lease_waits,
+        },
+        schema: StatusSchema::default(),
+    };
+    let waiting = plan(&observed(Some(foreign), 3), t(1));
+    assert_eq!(
+        waiting.then,
+        Then::Requeue(Requeue::After(Duration::from_secs(16)))
+    );
+    assert_eq!(
+        waiting.remember,
+        Remember::Set(Memory {
+            failures: 0,
+            lease_waits: 4
+        })
+    );
+    let held = plan(&observed(None, 4), t(2));
+    assert_eq!(held.remember, Remember::Set(Memory::default()));
+    assert!(matches!(held.then, Then::Drain(_)));
+}
+
+#[test]
+fn lease_wait_doubles_up_to_thirty_seconds() {
+    assert_eq!(lease_wait(0), Duration::from_secs(2));
+    assert_eq!(lease_wait(1), Duration::from_secs(4));
+    assert_eq!(lease_wait(3), Duration::from_secs(16));
+    assert_eq!(lease_wait(4), Duration::from_secs(30));
+    assert_eq!(lease_wait(100), Duration::from_secs(30));
+}
+
+#[test]
+fn reapplied_maintenance_is_reported_with_what_was_undone() {
+    let (s, ev) = entered(
+        &running_with_two(),
+        "node01",
+        &["cordon", "medik8s.io/drain taint"],
+        GEN,
+        t(1),
+    );
+    assert_eq!(ev.len(), 1);
+    assert!(ev[0].warning);
+    assert_eq!(ev[0].reason, "MaintenanceReapplied");
+    assert_eq!(
+        ev[0].message,
+        "Re-applied maintenance to node node01: cordon, medik8s.io/drain taint had been removed"
+    );
+    let (_, ev) = entered(&s, "node01", &[], GEN, t(2));
+    assert!(ev.is_empty());
+}
+
+#[test]
+fn conditions_keep_their_transition_time_until_the_status_flips() {
+    let mut s = NodeMaintenanceStatus::default();
+    set_condition(&mut s, "Drained", false, "A", "m", GEN, t(0));
+    set_condition(&mut s, "Drained", false, "B", "m2", GEN, t(10));
+    let c = &s.conditions.as_ref().unwrap()[0];
+    assert_eq!((c.last_transition_time.0, c.reason.as_str()), (t(0), "B"));
+    set_condition(&mut s, "Drained", true, "C", "m3", GEN, t(20));
+    assert_eq!(
+        s.conditions.as_ref().unwrap()[0].last_transition_time.0,
+        t(20)
+    );
+}
+
+#[test]
+fn status_patch_nulls_every_cleared_field() {
+    let s = NodeMaintenanceStatus {
+        phase: Some(MaintenancePhase::Succeeded),
+        drain_progress: Some(100),
+        ..Default::default()
+    };
+    let p = status_patch(&s, Some("42"));
+    assert_eq!(p["metadata"]["resourceVersion"], "42");
+    assert_eq!(p["status"]["phase"], "Succeeded");
+    assert_eq!(p["status"]["lastError"], serde_json::Value::Null);
+    assert!(p["status"].as_object().unwrap().contains_key("pendingPods"));
+    // Every field of the type is covered.
+    let full = serde_json::to_value(NodeMaintenanceStatus {
+        phase: Some(MaintenancePhase::Running),
+        drain_progress: Some(1),
+        last_update: Some(now_time(t(0))),
+        last_error: Some("e".into()),
+        pending_pods: Some(vec![]),
+        pending_pods_refs: Some(vec![]),
+        total_pods: Some(1),
+        eviction_pods: Some(1),
+        error_on_lease_count: Some(1),
+        blockers: Some(vec![]),
+        drain_start_time: Some(now_time(t(0))),
+        observed_generation: Some(1),
+        conditions: Some(vec![]),
+    })
+    .unwrap();
+    for k in full.as_object().unwrap().keys() {
+        assert!(
+            STATUS_FIELDS.contains(&k.as_str()),
+            "{k} missing from STATUS_FIELDS"
+        );
+    }
+    assert_eq!(status_patch(&s, None).get("metadata"), None);
+}

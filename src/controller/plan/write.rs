@@ -1,0 +1,145 @@
+//! The writes a plan is made of. Each is complete: its target, its body, its precondition, and
+//! what its absence means, so the executor (`controller/act.rs`) sends it as it is and decides
+//! nothing. A precondition that fails (409) ends the pass; the next pass observes again.
+
+use k8s_openapi::api::coordination::v1::Lease;
+use serde_json::Value;
+
+use super::PlannedEvent;
+use crate::api::NodeMaintenanceStatus;
+use crate::node::EnterOutcome;
+
+/// One write of a pass, in the order the plan lists them.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Write {
+    /// A JSON patch of the NodeMaintenance's `metadata.finalizers`. Precondition: its own `test`
+    /// op on the list (the API server does not deduplicate finalizers).
+    Finalizers {
+        /// The patch (`test`, then `add` or `remove`).
+        patch: json_patch::Patch,
+        /// Adds (true) or removes our finalizer; a removal answered 404 is done.
+        add: bool,
+    },
+    /// A JSON merge patch of the NodeMaintenance's annotations (the node entered and the drain's
+    /// start). Precondition: the NodeMaintenance's resourceVersion, chained.
+    Annotations(Value),
+    /// A JSON merge patch of the status subresource. Precondition: the resourceVersion, chained.
+    Status {
+        /// The patch, every status field present (`null` when unset).
+        patch: Value,
+        /// The status it stores, to learn what the API server kept of it.
+        sent: Box<NodeMaintenanceStatus>,
+    },
+    /// A JSON merge patch of a Node. Precondition: the resourceVersion read, inside the patch.
+    Node {
+        /// The node.
+        name: String,
+        /// The patch.
+        patch: Value,
+        /// Why: how the executor logs it, counts it and names its failure.
+        purpose: NodePurpose,
+    },
+    /// Create the lease namespace (an existing one is done).
+    LeaseNamespace,
+    /// Create the node's medik8s lease. Precondition: it does not exist (409 AlreadyExists).
+    CreateLease(Box<Lease>),
+    /// Replace the node's medik8s lease. Precondition: the resourceVersion in its metadata.
+    ReplaceLease(Box<Lease>),
+    /// Delete the node's medik8s lease. Preconditions: the uid and resourceVersion read, so a
+    /// lease taken over in between stays; a 404 is done.
+    DeleteLease {
+        /// The lease's name.
+        name: String,
+        /// Its `metadata.uid` as read.
+        uid: Option<String>,
+        /// Its `metadata.resourceVersion` as read.
+        resource_version: Option<String>,
+    },
+    /// Publish an event; a failure is logged and never ends the pass.
+    Event {
+        /// The event.
+        event: PlannedEvent,
+        /// The Node it is about when its target is a Node: name and uid.
+        node: Option<(String, Option<String>)>,
+    },
+}
+
+/// Why a Node is written. A Node that no longer exists ends the pass when entering it and counts
+/// as restored when leaving it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum NodePurpose {
+    /// Cordon, taint, label and record it (or repair what was undone): what the patch stands for.
+    Enter(EnterOutcome),
+    /// Restore it from its record at the end of the maintenance.
+    Exit,
+    /// Restore it after the lease was lost for good (upstream's failure text if it fails).
+    ExitAfterLeaseLoss,
+    /// Hand it to the next NodeMaintenance for it.
+    Transfer {
+        /// The successor's name.
+        to: String,
+    },
+    /// Adopt a node upstream left in maintenance and restore it at once (one patch).
+    AdoptAndExit,
+}
+
+/// What a write's precondition is, for tests and logs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Precondition {
+    /// The resourceVersion the NodeMaintenance has after the pass's previous write to it (the
+    /// observed one for the first).
+    ChainedResourceVersion,
+    /// A resourceVersion read by the pass (in the body).
+    ResourceVersion(Option<String>),
+    /// The uid and resourceVersion read by the pass.
+    UidAndResourceVersion,
+    /// A `test` op inside the patch.
+    Test,
+    /// The object must not exist.
+    Absent,
+    /// None (events, the lease namespace).
+    None,
+}
+
+impl Write {
+    /// The write's precondition.
+    pub(crate) fn precondition(&self) -> Precondition {
+        match self {
+            Write::Finalizers { .. } => Precondition::Test,
+            Write::Annotations(_) | Write::Status { .. } => Precondition::ChainedResourceVersion,
+            Write::Node { patch, .. } => Precondition::ResourceVersion(
+                patch["metadata"]["resourceVersion"]
+                    .as_str()
+                    .map(str::to_owned),
+            ),
+            Write::ReplaceLease(l) => {
+                Precondition::ResourceVersion(l.metadata.resource_version.clone())
+            }
+            Write::DeleteLease { .. } => Precondition::UidAndResourceVersion,
+            Write::CreateLease(_) => Precondition::Absent,
+            Write::LeaseNamespace | Write::Event { .. } => Precondition::None,
+        }
+    }
+
+    /// A short name of the write's kind, for plans printed in tests and logs.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Write::Finalizers { add: true, .. } => "add finalizer",
+            Write::Finalizers { add: false, .. } => "remove finalizer",
+            Write::Annotations(_) => "annotate",
+            Write::Status { .. } => "status",
+            Write::Node { purpose, .. } => match purpose {
+                NodePurpose::Enter(_) => "enter node",
+                NodePurpose::Exit => "exit node",
+                NodePurpose::ExitAfterLeaseLoss => "exit node after lease loss",
+                NodePurpose::Transfer { .. } => "transfer node",
+                NodePurpose::AdoptAndExit => "adopt and exit node",
+            },
+            Write::LeaseNamespace => "create lease namespace",
+            Write::CreateLease(_) => "create lease",
+            Write::ReplaceLease(_) => "replace lease",
+            Write::DeleteLease { .. } => "delete lease",
+            Write::Event { event, .. } => event.reason,
+        }
+    }
+}
