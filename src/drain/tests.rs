@@ -1,0 +1,601 @@
+use super::*;
+use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Pod, PodSpec, PodStatus, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelectorRequirement, OwnerReference, Time,
+};
+use kube::core::response::{StatusCause, StatusDetails};
+
+/// Merges JSON object `from` into `into`.
+pub(crate) fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
+    match (into, from) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+/// A PodDisruptionBudget refusal of pod `name`.
+pub(crate) fn pdb_refusal(name: &str) -> EvictionOutcome {
+    let e = api_err(
+        429,
+        "Cannot evict pod as it would violate the pod's disruption budget.",
+        &[(
+            "DisruptionBudget",
+            "The disruption budget b needs 1 healthy pods and has 1 currently",
+        )],
+    );
+    classify_eviction(&r(name), Err(&e))
+}
+/// The drain's view of a full pod, as the list would give it.
+fn slim(p: &Pod) -> DrainPod {
+    serde_json::from_value(serde_json::to_value(p).unwrap()).unwrap()
+}
+// The rules, called on full pods (the tests build them with k8s-openapi's types), with no
+// drain start (nothing arrived after it).
+fn classify(p: &Pod, ds: Option<&str>, o: &DrainOptions) -> Disposition {
+    super::classify(&slim(p), ds, o, None)
+}
+fn daemonset_owner(p: &Pod) -> Option<OwnerRef> {
+    super::daemonset_owner(&slim(p)).cloned()
+}
+fn terminating_blocker(p: &Pod, now: jiff::Timestamp) -> Option<PodBlocker> {
+    super::terminating_blocker(&slim(p), now)
+}
+
+fn pod(name: &str) -> Pod {
+    let mut p = Pod::default();
+    p.metadata.name = Some(name.into());
+    p.metadata.namespace = Some("ns".into());
+    p.metadata.uid = Some(format!("uid-{name}"));
+    p.spec = Some(PodSpec::default());
+    p
+}
+fn owned(mut p: Pod, kind: &str, name: &str) -> Pod {
+    p.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: kind.into(),
+        name: name.into(),
+        uid: "x".into(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    }]);
+    p
+}
+fn phase(mut p: Pod, phase: &str) -> Pod {
+    p.status = Some(PodStatus {
+        phase: Some(phase.into()),
+        ..PodStatus::default()
+    });
+    p
+}
+fn evict_warnings(d: Disposition) -> Vec<String> {
+    match d {
+        Disposition::Evict { warnings, .. } => warnings,
+        other => panic!("expected Evict, got {other:?}"),
+    }
+}
+fn api_err(code: u16, message: &str, causes: &[(&str, &str)]) -> kube::Error {
+    // The API server's reason for each code, as kube's `Status::is_*` helpers read it.
+    let reason = match code {
+        403 => "Forbidden",
+        404 => "NotFound",
+        409 => "Conflict",
+        429 => "TooManyRequests",
+        500 => "InternalError",
+        _ => "",
+    };
+    let mut s = Status::failure(message, reason).with_code(code);
+    if !causes.is_empty() {
+        s.details = Some(StatusDetails {
+            name: String::new(),
+            group: String::new(),
+            kind: String::new(),
+            uid: String::new(),
+            causes: causes
+                .iter()
+                .map(|(r, m)| StatusCause {
+                    reason: r.to_string(),
+                    message: m.to_string(),
+                    field: String::new(),
+                })
+                .collect(),
+            retry_after_seconds: 0,
+        });
+    }
+    kube::Error::Api(s.boxed())
+}
+fn r(name: &str) -> PodReference {
+    PodReference {
+        namespace: "ns".into(),
+        name: name.into(),
+    }
+}
+
+#[test]
+fn daemonset_pods_stay_while_their_daemonset_exists() {
+    let p = owned(pod("ds-1"), "DaemonSet", "agent");
+    assert_eq!(
+        daemonset_owner(&p).as_ref().map(|o| o.name.as_str()),
+        Some("agent")
+    );
+    assert_eq!(
+        classify(&p, Some("x"), &DrainOptions::default()),
+        Disposition::SkipDaemonSet
+    );
+}
+
+#[test]
+fn orphaned_daemonset_pods_are_evicted_with_kubectls_notfound_warning() {
+    let p = owned(pod("ds-1"), "DaemonSet", "agent");
+    let w = evict_warnings(classify(&p, None, &DrainOptions::default()));
+    assert_eq!(w, vec!["daemonsets.apps \"agent\" not found".to_string()]);
+}
+
+#[test]
+fn finished_pods_are_left_without_a_lookup() {
+    let p = phase(owned(pod("ds-1"), "DaemonSet", "agent"), "Succeeded");
+    assert_eq!(daemonset_owner(&p), None);
+    assert_eq!(
+        classify(&p, Some("x"), &DrainOptions::default()),
+        Disposition::SkipFinished
+    );
+    for phase_ in ["Succeeded", "Failed"] {
+        let job = phase(owned(pod("job-1"), "Job", "j"), phase_);
+        assert_eq!(
+            classify(&job, None, &DrainOptions::default()),
+            Disposition::SkipFinished
+        );
+    }
+    for phase_ in ["Running", "Pending", "Unknown"] {
+        assert!(classify(&phase(pod("p"), phase_), None, &DrainOptions::default()).evicts());
+    }
+}
+
+#[test]
+fn mirror_pods_are_skipped_even_when_finished() {
+    let mut p = phase(pod("etcd-node1"), "Failed");
+    p.metadata.annotations = Some([(MIRROR_ANNOTATION.to_string(), "abc".to_string())].into());
+    assert_eq!(
+        classify(&p, None, &DrainOptions::default()),
+        Disposition::SkipMirror
+    );
+}
+
+#[test]
+fn emptydir_and_bare_pods_are_evicted_with_kubectls_warnings() {
+    let mut p = pod("bare");
+    p.spec.as_mut().unwrap().volumes = Some(vec![Volume {
+        name: "scratch".into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    }]);
+    assert_eq!(
+        evict_warnings(classify(&p, None, &DrainOptions::default())),
+        vec![
+            "deleting Pods with local storage",
+            "deleting Pods that declare no controller"
+        ]
+    );
+    let managed = owned(pod("rs-pod"), "ReplicaSet", "web-123");
+    assert!(evict_warnings(classify(&managed, None, &DrainOptions::default())).is_empty());
+}
+
+fn stage_of(d: Disposition) -> Stage {
+    match d {
+        Disposition::Evict { stage, .. } => stage,
+        other => panic!("expected Evict, got {other:?}"),
+    }
+}
+fn critical(mut p: Pod, class: Option<&str>, priority: Option<i32>) -> Pod {
+    let spec = p.spec.as_mut().unwrap();
+    spec.priority_class_name = class.map(str::to_string);
+    spec.priority = priority;
+    p
+}
+fn tolerating(mut p: Pod, tolerations: serde_json::Value) -> Pod {
+    p.spec.as_mut().unwrap().tolerations = Some(serde_json::from_value(tolerations).unwrap());
+    p
+}
+
+#[test]
+fn the_operators_own_pod_is_evicted_last() {
+    let opts = DrainOptions {
+        own_pod: Some(r("nmo")),
+    };
+    assert_eq!(stage_of(classify(&pod("nmo"), None, &opts)), Stage::OwnPod);
+    assert_eq!(
+        stage_of(classify(&pod("other"), None, &opts)),
+        Stage::Ordinary
+    );
+    let mut elsewhere = pod("nmo");
+    elsewhere.metadata.namespace = Some("other-ns".into());
+    assert_eq!(stage_of(classify(&elsewhere, None, &opts)), Stage::Ordinary);
+    // Even a critical own pod goes after the critical ones: it evicts them.
+    let own_critical = critical(
+        pod("nmo"),
+        Some("system-cluster-critical"),
+        Some(2_000_000_000),
+    );
+    assert_eq!(
+        stage_of(classify(&own_critical, None, &opts)),
+        Stage::OwnPod
+    );
+    assert!(Stage::Ordinary < Stage::Critical && Stage::Critical < Stage::OwnPod);
+    let b = waiting_blocker(&r("nmo"), Stage::OwnPod, None).unwrap();
+    assert_eq!(b.reason, reason::OPERATOR_POD);
+    assert!(waiting_blocker(&r("p"), Stage::Ordinary, None).is_none());
+}
+
+#[test]
+fn system_critical_pods_are_keyed_on_priority_or_the_builtin_class_names() {
+    let o = DrainOptions::default();
+    for (class, prio) in [
+        (Some("system-node-critical"), Some(2_000_001_000)),
+        (Some("system-cluster-critical"), Some(2_000_000_000)),
+        // Priority admission off: the class name decides.
+        (Some("system-node-critical"), None),
+        // A `system-` class of the same priority under another name.
+        (Some("system-custom"), Some(2_000_000_000)),
+    ] {
+        let p = critical(pod("dns"), class, prio);
+        assert_eq!(
+            stage_of(classify(&p, None, &o)),
+            Stage::Critical,
+            "{class:?} {prio:?}"
+        );
+    }
+    for (class, prio) in [
+        (Some("high"), Some(1_000_000_000)),
+        (Some("system-cluster-critical"), Some(0)),
+        (None, None),
+    ] {
+        let p = critical(pod("app"), class, prio);
+        assert_eq!(
+            stage_of(classify(&p, None, &o)),
+            Stage::Ordinary,
+            "{class:?} {prio:?}"
+        );
+    }
+    let b = waiting_blocker(&r("dns"), Stage::Critical, Some("system-node-critical")).unwrap();
+    assert_eq!(b.reason, reason::SYSTEM_CRITICAL);
+    assert!(b.message.unwrap().contains("system-node-critical"));
+}
+
+fn created(mut p: Pod, second: i64) -> Pod {
+    p.metadata.creation_timestamp = Some(Time(jiff::Timestamp::from_second(second).unwrap()));
+    p
+}
+
+#[test]
+fn only_replacements_that_arrived_after_the_start_and_tolerate_both_taints_are_kept() {
+    let o = DrainOptions::default();
+    let start = jiff::Timestamp::from_second(1_000).unwrap();
+    let at = |t: serde_json::Value, second: i64| {
+        let p = created(tolerating(owned(pod("p"), "ReplicaSet", "rs"), t), second);
+        super::classify(&slim(&p), None, &o, Some(start))
+    };
+    let everything = serde_json::json!([{"operator": "Exists"}]);
+    // Arrived after the start (by the margin): kept, with any form of tolerating both.
+    for t in [
+        everything.clone(),
+        serde_json::json!([{"operator": "Exists", "effect": "NoSchedule"}]),
+        serde_json::json!([
+            {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "medik8s.io/drain", "effect": "NoSchedule"}
+        ]),
+    ] {
+        assert_eq!(at(t.clone(), 1_002), Disposition::KeepReplacement, "{t}");
+    }
+    // There before the start, or within the margin of it: evicted, whatever it tolerates
+    // (upstream evicts them all; a VM's launcher pod is live-migrated by its eviction).
+    for second in [900, 1_000, 1_001] {
+        assert!(
+            at(everything.clone(), second).evicts(),
+            "created at {second}"
+        );
+    }
+    // No start known (the survey before the drain) or no creation time: evicted.
+    let p = tolerating(pod("p"), everything.clone());
+    assert!(super::classify(&slim(&p), None, &o, Some(start)).evicts());
+    assert!(classify(&created(p, 5_000), None, &o).evicts());
+    // After the start but not tolerating both: evicted (the cordon keeps its replacement
+    // away). Only one of the two taints, the wrong effect, or a value the taint lacks.
+    for t in [
+        serde_json::json!([{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}]),
+        serde_json::json!([{"operator": "Exists", "effect": "NoExecute"}]),
+        serde_json::json!([
+            {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"},
+            {"key": "medik8s.io/drain", "operator": "Equal", "value": "yes"}
+        ]),
+        // An empty key needs `Exists`.
+        serde_json::json!([{"operator": "Equal"}]),
+        // What admission adds to every pod.
+        serde_json::json!([
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+        ]),
+    ] {
+        assert!(at(t.clone(), 2_000).evicts(), "{t}");
+    }
+    // A finished pod is left, whenever it came.
+    let done = phase(
+        created(tolerating(pod("job"), everything), 2_000),
+        "Succeeded",
+    );
+    assert_eq!(
+        super::classify(&slim(&done), None, &o, Some(start)),
+        Disposition::SkipFinished
+    );
+    assert_eq!(skipped_entry(&r("p")).reason, reason::TOLERATES_MAINTENANCE);
+}
+
+#[test]
+fn a_daemonset_owner_needs_the_apps_group_and_the_found_daemonsets_uid() {
+    let o = DrainOptions::default();
+    // A custom resource of kind DaemonSet: not a DaemonSet, no lookup, drained as controlled.
+    let mut custom = owned(pod("agent-1"), "DaemonSet", "agent");
+    custom.metadata.owner_references.as_mut().unwrap()[0].api_version =
+        "apps.example.com/v1".into();
+    assert!(daemonset_owner(&custom).is_none());
+    assert_eq!(
+        evict_warnings(classify(&custom, Some("x"), &o)),
+        Vec::<String>::new()
+    );
+    // apps/v1 DaemonSet of that name, but another one (recreated): the pod's owner is gone.
+    let p = owned(pod("ds-1"), "DaemonSet", "agent");
+    assert_eq!(
+        daemonset_owner(&p).as_ref().map(|o| o.uid.as_str()),
+        Some("x")
+    );
+    assert_eq!(
+        evict_warnings(classify(&p, Some("other-uid"), &o)),
+        vec!["daemonsets.apps \"agent\" not found".to_string()]
+    );
+    // Any version of the apps group.
+    let mut beta = owned(pod("ds-2"), "DaemonSet", "agent");
+    beta.metadata.owner_references.as_mut().unwrap()[0].api_version = "apps/v1beta2".into();
+    assert_eq!(classify(&beta, Some("x"), &o), Disposition::SkipDaemonSet);
+    assert_eq!(api_group("v1"), "");
+    assert_eq!(api_group("apps/v1"), "apps");
+}
+
+#[test]
+fn a_refused_pod_is_not_asked_again_before_its_retry_is_due() {
+    let t0 = Instant::now();
+    let mut s = RetrySchedule::default();
+    let e = api_err(
+        429,
+        "x",
+        &[(
+            "DisruptionBudget",
+            "The disruption budget b needs 1 healthy pods and has 1 currently",
+        )],
+    );
+    let refused = classify_eviction(&r("p"), Err(&e));
+    s.record("uid-p", "n1", &refused, t0);
+    let (b, err) = s.held("uid-p", t0 + Duration::from_millis(100)).unwrap();
+    assert_eq!(b.reason, reason::PDB);
+    assert!(err.is_some());
+    assert!(s.held("uid-p", t0 + EVICTION_RETRY_INTERVAL).is_none());
+    assert!(s.held("uid-q", t0).is_none());
+    assert_eq!(s.next_due("n1", t0), Some(EVICTION_RETRY_INTERVAL));
+    assert_eq!(s.next_due("n2", t0), None);
+    // Another node's pass does not forget it; this node's pass without the pod does.
+    s.retain("n2", &HashSet::new());
+    assert!(s.held("uid-p", t0).is_some());
+    s.retain("n1", &HashSet::new());
+    assert!(s.held("uid-p", t0).is_none());
+    // An accepted eviction clears the schedule.
+    s.record("uid-p", "n1", &refused, t0);
+    s.record("uid-p", "n1", &classify_eviction(&r("p"), Ok(())), t0);
+    assert!(s.held("uid-p", t0).is_none());
+    // Skipped pods are announced once per UID.
+    assert!(s.announce("uid-t", "n1"));
+    assert!(!s.announce("uid-t", "n1"));
+}
+
+#[test]
+fn accepted_eviction_leaves_the_pod_pending_as_terminating() {
+    let o = classify_eviction(&r("p"), Ok(()));
+    assert_eq!(o.result, result::EVICTED);
+    assert_eq!(o.blocker.unwrap().reason, reason::TERMINATING);
+    assert_eq!(o.error, None);
+}
+
+#[test]
+fn not_found_and_failed_uid_precondition_mean_gone() {
+    let e = api_err(404, "pods \"p\" not found", &[]);
+    let o = classify_eviction(&r("p"), Err(&e));
+    assert_eq!((o.result, o.blocker, o.error), (result::GONE, None, None));
+    let e = api_err(
+        409,
+        "Operation cannot be fulfilled on Pod \"p\": Precondition failed: UID in precondition: a, UID in object meta: b",
+        &[],
+    );
+    assert_eq!(classify_eviction(&r("p"), Err(&e)).result, result::GONE);
+}
+
+#[test]
+fn pdb_refusal_names_the_budget_and_its_healthy_counts() {
+    let e = api_err(
+        429,
+        "Cannot evict pod as it would violate the pod's disruption budget.",
+        &[(
+            "DisruptionBudget",
+            "The disruption budget web-pdb needs 2 healthy pods and has 2 currently",
+        )],
+    );
+    let o = classify_eviction(&r("web-1"), Err(&e));
+    assert_eq!(o.result, result::BLOCKED_PDB);
+    let b = o.blocker.unwrap();
+    assert_eq!(b.reason, reason::PDB);
+    assert_eq!(b.pod_disruption_budget.as_deref(), Some("web-pdb"));
+    assert_eq!((b.desired_healthy, b.current_healthy), (Some(2), Some(2)));
+    assert_eq!(
+        o.error.as_deref(),
+        Some(
+            "error when evicting pods/\"web-1\" -n \"ns\": Cannot evict pod as it would violate the pod's disruption budget."
+        )
+    );
+}
+
+#[test]
+fn pdb_cause_forms_without_counts_still_name_the_budget() {
+    assert_eq!(
+        parse_pdb_cause("The disruption budget db is still being processed by the server."),
+        Some(("db".to_string(), None, None))
+    );
+    assert_eq!(
+        parse_pdb_cause(
+            "The disruption budget db does not allow evicting pods currently because it failed sync: x"
+        ),
+        Some(("db".to_string(), None, None))
+    );
+    assert_eq!(parse_pdb_cause("something else"), None);
+}
+
+#[test]
+fn other_429s_are_too_many_requests() {
+    let e = api_err(429, "Eviction triggered evacuation of VMI \"ns/vm\"", &[]);
+    let o = classify_eviction(&r("virt-launcher"), Err(&e));
+    assert_eq!(o.result, result::TOO_MANY_REQUESTS);
+    let b = o.blocker.unwrap();
+    assert_eq!(b.reason, reason::TOO_MANY_REQUESTS);
+    assert_eq!(
+        b.message.as_deref(),
+        Some("Eviction triggered evacuation of VMI \"ns/vm\"")
+    );
+}
+
+#[test]
+fn multiple_budgets_namespace_terminating_and_other_errors() {
+    let e = api_err(
+        500,
+        "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+        &[],
+    );
+    assert_eq!(
+        classify_eviction(&r("p"), Err(&e)).blocker.unwrap().reason,
+        reason::MULTIPLE_PDBS
+    );
+    let e = api_err(
+        403,
+        "namespace ns is being terminated",
+        &[("NamespaceTerminating", "ns")],
+    );
+    assert_eq!(
+        classify_eviction(&r("p"), Err(&e)).blocker.unwrap().reason,
+        reason::NAMESPACE_TERMINATING
+    );
+    let e = api_err(403, "pdb disruptions allowed is negative", &[]);
+    let o = classify_eviction(&r("p"), Err(&e));
+    assert_eq!(o.result, result::ERROR);
+    assert_eq!(o.blocker.unwrap().reason, reason::EVICTION_ERROR);
+    assert_eq!(
+        o.error.as_deref(),
+        Some("error when evicting pods/\"p\" -n \"ns\": pdb disruptions allowed is negative")
+    );
+}
+
+#[test]
+fn terminating_turns_stuck_sixty_seconds_after_the_deletion_was_due() {
+    let due: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+    let mut p = pod("p");
+    assert!(terminating_blocker(&p, due).is_none());
+    p.metadata.deletion_timestamp = Some(Time(due));
+    p.metadata.deletion_grace_period_seconds = Some(80);
+    let at = |s: i64| due + jiff::SignedDuration::from_secs(s);
+    assert_eq!(
+        terminating_blocker(&p, at(-10)).unwrap().reason,
+        reason::TERMINATING
+    );
+    assert_eq!(
+        terminating_blocker(&p, at(60)).unwrap().reason,
+        reason::TERMINATING
+    );
+    let stuck = terminating_blocker(&p, at(61)).unwrap();
+    assert_eq!(stuck.reason, reason::STUCK_TERMINATING);
+    // The blocker does not change while the pod stays stuck (no status rewrite per pass).
+    assert_eq!(terminating_blocker(&p, at(3600)).unwrap(), stuck);
+    let msg = stuck.message.unwrap();
+    assert!(
+        msg.contains("grace period of 80s") && msg.contains("more than 60s"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn selectors_match_like_the_api_server() {
+    let labels = [
+        ("app".to_string(), "web".to_string()),
+        ("tier".to_string(), "fe".to_string()),
+    ]
+    .into();
+    assert!(selector_matches(&LabelSelector::default(), &labels));
+    let s = LabelSelector {
+        match_labels: Some([("app".to_string(), "web".to_string())].into()),
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "tier".into(),
+            operator: "In".into(),
+            values: Some(vec!["fe".into(), "be".into()]),
+        }]),
+    };
+    assert!(selector_matches(&s, &labels));
+    let s2 = LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "app".into(),
+            operator: "DoesNotExist".into(),
+            values: None,
+        }]),
+        ..LabelSelector::default()
+    };
+    assert!(!selector_matches(&s2, &labels));
+}
+
+#[test]
+fn errors_aggregate_like_utilerrors() {
+    assert_eq!(aggregate_errors(&[]), None);
+    assert_eq!(aggregate_errors(&["a".into()]).as_deref(), Some("a"));
+    assert_eq!(
+        aggregate_errors(&["a".into(), "b".into(), "a".into()]).as_deref(),
+        Some("[a, b]")
+    );
+    // Bounded: the first texts, each cut, and how many more.
+    let many: Vec<String> = (0..2000)
+        .map(|i| format!("e{i:04} {}", "x".repeat(5000)))
+        .collect();
+    let text = aggregate_errors(&many).unwrap();
+    assert!(
+        text.len() < bounds::MAX_ERRORS * (bounds::MAX_ERROR + 2) + 64,
+        "{}",
+        text.len()
+    );
+    assert!(
+        text.ends_with(", and 1990 more errors]"),
+        "{}",
+        &text[text.len() - 60..]
+    );
+}
+
+#[test]
+fn report_is_blocked_only_by_something_other_than_termination() {
+    let mut rep = DrainReport::default();
+    assert!(rep.done() && !rep.blocked());
+    rep.pending
+        .push(classify_eviction(&r("p"), Ok(())).blocker.unwrap());
+    assert!(!rep.done() && !rep.blocked());
+    let e = api_err(429, "x", &[]);
+    rep.pending
+        .push(classify_eviction(&r("q"), Err(&e)).blocker.unwrap());
+    assert!(rep.blocked());
+    let mut waiting = DrainReport::default();
+    waiting
+        .pending
+        .push(waiting_blocker(&r("nmo"), Stage::OwnPod, None).unwrap());
+    waiting
+        .pending
+        .push(waiting_blocker(&r("dns"), Stage::Critical, None).unwrap());
+    assert!(!waiting.done() && !waiting.blocked());
+}
