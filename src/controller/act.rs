@@ -2,16 +2,21 @@
 //! nothing: every body, precondition and target comes from the plan. A precondition that fails
 //! (409) or an object that vanished ends the pass ([`Executed::Stopped`]): the next pass observes
 //! again, as kube-runtime's `finalizer` and controller-runtime's reconcilers do. Any other API
-//! error is returned with upstream's `lastError` text. Events are published best effort.
+//! error is returned with upstream's `lastError` text. Events are published best effort. Once the
+//! writes are done, [`carry_out`] applies what the plan says to remember and records the metrics
+//! of the status it ends with.
 
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
-use super::plan::{EventTarget, NodePurpose, PlannedEvent, Write};
+use super::memory::Remember;
+use super::plan::{EventTarget, NodePurpose, Plan, PlannedEvent, Requeue, Then, Write};
 use super::{Context, Error};
-use crate::api::NodeMaintenance;
+use crate::api::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
 use crate::lease::LeaseError;
 use crate::node::{EnterOutcome, NodeError};
 
@@ -23,6 +28,96 @@ pub(crate) enum Executed {
     /// A precondition failed or an object vanished: the pass ends and the next one observes
     /// again.
     Stopped,
+}
+
+/// Executes `plan`'s writes, then applies its memory and metrics; `None` when a write stopped
+/// the pass.
+pub(crate) async fn carry_out(
+    ctx: &Context,
+    current: &mut NodeMaintenance,
+    plan: Plan,
+) -> Result<Option<Then>, Error> {
+    let before = current.status.as_ref().and_then(|s| s.phase);
+    if execute(ctx, current, plan.writes).await? == Executed::Stopped {
+        return Ok(None);
+    }
+    let name = current.name_any();
+    ctx.memory.apply(&name, plan.remember);
+    if plan.remember == Remember::Forget {
+        ctx.metrics.forget_maintenance(&name);
+    }
+    if let Some(status) = &plan.status {
+        record_metrics(ctx, current, before, status);
+    }
+    Ok(Some(plan.then))
+}
+
+/// The metrics of a status a pass ended with: the blockers while Running (from the planned
+/// status, not the stored one: upstream's CRD prunes `blockers`) and the drain's duration on the
+/// transition to Succeeded.
+fn record_metrics(
+    ctx: &Context,
+    nm: &NodeMaintenance,
+    before: Option<MaintenancePhase>,
+    status: &NodeMaintenanceStatus,
+) {
+    let running = status.phase == Some(MaintenancePhase::Running);
+    ctx.metrics.set_blockers(
+        &nm.name_any(),
+        &nm.spec.node_name,
+        status
+            .blockers
+            .iter()
+            .flatten()
+            .filter(|_| running)
+            .map(|b| b.reason.as_str()),
+    );
+    if status.phase == Some(MaintenancePhase::Succeeded)
+        && before != Some(MaintenancePhase::Succeeded)
+        && let Some(start) = &status.drain_start_time
+    {
+        let seconds = jiff::Timestamp::now().duration_since(start.0).as_secs_f64();
+        ctx.metrics.drain_duration(seconds.max(0.0));
+        tracing::info!("Maintenance was completed - all pods were evicted");
+    }
+}
+
+/// The precondition of a drain round's evictions, checked as the executor checks every write's:
+/// whether it may evict for `nm`. The cache's copy exists with the same uid and is not deleting, and, while the NodeMaintenance watch is away ([`Context::nms_synced`] false), a
+/// GET from the API server says the same. A failed GET defers the round.
+///
+/// An eviction cannot be taken back, so none on the word of a copy that may be stale (a
+/// reconcile started before a relist finished holds the copy from before it; docs/design.md
+/// §7). Read at the last moment before evicting, not with the rest of the pass.
+pub(crate) async fn may_evict(ctx: &Context, nm: &NodeMaintenance) -> bool {
+    let current = |o: &NodeMaintenance| {
+        o.metadata.deletion_timestamp.is_none() && o.metadata.uid == nm.metadata.uid
+    };
+    if !ctx
+        .store
+        .get(&ObjectRef::from_obj(nm))
+        .is_some_and(|o| current(&o))
+    {
+        return false;
+    }
+    if *ctx.nms_synced.borrow() {
+        return true;
+    }
+    matches!(ctx.nms.get_opt(&nm.name_any()).await, Ok(Some(o)) if current(&o))
+}
+
+/// The controller's action for a plan's requeue.
+pub(crate) fn action(requeue: Requeue) -> Action {
+    match requeue {
+        Requeue::After(d) => Action::requeue(d),
+        Requeue::Fixed(d) => {
+            tracing::info!(duration = ?d, "Reconciling with fixed duration");
+            Action::requeue(d)
+        }
+        // Resolved by the plan; a wait of its first length if it ever gets here.
+        Requeue::LeaseWait => Action::requeue(super::plan::LEASE_WAIT_INITIAL),
+        Requeue::Never => Action::await_change(),
+    }
 }
 
 /// Sends `writes` in order for `nm`, which is kept as the last write to it returned (so the next

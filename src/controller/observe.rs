@@ -18,19 +18,31 @@ use crate::api::NodeMaintenance;
 /// [`Error::GetNode`], [`Error::Lease`] (the lease or its namespace). A missing node or lease is
 /// an observation.
 pub(crate) async fn observe(nm: &NodeMaintenance, ctx: &Context) -> Result<Observed, Error> {
-    let reads = plan::reads(nm);
-    let world = match reads {
-        Reads::Deletion => World::Deletion(Box::new(deletion(nm, ctx).await?)),
-        Reads::Maintenance | Reads::EnteredNode => {
-            learn_status_schema(nm, ctx).await;
-            World::Maintenance(Box::new(maintenance(nm, ctx, reads).await?))
+    let name = nm.name_any();
+    let world = match plan::reads(nm) {
+        Reads::Deletion {
+            node,
+            name: node_name,
+        } => World::Deletion(Box::new(deletion(nm, ctx, node, node_name).await?)),
+        Reads::Maintenance { node, survey } => {
+            learn_status_schema(&name, ctx).await;
+            World::Maintenance(Box::new(maintenance(ctx, node, survey, nm).await?))
+        }
+        Reads::EnteredNode(entered) => {
+            learn_status_schema(&name, ctx).await;
+            let node = ctx.nodes.get_opt(&entered).await.map_err(Error::GetNode)?;
+            let lease = ctx.leases.get(&entered).await?;
+            World::Maintenance(Box::new(ObservedMaintenance {
+                entered: Some((entered, node, lease)),
+                ..ObservedMaintenance::default()
+            }))
         }
         Reads::Nothing => World::Nothing,
     };
     Ok(Observed {
         nm: nm.clone(),
         world,
-        memory: ctx.memory.of(&nm.name_any()),
+        memory: ctx.memory.of(&name),
         schema: ctx.memory.schema(),
     })
 }
@@ -39,7 +51,7 @@ pub(crate) async fn observe(nm: &NodeMaintenance, ctx: &Context) -> Result<Obser
 /// with a dry run of a status that sets every field (upstream's CRD prunes our additions, and a
 /// status that differs only in pruned fields must not be written on every pass). Best effort: a
 /// failed dry run leaves the schema unknown, which costs at most an extra write.
-async fn learn_status_schema(nm: &NodeMaintenance, ctx: &Context) {
+async fn learn_status_schema(name: &str, ctx: &Context) {
     let probe = StatusSchema::probe(jiff::Timestamp::now());
     if !ctx.memory.schema().has_unknown(&probe) {
         return;
@@ -48,7 +60,7 @@ async fn learn_status_schema(nm: &NodeMaintenance, ctx: &Context) {
     let params = PatchParams::default().dry_run();
     match ctx
         .nms
-        .patch_status(&nm.name_any(), &params, &Patch::Merge(&patch))
+        .patch_status(name, &params, &Patch::Merge(&patch))
         .await
     {
         Ok(stored) => {
@@ -61,31 +73,24 @@ async fn learn_status_schema(nm: &NodeMaintenance, ctx: &Context) {
     }
 }
 
-/// The maintenance pass's reads, in the order the pass needs them: the pods while the status is
-/// not initialised, the node (directly, not from a cache), whether the node's recorded holder
-/// still exists, then the lease (and its namespace when there is none). For
-/// [`Reads::EnteredNode`], the node entered first and its lease instead.
+/// The maintenance pass's reads of `node` (`None`: an invalid name, nothing is read), in the
+/// order the pass needs them: the pods when `survey` (the status is not initialised), the node
+/// (directly, not from a cache), whether the node's recorded holder still exists, then the lease
+/// (and its namespace when there is none).
 async fn maintenance(
-    nm: &NodeMaintenance,
     ctx: &Context,
-    reads: Reads,
+    node: Option<String>,
+    survey: bool,
+    nm: &NodeMaintenance,
 ) -> Result<ObservedMaintenance, Error> {
     let mut o = ObservedMaintenance {
         holder_live: true,
         ..ObservedMaintenance::default()
     };
-    if reads == Reads::EnteredNode {
-        let entered = plan::entered_node(nm).unwrap_or_default().to_owned();
-        let node = ctx.nodes.get_opt(&entered).await.map_err(Error::GetNode)?;
-        let lease = ctx.leases.get(&entered).await?;
-        o.entered = Some((entered, node, lease));
+    let Some(node_name) = node else {
         return Ok(o);
-    }
-    let node_name = nm.spec.node_name.as_str();
-    if plan::validate_node_name(node_name).is_err() {
-        return Ok(o);
-    }
-    if nm.status.as_ref().and_then(|s| s.phase).is_none() {
+    };
+    if survey {
         let reason = nm.spec.reason.as_deref().unwrap_or_default();
         tracing::info!(
             reason = %crate::drain::bounds::truncate(reason, crate::drain::bounds::MAX_REASON_ANNOTATION),
@@ -93,12 +98,16 @@ async fn maintenance(
         );
         let survey = ctx
             .drainer
-            .survey(node_name)
+            .survey(&node_name)
             .await
             .map_err(Error::InitStatus)?;
         o.survey = Some(survey);
     }
-    o.node = ctx.nodes.get_opt(node_name).await.map_err(Error::GetNode)?;
+    o.node = ctx
+        .nodes
+        .get_opt(&node_name)
+        .await
+        .map_err(Error::GetNode)?;
     let Some(node) = &o.node else {
         tracing::info!("Didn't find a node matching the NodeName field");
         return Ok(o);
@@ -107,7 +116,7 @@ async fn maintenance(
     if let Some(holder) = record.holder.as_deref() {
         o.holder_live = holder_is_live(ctx, holder, record.holder_uid.as_deref());
     }
-    o.lease = ctx.leases.get(node_name).await?;
+    o.lease = ctx.leases.get(&node_name).await?;
     if o.lease.is_none() {
         o.lease_namespace_missing = !ctx.leases.namespace_exists().await?;
     }
@@ -116,30 +125,30 @@ async fn maintenance(
 
 /// Reads what the deletion pass needs: the node actually entered (whatever `spec.nodeName`
 /// says now, docs/design.md §1) and its lease, read directly, and the successor from the cache.
-async fn deletion(nm: &NodeMaintenance, ctx: &Context) -> Result<ObservedDeletion, Error> {
-    let node_name = plan::entered_node(nm).map_or_else(|| nm.spec.node_name.clone(), str::to_owned);
-    let (mut node, mut successor, mut lease) = (None, None, None);
-    if plan::validate_node_name(&node_name).is_ok() {
-        node = ctx
-            .nodes
-            .get_opt(&node_name)
-            .await
-            .map_err(Error::GetNode)?;
-        let all = ctx.store.state();
-        successor = plan::successor(nm, &node_name, all.iter().map(|o| o.as_ref()))
-            .map(|s| (s.name_any(), s.metadata.uid.clone()));
-        lease = ctx.leases.get(&node_name).await?;
-    }
-    Ok(ObservedDeletion {
-        name: nm.name_any(),
+/// `node` is `None` when `node_name` is no valid node name: nothing is read.
+async fn deletion(
+    nm: &NodeMaintenance,
+    ctx: &Context,
+    node: Option<String>,
+    node_name: String,
+) -> Result<ObservedDeletion, Error> {
+    let name = nm.name_any();
+    let mut o = ObservedDeletion {
+        name: name.clone(),
         uid: nm.metadata.uid.clone(),
         node_name,
-        node,
-        successor,
         started: nm.status.as_ref().and_then(|s| s.phase).is_some(),
-        lease,
         finalizers: nm.finalizers().to_vec(),
-    })
+        ..ObservedDeletion::default()
+    };
+    if let Some(node) = node {
+        o.node = ctx.nodes.get_opt(&node).await.map_err(Error::GetNode)?;
+        let all = ctx.store.state();
+        o.successor = plan::successor(&name, &node, all.iter().map(|o| o.as_ref()))
+            .map(|s| (s.name_any(), s.metadata.uid.clone()));
+        o.lease = ctx.leases.get(&node).await?;
+    }
+    Ok(o)
 }
 
 /// Whether the NodeMaintenance a node record names still exists: in the cache under that name,
@@ -153,28 +162,4 @@ pub(crate) fn holder_is_live(ctx: &Context, holder: &str, uid: Option<&str>) -> 
     ctx.store
         .get(&ObjectRef::new(holder))
         .is_some_and(|o| uid.is_none_or(|u| o.metadata.uid.as_deref() == Some(u)))
-}
-
-/// Whether a drain round may evict for `nm`: the cache's copy exists with the same uid and is
-/// not deleting, and, while the NodeMaintenance watch is away ([`Context::nms_synced`] false), a
-/// GET from the API server says the same. A failed GET defers the round.
-///
-/// An eviction cannot be taken back, so none on the word of a copy that may be stale (a
-/// reconcile started before a relist finished holds the copy from before it; docs/design.md
-/// §7). Read at the last moment before evicting, not with the rest of the pass.
-pub(crate) async fn may_evict(ctx: &Context, nm: &NodeMaintenance) -> bool {
-    let current = |o: &NodeMaintenance| {
-        o.metadata.deletion_timestamp.is_none() && o.metadata.uid == nm.metadata.uid
-    };
-    if !ctx
-        .store
-        .get(&ObjectRef::from_obj(nm))
-        .is_some_and(|o| current(&o))
-    {
-        return false;
-    }
-    if *ctx.nms_synced.borrow() {
-        return true;
-    }
-    matches!(ctx.nms.get_opt(&nm.name_any()).await, Ok(Some(o)) if current(&o))
 }

@@ -18,12 +18,12 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use tracing::Instrument;
 
-use super::act::{self, Executed};
+use super::act;
 use super::memory::error_backoff;
-use super::observe::{may_evict, observe};
-use super::plan::{self, Plan, Requeue, Then};
+use super::observe::observe;
+use super::plan::{self, Then};
 use super::{Context, Error, MAX_ERROR_BACKOFF};
-use crate::api::{MaintenancePhase, NodeMaintenance};
+use crate::api::NodeMaintenance;
 
 /// Next pass after a write found its object changed or gone: at once, but not in a loop.
 const REQUEUE_STOPPED: Duration = Duration::from_millis(250);
@@ -88,14 +88,14 @@ async fn pass(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
     let plan = plan::plan(&observed, jiff::Timestamp::now());
     tracing::debug!(writes = ?plan.preconditions(), then = ?plan.then, "planned");
     let mut current = observed.nm;
-    let Some(then) = carry_out(ctx, &mut current, plan).await? else {
+    let Some(then) = act::carry_out(ctx, &mut current, plan).await? else {
         return Ok(Action::requeue(REQUEUE_STOPPED));
     };
     let round = match then {
-        Then::Requeue(requeue) => return Ok(action(requeue)),
+        Then::Requeue(requeue) => return Ok(act::action(requeue)),
         Then::Drain(round) => round,
     };
-    if !may_evict(ctx, &current).await {
+    if !act::may_evict(ctx, &current).await {
         tracing::debug!("NodeMaintenance may be deleting; drain round deferred");
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
@@ -113,86 +113,17 @@ async fn pass(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
         tracing::info!(pending = report.pending.len(), "Not all pods evicted");
     }
     let plan = plan::drained_plan(&round, &report, jiff::Timestamp::now());
-    Ok(match carry_out(ctx, &mut current, plan).await? {
-        Some(Then::Requeue(requeue)) => action(requeue),
+    Ok(match act::carry_out(ctx, &mut current, plan).await? {
+        Some(Then::Requeue(requeue)) => act::action(requeue),
         _ => Action::requeue(REQUEUE_STOPPED),
     })
 }
 
-/// Executes `plan`'s writes, then applies its memory and metrics; `None` when a write stopped
-/// the pass.
-async fn carry_out(
-    ctx: &Context,
-    current: &mut NodeMaintenance,
-    plan: Plan,
-) -> Result<Option<Then>, Error> {
-    let before = current.status.as_ref().and_then(|s| s.phase);
-    if act::execute(ctx, current, plan.writes).await? == Executed::Stopped {
-        return Ok(None);
-    }
-    let name = current.name_any();
-    ctx.memory.apply(&name, plan.remember);
-    if plan.remember == super::memory::Remember::Forget {
-        ctx.metrics.forget_maintenance(&name);
-    }
-    if let Some(status) = &plan.status {
-        record_metrics(ctx, current, before, status);
-    }
-    Ok(Some(plan.then))
-}
-
-/// The metrics of a status a pass ended with: the blockers while Running (from the planned
-/// status, not the stored one: upstream's CRD prunes `blockers`) and the drain's duration on the
-/// transition to Succeeded.
-fn record_metrics(
-    ctx: &Context,
-    nm: &NodeMaintenance,
-    before: Option<MaintenancePhase>,
-    status: &crate::api::NodeMaintenanceStatus,
-) {
-    let running = status.phase == Some(MaintenancePhase::Running);
-    ctx.metrics.set_blockers(
-        &nm.name_any(),
-        &nm.spec.node_name,
-        status
-            .blockers
-            .iter()
-            .flatten()
-            .filter(|_| running)
-            .map(|b| b.reason.as_str()),
-    );
-    if status.phase == Some(MaintenancePhase::Succeeded)
-        && before != Some(MaintenancePhase::Succeeded)
-        && let Some(start) = &status.drain_start_time
-    {
-        let seconds = jiff::Timestamp::now().duration_since(start.0).as_secs_f64();
-        ctx.metrics.drain_duration(seconds.max(0.0));
-        tracing::info!("Maintenance was completed - all pods were evicted");
-    }
-}
-
-fn action(requeue: Requeue) -> Action {
-    match requeue {
-        Requeue::After(d) => Action::requeue(d),
-        Requeue::Fixed(d) => {
-            tracing::info!(duration = ?d, "Reconciling with fixed duration");
-            Action::requeue(d)
-        }
-        // Resolved by the plan; a wait of its first length if it ever gets here.
-        Requeue::LeaseWait => Action::requeue(plan::LEASE_WAIT_INITIAL),
-        Requeue::Never => Action::await_change(),
-    }
-}
-
 /// Best effort: say in `status.lastError` what went wrong (the next successful pass replaces it).
 async fn record_error(nm: &NodeMaintenance, ctx: &Context, err: &Error) {
-    // An API server's or a webhook's message can be any length (docs/drain-contract.md §5).
-    let text =
-        crate::drain::bounds::truncate(&err.to_string(), crate::drain::bounds::MAX_ERROR * 4);
-    if nm.status.as_ref().and_then(|s| s.last_error.as_deref()) == Some(text.as_str()) {
+    let Some(patch) = plan::last_error_patch(nm, &err.to_string(), jiff::Timestamp::now()) else {
         return;
-    }
-    let patch = serde_json::json!({"status": {"lastError": text, "lastUpdate": plan::now_time(jiff::Timestamp::now())}});
+    };
     if let Err(e) = ctx
         .nms
         .patch_status(

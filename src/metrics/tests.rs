@@ -151,9 +151,7 @@ fn promql_metric_names(expr: &str) -> BTreeSet<String> {
 #[test]
 fn promql_metric_names_finds_the_selected_metrics_only() {
     assert_eq!(
-        promql_metric_names(
-            "max by (nodemaintenance, node) (nmo_maintenance_blocked_pods) > 0"
-        ),
+        promql_metric_names("max by (nodemaintenance, node) (nmo_maintenance_blocked_pods) > 0"),
         BTreeSet::from(["nmo_maintenance_blocked_pods".to_string()])
     );
     assert_eq!(
@@ -236,7 +234,12 @@ fn blocked_series_follow_the_blockers_and_vanish_with_them() {
     );
     assert_eq!(sample(&text, &series("Terminating")), Some(1.0), "{text}");
     // An unknown reason is `Other`, never its own text.
-    assert!(text.contains("nmo_maintenance_blocked_pods{nodemaintenance=\"nm-b\",node=\"n2\",reason=\"Other\"} 1"), "{text}");
+    assert!(
+        text.contains(
+            "nmo_maintenance_blocked_pods{nodemaintenance=\"nm-b\",node=\"n2\",reason=\"Other\"} 1"
+        ),
+        "{text}"
+    );
     assert!(!text.contains("SomethingNew"), "{text}");
 
     m.set_blockers("nm-a", "n1", ["PodDisruptionBudget"]);
@@ -389,8 +392,7 @@ async fn a_reconcile_moves_the_controller_runtime_families() {
         Some(2.0)
     );
     let ok: Result<Action, ()> =
-        runtime::observe_reconcile(rt, "nm-a".into(), async { Ok(Action::await_change()) })
-            .await;
+        runtime::observe_reconcile(rt, "nm-a".into(), async { Ok(Action::await_change()) }).await;
     assert!(ok.is_ok());
     let _ = runtime::observe_reconcile(rt, "nm-b".into(), async {
         Ok::<_, ()>(Action::requeue(Duration::from_secs(5)))

@@ -268,8 +268,7 @@ fn reason_change_alone_updates_only_the_annotation() {
         .as_str()
         .unwrap();
     assert!(
-        copied.len() <= crate::drain::bounds::MAX_REASON_ANNOTATION
-            && copied.starts_with("rrr")
+        copied.len() <= crate::drain::bounds::MAX_REASON_ANNOTATION && copied.starts_with("rrr")
     );
     let cut = apply(&entered, &patch);
     assert_eq!(plan_enter(&cut, NM, Some(&huge)), EnterPlan::Unchanged);
@@ -383,9 +382,7 @@ fn node_left_in_maintenance_by_upstream_nmo_is_adopted_and_exit_restores_like_up
     assert!(uncordon);
     let exited = apply(&entered, &patch);
     let state = observe(&exited);
-    assert!(
-        !state.cordoned && !state.drain_taint && !state.unschedulable_taint && !state.excluded
-    );
+    assert!(!state.cordoned && !state.drain_taint && !state.unschedulable_taint && !state.excluded);
     assert_eq!(taint_refs(&exited), vec![pair("keep", "NoExecute")]);
 }
 
@@ -441,9 +438,8 @@ fn enter_then_exit_restores_the_prior_state_for_every_combination() {
                         taints.push(foreign.clone());
                     }
                     if unsched_taint {
-                        taints.push(
-                            json!({"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"}),
-                        );
+                        taints
+                            .push(json!({"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"}));
                     }
                     if !foreign_first {
                         taints.push(foreign);

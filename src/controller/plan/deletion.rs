@@ -52,11 +52,10 @@ pub(super) fn deletion_plan(node: NodeSeen<'_>, me: &str, successor: Option<&str
 /// The live NodeMaintenance (not being deleted, for `node`, another name) that should hold
 /// `node`, the node `me` entered, after `me` goes: the oldest, then by name.
 pub(crate) fn successor<'a>(
-    me: &NodeMaintenance,
+    me_name: &str,
     node: &str,
     all: impl IntoIterator<Item = &'a NodeMaintenance>,
 ) -> Option<&'a NodeMaintenance> {
-    let me_name = me.name_any();
     all.into_iter()
         .filter(|o| {
             o.spec.node_name == node

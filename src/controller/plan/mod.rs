@@ -127,27 +127,56 @@ pub(crate) struct Observed {
 }
 
 /// What a pass reads besides the NodeMaintenance ([`reads`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Reads {
     /// Nothing.
     Nothing,
-    /// The deletion pass's reads ([`ObservedDeletion`]).
-    Deletion,
-    /// The maintenance pass's reads ([`ObservedMaintenance`]).
-    Maintenance,
+    /// The deletion pass's reads ([`ObservedDeletion`]) of `node`, the node entered (else
+    /// `spec.nodeName`); `None` when that is no valid node name (nothing is read).
+    Deletion {
+        /// The node, when its name is valid.
+        node: Option<String>,
+        /// The node's name as recorded.
+        name: String,
+    },
+    /// The maintenance pass's reads ([`ObservedMaintenance`]) of `spec.nodeName`; `None` when
+    /// it is no valid node name (nothing is read). `survey`: the pods too (no phase yet).
+    Maintenance {
+        /// The node, when its name is valid.
+        node: Option<String>,
+        /// The pods are counted for the status initialisation.
+        survey: bool,
+    },
     /// The maintenance pass's reads of the node entered first, which `spec.nodeName` no
     /// longer names ([`ObservedMaintenance::entered`]).
-    EnteredNode,
+    EnteredNode(String),
 }
 
 /// What a pass must read for `nm`, from the same entry decision [`plan`] makes.
 pub(crate) fn reads(nm: &NodeMaintenance) -> Reads {
+    let entered = entered_node(nm);
+    let valid = |n: &str| validate_node_name(n).is_ok().then(|| n.to_owned());
     match entry_with_finalizer(nm).1 {
-        Entry::Cleanup => Reads::Deletion,
-        Entry::Maintain if node_changed(nm) => Reads::EnteredNode,
-        Entry::Maintain => Reads::Maintenance,
-        Entry::InvalidNodeName(_) if node_changed(nm) => Reads::EnteredNode,
-        Entry::InvalidNodeName(_) => Reads::Maintenance,
+        Entry::Cleanup => {
+            let name = entered.unwrap_or(&nm.spec.node_name).to_owned();
+            Reads::Deletion {
+                node: valid(&name),
+                name,
+            }
+        }
+        Entry::Maintain | Entry::InvalidNodeName(_)
+            if entered.is_some_and(|n| n != nm.spec.node_name) =>
+        {
+            Reads::EnteredNode(entered.unwrap_or_default().to_owned())
+        }
+        Entry::Maintain => Reads::Maintenance {
+            node: Some(nm.spec.node_name.clone()),
+            survey: nm.status.as_ref().and_then(|s| s.phase).is_none(),
+        },
+        Entry::InvalidNodeName(_) => Reads::Maintenance {
+            node: None,
+            survey: false,
+        },
         Entry::Ignore | Entry::Terminal | Entry::AddFinalizer => Reads::Nothing,
     }
 }
@@ -387,11 +416,6 @@ pub(crate) fn entered_node(nm: &NodeMaintenance) -> Option<&str> {
     nm.annotations()
         .get(crate::api::ENTERED_NODE_ANNOTATION)
         .map(String::as_str)
-}
-
-/// Whether `nm` entered a node other than the one `spec.nodeName` names now.
-pub(crate) fn node_changed(nm: &NodeMaintenance) -> bool {
-    entered_node(nm).is_some_and(|n| n != nm.spec.node_name)
 }
 
 /// When the drain of `nm` started: its [`crate::api::DRAIN_STARTED_ANNOTATION`]; for a

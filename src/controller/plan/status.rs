@@ -223,6 +223,22 @@ fn to_failed(
     status.phase = Some(MaintenancePhase::Failed);
 }
 
+/// The status patch that records a failed pass's error in `lastError` (the error sink: best
+/// effort, no precondition, the next successful pass replaces it); `None` when it says so
+/// already. An API server's or a webhook's message can be any length, so it is bounded
+/// (docs/drain-contract.md §5).
+pub(crate) fn last_error_patch(
+    nm: &crate::api::NodeMaintenance,
+    error: &str,
+    now: jiff::Timestamp,
+) -> Option<serde_json::Value> {
+    let text = drain::bounds::truncate(error, drain::bounds::MAX_ERROR * 4);
+    if nm.status.as_ref().and_then(|s| s.last_error.as_deref()) == Some(text.as_str()) {
+        return None;
+    }
+    Some(serde_json::json!({"status": {"lastError": text, "lastUpdate": now_time(now)}}))
+}
+
 /// Status initialisation (upstream's `initMaintenanceStatus`), only while `phase` is unset:
 /// phase Running, `totalpods`, `evictionPods`, pending pods, drainStartTime, lastUpdate,
 /// observedGeneration. `None` when the phase is already set (upstream test "Should not modify

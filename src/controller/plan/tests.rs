@@ -953,10 +953,10 @@ fn successor_is_the_oldest_live_maintenance_of_the_same_node() {
     let other_node = nm("e", "n2");
     let all = [me.clone(), b, c, deleting, other_node];
     assert_eq!(
-        successor(&me, "n1", all.iter()).map(ResourceExt::name_any),
+        successor(&me.name_any(), "n1", all.iter()).map(ResourceExt::name_any),
         Some("c".into())
     );
-    assert_eq!(successor(&me, "n1", [me.clone()].iter()), None);
+    assert_eq!(successor(&me.name_any(), "n1", [me.clone()].iter()), None);
 }
 
 #[test]
