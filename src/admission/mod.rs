@@ -13,13 +13,15 @@
 //! and `webhook` (the decision over the caches and the [`nmo_webhook`] adapter, [`router`]).
 
 mod cache;
+mod platform;
 mod quorum;
 mod reservations;
 mod rules;
 mod webhook;
 
+pub use platform::AdmissionError;
 pub(crate) use quorum::*;
 pub(crate) use reservations::*;
 pub(crate) use rules::*;
+pub use webhook::WEBHOOK_PATH;
 pub(crate) use webhook::*;
-pub use webhook::{AdmissionError, WEBHOOK_PATH};

@@ -25,9 +25,15 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio::sync::{mpsc, watch};
 
-use crate::admission::CONTROL_PLANE_LABELS;
-
 mod protobuf;
+
+/// Node labels that mark a control-plane node; presence is enough, any value (upstream). The
+/// watch keeps a node's role as an index into this list ([`NodeEntry::control_plane`]); the
+/// admission rules read the same labels from a Node.
+pub(crate) const CONTROL_PLANE_LABELS: [&str; 2] = [
+    "node-role.kubernetes.io/control-plane",
+    "node-role.kubernetes.io/master",
+];
 
 /// Objects per page of the initial Node list and relists when the API server cannot stream
 /// them (see [`streams_initial_lists`]). A page's response body is held whole until it is
@@ -334,7 +340,7 @@ impl NodeCache {
 }
 
 /// Starts the Node watch on `client`: probes whether the API server streams initial lists,
-/// then watches, retrying after the controller's watch back-off (`controller::relist`). Must
+/// then watches, retrying after the shared watch back-off (`watch::relist`). Must
 /// run inside a tokio runtime.
 pub(crate) fn start(client: &Client) -> (NodeCache, NodeWatchTask) {
     let (synced_tx, synced) = watch::channel(false);
@@ -375,7 +381,7 @@ async fn drive(client: Client, cache: NodeCache, synced: watch::Sender<bool>) {
             watcher::Config::default().page_size(NODE_PAGE_SIZE),
         ))
     };
-    let mut events = std::pin::pin!(events.backoff(crate::controller::relist::watch_backoff()));
+    let mut events = std::pin::pin!(events.backoff(crate::watch::relist::watch_backoff()));
     // A relist's nodes, swapped in whole at its end.
     let mut listing: HashMap<Box<str>, NodeEntry> = HashMap::new();
     while let Some(ev) = events.next().await {
