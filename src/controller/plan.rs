@@ -4,7 +4,7 @@
 //! (docs/design.md §1). The reconciler (`reconcile.rs`) observes and acts.
 //!
 //! Upstream's observable contract (docs/compat.md §3–§5: phases, events, lastError texts, the
-//! errorOnLeaseCount rules) is kept, with the improvements of §16: events only on transitions, no
+//! errorOnLeaseCount rules) is kept, with the improvements of §13: events only on transitions, no
 //! status write when nothing changed, lastError cleared on success, drainProgress never negative,
 //! lease ownership tracked explicitly (the `LeaseHeld` condition) instead of `drainProgress > 0`.
 
@@ -956,9 +956,9 @@ pub(crate) enum DeletionPlan {
     Nothing,
 }
 
-/// Decides the cleanup of NodeMaintenance `me` (upstream's stop-on-deletion, §5.3, plus the
-/// handover of §16 row 9): only the holder restores the node, and not while another live
-/// NodeMaintenance for the same node (`successor`) still wants it.
+/// Decides the cleanup of NodeMaintenance `me` (upstream's stop-on-deletion, docs/compat.md §2,
+/// plus the handover of docs/design.md §1): only the holder restores the node, and not while
+/// another live NodeMaintenance for the same node (`successor`) still wants it.
 pub(crate) fn deletion_plan(node: NodeSeen<'_>, me: &str, successor: Option<&str>) -> DeletionPlan {
     match (node, successor) {
         (NodeSeen::Holder(Some(h)), Some(to)) if h == me => {
@@ -1470,7 +1470,7 @@ mod tests {
         .unwrap()
     }
 
-    // Upstream §15.1 #1: initialisation with 2 pods to drain.
+    // Upstream's contract: initialisation with 2 pods to drain.
     #[test]
     fn init_sets_running_with_the_pods_to_drain() {
         let s = running_with_two();
@@ -1485,7 +1485,7 @@ mod tests {
         assert_eq!(s.observed_generation, GEN);
     }
 
-    // Upstream §15.1 #3: no re-initialisation once a phase is set.
+    // Upstream's contract: no re-initialisation once a phase is set.
     #[test]
     fn init_leaves_a_set_phase_alone() {
         let failed = NodeMaintenanceStatus {
@@ -1495,7 +1495,7 @@ mod tests {
         assert_eq!(init_status(&failed, &survey(&["a"]), GEN, t(0)), None);
     }
 
-    // Upstream §15.1 #6: a valid maintenance drains and succeeds once.
+    // Upstream's contract: a valid maintenance drains and succeeds once.
     #[test]
     fn valid_maintenance_succeeds_once_and_then_stays_quiet() {
         let s0 = running_with_two();
@@ -1526,7 +1526,7 @@ mod tests {
         assert!(!needs_write(&s1, &s2, &[]), "{s1:?}\n{s2:?}");
     }
 
-    // Upstream §15.1 #7: a node that does not exist.
+    // Upstream's contract: a node that does not exist.
     #[test]
     fn missing_node_fails_once_and_resumes_when_it_appears() {
         let s0 = init_status(&NodeMaintenanceStatus::default(), &survey(&[]), GEN, t(0)).unwrap();
@@ -1562,7 +1562,7 @@ mod tests {
         assert!(ev.is_empty());
     }
 
-    // Upstream §15.1 #8: a lease held by someone else from the start is waited for, not counted.
+    // Upstream's contract: a lease held by someone else from the start is waited for, not counted.
     #[test]
     fn foreign_lease_from_the_start_is_not_counted() {
         let mut s = running_with_two();
@@ -1580,7 +1580,7 @@ mod tests {
         assert_eq!(s.phase, Some(MaintenancePhase::Running));
     }
 
-    // Upstream §15.1 #9: held 5 times, then released: succeeds without ever failing.
+    // Upstream's contract: held 5 times, then released: succeeds without ever failing.
     #[test]
     fn lease_released_later_leads_straight_to_success() {
         let mut s = running_with_two();
@@ -1606,7 +1606,7 @@ mod tests {
         assert_eq!(reasons(&all), vec!["SucceedMaintenance"]);
     }
 
-    // Upstream §15.1 #10: lease lost twice during the drain, then recovered.
+    // Upstream's contract: lease lost twice during the drain, then recovered.
     #[test]
     fn transiently_lost_lease_is_counted_then_reset() {
         let s0 = running_with_two();
@@ -1639,7 +1639,7 @@ mod tests {
         assert_eq!(reasons(&ev), vec!["SucceedMaintenance"]);
     }
 
-    // Upstream §15.1 #12: lease lost for good: Failed after more than 3 counted errors, then quiet.
+    // Upstream's contract: lease lost for good: Failed after more than 3 counted errors, then quiet.
     #[test]
     fn permanently_lost_lease_fails_the_maintenance_once() {
         let s0 = running_with_two();
@@ -1673,7 +1673,7 @@ mod tests {
         assert_eq!(entry(&obj), Entry::Terminal);
     }
 
-    // Upstream §15.1 #11 / bug #154: a deleting object never falls through to maintenance.
+    // Upstream's contract (bug #154): a deleting object never falls through to maintenance.
     #[test]
     fn deletion_comes_first_and_never_falls_through() {
         let mut obj = nm("nm", "node01");
