@@ -5,7 +5,7 @@
 //!
 //! Many NodeMaintenances progress at once ([`ControllerConfig::concurrency`]); the drain never
 //! holds a worker: one pass evicts what it can and the reconcile returns a requeue (upstream
-//! blocks its single worker for up to 30 s per pass, §16 row 1).
+//! blocks its single worker for up to 30 s per pass, docs/compat.md §7).
 //!
 //! - `plan.rs`: the pure state machine (statuses, events, requeues), unit-tested.
 //! - `reconcile.rs`: the reconcile steps and their I/O.
