@@ -9,8 +9,9 @@
 //! - a `spec.nodeName` no node can have gets upstream's not-found text and why.
 //!
 //! Units: `rules` (the pure CREATE/UPDATE decisions and denial texts), `quorum` (the etcd quorum
-//! rules), `reservations` (admitted CREATEs not yet cached), `cache` (the stripped reflectors)
-//! and `webhook` (the decision over the caches and the [`nmo_webhook`] adapter, [`router`]).
+//! rules), `platform` (OpenShift or not, detected once), `reservations` (admitted CREATEs not yet
+//! cached), `cache` (the stripped reflectors, beside the process's Node watch) and `webhook` (the
+//! decision over the caches and the [`nmo_webhook`] adapter, [`router`]).
 
 mod cache;
 mod platform;
