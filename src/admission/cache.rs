@@ -422,8 +422,8 @@ mod tests {
                 "status": {"conditions": [{"type": "Ready", "status": "True"}]}
             })
         );
-        assert!(super::super::is_control_plane(&node));
-        assert!(super::super::node_ready(&node));
+        assert!(crate::admission::quorum::is_control_plane(&node));
+        assert!(crate::admission::quorum::node_ready(&node));
 
         let mut worker: Node = serde_json::from_value(json!({
             "metadata": {"name": "w", "labels": {"kubernetes.io/hostname": "w"}}

@@ -21,8 +21,5 @@ mod rules;
 mod webhook;
 
 pub use platform::AdmissionError;
-pub(crate) use quorum::*;
-pub(crate) use reservations::*;
-pub(crate) use rules::*;
 pub use webhook::WEBHOOK_PATH;
-pub(crate) use webhook::*;
+pub(crate) use webhook::{Admission, router};

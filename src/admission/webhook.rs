@@ -11,7 +11,13 @@ use tokio::sync::watch;
 
 use super::cache::{self, CacheTasks, Caches, NmEvent, QuorumStores};
 use super::platform::{AdmissionError, Platform, detect_platform};
-use super::*;
+use super::quorum::{
+    GUARD_BUDGET_NAMES, GuardBudget, GuardPod, Quorum, budget_selects_pods, disruptions_allowed,
+    etcd_members, guard_pod, is_control_plane, kubernetes_quorum, node_ready,
+    openshift_quorum_allows, pdb_selector,
+};
+use super::reservations::{CONFIRM_AFTER, CONFIRM_MAX_INTERVAL, Reservations};
+use super::rules::{CreateFacts, Denial, validate_create, validate_node_name, validate_update};
 use crate::api::NodeMaintenance;
 use crate::metrics::{AdmissionOperation, AdmissionResult, Metrics};
 use crate::watch::nodes::NodeCache;
