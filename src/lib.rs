@@ -21,7 +21,7 @@ pub(crate) mod leader;
 pub(crate) mod lease;
 pub(crate) mod metrics;
 pub(crate) mod node;
-pub(crate) mod nodewatch;
 pub mod run;
 pub mod telemetry;
 pub(crate) mod tls_profile;
+pub(crate) mod watch;

@@ -6,10 +6,13 @@
 //! 1. load the Kubernetes client configuration (no API call yet);
 //! 2. the TLS settings: the flags, else on OpenShift the cluster's TLS profile (read, then
 //!    watched: `crate::tls_profile`), else the defaults;
-//! 3. bind the probe and metrics listeners, then start the webhook server (loads its
-//!    certificate, binds `--webhook-bind-address`) — on every replica, leader or not;
+//! 3. bind the probe and metrics listeners, check that the NodeMaintenance CRD is served, start
+//!    the process's one Node watch (`crate::watch::nodes`), the admission caches beside it, then
+//!    the webhook server (loads its certificate, binds `--webhook-bind-address`) — on every
+//!    replica, leader or not;
 //! 4. with `--leader-elect`, campaign for the Lease and wait until it is held;
-//! 5. run the controller until shutdown or loss of leadership.
+//! 5. run the controller, which subscribes to the same Node watch, until shutdown or loss of
+//!    leadership.
 //!
 //! One cancellation tree: SIGTERM/SIGINT, or any fatal error, cancels the root token. The webhook
 //! then stops accepting and finishes in-flight admission requests, the controller (through a
@@ -42,6 +45,7 @@ use crate::config::Config;
 use crate::leader;
 pub use crate::leader::LeaderError;
 use crate::metrics::{Metrics, OPENMETRICS_CONTENT_TYPE};
+use crate::watch::nodes::{NodeCache, NodeWatchTask};
 
 /// How long `run` waits for the controller to finish in-flight reconciles on shutdown before
 /// giving up on it (the Lease is then left to expire rather than released under a running
@@ -472,8 +476,10 @@ pub(crate) struct Operator {
     election: Election,
     synced: watch::Sender<bool>,
     servers: Vec<tokio::task::JoinHandle<()>>,
-    /// The one Node watch, started with the admission caches; the controller subscribes to it.
-    nodes: crate::nodewatch::NodeCache,
+    /// The process's one Node watch: admission's caches read it, the controller subscribes to
+    /// it; it runs until the operator is dropped.
+    nodes: NodeCache,
+    _node_watch: NodeWatchTask,
 }
 
 impl Operator {
@@ -504,8 +510,10 @@ impl Operator {
         let probe_listener =
             bind("health probe", config.health_probe_bind_address.socket()).await?;
         let metrics_listener = bind("metrics", config.metrics_bind_address.socket()).await?;
-        let (admission_router, admission_synced, nodes) =
-            wiring::admission_router(api.clone(), metrics.clone()).await?;
+        wiring::require_crd(&api).await?;
+        let (nodes, node_watch) = crate::watch::nodes::start(&api);
+        let (admission_router, admission_synced) =
+            wiring::admission_router(api.clone(), metrics.clone(), nodes.clone()).await?;
         let webhook_spec = nmo_webhook::ServerSpec::webhook(
             &nmo_webhook::TlsOptions {
                 cert_dir: config.webhook_cert_path.clone(),
@@ -581,6 +589,7 @@ impl Operator {
             synced,
             servers,
             nodes,
+            _node_watch: node_watch,
         })
     }
 
@@ -628,13 +637,13 @@ impl Operator {
         }
         let graceful = self.root.child_token();
         let term = self.election.term();
-        let run = wiring::run_controller(
+        let run = crate::controller::run(
             self.clients.controller.clone(),
             self.clients.eviction.clone(),
             crate::controller::ControllerConfig::from(&self.config),
+            self.nodes.clone(),
             self.metrics.clone(),
             self.synced.clone(),
-            self.nodes.clone(),
             graceful.cancelled_owned(),
         );
         let (root, fatal) = (self.root.clone(), self.fatal.clone());
@@ -693,19 +702,16 @@ fn essential(
     })
 }
 
-/// The seams to the controller and the admission handler.
+/// The seam to the admission handler.
 mod wiring {
     use super::*;
     use crate::admission::{self, Admission};
-    use crate::controller::{self, ControllerConfig};
 
-    /// The admission routes served by the webhook server, a flag that turns true once the
-    /// admission caches have synced, and the Node watch among them (the controller's too). Detects OpenShift once (one discovery call, as upstream
-    /// does at start-up) and starts the caches (`docs/design.md §4`).
-    pub(super) async fn admission_router(
-        client: Client,
-        metrics: Arc<Metrics>,
-    ) -> Result<(Router, watch::Receiver<bool>, crate::nodewatch::NodeCache), RunError> {
+    /// Checks that the API server serves NodeMaintenance (one list of at most one object).
+    ///
+    /// # Errors
+    /// [`RunError::CrdMissing`] on a 404; any other answer is left to the watches to retry.
+    pub(super) async fn require_crd(client: &Client) -> Result<(), RunError> {
         let nms: kube::Api<crate::api::NodeMaintenance> = kube::Api::all(client.clone());
         // The code, not kube's `Status::is_not_found`: for a resource it does not serve, the API
         // server answers a plain-text `404 page not found`, which kube turns into a Status
@@ -717,30 +723,22 @@ mod wiring {
         {
             return Err(RunError::CrdMissing);
         }
-        let admission = Admission::start(client, metrics)
+        Ok(())
+    }
+
+    /// The admission routes served by the webhook server, and a flag that turns true once the
+    /// admission caches (`nodes` among them) have synced. Detects OpenShift once (one discovery
+    /// call, as upstream does at start-up) and starts the caches (`docs/design.md §4`).
+    pub(super) async fn admission_router(
+        client: Client,
+        metrics: Arc<Metrics>,
+        nodes: NodeCache,
+    ) -> Result<(Router, watch::Receiver<bool>), RunError> {
+        let admission = Admission::start(client, metrics, nodes)
             .await
             .map_err(RunError::Admission)?;
         let synced = admission.synced();
-        let nodes = admission.node_cache();
-        Ok((admission::router(Arc::new(admission)), synced, nodes))
-    }
-
-    /// Runs the controller until `shutdown` completes; `synced` turns true once its watches
-    /// have synced. Its Node triggers come from `nodes`.
-    pub(super) async fn run_controller(
-        client: Client,
-        eviction_client: Client,
-        config: ControllerConfig,
-        metrics: Arc<Metrics>,
-        synced: watch::Sender<bool>,
-        nodes: crate::nodewatch::NodeCache,
-        shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-    ) {
-        let config = ControllerConfig {
-            nodes: Some(nodes),
-            ..config
-        };
-        controller::run(client, eviction_client, config, metrics, synced, shutdown).await;
+        Ok((admission::router(Arc::new(admission)), synced))
     }
 }
 

@@ -840,7 +840,7 @@ async fn an_orphan_partly_undone_by_hand_is_cleaned_up_completely() {
 }
 
 /// Starts an operator whose Node watch uses kube's watcher with paged JSON lists although this
-/// API server streams initial lists (`NMO_NODE_WATCH_ENCODING=json`, `src/nodewatch`): the path
+/// API server streams initial lists (`NMO_NODE_WATCH_ENCODING=json`, `src/watch/nodes`): the path
 /// of API servers before Kubernetes 1.32. Checks that its log says so and that its first list
 /// held every Node the API server has (`nodes`, counted before the start), across pages.
 fn start_json(
@@ -876,7 +876,7 @@ fn start_json(
 }
 
 /// The restart cases with the JSON Node watch, on a cluster of more Nodes than one page of its
-/// lists (`nodewatch::NODE_PAGE_SIZE`, 100): the first list after a SIGKILL mid-drain resumes
+/// lists (`watch::nodes::NODE_PAGE_SIZE`, 100): the first list after a SIGKILL mid-drain resumes
 /// the drain, and the first list after a deletion while the operator was down restores the node
 /// (a node carrying our holder annotation is reconciled from that list).
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! The watch caches admission decides from (`docs/design.md §4`): the process's one Node watch
-//! ([`crate::nodewatch`], shared with the controller) and kube-runtime reflectors over
+//! ([`crate::watch::nodes`], started by the process and shared with the controller) and
+//! kube-runtime reflectors over
 //! NodeMaintenances and the etcd quorum inputs, each object stripped to what the rules read
 //! before it is stored, so memory stays flat on large clusters.
 //!
@@ -13,7 +14,7 @@
 
 use std::sync::Arc;
 
-use crate::nodewatch::{NodeCache, NodeWatchTask};
+use crate::watch::nodes::NodeCache;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, Pod, PodCondition, PodStatus};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
@@ -24,11 +25,10 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
-use super::quorum::{
-    CONTROL_PLANE_LABELS, ETCD_POD_NAMESPACE, ETCD_POD_SELECTOR, OPENSHIFT_ETCD_NAMESPACE,
-};
-use super::webhook::Platform;
+use super::platform::Platform;
+use super::quorum::{ETCD_POD_NAMESPACE, ETCD_POD_SELECTOR, OPENSHIFT_ETCD_NAMESPACE};
 use crate::api::{NodeMaintenance, NodeMaintenanceSpec};
+use crate::watch::nodes::CONTROL_PLANE_LABELS;
 
 /// Keeps only a Node's name, its control-plane role labels and the status of its `Ready`
 /// condition: what the existence, control-plane and quorum rules read. For the one node a
@@ -176,10 +176,10 @@ pub(crate) struct Caches {
     synced: watch::Receiver<bool>,
 }
 
-/// The tasks that keep the caches current; dropping this stops them.
+/// The tasks that keep the caches current (the Node watch is the process's and runs on its
+/// own); dropping this stops them.
 pub(crate) struct CacheTasks {
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    _nodes: NodeWatchTask,
 }
 
 impl Drop for CacheTasks {
@@ -194,11 +194,6 @@ impl Caches {
     /// The stripped Node `name`, if the cache has it.
     pub(crate) fn node(&self, name: &str) -> Option<Arc<Node>> {
         self.nodes.get(name).map(|e| Arc::new(e.to_node(name)))
-    }
-
-    /// The Node watch, which the controller shares (one list and one parse of every node).
-    pub(crate) fn node_cache(&self) -> &NodeCache {
-        &self.nodes
     }
 
     /// Whether a cached NodeMaintenance targets `node`.
@@ -244,19 +239,18 @@ pub(crate) enum NmEvent {
     Relisted,
 }
 
-/// Starts the caches of `platform` on `client`. `on_nm_event` runs after each NodeMaintenance
-/// event has been applied to the cache (the reservations end there). Returns the read handles
-/// and the tasks; [`Caches::synced`] turns true once all have listed.
+/// Starts the caches of `platform` on `client` beside the process's Node watch `nodes`.
+/// `on_nm_event` runs after each NodeMaintenance event has been applied to the cache (the
+/// reservations end there). Returns the read handles and the tasks; [`Caches::synced`] turns
+/// true once all have listed, `nodes` included.
 pub(crate) fn start(
     client: &Client,
     platform: Platform,
+    nodes: NodeCache,
     on_nm_event: impl Fn(NmEvent) + Send + Sync + 'static,
 ) -> (Caches, CacheTasks) {
     let mut tasks = Vec::new();
-    let mut synced = Vec::new();
-
-    let (nodes, node_task) = crate::nodewatch::start(client);
-    synced.push(nodes.synced());
+    let mut synced = vec![nodes.synced()];
 
     let (nms, t, s) = spawn_cache(
         "NodeMaintenances",
@@ -334,16 +328,13 @@ pub(crate) fn start(
             quorum,
             synced: all_synced,
         },
-        CacheTasks {
-            tasks,
-            _nodes: node_task,
-        },
+        CacheTasks { tasks },
     )
 }
 
-/// One reflector: watch `api` (retrying after the controller's short watch back-off, so a
-/// cache is back soon after an API server restart), strip each object, store it, then hand the
-/// event to `on_event`. Returns the store, the task and a flag that turns true at the first
+/// One reflector: watch `api` (retrying after the shared short watch back-off of
+/// [`crate::watch::relist`], so a cache is back soon after an API server restart), strip each
+/// object, store it, then hand the event to `on_event`. Returns the store, the task and a flag that turns true at the first
 /// completed list.
 fn spawn_cache<K>(
     what: &'static str,
@@ -364,7 +355,7 @@ where
     let (store, writer) = reflector::store();
     let (synced_tx, synced) = watch::channel(false);
     let events = watcher(api, config)
-        .backoff(crate::controller::relist::watch_backoff())
+        .backoff(crate::watch::relist::watch_backoff())
         .modify(strip)
         .reflect(writer);
     let task = tokio::spawn(drive(what, events, synced_tx, on_event));
@@ -431,8 +422,8 @@ mod tests {
                 "status": {"conditions": [{"type": "Ready", "status": "True"}]}
             })
         );
-        assert!(super::super::is_control_plane(&node));
-        assert!(super::super::node_ready(&node));
+        assert!(crate::admission::quorum::is_control_plane(&node));
+        assert!(crate::admission::quorum::node_ready(&node));
 
         let mut worker: Node = serde_json::from_value(json!({
             "metadata": {"name": "w", "labels": {"kubernetes.io/hostname": "w"}}

@@ -9,17 +9,17 @@
 //! - a `spec.nodeName` no node can have gets upstream's not-found text and why.
 //!
 //! Units: `rules` (the pure CREATE/UPDATE decisions and denial texts), `quorum` (the etcd quorum
-//! rules), `reservations` (admitted CREATEs not yet cached), `cache` (the stripped reflectors)
-//! and `webhook` (the decision over the caches and the [`nmo_webhook`] adapter, [`router`]).
+//! rules), `platform` (OpenShift or not, detected once), `reservations` (admitted CREATEs not yet
+//! cached), `cache` (the stripped reflectors, beside the process's Node watch) and `webhook` (the
+//! decision over the caches and the [`nmo_webhook`] adapter, [`router`]).
 
 mod cache;
+mod platform;
 mod quorum;
 mod reservations;
 mod rules;
 mod webhook;
 
-pub(crate) use quorum::*;
-pub(crate) use reservations::*;
-pub(crate) use rules::*;
-pub(crate) use webhook::*;
-pub use webhook::{AdmissionError, WEBHOOK_PATH};
+pub use platform::AdmissionError;
+pub use webhook::WEBHOOK_PATH;
+pub(crate) use webhook::{Admission, router};

@@ -6,14 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 
-/// Node labels that mark a control-plane node; presence is enough, any value (upstream).
-pub(crate) const CONTROL_PLANE_LABELS: [&str; 2] = [
-    "node-role.kubernetes.io/control-plane",
-    "node-role.kubernetes.io/master",
-];
+use crate::watch::nodes::CONTROL_PLANE_LABELS;
+
 /// Namespace of the etcd guard PodDisruptionBudget and guard pods on OpenShift.
 pub(crate) const OPENSHIFT_ETCD_NAMESPACE: &str = "openshift-etcd";
 /// Namespace of kubeadm's etcd static pods.
@@ -274,6 +272,20 @@ fn budget_selector(selector: Option<&LabelSelector>) -> Result<Selector, String>
         Some(s) => Selector::try_from(s.clone()).map_err(|e| e.to_string()),
         None => Ok(Selector::default()),
     }
+}
+
+/// A budget's `status.disruptionsAllowed`; 0 while the disruption controller has not reported
+/// it.
+pub(crate) fn disruptions_allowed(pdb: &PodDisruptionBudget) -> i32 {
+    pdb.status
+        .as_ref()
+        .and_then(|s| s.disruptions_allowed)
+        .unwrap_or(0)
+}
+
+/// A budget's `spec.selector`.
+pub(crate) fn pdb_selector(pdb: &PodDisruptionBudget) -> Option<&LabelSelector> {
+    pdb.spec.as_ref().and_then(|s| s.selector.as_ref())
 }
 
 #[cfg(test)]

@@ -5,16 +5,22 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::{Api, Client};
 use tokio::sync::watch;
 
 use super::cache::{self, CacheTasks, Caches, NmEvent, QuorumStores};
-use super::*;
+use super::platform::{AdmissionError, Platform, detect_platform};
+use super::quorum::{
+    GUARD_BUDGET_NAMES, GuardBudget, GuardPod, Quorum, budget_selects_pods, disruptions_allowed,
+    etcd_members, guard_pod, is_control_plane, kubernetes_quorum, node_ready,
+    openshift_quorum_allows, pdb_selector,
+};
+use super::reservations::{CONFIRM_AFTER, CONFIRM_MAX_INTERVAL, Reservations};
+use super::rules::{CreateFacts, Denial, validate_create, validate_node_name, validate_update};
 use crate::api::NodeMaintenance;
 use crate::metrics::{AdmissionOperation, AdmissionResult, Metrics};
+use crate::watch::nodes::NodeCache;
 
 /// Path of the validating webhook (upstream's, derived by kubebuilder from the GVK).
 pub const WEBHOOK_PATH: &str = "/validate-nodemaintenance-medik8s-io-v1beta1-nodemaintenance";
@@ -22,48 +28,6 @@ pub const WEBHOOK_PATH: &str = "/validate-nodemaintenance-medik8s-io-v1beta1-nod
 /// missing from the cache); stays below the webhook's 15 s `timeoutSeconds` so the user gets our
 /// "please try again" message rather than a webhook timeout.
 pub(crate) const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The platform's quorum guard, detected once at start.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Platform {
-    /// `config.openshift.io/v1` is served: upstream's etcd-guard PDB rule.
-    OpenShift,
-    /// Anything else: the etcd member majority rule.
-    Kubernetes,
-}
-
-/// Errors of [`Admission::start`].
-#[derive(Debug, thiserror::Error)]
-pub enum AdmissionError {
-    /// API discovery failed; upstream treats this as fatal at startup.
-    #[error("could not detect whether the cluster is OpenShift: {0}")]
-    Discovery(#[source] kube::Error),
-}
-
-/// Detects the platform with one discovery call: OpenShift when `config.openshift.io/v1` is
-/// served, as upstream does at start-up.
-///
-/// # Errors
-/// [`AdmissionError::Discovery`] when discovery fails.
-pub(crate) async fn detect_platform(client: &Client) -> Result<Platform, AdmissionError> {
-    let groups = client
-        .list_api_groups()
-        .await
-        .map_err(AdmissionError::Discovery)?;
-    let openshift = groups.groups.iter().any(|g| {
-        g.versions
-            .iter()
-            .any(|v| v.group_version == OPENSHIFT_CONFIG_GROUP_VERSION)
-    });
-    Ok(if openshift {
-        Platform::OpenShift
-    } else {
-        tracing::info!(
-            "Cluster does not have etcd quorum PDB; using the etcd member majority rule for control-plane nodes"
-        );
-        Platform::Kubernetes
-    })
-}
 
 /// The NodeMaintenance validator: the pure rules over the watch caches, plus the reservations.
 pub(crate) struct Admission {
@@ -78,30 +42,38 @@ pub(crate) struct Admission {
 }
 
 impl Admission {
-    /// Detects the platform ([`detect_platform`]) and starts the caches ([`Admission::with_platform`]).
-    /// The returned validator answers CREATEs once [`Admission::synced`] reads true (until
-    /// then a CREATE waits for it, up to [`LOOKUP_TIMEOUT`]).
+    /// Detects the platform ([`detect_platform`]) and starts the caches beside the process's
+    /// Node watch `nodes` ([`Admission::with_platform`]). The returned validator answers CREATEs
+    /// once [`Admission::synced`] reads true (until then a CREATE waits for it, up to
+    /// [`LOOKUP_TIMEOUT`]).
     ///
     /// # Errors
     /// [`AdmissionError::Discovery`] when discovery fails.
     pub(crate) async fn start(
         client: Client,
         metrics: Arc<Metrics>,
+        nodes: NodeCache,
     ) -> Result<Self, AdmissionError> {
         let platform = detect_platform(&client).await?;
-        Ok(Self::with_platform(client, metrics, platform))
+        Ok(Self::with_platform(client, metrics, platform, nodes))
     }
 
     /// Starts the caches for a known platform (no discovery call). Must run inside a tokio
-    /// runtime; the watches stop when the validator is dropped.
-    pub(crate) fn with_platform(client: Client, metrics: Arc<Metrics>, platform: Platform) -> Self {
+    /// runtime; the caches' watches stop when the validator is dropped (`nodes`, the process's,
+    /// runs on).
+    pub(crate) fn with_platform(
+        client: Client,
+        metrics: Arc<Metrics>,
+        platform: Platform,
+        nodes: NodeCache,
+    ) -> Self {
         let reservations = Arc::new(Mutex::new(Reservations::default()));
         let (caches, tasks) = {
             let reservations = reservations.clone();
             // The handle for the relist check is only known after start; it is set right below.
             let relist_view: Arc<std::sync::OnceLock<Caches>> = Arc::default();
             let view = relist_view.clone();
-            let (caches, tasks) = cache::start(&client, platform, move |ev| {
+            let (caches, tasks) = cache::start(&client, platform, nodes, move |ev| {
                 let mut r = lock(&reservations);
                 match ev {
                     NmEvent::Observed { name, node } => {
@@ -135,11 +107,6 @@ impl Admission {
             reservations,
             _tasks: tasks,
         }
-    }
-
-    /// The Node watch among the caches, which the controller shares.
-    pub(crate) fn node_cache(&self) -> crate::nodewatch::NodeCache {
-        self.caches.node_cache().clone()
     }
 
     /// Turns true once the caches have listed everything; `/readyz` waits for it.
@@ -246,7 +213,7 @@ impl Admission {
                 let allowed: Vec<i32> = budgets.iter().map(|p| disruptions_allowed(p)).collect();
                 let guard = match (budgets.as_slice(), allowed.as_slice()) {
                     ([pdb], [a]) if *a < 1 => {
-                        guard_pod(name, budget_selector(pdb), &pods.state()).map_err(lookup)?
+                        guard_pod(name, pdb_selector(pdb), &pods.state()).map_err(lookup)?
                     }
                     _ => GuardPod::Absent,
                 };
@@ -277,7 +244,7 @@ impl Admission {
                         GUARD_BUDGET_NAMES.contains(&p.metadata.name.as_deref().unwrap_or_default())
                     })
                     .map(|p| {
-                        let selector = budget_selector(p);
+                        let selector = pdb_selector(p);
                         Ok(GuardBudget {
                             disruptions_allowed: disruptions_allowed(p),
                             guard: guard_pod(name, selector, &guard_pods)?,
@@ -329,17 +296,6 @@ impl Admission {
             _ => Ok(Vec::new()),
         }
     }
-}
-
-fn disruptions_allowed(pdb: &PodDisruptionBudget) -> i32 {
-    pdb.status
-        .as_ref()
-        .and_then(|s| s.disruptions_allowed)
-        .unwrap_or(0)
-}
-
-fn budget_selector(pdb: &PodDisruptionBudget) -> Option<&LabelSelector> {
-    pdb.spec.as_ref().and_then(|s| s.selector.as_ref())
 }
 
 fn lock(r: &Mutex<Reservations>) -> MutexGuard<'_, Reservations> {

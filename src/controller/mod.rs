@@ -5,14 +5,16 @@
 //!
 //! Many NodeMaintenances progress at once ([`ControllerConfig::concurrency`]); the drain never
 //! holds a worker: one pass evicts what it can and the reconcile returns a requeue (upstream
-//! blocks its single worker for up to 30 s per pass, §16 row 1).
+//! blocks its single worker for up to 30 s per pass, docs/compat.md §7).
 //!
 //! - `reconcile.rs`: one pass: observe, plan, act (and the drain round in the same shape);
 //! - `observe.rs`: the pass's reads, into one `Observed`;
 //! - `plan/`: the pure decision (ordered writes, requeue, memory), unit-tested;
 //! - `act.rs`: the executor of a plan's writes;
 //! - `memory.rs`: what a restart forgets;
-//! - `orphans.rs`: records of NodeMaintenances that vanished without us.
+//! - `triggers.rs`: what starts a reconcile (the NodeMaintenance watch, the Node watch's
+//!   changes);
+//! - `orphans.rs`: the sweep of records left by NodeMaintenances that vanished without us.
 
 mod act;
 pub(crate) mod memory;
@@ -20,7 +22,7 @@ mod observe;
 pub(crate) mod orphans;
 pub(crate) mod plan;
 mod reconcile;
-pub(crate) mod relist;
+mod triggers;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -28,18 +30,18 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{self, Store};
 use kube::{Api, Client, ResourceExt};
+use tokio::sync::{mpsc, watch};
 
 use crate::api::NodeMaintenance;
 use crate::drain::{DrainError, DrainOptions, Drainer};
 use crate::lease::{LeaseError, NodeLeases};
 use crate::metrics::{Metrics, ReconcileErrorKind};
 use crate::node::NodeError;
+use crate::watch::nodes::NodeCache;
 
 pub(crate) use reconcile::{error_policy, reconcile};
 
@@ -61,9 +63,6 @@ pub(crate) struct ControllerConfig {
     pub drain: DrainOptions,
     /// `reportingInstance` of events; the pod name (`--pod-name`/`POD_NAME`) when known.
     pub reporter_instance: Option<String>,
-    /// The process's Node watch (the admission caches'), whose changes trigger reconciles;
-    /// `None` starts one for the controller alone.
-    pub nodes: Option<crate::nodewatch::NodeCache>,
 }
 
 impl From<&crate::config::Config> for ControllerConfig {
@@ -75,12 +74,9 @@ impl From<&crate::config::Config> for ControllerConfig {
                 own_pod: config.own_pod(),
             },
             reporter_instance: config.pod_name().map(str::to_owned),
-            nodes: None,
         }
     }
 }
-
-use crate::nodewatch::WatchedNode;
 
 /// Errors of one reconcile. Each displays the text written to `status.lastError`.
 #[derive(Debug, thiserror::Error)]
@@ -231,7 +227,7 @@ pub(crate) struct Context {
     /// Event recorder (reporting controller `NodeMaintenance`).
     pub recorder: Recorder,
     /// The recorder's `reportingInstance`, for the events written without it (names too long
-    /// for its event names, `reconcile::event_name`).
+    /// for its event names, `act::event_name`).
     pub reporter_instance: Option<String>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
@@ -279,190 +275,84 @@ fn phase_counts(
     counts
 }
 
-/// The nodes a NodeMaintenance concerns: `spec.nodeName` and the node it entered
-/// ([`crate::api::ENTERED_NODE_ANNOTATION`]) when that differs.
-fn nodes_of_maintenance(nm: &NodeMaintenance) -> Vec<String> {
-    let mut nodes = vec![nm.spec.node_name.clone()];
-    if let Some(entered) = nm.annotations().get(crate::api::ENTERED_NODE_ANNOTATION)
-        && *entered != nm.spec.node_name
-    {
-        nodes.push(entered.clone());
-    }
-    nodes
-}
-
-/// The NodeMaintenances in `store` whose `spec.nodeName` is `node` or that entered `node`
-/// ([`crate::api::ENTERED_NODE_ANNOTATION`]) (the Node watch's mapper).
-pub(crate) fn maintenances_of_node(
-    store: &Store<NodeMaintenance>,
-    node: &str,
-) -> Vec<ObjectRef<NodeMaintenance>> {
-    store
-        .state()
-        .iter()
-        .filter(|nm| {
-            nm.spec.node_name == node
-                || nm
-                    .annotations()
-                    .get(crate::api::ENTERED_NODE_ANNOTATION)
-                    .is_some_and(|n| n == node)
-        })
-        .map(|nm| ObjectRef::from_obj(nm.as_ref()))
-        .collect()
-}
-
 /// Runs the controller until `shutdown` completes; in-flight reconciles finish first.
 ///
 /// `client` serves reads, watches and writes; `eviction_client` must be built with
 /// `default_retry = false` (a PodDisruptionBudget refusal must come back as a 429 at once).
-/// `ready` is set to true once the NodeMaintenance and Node watches have listed everything
-/// (readiness probe). Returns when shut down; watch errors are logged and retried with back-off.
+/// `nodes` is the process's Node watch, whose changes trigger reconciles. `ready` is set to
+/// true once the NodeMaintenance and Node watches have listed everything (readiness probe).
+/// Returns when shut down; watch errors are logged and retried with back-off.
 pub(crate) async fn run(
     client: Client,
     eviction_client: Client,
     config: ControllerConfig,
+    nodes: NodeCache,
     metrics: Arc<Metrics>,
-    ready: tokio::sync::watch::Sender<bool>,
+    ready: watch::Sender<bool>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let nms: Api<NodeMaintenance> = Api::all(client.clone());
-    let nodes: Api<Node> = Api::all(client.clone());
-    // Our own NodeMaintenance reflector (rather than `Controller::new`'s) so that we see its
-    // InitDone: `Store::wait_until_ready` wakes only one of several concurrent waiters (kube 5's
-    // `DelayedInit` keeps a single waker), and the controller's applier is already one.
     let (store, writer) = reflector::store::<NodeMaintenance>();
-    let (nms_synced_tx, nms_synced) = tokio::sync::watch::channel(false);
+    let (nms_synced_tx, nms_synced) = watch::channel(false);
     // Nodes that may carry the record of a NodeMaintenance that vanished without us.
-    let (orphan_tx, orphan_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let deleted_tx = orphan_tx.clone();
-    // Nodes that NodeMaintenances deleted while the watch was away were on: the relist does not
-    // contain them and no deletion event comes (`relist.rs`).
-    let mut nm_relist = relist::RelistTracker::<Vec<String>>::default();
-    let nms_synced_tx = Arc::new(nms_synced_tx);
-    let nms_away_tx = nms_synced_tx.clone();
-    let nm_events = watcher(nms.clone(), watcher::Config::default())
-        .backoff(relist::watch_backoff())
-        .inspect(move |ev| {
-            if matches!(ev, Err(_) | Ok(watcher::Event::Init)) {
-                nms_away_tx.send_replace(false);
-            }
-        })
-        .filter_map(relist::log_error("NodeMaintenance"))
-        // No write of ours sends managedFields (every NodeMaintenance write is a merge patch of
-        // the fields it sets), and they are the largest part of a stored object (a JSON tree per
-        // field manager).
-        .modify(|nm| nm.metadata.managed_fields = None)
-        .reflect(writer)
-        .inspect(move |ev| {
-            let Ok(ev) = ev else { return };
-            if matches!(
-                ev,
-                watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_)
-            ) {
-                nms_synced_tx.send_if_modified(|live| !std::mem::replace(live, true));
-            }
-            if let watcher::Event::Delete(nm) = ev {
-                for node in nodes_of_maintenance(nm) {
-                    let _ = deleted_tx.send(node);
-                }
-            }
-            for (name, nodes) in nm_relist.observe(ev, ResourceExt::name_any, nodes_of_maintenance)
-            {
-                tracing::info!(nodemaintenance = %name, nodes = ?nodes, "NodeMaintenance deleted while its watch was away; checking its nodes");
-                for node in nodes {
-                    let _ = deleted_tx.send(node);
-                }
-            }
-        })
-        // A relist's objects trigger reconciles only once it is complete: the reflector swaps
-        // them into the store at InitDone, and a reconcile reads the store when it starts, so a
-        // reconcile started from an earlier InitApply (a later page is still being fetched)
-        // would read the copy from before the watch was away, or find nothing and drop the
-        // trigger. Every NodeMaintenance is reconciled after every relist.
-        .map({
-            let store = store.clone();
-            move |ev| match ev {
-                Ok(watcher::Event::Apply(nm)) => vec![Ok(nm)],
-                Ok(watcher::Event::InitDone) => store
-                    .state()
-                    .into_iter()
-                    .map(|nm| Ok(NodeMaintenance::clone(&nm)))
-                    .collect(),
-                Ok(_) => Vec::new(),
-                Err(e) => vec![Err(e)],
-            }
-        })
-        .flat_map(futures::stream::iter);
-    let trigger_metrics = metrics.clone();
-    let nm_events = nm_events.inspect(move |ev| {
-        if let Ok(nm) = ev {
-            trigger_metrics
-                .runtime()
-                .triggered(&nm.name_any(), Duration::ZERO);
-        }
-    });
-    let controller = Controller::for_stream(nm_events, store.clone());
-
-    // Node triggers: a pass runs when what maintenance cares about changes (cordon, taints,
-    // labels, annotations) or the node comes or goes, not on every status heartbeat. No
-    // debounce, so a manual uncordon is seen at once. They come from the process's one Node
-    // watch (`crate::nodewatch`: only what a reader needs is parsed; a fingerprint per node is
-    // kept), shared with the admission caches so every node is listed once.
-    let (node_cache, _own_node_watch) = match config.nodes.clone() {
-        Some(cache) => (cache, None),
-        None => {
-            let (cache, task) = crate::nodewatch::start(&client);
-            (cache, Some(task))
-        }
-    };
-    let mut nodes_synced = node_cache.synced();
-    let mut node_changes = node_cache.subscribe();
-    let node_events = futures::stream::poll_fn(move |cx| node_changes.poll_recv(cx)).map(
-        move |change: crate::nodewatch::NodeChange| {
-            if change.holder {
-                let _ = orphan_tx.send(change.name.clone());
-            }
-            Ok::<_, watcher::Error>(WatchedNode {
-                metadata: ObjectMeta {
-                    name: Some(change.name),
-                    ..ObjectMeta::default()
-                },
-                ..WatchedNode::default()
-            })
-        },
+    let (orphan_tx, orphan_rx) = mpsc::unbounded_channel::<String>();
+    let nm_triggers = triggers::maintenances(
+        nms.clone(),
+        writer,
+        nms_synced_tx,
+        orphan_tx.clone(),
+        metrics.clone(),
     );
-    let mapper_store = store.clone();
-    let controller = controller
-        .watches_stream(node_events, {
-            let metrics = metrics.clone();
-            move |node| {
-                let refs = maintenances_of_node(&mapper_store, &node.name_any());
-                for r in &refs {
-                    metrics.runtime().triggered(&r.name, Duration::ZERO);
-                }
-                refs
-            }
-        })
+    let controller = Controller::for_stream(nm_triggers, store.clone())
+        .watches_stream(
+            triggers::nodes(&nodes, orphan_tx),
+            triggers::node_mapper(store.clone(), metrics.clone()),
+        )
         .with_config(
             controller::Config::default()
                 .concurrency(u16::try_from(config.concurrency).unwrap_or(u16::MAX)),
         )
         .graceful_shutdown_on(shutdown);
+    tokio::spawn(triggers::report_synced(
+        nms_synced.clone(),
+        nodes.synced(),
+        ready,
+    ));
+    let ctx = context(
+        client,
+        eviction_client,
+        &config,
+        nms,
+        metrics,
+        store,
+        nms_synced,
+    );
+    // Aborted with the controller, so it never writes after the controller stopped.
+    let sweeper = tokio::spawn(orphans::run(ctx.clone(), orphan_rx));
+    tracing::info!(concurrency = config.concurrency, lease_namespace = %config.lease_namespace, "starting NodeMaintenance controller");
+    ctx.metrics
+        .runtime()
+        .set_max_concurrent_reconciles(config.concurrency);
+    controller
+        .run(observed_reconcile, observed_error_policy, ctx)
+        .for_each(log_outcome)
+        .await;
+    sweeper.abort();
+    tracing::info!("NodeMaintenance controller stopped");
+}
 
-    {
-        let mut nms_synced = nms_synced.clone();
-        tokio::spawn(async move {
-            if nms_synced.wait_for(|v| *v).await.is_err()
-                || nodes_synced.wait_for(|v| *v).await.is_err()
-            {
-                return;
-            }
-            tracing::info!("NodeMaintenance and Node watches synced");
-            ready.send_replace(true);
-        });
-    }
-
-    let ctx = Arc::new(Context {
+/// The shared state of all reconciles, built from the clients and settings.
+fn context(
+    client: Client,
+    eviction_client: Client,
+    config: &ControllerConfig,
+    nms: Api<NodeMaintenance>,
+    metrics: Arc<Metrics>,
+    store: Store<NodeMaintenance>,
+    nms_synced: watch::Receiver<bool>,
+) -> Arc<Context> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    Arc::new(Context {
         nms,
         nodes,
         drainer: Drainer::new(client.clone(), eviction_client, config.drain.clone()),
@@ -479,51 +369,51 @@ pub(crate) async fn run(
         store,
         nms_synced,
         memory: memory::Memories::default(),
-    });
-    // Aborted with the controller, so it never writes after the controller stopped.
-    let sweeper = tokio::spawn(orphans::run(ctx.clone(), orphan_rx));
-    tracing::info!(concurrency = config.concurrency, lease_namespace = %config.lease_namespace, "starting NodeMaintenance controller");
-    // controller-runtime's families (docs/compat.md §10) are recorded around each reconcile and
-    // each error-policy requeue; watch triggers are recorded where the streams are built.
-    ctx.metrics
-        .runtime()
-        .set_max_concurrent_reconciles(config.concurrency);
-    controller
-        .run(
-            |nm, ctx: Arc<Context>| async move {
-                let metrics = ctx.metrics.clone();
-                let key = nm.name_any();
-                crate::metrics::runtime::observe_reconcile(
-                    metrics.runtime(),
-                    key,
-                    reconcile(nm, ctx),
-                )
-                .await
-            },
-            |nm, err, ctx| {
-                let action = error_policy(nm.clone(), err, ctx.clone());
-                if let Some(after) = crate::metrics::runtime::action_requeue_after(&action) {
-                    ctx.metrics.runtime().retried(&nm.name_any(), after);
-                }
-                action
-            },
-            ctx,
-        )
-        .for_each(|res| async move {
-            match res {
-                Ok(_) => {}
-                Err(controller::Error::ObjectNotFound(obj)) => {
-                    tracing::debug!(object = %obj, "NodeMaintenance not found");
-                }
-                Err(controller::Error::ReconcilerFailed(err, obj)) => {
-                    tracing::debug!(object = %obj, error = %err, "reconcile failed");
-                }
-                Err(err) => tracing::warn!(error = %err, "controller error"),
-            }
-        })
-        .await;
-    sweeper.abort();
-    tracing::info!("NodeMaintenance controller stopped");
+    })
+}
+
+// controller-runtime's families (docs/compat.md §10) are recorded around each reconcile and
+// each error-policy requeue; watch triggers are recorded where the streams are built
+// (`triggers`).
+
+/// [`reconcile`], timed and counted.
+async fn observed_reconcile(
+    nm: Arc<NodeMaintenance>,
+    ctx: Arc<Context>,
+) -> Result<controller::Action, Error> {
+    let metrics = ctx.metrics.clone();
+    let key = nm.name_any();
+    crate::metrics::runtime::observe_reconcile(metrics.runtime(), key, reconcile(nm, ctx)).await
+}
+
+/// [`error_policy`], its requeue counted as a retry.
+fn observed_error_policy(
+    nm: Arc<NodeMaintenance>,
+    err: &Error,
+    ctx: Arc<Context>,
+) -> controller::Action {
+    let action = error_policy(nm.clone(), err, ctx.clone());
+    if let Some(after) = crate::metrics::runtime::action_requeue_after(&action) {
+        ctx.metrics.runtime().retried(&nm.name_any(), after);
+    }
+    action
+}
+
+/// Logs what a reconcile came to: failures at debug (`status.lastError` and the metrics carry
+/// them), controller errors as warnings.
+async fn log_outcome<T, E: std::fmt::Display, Q: std::fmt::Display>(
+    res: Result<T, controller::Error<E, Q>>,
+) {
+    match res {
+        Ok(_) => {}
+        Err(controller::Error::ObjectNotFound(obj)) => {
+            tracing::debug!(object = %obj, "NodeMaintenance not found");
+        }
+        Err(controller::Error::ReconcilerFailed(err, obj)) => {
+            tracing::debug!(object = %obj, error = %err, "reconcile failed");
+        }
+        Err(err) => tracing::warn!(error = %err, "controller error"),
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! status to record, the events to publish once it is recorded, and when to come back.
 //!
 //! Upstream's observable contract (docs/compat.md §3–§5: phases, events, lastError texts, the
-//! errorOnLeaseCount rules) is kept, with the improvements of §16: events only on transitions, no
+//! errorOnLeaseCount rules) is kept, with the improvements of §13: events only on transitions, no
 //! status write when nothing changed, lastError cleared on success, drainProgress never negative,
 //! lease ownership tracked explicitly (the `LeaseHeld` condition) instead of `drainProgress > 0`.
 

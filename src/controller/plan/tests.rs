@@ -176,7 +176,7 @@ fn running_with_two() -> NodeMaintenanceStatus {
     .unwrap()
 }
 
-// Upstream §15.1 #1: initialisation with 2 pods to drain.
+// Upstream's contract: initialisation with 2 pods to drain.
 #[test]
 fn init_sets_running_with_the_pods_to_drain() {
     let s = running_with_two();
@@ -191,7 +191,7 @@ fn init_sets_running_with_the_pods_to_drain() {
     assert_eq!(s.observed_generation, GEN);
 }
 
-// Upstream §15.1 #3: no re-initialisation once a phase is set.
+// Upstream's contract: no re-initialisation once a phase is set.
 #[test]
 fn init_leaves_a_set_phase_alone() {
     let failed = NodeMaintenanceStatus {
@@ -201,7 +201,7 @@ fn init_leaves_a_set_phase_alone() {
     assert_eq!(init_status(&failed, &survey(&["a"]), GEN, t(0)), None);
 }
 
-// Upstream §15.1 #6: a valid maintenance drains and succeeds once.
+// Upstream's contract: a valid maintenance drains and succeeds once.
 #[test]
 fn valid_maintenance_succeeds_once_and_then_stays_quiet() {
     let s0 = running_with_two();
@@ -232,7 +232,7 @@ fn valid_maintenance_succeeds_once_and_then_stays_quiet() {
     assert!(!needs_write(&s1, &s2, &[]), "{s1:?}\n{s2:?}");
 }
 
-// Upstream §15.1 #7: a node that does not exist.
+// Upstream's contract: a node that does not exist.
 #[test]
 fn missing_node_fails_once_and_resumes_when_it_appears() {
     let s0 = init_status(&NodeMaintenanceStatus::default(), &survey(&[]), GEN, t(0)).unwrap();
@@ -268,7 +268,7 @@ fn missing_node_fails_once_and_resumes_when_it_appears() {
     assert!(ev.is_empty());
 }
 
-// Upstream §15.1 #8: a lease held by someone else from the start is waited for, not counted.
+// Upstream's contract: a lease held by someone else from the start is waited for, not counted.
 #[test]
 fn foreign_lease_from_the_start_is_not_counted() {
     let mut s = running_with_two();
@@ -287,7 +287,7 @@ fn foreign_lease_from_the_start_is_not_counted() {
     assert_eq!(s.phase, Some(MaintenancePhase::Running));
 }
 
-// Upstream §15.1 #9: held 5 times, then released: succeeds without ever failing.
+// Upstream's contract: held 5 times, then released: succeeds without ever failing.
 #[test]
 fn lease_released_later_leads_straight_to_success() {
     let mut s = running_with_two();
@@ -313,7 +313,7 @@ fn lease_released_later_leads_straight_to_success() {
     assert_eq!(reasons(&all), vec!["SucceedMaintenance"]);
 }
 
-// Upstream §15.1 #10: lease lost twice during the drain, then recovered.
+// Upstream's contract: lease lost twice during the drain, then recovered.
 #[test]
 fn transiently_lost_lease_is_counted_then_reset() {
     let s0 = running_with_two();
@@ -346,7 +346,7 @@ fn transiently_lost_lease_is_counted_then_reset() {
     assert_eq!(reasons(&ev), vec!["SucceedMaintenance"]);
 }
 
-// Upstream §15.1 #12: lease lost for good: Failed after more than 3 counted errors, then quiet.
+// Upstream's contract: lease lost for good: Failed after more than 3 counted errors, then quiet.
 #[test]
 fn permanently_lost_lease_fails_the_maintenance_once() {
     let s0 = running_with_two();
@@ -380,7 +380,7 @@ fn permanently_lost_lease_fails_the_maintenance_once() {
     assert_eq!(entry(&obj), Entry::Terminal);
 }
 
-// Upstream §15.1 #11 / bug #154: a deleting object never falls through to maintenance.
+// Upstream's contract (bug #154): a deleting object never falls through to maintenance.
 #[test]
 fn deletion_comes_first_and_never_falls_through() {
     let mut obj = nm("nm", "node01");

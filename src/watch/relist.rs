@@ -1,4 +1,5 @@
-//! What the controller's watches must not lose when they start over (`docs/design.md §7`).
+//! What a watch must not lose when it starts over (`docs/design.md §7`): the controller's, the
+//! admission caches' and the Node watch's.
 //!
 //! A watch that was away (API server restarted, a 410 Expired, a 403 while the restarted API
 //! server's RBAC caches fill) resumes with a relist, and a relist delivers only the objects that
@@ -24,7 +25,7 @@ pub(crate) const WATCH_BACKOFF_MIN: Duration = Duration::from_millis(500);
 /// NodeMaintenance waits for it. client-go's reflector uses 30 s.
 pub(crate) const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(4);
 
-/// Back-off of one of the controller's watches after an error: from [`WATCH_BACKOFF_MIN`]
+/// Back-off of one of the process's watches after an error: from [`WATCH_BACKOFF_MIN`]
 /// doubling up to [`WATCH_BACKOFF_MAX`], each delay plus a random jitter of up to itself; reset
 /// by the next event the watch delivers.
 pub(crate) fn watch_backoff() -> watcher::ExponentialBackoff {

@@ -19,15 +19,24 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio::sync::{mpsc, watch};
 
-use crate::admission::CONTROL_PLANE_LABELS;
-
 mod protobuf;
+mod watched;
+
+pub(crate) use watched::WatchedNode;
+
+/// Node labels that mark a control-plane node; presence is enough, any value (upstream). The
+/// watch keeps a node's role as an index into this list ([`NodeEntry::control_plane`]); the
+/// admission rules read the same labels from a Node.
+pub(crate) const CONTROL_PLANE_LABELS: [&str; 2] = [
+    "node-role.kubernetes.io/control-plane",
+    "node-role.kubernetes.io/master",
+];
 
 /// Objects per page of the initial Node list and relists when the API server cannot stream
 /// them (see [`streams_initial_lists`]). A page's response body is held whole until it is
@@ -35,102 +44,6 @@ mod protobuf;
 /// largest thing in the process on a big cluster; 100 keeps it under 1 MB, at one round trip
 /// per 100 nodes.
 pub(crate) const NODE_PAGE_SIZE: u32 = 100;
-
-/// A Node as the watch parses it: `metadata` with only `name`, `uid`, `resourceVersion`,
-/// `labels` and `annotations` set; `spec` with only `unschedulable` and `taints`; and the status
-/// of the `Ready` condition. Every other field is skipped while parsing.
-#[derive(Clone, Debug, Default, serde::Deserialize)]
-#[serde(from = "WatchedNodeWire")]
-pub(crate) struct WatchedNode {
-    /// `name`, `uid`, `resourceVersion`, `labels` and `annotations`; every other field empty.
-    pub metadata: ObjectMeta,
-    /// `unschedulable` and `taints`; every other field empty.
-    pub spec: Option<NodeSpec>,
-    /// `status` of the `Ready` condition, when the node has one.
-    pub ready: Option<String>,
-}
-
-#[derive(serde::Deserialize)]
-struct WatchedNodeWire {
-    #[serde(default)]
-    metadata: WireMeta,
-    #[serde(default)]
-    spec: Option<WireSpec>,
-    #[serde(default)]
-    status: Option<WireStatus>,
-}
-
-#[derive(Default, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct WireMeta {
-    name: Option<String>,
-    uid: Option<String>,
-    resource_version: Option<String>,
-    labels: Option<BTreeMap<String, String>>,
-    annotations: Option<BTreeMap<String, String>>,
-}
-
-#[derive(serde::Deserialize)]
-struct WireSpec {
-    unschedulable: Option<bool>,
-    taints: Option<Vec<Taint>>,
-}
-
-#[derive(serde::Deserialize)]
-struct WireStatus {
-    #[serde(default)]
-    conditions: Vec<WireCondition>,
-}
-
-#[derive(serde::Deserialize)]
-struct WireCondition {
-    #[serde(rename = "type")]
-    type_: String,
-    status: String,
-}
-
-impl From<WatchedNodeWire> for WatchedNode {
-    fn from(w: WatchedNodeWire) -> Self {
-        WatchedNode {
-            metadata: ObjectMeta {
-                name: w.metadata.name,
-                uid: w.metadata.uid,
-                resource_version: w.metadata.resource_version,
-                labels: w.metadata.labels,
-                annotations: w.metadata.annotations,
-                ..ObjectMeta::default()
-            },
-            spec: w.spec.map(|s| NodeSpec {
-                unschedulable: s.unschedulable,
-                taints: s.taints,
-                ..NodeSpec::default()
-            }),
-            ready: w
-                .status
-                .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Ready"))
-                .map(|c| c.status),
-        }
-    }
-}
-
-impl k8s_openapi::Resource for WatchedNode {
-    const API_VERSION: &'static str = <Node as k8s_openapi::Resource>::API_VERSION;
-    const GROUP: &'static str = <Node as k8s_openapi::Resource>::GROUP;
-    const KIND: &'static str = <Node as k8s_openapi::Resource>::KIND;
-    const VERSION: &'static str = <Node as k8s_openapi::Resource>::VERSION;
-    const URL_PATH_SEGMENT: &'static str = <Node as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-    type Scope = k8s_openapi::ClusterResourceScope;
-}
-
-impl k8s_openapi::Metadata for WatchedNode {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
 
 /// A hash of the parts of a Node that maintenance reads or writes: `spec.unschedulable`,
 /// `spec.taints`, labels, annotations and uid. Equal fingerprints mean a watch event changed
@@ -334,7 +247,7 @@ impl NodeCache {
 }
 
 /// Starts the Node watch on `client`: probes whether the API server streams initial lists,
-/// then watches, retrying after the controller's watch back-off (`controller::relist`). Must
+/// then watches, retrying after the shared watch back-off (`watch::relist`). Must
 /// run inside a tokio runtime.
 pub(crate) fn start(client: &Client) -> (NodeCache, NodeWatchTask) {
     let (synced_tx, synced) = watch::channel(false);
@@ -375,7 +288,7 @@ async fn drive(client: Client, cache: NodeCache, synced: watch::Sender<bool>) {
             watcher::Config::default().page_size(NODE_PAGE_SIZE),
         ))
     };
-    let mut events = std::pin::pin!(events.backoff(crate::controller::relist::watch_backoff()));
+    let mut events = std::pin::pin!(events.backoff(crate::watch::relist::watch_backoff()));
     // A relist's nodes, swapped in whole at its end.
     let mut listing: HashMap<Box<str>, NodeEntry> = HashMap::new();
     while let Some(ev) = events.next().await {

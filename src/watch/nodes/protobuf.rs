@@ -33,7 +33,7 @@ use prost::Message;
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 use tokio_util::io::StreamReader;
 
-use super::WatchedNode;
+use super::watched::WatchedNode;
 
 /// The media type of a protobuf watch: length-delimited `WatchEvent` messages.
 const WATCH_MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf;stream=watch";
@@ -474,7 +474,7 @@ fn read_error(e: impl std::fmt::Display) -> kube::Error {
 /// per node, `InitDone`, then `Apply`/`Delete`; after a `410 Gone` or an undecodable frame, the
 /// same again from `Init`. Errors are yielded and retried on the next poll (pace them with
 /// kube's `WatchStreamExt::backoff`). Needs an API server that streams initial events
-/// (Kubernetes 1.32 and later; see [`super::streams_initial_lists`]).
+/// (Kubernetes 1.32 and later; see `nodes::streams_initial_lists`).
 pub(crate) fn watch(
     client: Client,
 ) -> impl Stream<Item = Result<watcher::Event<WatchedNode>, watcher::Error>> + Send {
