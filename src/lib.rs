@@ -12,6 +12,7 @@ pub mod admission;
 // is public API).
 #[allow(unreachable_pub)]
 pub mod api;
+pub(crate) mod bounds;
 pub mod bundle;
 pub mod chart;
 pub mod config;

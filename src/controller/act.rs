@@ -13,9 +13,9 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
+use super::context::{Context, Error, REPORTER};
 use super::memory::Remember;
 use super::plan::{EventTarget, NodePurpose, Plan, PlannedEvent, Requeue, Then, Write};
-use super::{Context, Error};
 use crate::api::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
 use crate::lease::LeaseError;
 use crate::node::{EnterOutcome, NodeError};
@@ -449,11 +449,11 @@ async fn publish_shortened(
         note: event.note.clone(),
         event_time: Some(MicroTime(now)),
         regarding: Some(reference),
-        reporting_controller: Some(super::REPORTER.to_string()),
+        reporting_controller: Some(REPORTER.to_string()),
         reporting_instance: Some(
             ctx.reporter_instance
                 .clone()
-                .unwrap_or_else(|| super::REPORTER.to_string()),
+                .unwrap_or_else(|| REPORTER.to_string()),
         ),
         type_: Some(
             match event.type_ {
@@ -553,7 +553,7 @@ mod tests {
             recorder: Recorder::new(
                 client,
                 Reporter {
-                    controller: super::super::REPORTER.into(),
+                    controller: REPORTER.into(),
                     instance: None,
                 },
             ),

@@ -6,9 +6,9 @@ use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 
+use super::context::{Context, Error};
 use super::memory::StatusSchema;
 use super::plan::{self, Observed, ObservedDeletion, ObservedMaintenance, Reads, World};
-use super::{Context, Error};
 use crate::api::NodeMaintenance;
 
 /// Reads everything the pass of `nm` needs.
@@ -93,7 +93,7 @@ async fn maintenance(
     if survey {
         let reason = nm.spec.reason.as_deref().unwrap_or_default();
         tracing::info!(
-            reason = %crate::drain::bounds::truncate(reason, crate::drain::bounds::MAX_REASON_ANNOTATION),
+            reason = %crate::bounds::truncate(reason, crate::bounds::MAX_REASON_ANNOTATION),
             "Applying maintenance mode"
         );
         let survey = ctx

@@ -21,7 +21,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::{Map, Value};
 
-use super::Context;
+use super::context::Context;
 use super::plan::{NodePurpose, Write};
 use crate::api::{ENTERED_NODE_ANNOTATION, NodeMaintenance};
 use crate::node::{
@@ -120,7 +120,7 @@ enum SettleError {
     #[error("{0}")]
     Lease(#[from] crate::lease::LeaseError),
     #[error("{0}")]
-    Write(#[from] super::Error),
+    Write(#[from] super::context::Error),
     #[error("the node or its lease changed while it was settled")]
     Stopped,
 }

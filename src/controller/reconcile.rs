@@ -19,10 +19,10 @@ use kube::runtime::controller::Action;
 use tracing::Instrument;
 
 use super::act;
+use super::context::{Context, Error, MAX_ERROR_BACKOFF, RECONCILE_TIMEOUT, invalid_fields_of};
 use super::memory::error_backoff;
 use super::observe::observe;
 use super::plan::{self, Then};
-use super::{Context, Error, MAX_ERROR_BACKOFF};
 use crate::api::NodeMaintenance;
 
 /// Next pass after a write found its object changed or gone: at once, but not in a loop.
@@ -42,9 +42,9 @@ pub(crate) async fn reconcile(
     let span = tracing::info_span!("reconcile", nodemaintenance = %name, node = %nm.spec.node_name);
     let result = async {
         tracing::debug!("Reconciling NodeMaintenance");
-        let result = tokio::time::timeout(super::RECONCILE_TIMEOUT, pass(&nm, &ctx))
+        let result = tokio::time::timeout(RECONCILE_TIMEOUT, pass(&nm, &ctx))
             .await
-            .unwrap_or(Err(Error::Timeout(super::RECONCILE_TIMEOUT)));
+            .unwrap_or(Err(Error::Timeout(RECONCILE_TIMEOUT)));
         tracing::debug!("Reconcile completed");
         result
     }
@@ -134,7 +134,7 @@ async fn record_error(nm: &NodeMaintenance, ctx: &Context, err: &Error) {
         .await
     {
         let fields = match &e {
-            kube::Error::Api(s) => super::invalid_fields_of(s),
+            kube::Error::Api(s) => invalid_fields_of(s),
             _ => None,
         };
         match fields {

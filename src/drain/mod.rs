@@ -8,11 +8,12 @@
 //! evicts what it can, records why every other pod is still on the node, and returns. The
 //! controller requeues and runs the next pass.
 //!
-//! Modules by concern: this one classifies pods and eviction answers and keeps the retry
-//! schedule (pure, unit-tested below); `pod.rs` is the slim pod the list is read into;
-//! `pass.rs` plans a pass and turns its answers into a report (pure); `bounds.rs` holds the
-//! size bounds of everything written; `act.rs` ([`Drainer`]) does the API calls, each under a
-//! deadline.
+//! Modules by concern: this one classifies pods and eviction answers and holds the retry
+//! schedule's type (pure, unit-tested in `tests.rs`); `pod.rs` is the slim pod the list is read
+//! into; `pass.rs` plans a round and settles its answers into a report and the next schedule
+//! (pure); `act.rs` ([`Drainer`]) observes the pods, sends the evictions, each under a deadline,
+//! and keeps each node's schedule between rounds. The size bounds of everything written are
+//! `crate::bounds`.
 //!
 //! Defaults, documented because kubectl's own defaults are different (each would abort the drain),
 //! and our deliberate differences from upstream (`docs/compat.md §7`, `docs/design.md §2`):
@@ -35,7 +36,7 @@
 //!   whatever triggers the next pass.
 
 mod act;
-pub(crate) mod bounds;
+
 pub(crate) mod pass;
 pub(crate) mod pod;
 
@@ -689,7 +690,7 @@ pub(crate) fn selector_matches(
 
 /// `utilerrors.NewAggregate(errs).Error()`: `None` for none, the text itself for one,
 /// `[e1, e2]` for several (duplicates dropped, order kept). Bounded (ours): at most
-/// [`bounds::MAX_ERRORS`] texts, each cut to [`bounds::MAX_ERROR`] bytes, then
+/// [`crate::bounds::MAX_ERRORS`] texts, each cut to [`bounds::MAX_ERROR`] bytes, then
 /// `and N more errors` inside the brackets.
 pub(crate) fn aggregate_errors(errors: &[String]) -> Option<String> {
     let mut seen = std::collections::HashSet::new();
@@ -700,13 +701,13 @@ pub(crate) fn aggregate_errors(errors: &[String]) -> Option<String> {
         .collect();
     let mut shown: Vec<String> = unique
         .iter()
-        .take(bounds::MAX_ERRORS)
-        .map(|e| bounds::truncate(e, bounds::MAX_ERROR))
+        .take(crate::bounds::MAX_ERRORS)
+        .map(|e| crate::bounds::truncate(e, crate::bounds::MAX_ERROR))
         .collect();
-    if unique.len() > bounds::MAX_ERRORS {
+    if unique.len() > crate::bounds::MAX_ERRORS {
         shown.push(format!(
             "and {} more errors",
-            unique.len() - bounds::MAX_ERRORS
+            unique.len() - crate::bounds::MAX_ERRORS
         ));
     }
     match shown.as_slice() {

@@ -13,6 +13,7 @@ use super::{
     terminating_blocker, waiting_blocker,
 };
 use crate::api::{PodBlocker, PodReference};
+use crate::bounds::MAX_BLOCKERS;
 
 /// Evictions not started within this time of the pass's start (its pod list included) wait for
 /// the next pass
@@ -285,11 +286,72 @@ pub(crate) fn report(
     report
 }
 
+/// The blockers the status lists: at most [`MAX_BLOCKERS`], those that block (a budget, an
+/// error) before those that only wait for pods to go, each kind by namespace and name, each
+/// message cut to [`MAX_BLOCKER_MESSAGE`]; then sorted by namespace and name. Returns them and
+/// how many were left out.
+pub(crate) fn cap_blockers(blockers: &[PodBlocker]) -> (Vec<PodBlocker>, usize) {
+    let mut order: Vec<&PodBlocker> = blockers.iter().collect();
+    if order.len() > MAX_BLOCKERS {
+        order.sort_by_key(|b| (waits_only(&b.reason), &b.namespace, &b.name));
+    }
+    let mut kept: Vec<PodBlocker> = order
+        .into_iter()
+        .take(MAX_BLOCKERS)
+        .map(|b| PodBlocker {
+            message: crate::bounds::truncate_opt(
+                b.message.as_deref(),
+                crate::bounds::MAX_BLOCKER_MESSAGE,
+            ),
+            ..b.clone()
+        })
+        .collect();
+    kept.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    (kept, blockers.len().saturating_sub(MAX_BLOCKERS))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bounds::{MAX_BLOCKER_MESSAGE, MAX_PENDING, cap_pending};
     use crate::drain::{DrainOptions, Stage, classify_eviction, result};
     use serde_json::json;
+
+    fn blocker(name: &str, reason: &str, message_len: usize) -> PodBlocker {
+        PodBlocker {
+            namespace: "ns".into(),
+            name: name.into(),
+            reason: reason.into(),
+            message: Some("m".repeat(message_len)),
+            ..PodBlocker::default()
+        }
+    }
+
+    #[test]
+    fn blockers_are_capped_with_those_that_block_first() {
+        let mut all: Vec<PodBlocker> = (0..2000)
+            .map(|i| blocker(&format!("t{i:04}"), "Terminating", 100))
+            .collect();
+        all.push(blocker("z-budget", "PodDisruptionBudget", 100_000));
+        let (kept, rest) = cap_blockers(&all);
+        assert_eq!((kept.len(), rest), (MAX_BLOCKERS, 2001 - MAX_BLOCKERS));
+        assert!(
+            kept.iter().any(|b| b.name == "z-budget"),
+            "the blocking one is listed"
+        );
+        assert!(
+            kept.iter()
+                .all(|b| b.message.as_ref().unwrap().len() <= MAX_BLOCKER_MESSAGE)
+        );
+        assert!(
+            kept.windows(2).all(|w| w[0].name < w[1].name),
+            "sorted by name"
+        );
+        let few = vec![blocker("a", "Terminating", 10)];
+        assert_eq!(cap_blockers(&few), (few.clone(), 0));
+        let (p, rest) = cap_pending(&(0..300).collect::<Vec<_>>());
+        assert_eq!((p.len(), rest, p[0]), (MAX_PENDING, 100, 0));
+    }
 
     fn pod(name: &str, extra: serde_json::Value) -> DrainPod {
         let mut v =

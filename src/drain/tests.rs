@@ -568,7 +568,7 @@ fn errors_aggregate_like_utilerrors() {
         .collect();
     let text = aggregate_errors(&many).unwrap();
     assert!(
-        text.len() < bounds::MAX_ERRORS * (bounds::MAX_ERROR + 2) + 64,
+        text.len() < crate::bounds::MAX_ERRORS * (crate::bounds::MAX_ERROR + 2) + 64,
         "{}",
         text.len()
     );

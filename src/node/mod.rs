@@ -417,7 +417,7 @@ fn decide_enter(
     // node's annotations together 256 KiB.
     let wanted_reason = reason
         .filter(|r| !r.is_empty())
-        .map(|r| crate::drain::bounds::truncate(r, crate::drain::bounds::MAX_REASON_ANNOTATION));
+        .map(|r| crate::bounds::truncate(r, crate::bounds::MAX_REASON_ANNOTATION));
     if annotation(node, REASON_ANNOTATION) != wanted_reason.as_deref() {
         annotations.insert(
             REASON_ANNOTATION.into(),

@@ -267,9 +267,7 @@ fn reason_change_alone_updates_only_the_annotation() {
     let copied = patch["metadata"]["annotations"][REASON_ANNOTATION]
         .as_str()
         .unwrap();
-    assert!(
-        copied.len() <= crate::drain::bounds::MAX_REASON_ANNOTATION && copied.starts_with("rrr")
-    );
+    assert!(copied.len() <= crate::bounds::MAX_REASON_ANNOTATION && copied.starts_with("rrr"));
     let cut = apply(&entered, &patch);
     assert_eq!(plan_enter(&cut, NM, Some(&huge)), EnterPlan::Unchanged);
 }

@@ -232,7 +232,7 @@ pub(crate) fn last_error_patch(
     error: &str,
     now: jiff::Timestamp,
 ) -> Option<serde_json::Value> {
-    let text = drain::bounds::truncate(error, drain::bounds::MAX_ERROR * 4);
+    let text = crate::bounds::truncate(error, crate::bounds::MAX_ERROR * 4);
     if nm.status.as_ref().and_then(|s| s.last_error.as_deref()) == Some(text.as_str()) {
         return None;
     }
@@ -256,7 +256,7 @@ pub(crate) fn init_status(
     s.phase = Some(MaintenancePhase::Running);
     s.total_pods = Some(count(survey.total_pods));
     s.eviction_pods = Some(count(survey.evictable.len()));
-    let (refs, _) = drain::bounds::cap_pending(&survey.evictable);
+    let (refs, _) = crate::bounds::cap_pending(&survey.evictable);
     s.pending_pods = non_empty(names(&refs));
     s.pending_pods_refs = non_empty(refs);
     s.drain_progress = Some(0);
@@ -605,7 +605,7 @@ fn pending_summary(report: &DrainReport) -> String {
 }
 
 /// `; not evicted: ns/a (reason), ns/b (reason)` for the pods the drain leaves on the node on
-/// purpose, or nothing: at most [`drain::bounds::MAX_NAMED_KEPT`] named, then `and N more`.
+/// purpose, or nothing: at most [`crate::bounds::MAX_NAMED_KEPT`] named, then `and N more`.
 /// Names, not counts, so it changes only when the set does.
 fn skipped_summary(report: &DrainReport) -> String {
     if report.skipped.is_empty() {
@@ -614,13 +614,13 @@ fn skipped_summary(report: &DrainReport) -> String {
     let mut names: Vec<String> = report
         .skipped
         .iter()
-        .take(drain::bounds::MAX_NAMED_KEPT)
+        .take(crate::bounds::MAX_NAMED_KEPT)
         .map(|b| format!("{}/{} ({})", b.namespace, b.name, b.reason))
         .collect();
-    if report.skipped.len() > drain::bounds::MAX_NAMED_KEPT {
+    if report.skipped.len() > crate::bounds::MAX_NAMED_KEPT {
         names.push(format!(
             "and {} more",
-            report.skipped.len() - drain::bounds::MAX_NAMED_KEPT
+            report.skipped.len() - crate::bounds::MAX_NAMED_KEPT
         ));
     }
     format!("; not evicted: {}", names.join(", "))
@@ -669,7 +669,7 @@ pub(crate) fn drained(
             EventTarget::Maintenance,
             (
                 event::POD_SKIPPED,
-                &drain::bounds::truncate(&note, drain::bounds::MAX_EVENT_NOTE),
+                &crate::bounds::truncate(&note, crate::bounds::MAX_EVENT_NOTE),
             ),
         ));
     }
@@ -691,9 +691,9 @@ pub(crate) fn drained(
             condition::DRAINED,
             true,
             "AllPodsEvicted",
-            drain::bounds::truncate(
+            crate::bounds::truncate(
                 &format!("all pods were evicted{}", skipped_summary(report)),
-                drain::bounds::MAX_CONDITION_MESSAGE,
+                crate::bounds::MAX_CONDITION_MESSAGE,
             ),
             generation,
             now,
@@ -701,8 +701,8 @@ pub(crate) fn drained(
         requeue = Requeue::After(REQUEUE_SUCCEEDED);
     } else {
         let all = drain::refs(&report.pending);
-        let (refs, _) = drain::bounds::cap_pending(&all);
-        let (blockers, _) = drain::bounds::cap_blockers(&report.pending);
+        let (refs, _) = crate::bounds::cap_pending(&all);
+        let (blockers, _) = drain::pass::cap_blockers(&report.pending);
         let capped = capped_summary(all.len(), refs.len(), blockers.len());
         s.phase = Some(MaintenancePhase::Running);
         s.drain_progress = Some(drain_progress(s.eviction_pods.unwrap_or(0), all.len()));
@@ -720,13 +720,13 @@ pub(crate) fn drained(
             } else {
                 "PodsTerminating"
             },
-            drain::bounds::truncate(
+            crate::bounds::truncate(
                 &format!(
                     "{}{capped}{}",
                     pending_summary(report),
                     skipped_summary(report)
                 ),
-                drain::bounds::MAX_CONDITION_MESSAGE,
+                crate::bounds::MAX_CONDITION_MESSAGE,
             ),
             generation,
             now,

@@ -9,12 +9,10 @@
 //! that says how much was cut. Ours: upstream writes every pending pod and error into the status
 //! unbounded, and copies nothing onto the node.
 
-use crate::api::PodBlocker;
-
 /// The reason annotation on the node (`spec.reason`, which has no length limit): at most this
 /// many bytes, a 64th of what all annotations of a node may take together.
 pub(crate) const MAX_REASON_ANNOTATION: usize = 4096;
-/// `status.blockers`: at most this many entries (those that block first, see [`cap_blockers`]).
+/// `status.blockers`: at most this many entries (those that block first, `drain::pass::cap_blockers`).
 pub(crate) const MAX_BLOCKERS: usize = 50;
 /// `status.pendingPods` and `status.pendingPodsRefs`: at most this many entries each.
 pub(crate) const MAX_PENDING: usize = 200;
@@ -59,27 +57,6 @@ pub(crate) fn truncate_opt(text: Option<&str>, max: usize) -> Option<String> {
     text.map(|t| truncate(t, max))
 }
 
-/// The blockers the status lists: at most [`MAX_BLOCKERS`], those that block (a budget, an
-/// error) before those that only wait for pods to go, each kind by namespace and name, each
-/// message cut to [`MAX_BLOCKER_MESSAGE`]; then sorted by namespace and name. Returns them and
-/// how many were left out.
-pub(crate) fn cap_blockers(blockers: &[PodBlocker]) -> (Vec<PodBlocker>, usize) {
-    let mut order: Vec<&PodBlocker> = blockers.iter().collect();
-    if order.len() > MAX_BLOCKERS {
-        order.sort_by_key(|b| (super::pass::waits_only(&b.reason), &b.namespace, &b.name));
-    }
-    let mut kept: Vec<PodBlocker> = order
-        .into_iter()
-        .take(MAX_BLOCKERS)
-        .map(|b| PodBlocker {
-            message: truncate_opt(b.message.as_deref(), MAX_BLOCKER_MESSAGE),
-            ..b.clone()
-        })
-        .collect();
-    kept.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    (kept, blockers.len().saturating_sub(MAX_BLOCKERS))
-}
-
 /// At most [`MAX_PENDING`] of `items` (already in their order), and how many were left out.
 pub(crate) fn cap_pending<T: Clone>(items: &[T]) -> (Vec<T>, usize) {
     let kept = items.iter().take(MAX_PENDING).cloned().collect();
@@ -89,42 +66,6 @@ pub(crate) fn cap_pending<T: Clone>(items: &[T]) -> (Vec<T>, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn blocker(name: &str, reason: &str, message_len: usize) -> PodBlocker {
-        PodBlocker {
-            namespace: "ns".into(),
-            name: name.into(),
-            reason: reason.into(),
-            message: Some("m".repeat(message_len)),
-            ..PodBlocker::default()
-        }
-    }
-
-    #[test]
-    fn blockers_are_capped_with_those_that_block_first() {
-        let mut all: Vec<PodBlocker> = (0..2000)
-            .map(|i| blocker(&format!("t{i:04}"), "Terminating", 100))
-            .collect();
-        all.push(blocker("z-budget", "PodDisruptionBudget", 100_000));
-        let (kept, rest) = cap_blockers(&all);
-        assert_eq!((kept.len(), rest), (MAX_BLOCKERS, 2001 - MAX_BLOCKERS));
-        assert!(
-            kept.iter().any(|b| b.name == "z-budget"),
-            "the blocking one is listed"
-        );
-        assert!(
-            kept.iter()
-                .all(|b| b.message.as_ref().unwrap().len() <= MAX_BLOCKER_MESSAGE)
-        );
-        assert!(
-            kept.windows(2).all(|w| w[0].name < w[1].name),
-            "sorted by name"
-        );
-        let few = vec![blocker("a", "Terminating", 10)];
-        assert_eq!(cap_blockers(&few), (few.clone(), 0));
-        let (p, rest) = cap_pending(&(0..300).collect::<Vec<_>>());
-        assert_eq!((p.len(), rest, p[0]), (MAX_PENDING, 100, 0));
-    }
 
     #[test]
     fn truncation_keeps_the_bound_and_character_boundaries() {
