@@ -83,8 +83,9 @@ fn record_metrics(
 }
 
 /// The precondition of a drain round's evictions, checked as the executor checks every write's:
-/// whether it may evict for `nm`. The cache's copy exists with the same uid and is not deleting, and, while the NodeMaintenance watch is away ([`Context::nms_synced`] false), a
-/// GET from the API server says the same. A failed GET defers the round.
+/// whether it may evict for `nm`. The cache's copy exists with the same uid and is not
+/// deleting, and, while the NodeMaintenance watch is away ([`Context::nms_synced`] false), a GET
+/// from the API server says the same. A failed GET defers the round.
 ///
 /// An eviction cannot be taken back, so none on the word of a copy that may be stale (a
 /// reconcile started before a relist finished holds the copy from before it; docs/design.md

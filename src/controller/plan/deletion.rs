@@ -35,8 +35,8 @@ pub(super) enum DeletionPlan {
 }
 
 /// Decides the cleanup of NodeMaintenance `me` (upstream's stop-on-deletion, docs/compat.md §2,
-/// plus the handover of docs/design.md §1): only the holder restores the node, and not while another live
-/// NodeMaintenance for the same node (`successor`) still wants it.
+/// plus the handover of docs/design.md §1): only the holder restores the node, and not while
+/// another live NodeMaintenance for the same node (`successor`) still wants it.
 pub(super) fn deletion_plan(node: NodeSeen<'_>, me: &str, successor: Option<&str>) -> DeletionPlan {
     match (node, successor) {
         (NodeSeen::Holder(Some(h)), Some(to)) if h == me => {
