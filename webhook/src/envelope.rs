@@ -429,7 +429,8 @@ async fn handle<V: Validator>(
     // Boxed: a validator's future (the operator's holds kube request futures) is kilobytes, and
     // inline it would make this handler's future as large, which every layer between hyper and
     // here (body limit, deadline, catch-panic, axum's routing) moves by value once per request.
-    // One allocation instead of those copies: about 8 % fewer instructions per request.
+    // One allocation instead of those copies: about 5 % fewer instructions per admission
+    // request of the operator (callgrind, the real rules).
     let mut resp = Box::pin(state.validator.validate(req)).await;
     resp.uid = uid;
     resp.types = types;
