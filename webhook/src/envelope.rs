@@ -426,7 +426,7 @@ async fn handle<V: Validator>(
     };
     let uid = req.uid.clone();
     let types = req.types.clone();
-    // Boxed: a validator's future (the operator's holds kube request futures) is kilobytes, and
+    // Boxed: a validator's future is large (the operator's holds kube request futures), and
     // inline it would make this handler's future as large, which every layer between hyper and
     // here (body limit, deadline, catch-panic, axum's routing) moves by value once per request.
     // One allocation instead of those copies: about 5 % fewer instructions per admission
