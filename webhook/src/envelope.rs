@@ -426,7 +426,12 @@ async fn handle<V: Validator>(
     };
     let uid = req.uid.clone();
     let types = req.types.clone();
-    let mut resp = state.validator.validate(req).await;
+    // Boxed: a validator's future is large (the operator's holds kube request futures), and
+    // inline it would make this handler's future as large, which every layer between hyper and
+    // here (body limit, deadline, catch-panic, axum's routing) moves by value once per request.
+    // One allocation instead of those copies: about 5 % fewer instructions per admission
+    // request of the operator (callgrind, the real rules).
+    let mut resp = Box::pin(state.validator.validate(req)).await;
     resp.uid = uid;
     resp.types = types;
     (StatusCode::OK, axum::Json(resp.into_review())).into_response()
