@@ -213,10 +213,7 @@ async fn send(ctx: &Context, nm: &mut NodeMaintenance, write: Write) -> Result<S
                 .await
             {
                 Ok(updated) => {
-                    let fresh = ctx.memory.learn(&sent, updated.status.as_ref());
-                    if !fresh.is_empty() {
-                        tracing::info!(fields = %fresh.join(","), "the API server prunes these status fields (upstream's CRD schema); they are not compared");
-                    }
+                    ctx.memory.learn(&sent, updated.status.as_ref());
                     *nm = updated;
                 }
                 Err(e) => return stopped_or(e, Error::Status),

@@ -90,14 +90,17 @@ impl Memories {
         lock(&self.schema).clone()
     }
 
-    /// Learns from a status write (or dry run) of `sent` answered with `stored`; returns the
+    /// Learns from a status write (or dry run) of `sent` answered with `stored`, and logs the
     /// fields newly found pruned.
     pub(crate) fn learn(
         &self,
         sent: &NodeMaintenanceStatus,
         stored: Option<&NodeMaintenanceStatus>,
-    ) -> Vec<String> {
-        lock(&self.schema).learn(sent, stored)
+    ) {
+        let fresh = lock(&self.schema).learn(sent, stored);
+        if !fresh.is_empty() {
+            tracing::info!(fields = %fresh.join(","), "the API server prunes these status fields (upstream's CRD schema); they are not compared");
+        }
     }
 }
 

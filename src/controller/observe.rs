@@ -63,12 +63,7 @@ async fn learn_status_schema(name: &str, ctx: &Context) {
         .patch_status(name, &params, &Patch::Merge(&patch))
         .await
     {
-        Ok(stored) => {
-            let pruned = ctx.memory.learn(&probe, stored.status.as_ref());
-            if !pruned.is_empty() {
-                tracing::info!(fields = %pruned.join(","), "the API server prunes these status fields (upstream's CRD schema); they are not compared");
-            }
-        }
+        Ok(stored) => ctx.memory.learn(&probe, stored.status.as_ref()),
         Err(e) => tracing::debug!(error = %e, "could not learn the status schema yet"),
     }
 }
