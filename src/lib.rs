@@ -23,6 +23,7 @@ pub(crate) mod lease;
 pub(crate) mod metrics;
 pub(crate) mod node;
 pub mod run;
+pub(crate) mod server_time;
 pub mod telemetry;
 pub(crate) mod tls_profile;
 pub(crate) mod watch;

@@ -546,6 +546,7 @@ mod tests {
                 client.clone(),
                 client.clone(),
                 crate::drain::DrainOptions::default(),
+                Arc::new(crate::metrics::Metrics::new()),
             ),
             leases: crate::lease::NodeLeases::new(client.clone(), "medik8s-leases".into()),
             recorder: Recorder::new(
@@ -559,6 +560,7 @@ mod tests {
             metrics: Arc::new(crate::metrics::Metrics::new()),
             store,
             nms_synced,
+            wake: futures::channel::mpsc::unbounded().0,
             memory: Default::default(),
         };
         (ctx, seen)

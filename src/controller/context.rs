@@ -15,6 +15,7 @@ use crate::drain::{DrainError, Drainer};
 use crate::lease::{LeaseError, NodeLeases};
 use crate::metrics::{Metrics, ReconcileErrorKind};
 use crate::node::NodeError;
+use kube::runtime::reflector::ObjectRef;
 
 /// The events' reporting controller (upstream's recorder name, docs/compat.md §4).
 pub(crate) const REPORTER: &str = "NodeMaintenance";
@@ -183,6 +184,8 @@ pub(crate) struct Context {
     /// What a restart forgets: per-object back-off counters and the learnt status schema, read
     /// into every pass's observation (`memory.rs`).
     pub memory: memory::Memories,
+    /// Starts a pass of a NodeMaintenance outside its watch: an eviction of its drain answered.
+    pub wake: futures::channel::mpsc::UnboundedSender<ObjectRef<NodeMaintenance>>,
 }
 
 impl Context {

@@ -102,7 +102,10 @@ pub(crate) async fn run(
         orphan_tx.clone(),
         metrics.clone(),
     );
+    // Eviction answers arrive outside any pass; each wakes its maintenance's next one.
+    let (wake, woken) = futures::channel::mpsc::unbounded();
     let controller = Controller::for_stream(nm_triggers, store.clone())
+        .reconcile_on(woken)
         .watches_stream(
             triggers::nodes(&nodes, orphan_tx),
             triggers::node_mapper(store.clone(), metrics.clone()),
@@ -125,6 +128,7 @@ pub(crate) async fn run(
         metrics,
         store,
         nms_synced,
+        wake,
     );
     // Aborted with the controller, so it never writes after the controller stopped.
     let sweeper = tokio::spawn(orphans::run(ctx.clone(), orphan_rx));
@@ -133,10 +137,12 @@ pub(crate) async fn run(
         .runtime()
         .set_max_concurrent_reconciles(config.concurrency);
     controller
-        .run(observed_reconcile, observed_error_policy, ctx)
+        .run(observed_reconcile, observed_error_policy, ctx.clone())
         .for_each(log_outcome)
         .await;
     sweeper.abort();
+    // No eviction is sent once the controller stopped, and those sent are answered first.
+    ctx.drainer.stop().await;
     tracing::info!("NodeMaintenance controller stopped");
 }
 
@@ -149,12 +155,18 @@ fn context(
     metrics: Arc<Metrics>,
     store: Store<NodeMaintenance>,
     nms_synced: watch::Receiver<bool>,
+    wake: futures::channel::mpsc::UnboundedSender<reflector::ObjectRef<NodeMaintenance>>,
 ) -> Arc<Context> {
     let nodes: Api<Node> = Api::all(client.clone());
     Arc::new(Context {
         nms,
         nodes,
-        drainer: Drainer::new(client.clone(), eviction_client, config.drain.clone()),
+        drainer: Drainer::new(
+            client.clone(),
+            eviction_client,
+            config.drain.clone(),
+            metrics.clone(),
+        ),
         leases: NodeLeases::new(client.clone(), config.lease_namespace.clone()),
         recorder: Recorder::new(
             client,
@@ -168,6 +180,7 @@ fn context(
         store,
         nms_synced,
         memory: memory::Memories::default(),
+        wake,
     })
 }
 

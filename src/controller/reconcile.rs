@@ -16,6 +16,7 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use tracing::Instrument;
 
 use super::act;
@@ -24,6 +25,7 @@ use super::memory::error_backoff;
 use super::observe::observe;
 use super::plan::{self, Then};
 use crate::api::NodeMaintenance;
+use crate::drain::Standing;
 
 /// Next pass after a write found its object changed or gone: at once, but not in a loop.
 const REQUEUE_STOPPED: Duration = Duration::from_millis(250);
@@ -102,13 +104,8 @@ async fn pass(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
     tracing::debug!("Evict all Pods from Node");
     let report = ctx
         .drainer
-        .pass(&round.node, round.started, jiff::Timestamp::now())
+        .pass(&round.node, round.started, &standing(ctx, &current))
         .await?;
-    for (result, n) in &report.evictions.by_result {
-        for _ in 0..*n {
-            ctx.metrics.eviction(result);
-        }
-    }
     if !report.done() {
         tracing::info!(pending = report.pending.len(), "Not all pods evicted");
     }
@@ -117,6 +114,27 @@ async fn pass(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
         Some(Then::Requeue(requeue)) => act::action(requeue),
         _ => Action::requeue(REQUEUE_STOPPED),
     })
+}
+
+/// What the drain's evictions, each sent on its own, need of `nm`: whether it still stands (the
+/// controller's cache holds it, same UID, not being deleted: the cache sees a DELETE within
+/// moments, so no eviction is sent once a deletion is known) and how to wake its next pass.
+fn standing(ctx: &Context, nm: &NodeMaintenance) -> Standing {
+    let store = ctx.store.clone();
+    let key = ObjectRef::from_obj(nm);
+    let uid = nm.metadata.uid.clone();
+    let wake = ctx.wake.clone();
+    let woken = key.clone();
+    Standing {
+        stands: Arc::new(move || {
+            store
+                .get(&key)
+                .is_some_and(|o| o.metadata.deletion_timestamp.is_none() && o.metadata.uid == uid)
+        }),
+        wake: Arc::new(move || {
+            let _ = wake.unbounded_send(woken.clone());
+        }),
+    }
 }
 
 /// Best effort: say in `status.lastError` what went wrong (the next successful pass replaces it).

@@ -1,29 +1,36 @@
-//! The drain's I/O: the pod list (pages of slim pods), the DaemonSet lookups, the evictions, each
-//! API call under its own deadline so that one call that hangs becomes that pod's blocker (or the
-//! pass's error, naming the call) while the others proceed and the pass ends in time
-//! (`docs/drain-contract.md §4`). Every decision is made by the pure functions of `pass.rs` and
-//! `mod.rs`; this module only carries them out.
+//! The drain's I/O: the pod list (pages of slim pods, with the API server's time), the DaemonSet
+//! lookups, and the evictions. Each eviction is sent on its own, after the round has decided and
+//! recorded it, right after a check that the maintenance still stands; it waits for the API
+//! server's answer however long its admission webhooks take, and the answer, recorded in the
+//! node's memory as it arrives, wakes the maintenance's next pass (`docs/drain-contract.md §4`).
+//! Every decision is made by the pure functions of `pass.rs` and `mod.rs`; this module only
+//! carries them out.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, stream};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-use super::pass::{self, DrainReport, EVICTION_BUDGET, PlannedEviction, Survey};
+use super::pass::{self, DrainReport, PlannedEviction, Survey};
 use super::pod::{DrainPod, PodPage};
 use super::{
-    Disposition, DrainOptions, EvictionOutcome, RetrySchedule, classify, classify_eviction,
-    daemonset_owner, reason, result, selector_matches,
+    Arrival, Disposition, DrainOptions, EvictionOutcome, RetrySchedule, classify,
+    classify_eviction, daemonset_owner, reason, result, selector_matches,
 };
-use crate::api::{PodBlocker, PodReference};
+use crate::api::PodReference;
+use crate::metrics::Metrics;
 
-/// Evictions in flight at once within one pass (kubectl starts one goroutine per pod, unbounded).
-pub(crate) const EVICTION_PARALLELISM: usize = 32;
+/// Evictions in flight at once in the whole process (kubectl and upstream start one goroutine per
+/// pod, unbounded). An eviction that waits on a slow admission webhook holds its slot until the
+/// API server answers; namespaces take turns for the slots (`pass::fair_order`), so one
+/// namespace's hung evictions do not hold back the others' while slots are left.
+pub(crate) const EVICTION_PARALLELISM: usize = 256;
 /// Page size of the pod list. kubectl's `--chunk-size` is 500; a smaller page keeps the raw JSON
 /// a pass holds at once small (about 1.1 MB for kubelet-size pods), at the cost of more requests.
 pub(crate) const LIST_PAGE_SIZE: u32 = 100;
@@ -32,10 +39,6 @@ pub(crate) const LIST_PAGE_SIZE: u32 = 100;
 pub(crate) const LIST_PAGES_IN_FLIGHT: usize = 4;
 /// Deadline of one read (a pod-list page, a DaemonSet GET, a PodDisruptionBudget list).
 pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(15);
-/// Deadline of one eviction request. The API server gives an admission webhook up to 30 s
-/// (`timeoutSeconds`, default 10 s); past this one the pod is reported as
-/// [`reason::EVICTION_TIMEOUT`] and asked again after the retry interval.
-pub(crate) const EVICTION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Failure of a whole pass (the pod list or a DaemonSet lookup failed or hung); single evictions
 /// never fail a pass.
@@ -68,6 +71,16 @@ pub(crate) enum DrainError {
     },
 }
 
+/// What an eviction sent on its own needs from the maintenance it belongs to.
+#[derive(Clone)]
+pub(crate) struct Standing {
+    /// Whether the maintenance still stands (in the watch cache, same UID, not being deleted);
+    /// asked right before each eviction is sent.
+    pub stands: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// Wakes the maintenance's next pass: an answer arrived.
+    pub wake: Arc<dyn Fn() + Send + Sync>,
+}
+
 /// Runs drain passes. Cheap to clone; holds two clients: `client` for reads, `eviction_client`
 /// (built with kube's default 429 retry disabled) for evictions, so that a PodDisruptionBudget
 /// refusal comes back at once instead of being retried inside the client for minutes.
@@ -76,9 +89,16 @@ pub(crate) struct Drainer {
     client: Client,
     eviction_client: Client,
     options: DrainOptions,
-    /// The drain's memory: each node's retry schedule, read into every round.
+    /// The drain's memory: each node's retry schedule, read into every round and written by
+    /// the answers as they arrive.
     retries: Arc<Mutex<HashMap<String, RetrySchedule>>>,
     pages: Arc<tokio::sync::Semaphore>,
+    slots: Arc<tokio::sync::Semaphore>,
+    metrics: Arc<Metrics>,
+    /// Cancelled when the controller stops: no eviction is sent after that.
+    stopped: CancellationToken,
+    /// The evictions sent on their own, awaited by [`Drainer::stop`].
+    tasks: TaskTracker,
 }
 
 async fn deadline<T>(
@@ -91,29 +111,52 @@ async fn deadline<T>(
 }
 
 impl Drainer {
-    /// A drainer; `eviction_client` must have `default_retry = false`.
-    pub(crate) fn new(client: Client, eviction_client: Client, options: DrainOptions) -> Self {
+    /// A drainer; `eviction_client` must have `default_retry = false`. Answers are counted in
+    /// `metrics`.
+    pub(crate) fn new(
+        client: Client,
+        eviction_client: Client,
+        options: DrainOptions,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             client,
             eviction_client,
             options,
             retries: Arc::default(),
             pages: Arc::new(tokio::sync::Semaphore::new(LIST_PAGES_IN_FLIGHT)),
+            slots: Arc::new(tokio::sync::Semaphore::new(EVICTION_PARALLELISM)),
+            metrics,
+            stopped: CancellationToken::new(),
+            tasks: TaskTracker::new(),
         }
+    }
+
+    /// Sends no eviction from now on, and returns once every eviction already sent has been
+    /// answered (the controller stops: a leader's term ends with its last request answered).
+    pub(crate) async fn stop(&self) {
+        self.stopped.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
     }
 
     fn schedules(&self) -> std::sync::MutexGuard<'_, HashMap<String, RetrySchedule>> {
         self.retries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// All pods bound to `node`, as [`DrainPod`]s: a field-selected list in pages of
+    /// All pods bound to `node`, as [`DrainPod`]s, and the API server's time of the first page
+    /// (`None` when its answer had no `Date`): a field-selected list in pages of
     /// [`LIST_PAGE_SIZE`] (never a cluster-wide cache), each page under [`READ_TIMEOUT`].
-    async fn list_pods(&self, node: &str) -> Result<Vec<DrainPod>, DrainError> {
+    async fn list_pods(
+        &self,
+        node: &str,
+    ) -> Result<(Vec<DrainPod>, Option<jiff::Timestamp>), DrainError> {
         let request = kube::core::Request::new("/api/v1/pods");
         let mut lp = ListParams::default()
             .fields(&format!("spec.nodeName={node}"))
             .limit(LIST_PAGE_SIZE);
         let mut pods = Vec::new();
+        let mut listed_at = None;
         for page_no in 1.. {
             let err = |source| DrainError::ListPods {
                 node: node.to_string(),
@@ -122,30 +165,29 @@ impl Drainer {
             let req = request
                 .list(&lp)
                 .map_err(|e| err(kube::Error::BuildRequest(e)))?;
-            let page: PodPage = {
+            let (page, date): (PodPage, _) = {
                 let _slot = self.pages.acquire().await;
                 let what = || format!("the list of pods on node {node} (page {page_no})");
-                deadline(what, self.client.request(req))
+                deadline(what, crate::server_time::request_dated(&self.client, req))
                     .await?
                     .map_err(err)?
             };
+            listed_at = listed_at.or(date);
             pods.extend(page.items);
             match page.metadata.continue_ {
                 Some(token) if !token.is_empty() => lp = lp.continue_token(&token),
                 _ => break,
             }
         }
-        Ok(pods)
+        Ok((pods, listed_at))
     }
 
-    /// Lists the node's pods and classifies each (`drain_started`: see [`classify`]), looking up
-    /// each DaemonSet once.
+    /// Classifies each pod ([`classify`] with `arrival`), looking up each DaemonSet once.
     async fn classified(
         &self,
-        node: &str,
-        drain_started: Option<jiff::Timestamp>,
+        pods: Vec<DrainPod>,
+        arrival: &Arrival,
     ) -> Result<Vec<(DrainPod, Disposition)>, DrainError> {
-        let pods = self.list_pods(node).await?;
         // UID of the DaemonSet found under each (namespace, name); `None` when not found.
         let mut daemonsets: HashMap<(String, String), Option<String>> = HashMap::new();
         let mut out = Vec::with_capacity(pods.len());
@@ -176,7 +218,7 @@ impl Drainer {
                     }
                 }
             };
-            let disposition = classify(&pod, exists.as_deref(), &self.options, drain_started);
+            let disposition = classify(&pod, exists.as_deref(), &self.options, arrival);
             out.push((pod, disposition));
         }
         Ok(out)
@@ -188,91 +230,121 @@ impl Drainer {
     /// # Errors
     /// [`DrainError`] when the pod list or a DaemonSet lookup fails or hangs.
     pub(crate) async fn survey(&self, node: &str) -> Result<Survey, DrainError> {
-        Ok(pass::survey(&self.classified(node, None).await?))
+        let (pods, _) = self.list_pods(node).await?;
+        Ok(pass::survey(
+            &self.classified(pods, &Arrival::default()).await?,
+        ))
     }
 
-    /// One drain pass over `node`, whose drain started at `drain_started`: lists its pods, plans
-    /// the pass ([`pass::plan_pass`]), sends the evictions (at most [`EVICTION_PARALLELISM`] at
-    /// once, each with a UID precondition, no grace period override, and [`EVICTION_TIMEOUT`];
-    /// none started after [`EVICTION_BUDGET`]), records refusals in the retry schedule and
-    /// reports ([`pass::report`]). Never sleeps or waits for pods to go: a pod counts as gone
-    /// once a later pass no longer lists it on the node.
+    /// One drain round over `node`, whose drain started at `started` (the API server's clock):
+    /// observes its pods and the node's memory, decides ([`pass::plan_pass`], [`pass::settle`]),
+    /// records the decision, then sends the evictions it decided on their own (at most
+    /// [`EVICTION_PARALLELISM`] in flight in the process, each with a UID precondition and no
+    /// grace period override, each only while `standing` says the maintenance still stands) and
+    /// returns without waiting for their answers: each answer is recorded as it arrives and
+    /// wakes the next pass. A pod counts as gone once a later round no longer lists it.
     ///
     /// # Errors
     /// [`DrainError`] when the pod list or a DaemonSet lookup fails or hangs; eviction failures
-    /// are reported per pod in [`DrainReport::pending`] and [`DrainReport::errors`].
+    /// are reported per pod by the round after their answer.
     pub(crate) async fn pass(
         &self,
         node: &str,
-        drain_started: Option<jiff::Timestamp>,
-        now: jiff::Timestamp,
+        started: Option<jiff::Timestamp>,
+        standing: &Standing,
     ) -> Result<DrainReport, DrainError> {
-        // Observe: the pods, and what earlier rounds remember of them.
-        let started = Instant::now();
-        let pods = self.classified(node, drain_started).await?;
+        // Observe: the pods with the API server's time, and what earlier rounds remember.
+        let at = Instant::now();
+        let (pods, listed_at) = self.list_pods(node).await?;
+        let now = listed_at.unwrap_or_else(jiff::Timestamp::now);
         let schedule = self.schedules().get(node).cloned().unwrap_or_default();
-        // Plan (pure), evict, settle (pure), remember.
-        let plan = pass::plan_pass(pods, &schedule, now, started);
-        let answers = self
-            .evict_all(node, &plan.evict, started + EVICTION_BUDGET)
-            .await;
-        let labels = plan.labels.clone();
-        let (mut report, schedule) = pass::settle(node, plan, answers, schedule, Instant::now());
-        self.remember(node, schedule);
+        let arrival = Arrival {
+            started,
+            first_listing: schedule.first_listing(started).cloned(),
+        };
+        let pods = self.classified(pods, &arrival).await?;
+        // Decide (pure).
+        let plan = pass::plan_pass(pods, &schedule, started, now, at);
+        let evict = plan.evict.clone();
+        let (report, settled) = pass::settle(node, plan, &schedule, Instant::now());
+        // Record, then send.
+        let evict = self.remember(node, settled, evict);
         for b in &report.newly_skipped {
             tracing::info!(pod = %format!("{}/{}", b.namespace, b.name), "not evicting a replacement pod that tolerates the maintenance taints");
         }
-        self.name_overlapping_budgets(&mut report.pending, &labels)
-            .await;
+        for e in evict {
+            self.send_on_its_own(node, e, standing.clone());
+        }
         Ok(report)
     }
 
-    /// Sends the planned evictions, at most [`EVICTION_PARALLELISM`] at once; each answer paired
-    /// with its eviction (`None`: not sent, `budget_end` had passed).
-    async fn evict_all(
+    /// Applies what the round settled to the node's memory and marks its evictions sent; returns
+    /// those still to send (an eviction already in flight or held by an answer that arrived
+    /// since the round read the memory is not sent twice).
+    fn remember(
         &self,
         node: &str,
-        evict: &[PlannedEviction],
-        budget_end: Instant,
-    ) -> Vec<(PlannedEviction, Option<EvictionOutcome>)> {
-        stream::iter(evict.iter().cloned())
-            .map(|e| async move {
-                let outcome = self
-                    .evict_once(node, &e.pod, e.uid.as_deref(), budget_end)
-                    .await;
-                (e, outcome)
-            })
-            .buffer_unordered(EVICTION_PARALLELISM)
-            .collect()
-            .await
-    }
-
-    /// Replaces the retry schedule of `node` with what the round settled.
-    fn remember(&self, node: &str, schedule: RetrySchedule) {
+        settled: pass::Settled,
+        evict: Vec<PlannedEviction>,
+    ) -> Vec<PlannedEviction> {
         let mut schedules = self.schedules();
+        let schedule = schedules.entry(node.to_owned()).or_default();
+        schedule.apply(node, settled);
+        let now = Instant::now();
+        let evict: Vec<PlannedEviction> = evict
+            .into_iter()
+            .filter(|e| {
+                let uid = e.uid.as_deref().unwrap_or_default();
+                !schedule.in_flight(uid) && schedule.held(uid, now).is_none()
+            })
+            .collect();
+        for e in &evict {
+            schedule.sent(e.uid.as_deref().unwrap_or_default());
+        }
         if schedule.is_empty() {
             schedules.remove(node);
-        } else {
-            schedules.insert(node.to_owned(), schedule);
+        }
+        evict
+    }
+
+    /// Sends one eviction on its own: waits for a slot, checks that the maintenance still
+    /// stands and the controller runs, sends, records the answer and wakes the maintenance.
+    fn send_on_its_own(&self, node: &str, e: PlannedEviction, standing: Standing) {
+        let this = self.clone();
+        let node = node.to_owned();
+        self.tasks.spawn(async move {
+            let uid = e.uid.clone().unwrap_or_default();
+            let slot = tokio::select! {
+                slot = this.slots.clone().acquire_owned() => slot.ok(),
+                () = this.stopped.cancelled() => None,
+            };
+            if slot.is_none() || this.stopped.is_cancelled() || !(standing.stands)() {
+                tracing::debug!(pod = %format!("{}/{}", e.pod.namespace, e.pod.name), "eviction not sent: the maintenance no longer stands");
+                this.answered(&node, &uid, None);
+                return;
+            }
+            let outcome = this.evict_once(&node, &e).await;
+            drop(slot);
+            this.answered(&node, &uid, Some(&outcome));
+            (standing.wake)();
+        });
+    }
+
+    /// Records the answer to the eviction of `uid` on `node` (`None`: not sent).
+    fn answered(&self, node: &str, uid: &str, outcome: Option<&EvictionOutcome>) {
+        let mut schedules = self.schedules();
+        if let Some(schedule) = schedules.get_mut(node) {
+            schedule.answered(uid, node, outcome, Instant::now());
+            if schedule.is_empty() {
+                schedules.remove(node);
+            }
         }
     }
 
-    /// One eviction with its deadline, classified; `None` (not sent) once `budget_end` has
-    /// passed.
-    async fn evict_once(
-        &self,
-        node: &str,
-        pod: &PodReference,
-        uid: Option<&str>,
-        budget_end: Instant,
-    ) -> Option<EvictionOutcome> {
-        if Instant::now() >= budget_end {
-            return None;
-        }
-        let Ok(answer) = tokio::time::timeout(EVICTION_TIMEOUT, self.evict(pod, uid)).await else {
-            tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), timeout = ?EVICTION_TIMEOUT, "eviction request did not answer");
-            return Some(super::timed_out(pod, EVICTION_TIMEOUT));
-        };
+    /// One eviction, classified and counted; a refusal by several budgets names them.
+    async fn evict_once(&self, node: &str, e: &PlannedEviction) -> EvictionOutcome {
+        let pod = &e.pod;
+        let answer = self.evict(pod, e.uid.as_deref()).await;
         if answer.is_ok() {
             tracing::info!(
                 "pod: {}:{} Evicted from node: {node}",
@@ -280,16 +352,23 @@ impl Drainer {
                 pod.name
             );
         }
-        let outcome = classify_eviction(pod, answer.as_ref().map(|_| ()));
+        let mut outcome = classify_eviction(pod, answer.as_ref().map(|_| ()));
         if outcome.result != result::EVICTED && outcome.result != result::GONE {
             tracing::info!(error = %outcome.error.as_deref().unwrap_or_default(), "eviction refused");
         }
-        Some(outcome)
+        if let Some(b) = outcome.blocker.as_mut()
+            && b.reason == reason::MULTIPLE_PDBS
+        {
+            self.name_overlapping_budgets(b, &e.labels).await;
+        }
+        self.metrics.eviction(&outcome.result);
+        outcome
     }
 
     /// POST `pods/<name>/eviction` (policy/v1) with a UID precondition. Written by hand because
     /// kube's `Api::evict` sends its delete options under a `delete_options` key the API server
-    /// does not know, so a precondition would be dropped silently.
+    /// does not know, so a precondition would be dropped silently. No deadline of ours: the API
+    /// server answers within its own request timeout, its admission webhooks' included.
     async fn evict(&self, pod: &PodReference, uid: Option<&str>) -> Result<(), kube::Error> {
         let mut body = serde_json::json!({
             "apiVersion": "policy/v1",
@@ -310,54 +389,39 @@ impl Drainer {
         self.eviction_client.request_text(req).await.map(|_| ())
     }
 
-    /// For pods refused because several budgets select them, names those budgets (the API
-    /// server's 500 names none). `labels` are the pods' labels as this pass listed them (not
+    /// For a pod refused because several budgets select it, names those budgets (the API
+    /// server's 500 names none). `labels` are the pod's labels as the round listed them (not
     /// re-read by name, which could find a same-named replacement). Best effort: a failed or
     /// hung PDB list leaves the message as it was.
     async fn name_overlapping_budgets(
         &self,
-        pending: &mut [PodBlocker],
-        labels: &BTreeMap<PodReference, BTreeMap<String, String>>,
+        b: &mut crate::api::PodBlocker,
+        labels: &std::collections::BTreeMap<String, String>,
     ) {
-        let mut by_namespace: HashMap<String, Vec<PodDisruptionBudget>> = HashMap::new();
-        for b in pending
-            .iter_mut()
-            .filter(|b| b.reason == reason::MULTIPLE_PDBS)
-        {
-            if !by_namespace.contains_key(&b.namespace) {
-                let api: Api<PodDisruptionBudget> =
-                    Api::namespaced(self.client.clone(), &b.namespace);
-                let lp = ListParams::default();
-                let Ok(Ok(list)) = tokio::time::timeout(READ_TIMEOUT, api.list(&lp)).await else {
-                    continue;
-                };
-                by_namespace.insert(b.namespace.clone(), list.items);
-            }
-            let key = PodReference {
-                namespace: b.namespace.clone(),
-                name: b.name.clone(),
-            };
-            let Some(labels) = labels.get(&key) else {
-                continue;
-            };
-            let names: Vec<String> = by_namespace[&b.namespace]
-                .iter()
-                .filter(|pdb| {
-                    pdb.spec
-                        .as_ref()
-                        .and_then(|s| s.selector.as_ref())
-                        .is_some_and(|s| selector_matches(s, labels))
-                })
-                .map(|pdb| pdb.name_any())
-                .collect();
-            if !names.is_empty() {
-                let msg = b.message.take().unwrap_or_default();
-                b.message = Some(format!(
-                    "{msg} (budgets selecting the pod: {})",
-                    names.join(", ")
-                ));
-                b.pod_disruption_budget = Some(names.join(","));
-            }
+        let api: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), &b.namespace);
+        let Ok(Ok(list)) =
+            tokio::time::timeout(READ_TIMEOUT, api.list(&ListParams::default())).await
+        else {
+            return;
+        };
+        let names: Vec<String> = list
+            .items
+            .iter()
+            .filter(|pdb| {
+                pdb.spec
+                    .as_ref()
+                    .and_then(|s| s.selector.as_ref())
+                    .is_some_and(|s| selector_matches(s, labels))
+            })
+            .map(|pdb| pdb.name_any())
+            .collect();
+        if !names.is_empty() {
+            let msg = b.message.take().unwrap_or_default();
+            b.message = Some(format!(
+                "{msg} (budgets selecting the pod: {})",
+                names.join(", ")
+            ));
+            b.pod_disruption_budget = Some(names.join(","));
         }
     }
 }

@@ -25,7 +25,7 @@
 //! - Every other pod that was on the node before the drain started is evicted, whatever it
 //!   tolerates (upstream's rule). Only a pod that arrived after the drain started and tolerates
 //!   both maintenance taints is kept: it is a replacement that can only come back
-//!   ([`arrived_after`]).
+//!   ([`Arrival::arrived_after`]).
 //! - Finished pods stay (kubectl and upstream delete them): they run nothing, and their record
 //!   is kept for the Job or admin that reads it.
 //! - Pods using emptyDir and pods without a controller are evicted.
@@ -47,17 +47,22 @@ use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::Status;
 
-pub(crate) use act::{DrainError, Drainer};
+pub(crate) use act::{DrainError, Drainer, Standing};
 pub(crate) use pass::{DrainReport, Survey};
 use pod::{DrainPod, OwnerRef};
 
 use crate::api::{PodBlocker, PodReference};
 use crate::node::{DRAIN_TAINT_KEY, NO_SCHEDULE, UNSCHEDULABLE_TAINT_KEY};
 
-/// How much later than the drain's start a pod must have been created to count as arrived after
-/// it ([`arrived_after`]): 2 s, one for the whole-second creation timestamps and one for the
-/// clocks of the operator and the API server. Ours.
-pub(crate) const ARRIVAL_MARGIN: Duration = Duration::from_secs(2);
+/// How long the drain waits, after a pod it evicted that tolerates both maintenance taints has
+/// left, for its controller's replacement to be listed on the node (and named as kept) before
+/// the maintenance may succeed: 10 s by the API server's clock (the pod lists' `Date`). The
+/// replacement controller creates it within a second of the eviction and the scheduler binds it
+/// within seconds; the timer only bounds a replacement that never comes (a scaled-down or deleted
+/// owner, one scheduled elsewhere). At its edge the maintenance succeeds without it, and a
+/// replacement landing later stays as any pod arriving after `Succeeded` does
+/// (`docs/drain-contract.md` §2). Ours.
+pub(crate) const REPLACEMENT_WAIT: Duration = Duration::from_secs(10);
 /// Annotation that marks a mirror pod: the API server's copy of a kubelet static pod, which an
 /// eviction cannot remove (kubectl's `mirror` filter).
 pub(crate) const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -94,11 +99,13 @@ pub(crate) mod reason {
     pub(crate) const TOO_MANY_REQUESTS: &str = "TooManyRequests";
     /// Any other eviction failure.
     pub(crate) const EVICTION_ERROR: &str = "EvictionError";
-    /// The eviction request did not answer within its deadline (an admission webhook on
-    /// `pods/eviction` or the API server hung); asked again after the retry interval.
-    pub(crate) const EVICTION_TIMEOUT: &str = "EvictionTimeout";
-    /// Not asked in this pass: the pass's time for evictions ran out on other pods' calls.
-    pub(crate) const EVICTION_DEFERRED: &str = "EvictionDeferred";
+    /// The eviction was sent and the API server has not answered yet (an admission webhook on
+    /// `pods/eviction` may take up to 30 s, several in a row longer): waits for the answer,
+    /// however long the API server takes, and is not asked again meanwhile.
+    pub(crate) const EVICTING: &str = "Evicting";
+    /// Evicted, gone, and its controller's replacement, which tolerates the maintenance taints,
+    /// not listed yet: waits up to [`super::REPLACEMENT_WAIT`] for it to be named as kept.
+    pub(crate) const AWAITING_REPLACEMENT: &str = "AwaitingReplacement";
     /// A system-critical pod, not evicted while an ordinary pod is still on the node.
     pub(crate) const SYSTEM_CRITICAL: &str = "SystemCritical";
     /// The operator's own pod, not evicted while any other evictable pod is still on the node.
@@ -265,27 +272,50 @@ pub(crate) fn stage(pod: &DrainPod, options: &DrainOptions) -> Stage {
     }
 }
 
-/// Whether `pod` arrived on the node after the drain started at `drain_started`: its
-/// `metadata.creationTimestamp` is at least [`ARRIVAL_MARGIN`] later, compared in whole seconds.
-/// No start known, or no creation time: `false` (the pod is treated as one that was there).
-///
-/// The margin covers the creation time's whole-second granularity and the difference between
-/// the operator's clock (which recorded the start) and the API server's (which stamped the pod),
-/// and it errs towards evicting: a replacement created within it is evicted once more, and its
-/// own replacement, created later, is kept.
-pub(crate) fn arrived_after(pod: &DrainPod, drain_started: Option<jiff::Timestamp>) -> bool {
-    let (Some(start), Some(created)) = (drain_started, pod.metadata.creation_timestamp.as_ref())
-    else {
-        return false;
-    };
-    created.0.as_second() >= start.as_second() + ARRIVAL_MARGIN.as_secs() as i64
+/// What decides whether a pod arrived on the node after the drain started: the start, by the
+/// API server's clock (`crate::controller::plan::drain_started`), and the UIDs of the pods that
+/// tolerate both maintenance taints as the drain's first listing of the node found them (this
+/// process's first round of this drain, which lists before it evicts anything; `None` until
+/// then, and after a restart until the new process lists).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Arrival {
+    /// When the drain started, whole seconds of the API server's clock; `None`: unknown.
+    pub started: Option<jiff::Timestamp>,
+    /// The tolerating pods of the drain's first listing, by UID.
+    pub first_listing: Option<HashSet<String>>,
+}
+
+impl Arrival {
+    /// Whether `pod` arrived after the drain started. Both times are the API server's (its
+    /// creation stamp, and the start taken from its `Date` header), so they compare exactly up
+    /// to their whole seconds: created in a later second than the start is after it, in an
+    /// earlier one before it. Created in the start's own second, the pod's identity decides:
+    /// after, when the first listing is known and does not hold its UID (the drain evicts only
+    /// after that listing, so a replacement of an evicted pod is never in it); before otherwise.
+    /// No start or no creation time: `false` (treated as there before; it errs towards
+    /// evicting, at most once more per workload: the next replacement is created later).
+    pub(crate) fn arrived_after(&self, pod: &DrainPod) -> bool {
+        let (Some(start), Some(created)) = (self.started, pod.metadata.creation_timestamp.as_ref())
+        else {
+            return false;
+        };
+        let (start, created) = (start.as_second(), created.0.as_second());
+        match created.cmp(&start) {
+            std::cmp::Ordering::Greater => true,
+            std::cmp::Ordering::Less => false,
+            std::cmp::Ordering::Equal => match (&self.first_listing, &pod.metadata.uid) {
+                (Some(seen), Some(uid)) => !seen.contains(uid),
+                _ => false,
+            },
+        }
+    }
 }
 
 /// Decides what the drain does with `pod`, in kubectl's filter order (DaemonSet, mirror, local
 /// storage, unreplicated) with upstream NMO's flags (force, delete emptyDir data, ignore all
 /// DaemonSets), then our exceptions: a finished pod is left ([`Disposition::SkipFinished`]; kubectl
 /// and upstream delete it), and a running pod that tolerates both maintenance taints and
-/// [arrived after](arrived_after) the drain started at `drain_started` is a replacement that can
+/// [arrived after](Arrival::arrived_after) the drain started is a replacement that can
 /// only come back to this node, so it is kept ([`Disposition::KeepReplacement`]). A pod is never
 /// kept for its tolerations alone (upstream evicts every such pod; so do we, once).
 /// `daemonset_uid` is the UID of the DaemonSet named by [`daemonset_owner`] (`None`: not found);
@@ -294,7 +324,7 @@ pub(crate) fn classify(
     pod: &DrainPod,
     daemonset_uid: Option<&str>,
     options: &DrainOptions,
-    drain_started: Option<jiff::Timestamp>,
+    arrival: &Arrival,
 ) -> Disposition {
     let mut warnings = Vec::new();
     if let Some(ds) = daemonset_owner(pod) {
@@ -310,7 +340,7 @@ pub(crate) fn classify(
     if pod.is_terminal() {
         return Disposition::SkipFinished;
     }
-    if tolerates_maintenance(pod) && arrived_after(pod, drain_started) {
+    if tolerates_maintenance(pod) && arrival.arrived_after(pod) {
         return Disposition::KeepReplacement;
     }
     if pod.spec.empty_dir {
@@ -375,16 +405,21 @@ pub(crate) fn skipped_entry(pod: &PodReference) -> PodBlocker {
     }
 }
 
-/// Per-pod eviction retry schedule of one node, by pod UID: after a refused eviction, the pod
-/// is not asked again before [`EVICTION_RETRY_INTERVAL`] has passed, whatever triggered the pass
-/// (our own status write, node patch or lease renewal included). It is the drain's memory: read
-/// into each round's observation, replaced by what the round's pure report makes of it
-/// ([`pass::settle`]). Lost on restart: the first pass of a new process asks each pending pod
-/// once more, then the schedule applies again.
+/// The drain's memory of one node, by pod UID: the retry schedule (after a refused eviction the
+/// pod is not asked again before [`EVICTION_RETRY_INTERVAL`] has passed, whatever triggered the
+/// pass: our own status write, node patch or lease renewal included), the evictions sent and not
+/// yet answered, the kept pods already announced, the drain's first listing ([`Arrival`]), and
+/// the replacements awaited ([`REPLACEMENT_WAIT`]). Read into each round's observation; the
+/// round's pure decisions say what it becomes ([`pass::settle`]), and each eviction's answer is
+/// recorded as it arrives ([`RetrySchedule::answered`]). Lost on restart: the first pass of a new
+/// process asks each pending pod once more, then the schedule applies again.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct RetrySchedule {
     entries: HashMap<String, RetryEntry>,
     announced: HashMap<String, String>,
+    in_flight: HashSet<String>,
+    first_listing: Option<(i64, HashSet<String>)>,
+    awaited: HashMap<String, Awaited>,
 }
 
 #[derive(Clone, Debug)]
@@ -393,6 +428,18 @@ struct RetryEntry {
     due: Instant,
     blocker: PodBlocker,
     error: Option<String>,
+}
+
+/// A pod evicted from the node that tolerates both maintenance taints, whose controller's
+/// replacement is awaited on the node (kept by the pod's UID).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Awaited {
+    /// The evicted pod.
+    pub pod: PodReference,
+    /// The UID of its controller (the replacement has the same).
+    pub owner: String,
+    /// The last time a listing showed it, by the API server's clock.
+    pub last_seen: jiff::Timestamp,
 }
 
 impl RetrySchedule {
@@ -430,6 +477,41 @@ impl RetrySchedule {
             }
         }
     }
+    /// Whether an eviction of `uid` was sent and not answered yet.
+    pub(crate) fn in_flight(&self, uid: &str) -> bool {
+        self.in_flight.contains(uid)
+    }
+    /// Marks the eviction of `uid` as sent.
+    pub(crate) fn sent(&mut self, uid: &str) {
+        self.in_flight.insert(uid.to_string());
+    }
+    /// The answer to the eviction of `uid` (`None`: it was not sent after all, the maintenance
+    /// ended first): no longer in flight, and a refusal held as [`Self::record`] says.
+    pub(crate) fn answered(
+        &mut self,
+        uid: &str,
+        node: &str,
+        outcome: Option<&EvictionOutcome>,
+        now: Instant,
+    ) {
+        self.in_flight.remove(uid);
+        if let Some(o) = outcome {
+            self.record(uid, node, o, now);
+        }
+    }
+    /// The drain's first listing of tolerating pods, when it was taken for the drain that started
+    /// at `started` (whole seconds).
+    pub(crate) fn first_listing(
+        &self,
+        started: Option<jiff::Timestamp>,
+    ) -> Option<&HashSet<String>> {
+        let (at, seen) = self.first_listing.as_ref()?;
+        (Some(*at) == started.map(|s| s.as_second())).then_some(seen)
+    }
+    /// The replacements awaited, by the controller UID of the evicted pod.
+    pub(crate) fn awaited(&self) -> &HashMap<String, Awaited> {
+        &self.awaited
+    }
     /// Forgets the pods of `node` that are not in `listed` (gone, or no longer up for eviction).
     pub(crate) fn retain(&mut self, node: &str, listed: &HashSet<String>) {
         self.entries
@@ -447,7 +529,29 @@ impl RetrySchedule {
     }
     /// Whether nothing is remembered.
     pub(crate) fn is_empty(&self) -> bool {
-        self.entries.is_empty() && self.announced.is_empty()
+        self.entries.is_empty()
+            && self.announced.is_empty()
+            && self.in_flight.is_empty()
+            && self.first_listing.is_none()
+            && self.awaited.is_empty()
+    }
+    /// Applies what a round settled ([`pass::Settled`]), keeping the answers that arrived
+    /// since the round read the memory: entries of pods no longer listed forgotten, the kept
+    /// pods announced, the first listing and the awaited replacements replaced (forgotten once
+    /// the drain is done).
+    pub(crate) fn apply(&mut self, node: &str, settled: pass::Settled) {
+        self.retain(node, &settled.listed);
+        for uid in &settled.kept {
+            self.announce(uid, node);
+        }
+        if settled.first_listing.is_some() {
+            self.first_listing = settled.first_listing;
+        }
+        self.awaited = settled.awaited;
+        if settled.done {
+            self.first_listing = None;
+            self.awaited.clear();
+        }
     }
     /// Whether skipped pod `uid` is reported for the first time (for its one event).
     pub(crate) fn announce(&mut self, uid: &str, node: &str) -> bool {
@@ -598,42 +702,34 @@ pub(crate) fn classify_eviction(
     }
 }
 
-/// The outcome of an eviction of `pod` that did not answer within `timeout`: blocker
-/// [`reason::EVICTION_TIMEOUT`] naming the call, and upstream's lastError form around it.
-pub(crate) fn timed_out(pod: &PodReference, timeout: Duration) -> EvictionOutcome {
-    let text = format!(
-        "the eviction request did not answer within {}s (the API server, or an admission \
-         webhook on pods/eviction, hung)",
-        timeout.as_secs()
-    );
-    EvictionOutcome {
-        result: result::ERROR,
-        error: Some(format!(
-            "error when evicting pods/\"{}\" -n \"{}\": {text}",
-            pod.name, pod.namespace
-        )),
-        blocker: Some(PodBlocker {
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
-            reason: reason::EVICTION_TIMEOUT.to_string(),
-            message: Some(text),
-            ..PodBlocker::default()
-        }),
-    }
-}
-
-/// The blocker of an eviction of `pod` not sent because the pass's `budget` for evictions ran
-/// out: pending with [`reason::EVICTION_DEFERRED`], no error, no retry scheduled, not counted
-/// as a request.
-pub(crate) fn deferred(pod: &PodReference, budget: Duration) -> PodBlocker {
+/// The blocker of a pod whose eviction was sent and not yet answered ([`reason::EVICTING`]).
+/// No time in the text: the status is rewritten only when it changes.
+pub(crate) fn evicting(pod: &PodReference) -> PodBlocker {
     PodBlocker {
         namespace: pod.namespace.clone(),
         name: pod.name.clone(),
-        reason: reason::EVICTION_DEFERRED.to_string(),
+        reason: reason::EVICTING.to_string(),
+        message: Some(
+            "eviction requested; waiting for the API server's answer (an admission webhook on \
+             pods/eviction may be slow)"
+                .to_string(),
+        ),
+        ..PodBlocker::default()
+    }
+}
+
+/// The blocker of an evicted pod, gone from the node, whose controller's replacement is awaited
+/// ([`reason::AWAITING_REPLACEMENT`]).
+pub(crate) fn awaiting_replacement(pod: &PodReference) -> PodBlocker {
+    PodBlocker {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        reason: reason::AWAITING_REPLACEMENT.to_string(),
         message: Some(format!(
-            "not asked yet: the pass's {}s for evictions went to other pods' requests; asked in \
-             the next pass",
-            budget.as_secs()
+            "evicted and gone; it tolerates the maintenance taints, so its controller's \
+             replacement may be scheduled back onto this node: waiting up to {}s for it, to name \
+             it as kept",
+            REPLACEMENT_WAIT.as_secs()
         )),
         ..PodBlocker::default()
     }

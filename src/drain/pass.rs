@@ -1,38 +1,21 @@
-//! One drain pass as two pure decisions around the evictions (the shape of `docs/design.md §2`):
-//! [`plan_pass`] turns the classified pods of the node and the retry schedule into the pods to
-//! evict now and the ones that wait (with why); the I/O (`act.rs`) sends the evictions; then
-//! [`settle`] turns the plan and the answers into the [`DrainReport`] the status is made of and
-//! the retry schedule the next round starts from. Neither decision does I/O or reads a clock.
+//! One drain round as two pure decisions around the evictions (the shape of `docs/design.md §2`):
+//! [`plan_pass`] turns the classified pods of the node, the drain's memory of the node
+//! ([`RetrySchedule`]) and the API server's time into the pods to evict now and the ones that
+//! wait (with why); [`settle`] turns that plan into the [`DrainReport`] the status is made of
+//! and what the node's memory becomes. The executor (`act.rs`) sends the evictions after both,
+//! each on its own, and records each answer when it arrives. Neither decision does I/O or reads
+//! a clock.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use super::pod::DrainPod;
 use super::{
-    Disposition, EvictionOutcome, RetrySchedule, aggregate_errors, reason, skipped_entry,
-    terminating_blocker, waiting_blocker,
+    Awaited, Disposition, RetrySchedule, aggregate_errors, reason, skipped_entry,
+    terminating_blocker, tolerates_maintenance, waiting_blocker,
 };
 use crate::api::{PodBlocker, PodReference};
 use crate::bounds::MAX_BLOCKERS;
-
-/// Evictions not started within this time of the pass's start (its pod list included) wait for
-/// the next pass
-/// ([`reason::EVICTION_DEFERRED`]). With `act.rs`'s eviction timeout and a list that answers, a pass ends
-/// well inside the reconcile's 60 s.
-pub(crate) const EVICTION_BUDGET: Duration = Duration::from_secs(30);
-
-/// Eviction requests of one pass, by result.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct EvictionCounts {
-    /// Label -> number of requests.
-    pub by_result: BTreeMap<crate::metrics::EvictionResult, u32>,
-}
-
-impl EvictionCounts {
-    pub(crate) fn record(&mut self, result: crate::metrics::EvictionResult) {
-        *self.by_result.entry(result).or_default() += 1;
-    }
-}
 
 /// The pods on a node as the drain sees them.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -55,26 +38,25 @@ pub(crate) fn survey(pods: &[(DrainPod, Disposition)]) -> Survey {
     }
 }
 
-/// What one drain pass did and found.
+/// What one drain round did and found.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct DrainReport {
-    /// Every pod on the node at the start of the pass.
+    /// Every pod on the node at the start of the round.
     pub total_pods: usize,
-    /// The pods up for eviction at the start of the pass.
+    /// The pods up for eviction at the start of the round.
     pub evictable: Vec<PodReference>,
-    /// The evictable pods still on the node, each with why.
+    /// The evictable pods still on the node, each with why (a pod whose eviction this round
+    /// sends is `Evicting`), and the evicted pods whose replacement is awaited.
     pub pending: Vec<PodBlocker>,
     /// Pods left on the node on purpose (replacements that arrived after the drain started and
     /// tolerate the maintenance taints), each with why.
     pub skipped: Vec<PodBlocker>,
     /// The part of `skipped` reported for the first time by this process (one event each).
     pub newly_skipped: Vec<PodBlocker>,
-    /// Time until the earliest per-pod eviction retry on this node; the next pass is not useful
+    /// Time until the earliest per-pod eviction retry on this node; the next round is not useful
     /// before then (`None`: no refused eviction waits).
     pub retry_in: Option<Duration>,
-    /// Eviction requests sent in this pass, by result.
-    pub evictions: EvictionCounts,
-    /// Upstream-format error texts of this pass (failed evictions, stuck terminating pods).
+    /// Upstream-format error texts of this round (refused evictions, stuck terminating pods).
     pub errors: Vec<String>,
 }
 
@@ -84,46 +66,50 @@ impl DrainReport {
         self.pending.is_empty()
     }
     /// Some pending pod waits for something other than its own termination or the termination
-    /// of the pods evicted before it (a budget, an error), so the next pass should come later
+    /// of the pods evicted before it (a budget, an error), so the next round should come later
     /// (at the retry) rather than soon (1 s).
     pub(crate) fn blocked(&self) -> bool {
         self.pending.iter().any(|b| !waits_only(&b.reason))
     }
-    /// The aggregated lastError of this pass, `None` when nothing failed.
+    /// The aggregated lastError of this round, `None` when nothing failed.
     pub(crate) fn last_error(&self) -> Option<String> {
         aggregate_errors(&self.errors)
     }
 }
 
-/// Reasons that only wait for pods to go (their own termination or that of an earlier stage).
+/// Reasons that only wait for pods to go (their own termination, an answer, that of an earlier
+/// stage, a replacement's arrival).
 pub(crate) fn waits_only(r: &str) -> bool {
     matches!(
         r,
         reason::TERMINATING
             | reason::SYSTEM_CRITICAL
             | reason::OPERATOR_POD
-            | reason::EVICTION_DEFERRED
+            | reason::EVICTING
+            | reason::AWAITING_REPLACEMENT
     )
 }
 
-/// One eviction the pass sends.
+/// One eviction the round sends.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PlannedEviction {
     /// The pod.
     pub pod: PodReference,
-    /// Its UID, the eviction's precondition.
+    /// Its UID, the eviction's precondition and the schedule's key.
     pub uid: Option<String>,
+    /// Its labels, to name the budgets of a multiple-budget refusal.
+    pub labels: BTreeMap<String, String>,
 }
 
-/// The pass's decision before any eviction is sent.
+/// The round's decision before any eviction is sent.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct PassPlan {
     /// Every pod listed on the node.
     pub total_pods: usize,
     /// The evictable pods.
     pub evictable: Vec<PodReference>,
-    /// Evictable pods not asked in this pass, each with why (terminating, a later stage, a
-    /// refusal whose retry is not due).
+    /// Evictable pods not asked in this round, each with why (terminating, a later stage, a
+    /// refusal whose retry is not due, an eviction in flight), and awaited replacements.
     pub pending: Vec<PodBlocker>,
     /// Error texts of the pods not asked (stuck terminating, remembered refusals).
     pub errors: Vec<String>,
@@ -131,21 +117,28 @@ pub(crate) struct PassPlan {
     pub kept: Vec<PodBlocker>,
     /// The UIDs of kept pods, for their one announcement.
     pub kept_uids: Vec<String>,
-    /// The evictions to send now.
+    /// The evictions to send now, namespaces taking turns ([`fair_order`]).
     pub evict: Vec<PlannedEviction>,
     /// UIDs whose retry entries stay (listed, up for eviction or kept).
     pub listed: HashSet<String>,
-    /// Labels of the pods of the stage being evicted, for naming the budgets of a multiple-budget refusal.
-    pub labels: BTreeMap<PodReference, BTreeMap<String, String>>,
+    /// The drain's first listing (the UIDs of the tolerating pods listed) with the start's
+    /// second, when the node's memory has none for this start yet.
+    pub first_listing: Option<(i64, HashSet<String>)>,
+    /// The replacements awaited after this round.
+    pub awaited: HashMap<String, Awaited>,
 }
 
-/// Decides a pass over the node's classified pods: evict the evictable pods of the earliest
-/// [`super::Stage`] still on the node that are neither terminating nor waiting for their retry
-/// (`retries` at `at`); every other evictable pod is pending with its blocker; kept pods are
-/// listed once each. `now` is the wall clock, for how long a pod has been terminating.
+/// Decides a round over the node's classified pods: evict the evictable pods of the earliest
+/// [`super::Stage`] still on the node that are neither terminating, nor in flight, nor waiting
+/// for their retry (`schedule` at `at`); every other evictable pod is pending with its blocker;
+/// kept pods are listed once each; an evicted pod that tolerates both maintenance taints keeps
+/// the drain open until its controller's replacement is listed, for at most
+/// [`super::REPLACEMENT_WAIT`]. `now` is the API server's time of the pod list (how long a pod
+/// has been terminating, how long a replacement has been awaited); `started` the drain's start.
 pub(crate) fn plan_pass(
     pods: Vec<(DrainPod, Disposition)>,
-    retries: &RetrySchedule,
+    schedule: &RetrySchedule,
+    started: Option<jiff::Timestamp>,
     now: jiff::Timestamp,
     at: Instant,
 ) -> PassPlan {
@@ -153,6 +146,16 @@ pub(crate) fn plan_pass(
         total_pods: pods.len(),
         ..PassPlan::default()
     };
+    if schedule.first_listing(started).is_none()
+        && let Some(start) = started
+    {
+        let seen = pods
+            .iter()
+            .filter(|(p, _)| tolerates_maintenance(p))
+            .filter_map(|(p, _)| p.metadata.uid.clone())
+            .collect();
+        plan.first_listing = Some((start.as_second(), seen));
+    }
     let first_stage = pods
         .iter()
         .filter_map(|(_, d)| match d {
@@ -160,6 +163,16 @@ pub(crate) fn plan_pass(
             _ => None,
         })
         .min();
+    // Pods of each controller that run on (are listed and not terminating): replacements.
+    let mut live: HashMap<String, usize> = HashMap::new();
+    for (pod, d) in &pods {
+        if let Some(c) = pod.controller_ref()
+            && pod.metadata.deletion_timestamp.is_none()
+            && !matches!(d, Disposition::SkipFinished)
+        {
+            *live.entry(c.uid.clone()).or_default() += 1;
+        }
+    }
     for (pod, disposition) in pods {
         let r = pod.reference();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -185,6 +198,16 @@ pub(crate) fn plan_pass(
                     b.message.as_deref().unwrap_or_default()
                 ));
             }
+            if let Some(c) = pod.controller_ref()
+                && tolerates_maintenance(&pod)
+            {
+                let awaited = Awaited {
+                    pod: r.clone(),
+                    owner: c.uid.clone(),
+                    last_seen: now,
+                };
+                plan.awaited.insert(uid.clone(), awaited);
+            }
             plan.pending.push(b);
             continue;
         }
@@ -194,8 +217,11 @@ pub(crate) fn plan_pass(
             continue;
         }
         plan.listed.insert(uid.clone());
-        plan.labels.insert(r.clone(), pod.metadata.labels);
-        if let Some((b, error)) = retries.held(&uid, at) {
+        if schedule.in_flight(&uid) {
+            plan.pending.push(super::evicting(&r));
+            continue;
+        }
+        if let Some((b, error)) = schedule.held(&uid, at) {
             plan.pending.push(b.clone());
             plan.errors.extend(error.map(str::to_string));
             continue;
@@ -206,54 +232,124 @@ pub(crate) fn plan_pass(
         plan.evict.push(PlannedEviction {
             pod: r,
             uid: pod.metadata.uid,
+            labels: pod.metadata.labels,
         });
     }
+    plan.evict = fair_order(std::mem::take(&mut plan.evict));
+    await_replacements(&mut plan, schedule, &live, now);
     plan
 }
 
-/// The report of a pass: the plan's pending pods and errors, plus what each eviction answered
-/// (`outcomes`, in any order) and the evictions not sent (`deferred`, their blockers), with the kept pods announced for the first time
-/// (`newly_kept`, UIDs) and the next retry (`retry_in`). Lists are sorted by namespace and name,
-/// errors by text, so an unchanged node gives an unchanged report.
-/// Settles a round (pure): the answers of its evictions recorded in `schedule` (refusals held
-/// for [`super::EVICTION_RETRY_INTERVAL`] from `answered`, pods no longer listed forgotten, kept
-/// pods announced once), then the round's report. `answers` pairs each planned eviction with its
-/// outcome, `None` when it was not sent before the round's budget ran out. Returns the report
-/// and the schedule the next round starts from.
+/// The awaited replacements that stay after a round: an evicted tolerating pod no longer listed
+/// is awaited until as many of its controller's pods run on the node as are awaited for it
+/// (they are its replacements, kept), or [`super::REPLACEMENT_WAIT`] after a listing last showed
+/// it. Each one still awaited is pending as [`reason::AWAITING_REPLACEMENT`].
+fn await_replacements(
+    plan: &mut PassPlan,
+    schedule: &RetrySchedule,
+    live: &HashMap<String, usize>,
+    now: jiff::Timestamp,
+) {
+    let wait = super::REPLACEMENT_WAIT.as_secs() as i64;
+    let mut gone: BTreeMap<&str, Vec<(&String, &Awaited)>> = BTreeMap::new();
+    for (uid, a) in schedule.awaited() {
+        if plan.awaited.contains_key(uid) || now.as_second() - a.last_seen.as_second() > wait {
+            continue;
+        }
+        gone.entry(a.owner.as_str()).or_default().push((uid, a));
+    }
+    for (owner, mut waiting) in gone {
+        waiting.sort_by_key(|(uid, a)| (a.last_seen, uid.as_str()));
+        let replaced = live.get(owner).copied().unwrap_or(0);
+        for (uid, a) in waiting.into_iter().skip(replaced) {
+            plan.pending.push(super::awaiting_replacement(&a.pod));
+            plan.awaited.insert(uid.clone(), a.clone());
+        }
+    }
+}
+
+/// The evictions in the order they are sent: namespaces take turns, each in listing order, so
+/// that pods whose evictions hang (an admission webhook on one namespace) never queue ahead of
+/// all the others. Ours; kubectl and upstream start every eviction at once.
+pub(crate) fn fair_order(evict: Vec<PlannedEviction>) -> Vec<PlannedEviction> {
+    let mut by_namespace: BTreeMap<String, std::collections::VecDeque<PlannedEviction>> =
+        BTreeMap::new();
+    let mut first_seen: Vec<String> = Vec::new();
+    for e in evict {
+        if !by_namespace.contains_key(&e.pod.namespace) {
+            first_seen.push(e.pod.namespace.clone());
+        }
+        by_namespace
+            .entry(e.pod.namespace.clone())
+            .or_default()
+            .push_back(e);
+    }
+    let mut out = Vec::new();
+    loop {
+        let before = out.len();
+        for ns in &first_seen {
+            if let Some(e) = by_namespace.get_mut(ns).and_then(|q| q.pop_front()) {
+                out.push(e);
+            }
+        }
+        if out.len() == before {
+            return out;
+        }
+    }
+}
+
+/// What a round leaves in the node's memory, applied by the executor under the memory's lock
+/// (answers that arrive meanwhile are kept): the UIDs still listed, the evictions sent, the kept
+/// pods announced, the first listing and the awaited replacements.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Settled {
+    /// UIDs whose retry entries stay.
+    pub listed: HashSet<String>,
+    /// UIDs of the kept pods (announced from now on).
+    pub kept: Vec<String>,
+    /// The first listing to record, if any.
+    pub first_listing: Option<(i64, HashSet<String>)>,
+    /// The replacements awaited.
+    pub awaited: HashMap<String, Awaited>,
+    /// Whether the drain is done: the first listing and the awaited replacements are forgotten.
+    pub done: bool,
+}
+
+/// Settles a round (pure): its report, with the evictions it sends pending as `Evicting`, the
+/// kept pods not in `schedule`'s announcements newly announced, and the next retry (`retry_in`,
+/// from `answered`); and what the node's memory becomes ([`Settled`]). Lists are sorted by
+/// namespace and name, errors by text, so an unchanged node gives an unchanged report.
 pub(crate) fn settle(
     node: &str,
     plan: PassPlan,
-    answers: Vec<(PlannedEviction, Option<EvictionOutcome>)>,
-    mut schedule: RetrySchedule,
+    schedule: &RetrySchedule,
     answered: Instant,
-) -> (DrainReport, RetrySchedule) {
-    let mut deferred = Vec::new();
-    let mut outcomes = Vec::new();
-    for (e, outcome) in answers {
-        match outcome {
-            Some(o) => {
-                schedule.record(e.uid.as_deref().unwrap_or_default(), node, &o, answered);
-                outcomes.push(o);
-            }
-            None => deferred.push(super::deferred(&e.pod, EVICTION_BUDGET)),
-        }
-    }
-    schedule.retain(node, &plan.listed);
+) -> (DrainReport, Settled) {
+    let mut probe = schedule.clone();
+    probe.retain(node, &plan.listed);
     let newly_kept: HashSet<String> = plan
         .kept_uids
         .iter()
-        .filter(|uid| schedule.announce(uid, node))
+        .filter(|uid| probe.announce(uid, node))
         .cloned()
         .collect();
-    let retry_in = schedule.next_due(node, answered);
-    let report = report(plan, outcomes, deferred, &newly_kept, retry_in);
-    (report, schedule)
+    let retry_in = probe.next_due(node, answered);
+    let sending: Vec<PodBlocker> = plan.evict.iter().map(|e| super::evicting(&e.pod)).collect();
+    let settled = Settled {
+        listed: plan.listed.clone(),
+        kept: plan.kept_uids.clone(),
+        first_listing: plan.first_listing.clone(),
+        awaited: plan.awaited.clone(),
+        done: false,
+    };
+    let report = report(plan, sending, &newly_kept, retry_in);
+    let done = report.done();
+    (report, Settled { done, ..settled })
 }
 
 pub(crate) fn report(
     plan: PassPlan,
-    outcomes: Vec<EvictionOutcome>,
-    deferred: Vec<PodBlocker>,
+    sending: Vec<PodBlocker>,
     newly_kept: &HashSet<String>,
     retry_in: Option<Duration>,
 ) -> DrainReport {
@@ -271,12 +367,7 @@ pub(crate) fn report(
         }
         report.skipped.push(entry);
     }
-    report.pending.extend(deferred);
-    for o in outcomes {
-        report.evictions.record(o.result);
-        report.pending.extend(o.blocker);
-        report.errors.extend(o.error);
-    }
+    report.pending.extend(sending);
     let by_name =
         |a: &PodBlocker, b: &PodBlocker| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name));
     report.pending.sort_by(by_name);
@@ -314,7 +405,7 @@ pub(crate) fn cap_blockers(blockers: &[PodBlocker]) -> (Vec<PodBlocker>, usize) 
 mod tests {
     use super::*;
     use crate::bounds::{MAX_BLOCKER_MESSAGE, MAX_PENDING, cap_pending};
-    use crate::drain::{DrainOptions, Stage, classify_eviction, result};
+    use crate::drain::{Stage, classify_eviction};
     use serde_json::json;
 
     fn blocker(name: &str, reason: &str, message_len: usize) -> PodBlocker {
@@ -401,7 +492,7 @@ mod tests {
             (pod("ds", json!({})), Disposition::SkipDaemonSet),
             (pod("vm2", json!({})), Disposition::KeepReplacement),
         ];
-        let plan = plan_pass(pods, &retries, t(0), at);
+        let plan = plan_pass(pods, &retries, Some(t(-10)), t(0), at);
         assert_eq!(plan.total_pods, 6);
         assert_eq!(plan.evictable.len(), 4);
         assert_eq!(
@@ -428,24 +519,164 @@ mod tests {
         assert_eq!(plan.errors.len(), 1, "the remembered refusal's text");
         assert_eq!(plan.kept_uids, ["uid-vm2"]);
         assert!(plan.listed.contains("uid-held") && plan.listed.contains("uid-vm2"));
-        assert!(plan.labels.contains_key(&plan.evict[0].pod) && plan.labels.len() == 2);
-
-        let accepted = classify_eviction(&plan.evict[0].pod, Ok(()));
-        let newly: HashSet<String> = ["uid-vm2".to_string()].into();
-        let rep = report(
-            plan.clone(),
-            vec![accepted],
-            Vec::new(),
-            &newly,
-            Some(Duration::from_secs(5)),
+        assert_eq!(
+            plan.evict[0].labels.get("app").map(String::as_str),
+            Some("a")
         );
-        assert_eq!(rep.evictions.by_result.get(&result::EVICTED), Some(&1));
+
+        let (rep, settled) = settle("n", plan.clone(), &retries, at);
         assert_eq!(rep.pending.len(), 4);
-        assert_eq!(rep.pending[0].name, "a", "sorted by name");
+        assert_eq!(
+            (rep.pending[0].name.as_str(), rep.pending[0].reason.as_str()),
+            ("a", reason::EVICTING),
+            "sorted by name; the eviction sent is pending until answered"
+        );
         assert_eq!((rep.skipped.len(), rep.newly_skipped.len()), (1, 1));
-        assert!(!rep.done() && rep.blocked());
-        let again = report(plan, Vec::new(), Vec::new(), &HashSet::new(), None);
+        assert!(!rep.done() && rep.blocked() && !settled.done);
+        retries.apply("n", settled);
+        let (again, _) = settle("n", plan, &retries, at);
         assert!(again.newly_skipped.is_empty(), "announced once");
-        let _ = DrainOptions::default();
+    }
+
+    fn tolerating_owned(name: &str, owner: &str, extra: serde_json::Value) -> DrainPod {
+        let mut base = json!({
+            "metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "name": owner, "uid": format!("rs-{owner}"), "controller": true}]},
+            "spec": {"tolerations": [{"operator": "Exists"}]}
+        });
+        crate::drain::tests::merge(&mut base, extra);
+        pod(name, base)
+    }
+
+    #[test]
+    fn an_eviction_in_flight_is_not_sent_again_and_its_answer_decides_the_next_round() {
+        let at = Instant::now();
+        let mut memory = RetrySchedule::default();
+        let pods = || vec![(pod("slow", json!({})), ordinary())];
+        let plan = plan_pass(pods(), &memory, None, t(0), at);
+        assert_eq!(plan.evict.len(), 1);
+        memory.sent("uid-slow");
+        // Not answered yet, however long that takes: pending, waits only, not sent again.
+        let plan = plan_pass(pods(), &memory, None, t(600), at + Duration::from_secs(600));
+        assert!(plan.evict.is_empty());
+        assert_eq!(plan.pending[0].reason, reason::EVICTING);
+        let (rep, _) = settle("n", plan, &memory, at);
+        assert!(!rep.blocked() && rep.last_error().is_none());
+        // The API server's answer (a webhook's refusal, after 20 s): held, named, retried later.
+        let e = crate::drain::tests::api_err(
+            500,
+            "Internal error occurred: failed calling webhook \"slow.example.com\": context deadline exceeded",
+            &[],
+        );
+        let refused = classify_eviction(
+            &plan_pass(pods(), &RetrySchedule::default(), None, t(0), at).evict[0].pod,
+            Err(&e),
+        );
+        memory.answered("uid-slow", "n", Some(&refused), at);
+        let plan = plan_pass(pods(), &memory, None, t(1), at + Duration::from_secs(1));
+        assert!(plan.evict.is_empty());
+        assert_eq!(plan.pending[0].reason, reason::EVICTION_ERROR);
+        assert!(plan.errors[0].contains("failed calling webhook \"slow.example.com\""));
+        let plan = plan_pass(pods(), &memory, None, t(6), at + Duration::from_secs(6));
+        assert_eq!(plan.evict.len(), 1, "asked again once the retry is due");
+        // Not sent after all (the maintenance ended first): neither in flight nor held.
+        memory.sent("uid-slow");
+        memory.answered("uid-slow", "n", None, at);
+        assert!(!memory.in_flight("uid-slow"));
+    }
+
+    #[test]
+    fn namespaces_take_turns_so_hung_evictions_do_not_queue_ahead_of_the_others() {
+        let mut pods: Vec<(DrainPod, Disposition)> = (0..160)
+            .map(|i| {
+                let mut p = pod(&format!("hung-{i:03}"), json!({}));
+                p.metadata.namespace = "hung".into();
+                (p, ordinary())
+            })
+            .collect();
+        pods.extend((0..4).map(|i| (pod(&format!("free-{i}"), json!({})), ordinary())));
+        let plan = plan_pass(pods, &RetrySchedule::default(), None, t(0), Instant::now());
+        let order: Vec<&str> = plan.evict.iter().map(|e| e.pod.name.as_str()).collect();
+        assert_eq!(order.len(), 164);
+        assert_eq!(
+            &order[..8],
+            [
+                "hung-000", "free-0", "hung-001", "free-1", "hung-002", "free-2", "hung-003",
+                "free-3"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_evicted_tolerating_pod_keeps_the_drain_open_until_its_replacement_is_listed() {
+        let at = Instant::now();
+        let start = t(0);
+        let mut memory = RetrySchedule::default();
+        let terminating = json!({"metadata": {"deletionTimestamp": "2023-11-14T22:13:30Z"}});
+        // Evicted, terminating: pending as Terminating, and awaited.
+        let plan = plan_pass(
+            vec![(tolerating_owned("orig", "web", terminating), ordinary())],
+            &memory,
+            Some(start),
+            t(1),
+            at,
+        );
+        assert_eq!(plan.awaited.len(), 1);
+        let (_, settled) = settle("n", plan, &memory, at);
+        memory.apply("n", settled);
+        // Gone, no replacement listed yet: the drain is not done.
+        let plan = plan_pass(Vec::new(), &memory, Some(start), t(3), at);
+        assert_eq!(
+            plan.pending
+                .iter()
+                .map(|b| (b.name.as_str(), b.reason.as_str()))
+                .collect::<Vec<_>>(),
+            [("orig", reason::AWAITING_REPLACEMENT)]
+        );
+        let (rep, settled) = settle("n", plan, &memory, at);
+        assert!(!rep.done() && !rep.blocked());
+        memory.apply("n", settled);
+        // The replacement is listed, kept: done, and it is named.
+        let repl = tolerating_owned("repl", "web", json!({}));
+        let plan = plan_pass(
+            vec![(repl, Disposition::KeepReplacement)],
+            &memory,
+            Some(start),
+            t(4),
+            at,
+        );
+        let (rep, settled) = settle("n", plan, &memory, at);
+        assert!(rep.done(), "{:?}", rep.pending);
+        assert_eq!(rep.skipped[0].name, "repl");
+        assert!(settled.done);
+        // A replacement that never comes is awaited no longer than REPLACEMENT_WAIT.
+        let mut memory = RetrySchedule::default();
+        let plan = plan_pass(
+            vec![(
+                tolerating_owned(
+                    "orig",
+                    "db",
+                    json!({"metadata": {"deletionTimestamp": "2023-11-14T22:13:30Z"}}),
+                ),
+                ordinary(),
+            )],
+            &memory,
+            Some(start),
+            t(1),
+            at,
+        );
+        let (_, settled) = settle("n", plan, &memory, at);
+        memory.apply("n", settled);
+        let wait = crate::drain::REPLACEMENT_WAIT.as_secs() as i64;
+        assert!(
+            !plan_pass(Vec::new(), &memory, Some(start), t(1 + wait), at)
+                .pending
+                .is_empty()
+        );
+        assert!(
+            plan_pass(Vec::new(), &memory, Some(start), t(2 + wait), at)
+                .pending
+                .is_empty()
+        );
     }
 }

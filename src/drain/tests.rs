@@ -35,7 +35,7 @@ fn slim(p: &Pod) -> DrainPod {
 // The rules, called on full pods (the tests build them with k8s-openapi's types), with no
 // drain start (nothing arrived after it).
 fn classify(p: &Pod, ds: Option<&str>, o: &DrainOptions) -> Disposition {
-    super::classify(&slim(p), ds, o, None)
+    super::classify(&slim(p), ds, o, &Arrival::default())
 }
 fn daemonset_owner(p: &Pod) -> Option<OwnerRef> {
     super::daemonset_owner(&slim(p)).cloned()
@@ -76,7 +76,7 @@ fn evict_warnings(d: Disposition) -> Vec<String> {
         other => panic!("expected Evict, got {other:?}"),
     }
 }
-fn api_err(code: u16, message: &str, causes: &[(&str, &str)]) -> kube::Error {
+pub(crate) fn api_err(code: u16, message: &str, causes: &[(&str, &str)]) -> kube::Error {
     // The API server's reason for each code, as kube's `Status::is_*` helpers read it.
     let reason = match code {
         403 => "Forbidden",
@@ -272,12 +272,17 @@ fn created(mut p: Pod, second: i64) -> Pod {
 fn only_replacements_that_arrived_after_the_start_and_tolerate_both_taints_are_kept() {
     let o = DrainOptions::default();
     let start = jiff::Timestamp::from_second(1_000).unwrap();
+    let started = Arrival {
+        started: Some(start),
+        first_listing: None,
+    };
     let at = |t: serde_json::Value, second: i64| {
         let p = created(tolerating(owned(pod("p"), "ReplicaSet", "rs"), t), second);
-        super::classify(&slim(&p), None, &o, Some(start))
+        super::classify(&slim(&p), None, &o, &started)
     };
     let everything = serde_json::json!([{"operator": "Exists"}]);
-    // Arrived after the start (by the margin): kept, with any form of tolerating both.
+    // Created in a later second than the start, by the same clock: kept, with any form of
+    // tolerating both.
     for t in [
         everything.clone(),
         serde_json::json!([{"operator": "Exists", "effect": "NoSchedule"}]),
@@ -286,11 +291,12 @@ fn only_replacements_that_arrived_after_the_start_and_tolerate_both_taints_are_k
             {"key": "medik8s.io/drain", "effect": "NoSchedule"}
         ]),
     ] {
-        assert_eq!(at(t.clone(), 1_002), Disposition::KeepReplacement, "{t}");
+        assert_eq!(at(t.clone(), 1_001), Disposition::KeepReplacement, "{t}");
     }
-    // There before the start, or within the margin of it: evicted, whatever it tolerates
-    // (upstream evicts them all; a VM's launcher pod is live-migrated by its eviction).
-    for second in [900, 1_000, 1_001] {
+    // There before the start, or in its second with no first listing known (after a restart):
+    // evicted, whatever it tolerates (upstream evicts them all; a VM's launcher pod is
+    // live-migrated by its eviction).
+    for second in [900, 999, 1_000] {
         assert!(
             at(everything.clone(), second).evicts(),
             "created at {second}"
@@ -298,7 +304,7 @@ fn only_replacements_that_arrived_after_the_start_and_tolerate_both_taints_are_k
     }
     // No start known (the survey before the drain) or no creation time: evicted.
     let p = tolerating(pod("p"), everything.clone());
-    assert!(super::classify(&slim(&p), None, &o, Some(start)).evicts());
+    assert!(super::classify(&slim(&p), None, &o, &started).evicts());
     assert!(classify(&created(p, 5_000), None, &o).evicts());
     // After the start but not tolerating both: evicted (the cordon keeps its replacement
     // away). Only one of the two taints, the wrong effect, or a value the taint lacks.
@@ -325,10 +331,43 @@ fn only_replacements_that_arrived_after_the_start_and_tolerate_both_taints_are_k
         "Succeeded",
     );
     assert_eq!(
-        super::classify(&slim(&done), None, &o, Some(start)),
+        super::classify(&slim(&done), None, &o, &started),
         Disposition::SkipFinished
     );
     assert_eq!(skipped_entry(&r("p")).reason, reason::TOLERATES_MAINTENANCE);
+}
+
+#[test]
+fn in_the_starts_own_second_the_first_listing_decides() {
+    let o = DrainOptions::default();
+    let start = jiff::Timestamp::from_second(1_000).unwrap();
+    let everything = serde_json::json!([{"operator": "Exists"}]);
+    let original = created(tolerating(pod("orig"), everything.clone()), 1_000);
+    let replacement = created(tolerating(pod("repl"), everything), 1_000);
+    let listed = Arrival {
+        started: Some(start),
+        first_listing: Some(["uid-orig".to_string()].into()),
+    };
+    // Listed first: there before the drain evicted anything, so evicted.
+    assert!(super::classify(&slim(&original), None, &o, &listed).evicts());
+    // Not in the first listing though created in the same second: a replacement, kept.
+    assert_eq!(
+        super::classify(&slim(&replacement), None, &o, &listed),
+        Disposition::KeepReplacement
+    );
+    // Another drain's listing (another start) says nothing about this one.
+    let mut schedule = RetrySchedule::default();
+    let settled = pass::Settled {
+        first_listing: Some((999, ["uid-orig".to_string()].into())),
+        ..Default::default()
+    };
+    schedule.apply("n", settled);
+    assert!(schedule.first_listing(Some(start)).is_none());
+    assert!(
+        schedule
+            .first_listing(jiff::Timestamp::from_second(999).ok())
+            .is_some()
+    );
 }
 
 #[test]
