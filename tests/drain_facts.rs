@@ -1,0 +1,600 @@
+//! The drain decided on the API server's facts, end to end (`docs/drain-contract.md` §2 and §4):
+//! an eviction is awaited however long the API server takes to answer it (its admission webhooks
+//! included), evictions that hang do not hold back the others, deleting the maintenance stops
+//! its evictions, and a workload that tolerates the maintenance taints is evicted once while its
+//! replacement is kept and named.
+//!
+//! The cluster of this binary records every eviction in the API server's audit log, so "evicted
+//! once", "sent after the deletion" are the API server's own record, not what the operator
+//! believes it sent. Slow and hung eviction webhooks are served by the test itself on loopback.
+
+mod common;
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use nmo_devcluster::audit::{AuditCursor, AuditEvent, EVICTIONS_POLICY};
+use nmo_devcluster::operator::Operator;
+use node_maintenance_operator::api::MaintenancePhase;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+struct Env {
+    cluster: Cluster,
+    _operator: Mutex<Operator>,
+}
+
+/// One cluster with an eviction audit log, the manifests installed and one operator running
+/// with its webhook registered.
+fn env() -> &'static Env {
+    static ENV: OnceLock<Env> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let cluster = Cluster::start(nmo_devcluster::Options {
+            workers: 0,
+            control_planes: 1,
+            audit_policy: Some(EVICTIONS_POLICY.into()),
+        })
+        .unwrap_or_else(|e| panic!("the local control plane did not start: {e}"));
+        let installed = installed(&cluster);
+        let opts = installed.options("operator");
+        let operator = fixtures::start_registered(&cluster, &opts)
+            .unwrap_or_else(|e| panic!("operator did not start: {e}"));
+        Env {
+            cluster,
+            _operator: Mutex::new(operator),
+        }
+    })
+}
+
+/// How a test webhook answers an eviction's AdmissionReview.
+#[derive(Clone, Copy)]
+enum Answer {
+    /// Allows it after this long.
+    AllowAfter(Duration),
+    /// Accepts the connection and never answers (the API server gives up at `timeoutSeconds`).
+    Hang,
+}
+
+/// An eviction webhook served on loopback over TLS: every AdmissionReview it receives is
+/// recorded (when, which pod) and answered as `answer` says.
+struct TestWebhook {
+    port: u16,
+    ca_pem: String,
+    seen: Arc<Mutex<Vec<(Instant, String)>>>,
+}
+
+impl TestWebhook {
+    fn start(answer: Answer) -> Self {
+        let ca = nmo_certs::Ca::new("test-webhook-ca").unwrap();
+        let pair = ca
+            .issue_server(&[], &["127.0.0.1".parse().unwrap()])
+            .unwrap();
+        use rustls::pki_types::pem::PemObject;
+        let certs = rustls::pki_types::CertificateDer::pem_slice_iter(pair.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key =
+            rustls::pki_types::PrivateKeyDer::from_pem_slice(pair.key_pem.as_bytes()).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
+        let record = seen.clone();
+        // A runtime of its own: the test's runtime ends with each test, the webhook must not.
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let mut held = Vec::new();
+                loop {
+                    let Ok((tcp, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    if matches!(answer, Answer::Hang) {
+                        held.push(tcp);
+                        continue;
+                    }
+                    let (acceptor, record) = (acceptor.clone(), record.clone());
+                    tokio::spawn(async move {
+                        let Ok(mut tls) = acceptor.accept(tcp).await else {
+                            return;
+                        };
+                        while let Some(body) = read_request(&mut tls).await {
+                            let review: serde_json::Value =
+                                serde_json::from_slice(&body).unwrap_or_default();
+                            let req = &review["request"];
+                            let pod = format!(
+                                "{}/{}",
+                                req["namespace"].as_str().unwrap_or_default(),
+                                req["name"].as_str().unwrap_or_default()
+                            );
+                            record.lock().unwrap().push((Instant::now(), pod));
+                            if let Answer::AllowAfter(d) = answer {
+                                tokio::time::sleep(d).await;
+                            }
+                            let reply = json!({
+                                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                "response": {"uid": req["uid"], "allowed": true}
+                            })
+                            .to_string();
+                            let head = format!(
+                                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                                reply.len()
+                            );
+                            if tls.write_all(head.as_bytes()).await.is_err()
+                                || tls.write_all(reply.as_bytes()).await.is_err()
+                            {
+                                return;
+                            }
+                        }
+                    });
+                }
+            });
+        });
+        TestWebhook {
+            port,
+            ca_pem: ca.cert_pem().to_string(),
+            seen,
+        }
+    }
+
+    /// Registers it for evictions in the namespaces labelled `e2e-webhook=<label>`.
+    async fn register(
+        &self,
+        client: &kube::Client,
+        label: &str,
+        failure_policy: &str,
+        timeout_seconds: i32,
+    ) -> Api<ValidatingWebhookConfiguration> {
+        use base64::Engine;
+        let webhooks = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+        let config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": {"name": label},
+            "webhooks": [{
+                "name": format!("{label}.e2e.medik8s.io"),
+                "clientConfig": {
+                    "url": format!("https://127.0.0.1:{}/evict", self.port),
+                    "caBundle": base64::engine::general_purpose::STANDARD.encode(&self.ca_pem),
+                },
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                           "resources": ["pods/eviction"], "scope": "Namespaced"}],
+                "namespaceSelector": {"matchLabels": {"e2e-webhook": label}},
+                "failurePolicy": failure_policy,
+                "sideEffects": "None",
+                "timeoutSeconds": timeout_seconds,
+                "admissionReviewVersions": ["v1"]
+            }]
+        }))
+        .unwrap();
+        webhooks
+            .create(&PostParams::default(), &config)
+            .await
+            .unwrap();
+        webhooks
+    }
+
+    fn seen(&self) -> Vec<(Instant, String)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// Reads one HTTP/1.1 request's body (`None` at the end of the connection).
+async fn read_request<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> Option<Vec<u8>> {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        if s.read(&mut byte).await.ok()? == 0 {
+            return None;
+        }
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).await.ok()?;
+    Some(body)
+}
+
+/// A namespace named `<prefix>-...` (pods are listed in namespace order), labelled for the
+/// test webhook `label` when given.
+async fn labelled_namespace(client: &kube::Client, prefix: &str, label: Option<&str>) -> String {
+    let ns = namespace(client, prefix).await;
+    if let Some(label) = label {
+        Api::<Namespace>::all(client.clone())
+            .patch(
+                &ns,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"e2e-webhook": label}}})),
+            )
+            .await
+            .unwrap();
+    }
+    ns
+}
+
+/// Creates bare pod `name` in `ns` bound to `node`, with `extra` merged into it.
+async fn bare_pod(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    extra: serde_json::Value,
+) {
+    let mut pod = json!({
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]
+        }
+    });
+    merge(&mut pod, extra);
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(pod).unwrap(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("creating pod {ns}/{name}: {e}"));
+}
+
+fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
+    match (into, from) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+/// Waits until every pod of `ns` is Running.
+async fn wait_all_running(client: &kube::Client, ns: &str, n: usize) {
+    let api = Api::<Pod>::namespaced(client.clone(), ns);
+    wait_for(&format!("{n} pods Running in {ns}"), LIMIT, || async {
+        let list = api
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let up = list.items.iter().filter(|p| running(p)).count();
+        if up == n {
+            Ok(())
+        } else {
+            Err(format!("{up} of {n} Running"))
+        }
+    })
+    .await;
+}
+
+/// The pods of `ns` that are gone or terminating.
+async fn evicted_in(client: &kube::Client, ns: &str, names: &[String]) -> Vec<String> {
+    let api = Api::<Pod>::namespaced(client.clone(), ns);
+    let mut out = Vec::new();
+    for n in names {
+        match api.get_opt(n).await.unwrap() {
+            None => out.push(n.clone()),
+            Some(p) if p.metadata.deletion_timestamp.is_some() => out.push(n.clone()),
+            Some(_) => {}
+        }
+    }
+    out
+}
+
+/// The accepted evictions (2xx) the API server recorded, among `events`, of pods in `ns`.
+fn accepted_in<'a>(events: &'a [AuditEvent], ns: &str) -> Vec<&'a AuditEvent> {
+    events
+        .iter()
+        .filter(|e| {
+            e.subresource == "eviction" && e.namespace == ns && (200..300).contains(&e.code)
+        })
+        .collect()
+}
+
+/// `docs/drain-contract.md` §4: an eviction is awaited for as long as the API server takes to
+/// answer it. An eviction webhook that allows after 12 s, and a hung one with
+/// `failurePolicy: Ignore` and `timeoutSeconds: 15`, both let the drain finish (an operator that
+/// hung up at 10 s never let it); a hung one with `failurePolicy: Fail` is named in `lastError`
+/// by the API server's own answer (`failed calling webhook "…"`) until it is removed.
+#[tokio::test]
+async fn an_eviction_is_awaited_as_long_as_the_api_server_takes() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("slow");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let slow = TestWebhook::start(Answer::AllowAfter(Duration::from_secs(12)));
+    let hung = TestWebhook::start(Answer::Hang);
+    let (slow_label, ignored_label, failing_label) =
+        (unique("slow"), unique("ignore"), unique("fail"));
+    let slow_ns = labelled_namespace(&client, "slow", Some(&slow_label)).await;
+    let ignored_ns = labelled_namespace(&client, "ignored", Some(&ignored_label)).await;
+    let failing_ns = labelled_namespace(&client, "failing", Some(&failing_label)).await;
+    let w1 = slow.register(&client, &slow_label, "Fail", 30).await;
+    hung.register(&client, &ignored_label, "Ignore", 15).await;
+    hung.register(&client, &failing_label, "Fail", 5).await;
+    for ns in [&slow_ns, &ignored_ns, &failing_ns] {
+        bare_pod(&client, ns, "p", &node, json!({})).await;
+        wait_all_running(&client, ns, 1).await;
+    }
+
+    let name = unique("nm-slow");
+    nm::create(&client, &name, &node).await;
+    let failing = format!("failed calling webhook \"{failing_label}.e2e.medik8s.io\"");
+    let held = nm::wait_status(
+        &client,
+        &name,
+        "the slow and the ignored pods evicted, the failing one named by the API server's answer",
+        LIMIT,
+        |s| {
+            s.blockers.as_ref().is_some_and(|b| {
+                b.len() == 1 && b[0].name == "p" && b[0].namespace.starts_with("failing")
+            }) && s
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.contains(&failing))
+        },
+    )
+    .await;
+    let s = held.status.unwrap();
+    assert_eq!(s.phase, Some(MaintenancePhase::Running));
+    for ns in [&slow_ns, &ignored_ns] {
+        assert_eq!(
+            evicted_in(&client, ns, &["p".to_string()]).await,
+            ["p"],
+            "{ns}/p must be evicted: {s:?}"
+        );
+    }
+    assert!(
+        !slow.seen().is_empty(),
+        "the slow webhook was asked by the API server"
+    );
+    w1.delete(&failing_label, &Default::default())
+        .await
+        .expect("failing webhook removed");
+    let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    assert_eq!(done.status.unwrap().last_error, None);
+    w1.delete(&slow_label, &Default::default()).await.unwrap();
+    w1.delete(&ignored_label, &Default::default())
+        .await
+        .unwrap();
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
+
+/// `docs/drain-contract.md` §4: 160 pods whose evictions hang (a webhook on their namespace,
+/// which sorts first) do not hold back the 4 pods of another namespace that nothing blocks:
+/// those are evicted at once (upstream starts every eviction at once; an operator that spent
+/// its pass on the hung ones evicted them 52 s later). Once the webhook's 30 s pass, the API
+/// server ignores it (`failurePolicy: Ignore`) and the maintenance Succeeds.
+#[tokio::test]
+async fn hung_evictions_do_not_hold_back_the_others() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("fair");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let hung = TestWebhook::start(Answer::Hang);
+    let label = unique("hang");
+    let hung_ns = labelled_namespace(&client, "aaa-hung", Some(&label)).await;
+    let free_ns = labelled_namespace(&client, "zzz-free", None).await;
+    let webhooks = hung.register(&client, &label, "Ignore", 30).await;
+    for i in 0..160 {
+        bare_pod(&client, &hung_ns, &format!("hung-{i:03}"), &node, json!({})).await;
+    }
+    let free: Vec<String> = (0..4).map(|i| format!("free-{i}")).collect();
+    for p in &free {
+        bare_pod(&client, &free_ns, p, &node, json!({})).await;
+    }
+    wait_all_running(&client, &hung_ns, 160).await;
+    wait_all_running(&client, &free_ns, 4).await;
+
+    let name = unique("nm-fair");
+    let created = Instant::now();
+    nm::create(&client, &name, &node).await;
+    // Generous for a loaded 2-core machine, far below the 30 s the hung evictions take.
+    wait_for(
+        "the 4 pods nothing blocks evicted while 160 evictions hang",
+        Duration::from_secs(20),
+        || async {
+            let gone = evicted_in(&client, &free_ns, &free).await;
+            if gone.len() == free.len() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "evicted so far: {gone:?}, {:?} after the maintenance was created",
+                    created.elapsed()
+                ))
+            }
+        },
+    )
+    .await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    webhooks.delete(&label, &Default::default()).await.unwrap();
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
+
+/// `docs/drain-contract.md` §4: deleting the maintenance stops its drain. With evictions that
+/// take 5 s each (a slow webhook) and 300 pods, more than the process sends at once (256), the
+/// maintenance is deleted while the first are in flight: those waiting for a slot are never
+/// sent, and the API server receives no eviction more than 2 s after the DELETE returned.
+#[tokio::test]
+async fn deleting_the_maintenance_stops_its_evictions() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("stop");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let slow = TestWebhook::start(Answer::AllowAfter(Duration::from_secs(5)));
+    let label = unique("stop");
+    let ns = labelled_namespace(&client, "stop", Some(&label)).await;
+    let webhooks = slow.register(&client, &label, "Fail", 30).await;
+    for i in 0..300 {
+        bare_pod(&client, &ns, &format!("p-{i:03}"), &node, json!({})).await;
+    }
+    wait_all_running(&client, &ns, 300).await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+
+    let name = unique("nm-stop");
+    nm::create(&client, &name, &node).await;
+    wait_for("the first eviction in flight", LIMIT, || async {
+        if slow.seen().is_empty() {
+            Err("no eviction reached the webhook yet".to_string())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    nm::delete(&client, &name).await;
+    let deleted = jiff::Timestamp::now();
+    nm::wait_gone(&client, &name, LIMIT).await;
+    wait_for(&format!("node {node} restored"), LIMIT, || {
+        common::node::restored(&client, &node)
+    })
+    .await;
+    // Every eviction already sent has been answered (5 s each) well within this wait, and no
+    // later one may come: wait for the audit log to hold the answers of those in flight.
+    let sent = slow.seen().len();
+    let mut events: Vec<AuditEvent> = Vec::new();
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        events.extend(
+            audit
+                .read()
+                .unwrap()
+                .into_iter()
+                .filter(|e| e.subresource == "eviction" && e.namespace == ns),
+        );
+        if events.len() >= sent {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the audit log holds {} of the {sent} evictions sent",
+            events.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let late: Vec<String> = events
+        .iter()
+        .filter(|e| e.received > deleted + jiff::SignedDuration::from_secs(2))
+        .map(|e| format!("{} at {}", e.name, e.received))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "evictions received more than 2 s after the DELETE returned at {deleted}: {late:?}"
+    );
+    assert!(
+        events.len() < 300,
+        "every pod was asked, so no eviction waited for a slot: the test proves nothing"
+    );
+    webhooks.delete(&label, &Default::default()).await.unwrap();
+}
+
+/// `docs/drain-contract.md` §2: a one-replica Deployment that tolerates every taint and can
+/// only run on the node (a Calico-style operator, a pinned agent), and a second one like it:
+/// each original is evicted once, each replacement is kept and named as kept, before the
+/// maintenance Succeeds, and no pod of either workload is evicted more than twice (an operator
+/// that judged arrival with a 2 s margin evicted such a workload 11 times in 2 s, and
+/// succeeded between two replacements without naming the one that landed).
+#[tokio::test]
+async fn a_tolerating_workload_is_evicted_once_and_its_replacement_kept() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("repl");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "repl").await;
+    for app in ["agent", "operator"] {
+        let d: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+            "metadata": {"name": app},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": app}},
+                "template": {
+                    "metadata": {"labels": {"app": app}},
+                    "spec": {
+                        "nodeSelector": {"nmo-test": group},
+                        "tolerations": [{"operator": "Exists"}],
+                        "terminationGracePeriodSeconds": 0,
+                        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]
+                    }
+                }
+            }
+        }))
+        .unwrap();
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), &ns)
+            .create(&PostParams::default(), &d)
+            .await
+            .unwrap();
+        wait_running(&client, &ns, app, 1, LIMIT).await;
+    }
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+
+    let name = unique("nm-repl");
+    nm::create(&client, &name, &node).await;
+    let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let drained = done
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .find(|c| c.type_ == "Drained")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    for app in ["agent", "operator"] {
+        let now = pods(&client, &ns, app).await;
+        let on_node: Vec<&Pod> = now
+            .iter()
+            .filter(|p| node_of(p) == node && p.metadata.deletion_timestamp.is_none())
+            .collect();
+        assert_eq!(on_node.len(), 1, "{app}: one replacement on the node");
+        let kept = on_node[0].metadata.name.clone().unwrap();
+        assert!(
+            drained.contains(&format!("{ns}/{kept} (ToleratesMaintenanceTaints)")),
+            "{app}: the replacement on the node at Succeeded is named as kept: {drained:?}"
+        );
+    }
+    // The API server's record of the evictions it accepted, per workload.
+    let events = audit.read().unwrap();
+    let accepted = accepted_in(&events, &ns);
+    for app in ["agent", "operator"] {
+        let n = accepted
+            .iter()
+            .filter(|e| e.name.starts_with(&format!("{app}-")))
+            .count();
+        assert!(
+            (1..=2).contains(&n),
+            "{app}: evicted {n} times: {:?}",
+            accepted
+                .iter()
+                .map(|e| (&e.name, e.received))
+                .collect::<Vec<_>>()
+        );
+    }
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
