@@ -1,5 +1,5 @@
 //! The API server's clock, as its answers give it: every HTTP response carries a `Date` header
-//! (RFC 9110 §6.6.1, an HTTP-date in whole seconds, which Go's `net/http` server always sets).
+//! (an RFC 9110 HTTP-date in whole seconds, which Go's `net/http` server always sets).
 //! Decisions that compare a time with one the API server stamped (a pod's `creationTimestamp`
 //! or `deletionTimestamp`) take "now" from here, so both times come from one clock whatever the
 //! operator's own clock says (`docs/drain-contract.md` §2).
