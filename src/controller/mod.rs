@@ -102,34 +102,29 @@ pub(crate) async fn run(
         orphan_tx.clone(),
         metrics.clone(),
     );
-    // Eviction answers arrive outside any pass; each wakes its maintenance's next one.
-    let (wake, woken) = futures::channel::mpsc::unbounded();
+    let (ctx, woken) = context(
+        client,
+        eviction_client,
+        &config,
+        nms,
+        metrics,
+        store.clone(),
+        nms_synced.clone(),
+    );
     let controller = Controller::for_stream(nm_triggers, store.clone())
         .reconcile_on(woken)
         .watches_stream(
             triggers::nodes(&nodes, orphan_tx),
-            triggers::node_mapper(store.clone(), metrics.clone()),
+            triggers::node_mapper(store, ctx.metrics.clone()),
         )
         .with_config(
             controller::Config::default()
                 .concurrency(u16::try_from(config.concurrency).unwrap_or(u16::MAX)),
         )
         .graceful_shutdown_on(shutdown);
-    tokio::spawn(triggers::report_synced(
-        nms_synced.clone(),
-        nodes.synced(),
-        ready,
-    ));
-    let ctx = context(
-        client,
-        eviction_client,
-        &config,
-        nms,
-        metrics,
-        store,
-        nms_synced,
-        wake,
-    );
+    tokio::spawn(triggers::report_synced(nms_synced, nodes.synced(), ready));
+    // Dropped with this future at the end of a leadership term: no eviction is sent after it.
+    let _evictions = ctx.drainer.stop_on_drop();
     // Aborted with the controller, so it never writes after the controller stopped.
     let sweeper = tokio::spawn(orphans::run(ctx.clone(), orphan_rx));
     tracing::info!(concurrency = config.concurrency, lease_namespace = %config.lease_namespace, "starting NodeMaintenance controller");
@@ -146,7 +141,8 @@ pub(crate) async fn run(
     tracing::info!("NodeMaintenance controller stopped");
 }
 
-/// The shared state of all reconciles, built from the clients and settings.
+/// The shared state of all reconciles, built from the clients and settings, and the stream of
+/// maintenances woken by their evictions' answers (which arrive outside any pass).
 fn context(
     client: Client,
     eviction_client: Client,
@@ -155,10 +151,13 @@ fn context(
     metrics: Arc<Metrics>,
     store: Store<NodeMaintenance>,
     nms_synced: watch::Receiver<bool>,
-    wake: futures::channel::mpsc::UnboundedSender<reflector::ObjectRef<NodeMaintenance>>,
-) -> Arc<Context> {
+) -> (
+    Arc<Context>,
+    futures::channel::mpsc::UnboundedReceiver<reflector::ObjectRef<NodeMaintenance>>,
+) {
     let nodes: Api<Node> = Api::all(client.clone());
-    Arc::new(Context {
+    let (wake, woken) = futures::channel::mpsc::unbounded();
+    let ctx = Arc::new(Context {
         nms,
         nodes,
         drainer: Drainer::new(
@@ -181,7 +180,8 @@ fn context(
         nms_synced,
         memory: memory::Memories::default(),
         wake,
-    })
+    });
+    (ctx, woken)
 }
 
 // controller-runtime's families (docs/compat.md §10) are recorded around each reconcile and

@@ -132,6 +132,12 @@ impl Drainer {
         }
     }
 
+    /// A guard that stops sending evictions when dropped: the controller's run future holds it,
+    /// so a controller dropped at the end of a leadership term sends none after it.
+    pub(crate) fn stop_on_drop(&self) -> tokio_util::sync::DropGuard {
+        self.stopped.clone().drop_guard()
+    }
+
     /// Sends no eviction from now on, and returns once every eviction already sent has been
     /// answered (the controller stops: a leader's term ends with its last request answered).
     pub(crate) async fn stop(&self) {
