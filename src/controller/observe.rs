@@ -121,7 +121,7 @@ async fn maintenance(
 }
 
 /// Reads Node `name` as `Api::get_opt` does (`None`: 404), with the time the API server answered:
-/// the response's `Date` header (an HTTP-date, RFC 9110 §5.6.7: whole seconds, GMT; every
+/// the response's `Date` header (an HTTP-date, RFC 9110 section 5.6.7: whole seconds, GMT; every
 /// response of kube-apiserver carries it, from Go's `net/http`). That is the clock that stamps
 /// pods' `creationTimestamp`, so a drain started at it compares pods by one clock
 /// (docs/drain-contract.md §2). `None` when the header is missing or unreadable (a proxy that

@@ -159,7 +159,8 @@ pub(super) fn plan_maintenance(
     w.events(events, Some(node));
     if status.phase == Some(MaintenancePhase::Succeeded) {
         // Drained once is drained: a pod that arrives later (an admin's maintenance job) stays.
-        // The node, lease and label are still enforced above (upstream never drains again).
+        // The node, lease and label are still enforced above. Upstream drains on every
+        // reconcile, it just rarely reconciles a Succeeded one (docs/drain-contract.md §3).
         let step = Step {
             status,
             events: Vec::new(),

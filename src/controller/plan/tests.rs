@@ -704,7 +704,7 @@ fn one_pass_is_planned_whole_from_one_observation() {
             "drain",
         ),
         (
-            "Succeeded: node and lease still enforced, no drain round (upstream drains once)",
+            "Succeeded: node and lease still enforced, no drain round (ours: upstream drains on every reconcile)",
             succeeded,
             seen(node(Some(("nm", "uid-nm")), false), our_lease(), true),
             vec![
@@ -1383,4 +1383,20 @@ fn status_patch_nulls_every_cleared_field() {
         );
     }
     assert_eq!(status_patch(&s, None).get("metadata"), None);
+}
+
+/// docs/drain-contract.md §3: a Succeeded maintenance is re-checked every 5 minutes and its
+/// lease renewed once 900 s passed since the last renewal, so renewals come 15 to 20 minutes
+/// apart, well inside the lease's 3600 s.
+#[test]
+fn a_succeeded_maintenance_renews_its_lease_15_to_20_minutes_apart() {
+    use crate::lease::{LEASE_DURATION, RENEW_AFTER};
+    assert_eq!(REQUEUE_SUCCEEDED, Duration::from_secs(300));
+    assert_eq!(RENEW_AFTER, Duration::from_secs(900));
+    let latest = RENEW_AFTER + REQUEUE_SUCCEEDED;
+    assert_eq!(latest, Duration::from_secs(1200));
+    assert!(
+        latest * 2 < LEASE_DURATION,
+        "a missed re-check still renews in time"
+    );
 }
