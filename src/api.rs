@@ -22,15 +22,33 @@ pub const FINALIZER: &str = "foregroundDeleteNodeMaintenance";
 /// (docs/compat.md §1).
 pub const NODE_NAME_IMMUTABLE: &str = "updating spec.NodeName isn't allowed";
 
-/// Annotation on a NodeMaintenance naming the node it entered (written before the node is
-/// touched), so cleanup restores that node whatever `spec.nodeName` says later
-/// (docs/design.md §1). An annotation, not a status field: upstream's CRD would prune the latter.
+/// Annotation on a NodeMaintenance naming the node it entered, so cleanup restores that node
+/// whatever `spec.nodeName` says later (docs/design.md §1). An annotation, not a status field:
+/// upstream's CRD would prune the latter. Written after the node is entered, best effort (a
+/// failed write does not end the pass and is retried each pass until it lands): entering needs
+/// no write of the NodeMaintenance's metadata, which the operator's own webhook intercepts
+/// (docs/design.md §1, "Entry").
 pub const ENTERED_NODE_ANNOTATION: &str = "nodemaintenance.medik8s.io/entered-node";
 
-/// Annotation on a NodeMaintenance with the time its drain started (RFC 3339, whole seconds),
-/// written with [`ENTERED_NODE_ANNOTATION`], before the node is first touched. A pod created
-/// after it that tolerates both maintenance taints is a replacement and is kept
-/// (docs/drain-contract.md §2). An annotation, for the same reason as the node's.
+/// Annotation on a NodeMaintenance with the `spec.providerID` of the node it entered (empty when
+/// that node had none), written with [`ENTERED_NODE_ANNOTATION`]. A Node of that name whose
+/// providerID differs from a recorded non-empty one is another machine under a reused name: the
+/// maintenance leaves it alone (docs/drain-contract.md §3).
+pub const ENTERED_NODE_PROVIDER_ID_ANNOTATION: &str =
+    "nodemaintenance.medik8s.io/entered-node-provider-id";
+
+/// Annotation on a NodeMaintenance with the `metadata.uid` of the Node object it entered,
+/// written with [`ENTERED_NODE_ANNOTATION`] (for the record: a Node deleted and registered again
+/// has a new uid, whichever machine it is; the machine is told by its providerID).
+pub const ENTERED_NODE_UID_ANNOTATION: &str = "nodemaintenance.medik8s.io/entered-node-uid";
+
+/// Annotation with the time a drain started (RFC 3339, whole seconds, the API server's clock):
+/// on the Node, a record annotation written in the patch that enters it and removed on exit with
+/// the holder and the prior state (`crate::node`); on a NodeMaintenance, the legacy place
+/// (written before the node was entered by versions before the Node record), still read when
+/// the Node carries none. A pod created after it that tolerates both maintenance taints is a
+/// replacement and is kept (docs/drain-contract.md §2). Annotations, for the same reason as the
+/// entered node's.
 pub const DRAIN_STARTED_ANNOTATION: &str = "nodemaintenance.medik8s.io/drain-started";
 
 /// Desired state: which node to keep in maintenance, and why.

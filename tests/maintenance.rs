@@ -11,6 +11,7 @@ use common::*;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
 use serde_json::json;
@@ -1174,4 +1175,343 @@ async fn a_node_held_by_one_budget_keeps_a_small_status_and_finishes_in_a_minute
         allowed.elapsed().as_secs_f64()
     );
     nm::delete_and_wait_restored(&client, &name, &node).await;
+}
+
+/// The operator's ValidatingWebhookConfiguration as the test tooling registers it.
+const WEBHOOK_CONFIGURATION: &str = "node-maintenance-operator-validating-webhook-configuration";
+/// The name of the entry [`break_webhook_for`] adds.
+const UNREACHABLE_WEBHOOK: &str = "unreachable.e2e.nodemaintenance.medik8s.io";
+/// The label that [`break_webhook_for`]'s entry selects NodeMaintenances by.
+const UNREACHABLE_LABEL: &str = "e2e.nodemaintenance.medik8s.io/unreachable-webhook";
+
+/// Makes the operator's validating webhook unreachable for the NodeMaintenances labelled
+/// [`UNREACHABLE_LABEL`]=`id`, and only for them: adds to the operator's
+/// ValidatingWebhookConfiguration a copy of its webhook (same rules, `failurePolicy: Fail`)
+/// whose URL is a closed loopback port, selected by that label. Every UPDATE of such an object
+/// then fails with `failed calling webhook`, as with the operator's own webhook down; the other
+/// tests of this binary, which share the cluster and run at once, keep a working webhook.
+/// Returns once an UPDATE of `nm` is refused so.
+async fn break_webhook_for(client: &kube::Client, id: &str, nm: &str) {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    let configs = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+    let config = configs.get(WEBHOOK_CONFIGURATION).await.unwrap();
+    let mut webhook = config.webhooks.unwrap_or_default()[0].clone();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    webhook.name = UNREACHABLE_WEBHOOK.into();
+    webhook.failure_policy = Some("Fail".into());
+    webhook.timeout_seconds = Some(5);
+    webhook.client_config.url = Some(format!("https://127.0.0.1:{port}/validate"));
+    webhook.object_selector =
+        Some(serde_json::from_value(json!({"matchLabels": {UNREACHABLE_LABEL: id}})).unwrap());
+    configs
+        .patch(
+            WEBHOOK_CONFIGURATION,
+            &PatchParams::default(),
+            &Patch::<()>::Json(
+                serde_json::from_value(
+                    json!([{"op": "add", "path": "/webhooks/-", "value": webhook}]),
+                )
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    wait_for("an UPDATE of the NodeMaintenance refused by the unreachable webhook", LIMIT, || async {
+        let probe = json!({"metadata": {"annotations": {"e2e/probe": jiff::Timestamp::now().to_string()}}});
+        match nms.patch(nm, &PatchParams::default(), &Patch::Merge(&probe)).await {
+            Err(kube::Error::Api(s)) if s.message.contains("failed calling webhook") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+}
+
+/// Removes what [`break_webhook_for`] added, and returns once an UPDATE of `nm` lands again.
+async fn repair_webhook(client: &kube::Client, nm: &str) {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    let configs = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+    let config = configs.get(WEBHOOK_CONFIGURATION).await.unwrap();
+    let names: Vec<String> = config
+        .webhooks
+        .unwrap_or_default()
+        .into_iter()
+        .map(|w| w.name)
+        .collect();
+    if let Some(i) = names.iter().position(|n| n == UNREACHABLE_WEBHOOK) {
+        let path = format!("/webhooks/{i}/name");
+        configs
+            .patch(
+                WEBHOOK_CONFIGURATION,
+                &PatchParams::default(),
+                &Patch::<()>::Json(
+                    serde_json::from_value(json!([
+                        {"op": "test", "path": path, "value": UNREACHABLE_WEBHOOK},
+                        {"op": "remove", "path": format!("/webhooks/{i}")},
+                    ]))
+                    .unwrap(),
+                ),
+            )
+            .await
+            .unwrap();
+    }
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    wait_for("an UPDATE of the NodeMaintenance admitted again", LIMIT, || async {
+        let probe = json!({"metadata": {"annotations": {"e2e/probe": jiff::Timestamp::now().to_string()}}});
+        nms.patch(nm, &PatchParams::default(), &Patch::Merge(&probe))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await;
+}
+
+/// Issue 26 item 6 (docs/drain-contract.md §3, docs/design.md §1 "Entry"): entering needs no
+/// write that the operator's own webhook intercepts. An admitted maintenance, held first by a
+/// foreign lease, whose webhook then becomes unreachable (`failurePolicy: Fail`, so no UPDATE
+/// of it lands): once the lease is released, the node is cordoned and tainted and the
+/// maintenance Succeeds, as upstream's would (it writes only status, the Lease and the Node
+/// after the finalizer). The NodeMaintenance's own record of the node lands once the webhook
+/// answers again.
+#[tokio::test]
+async fn an_admitted_maintenance_enters_its_node_while_the_webhook_is_unreachable() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("nohook");
+    let nodes = worker_nodes(env.cluster, &client, &group, 1).await;
+    let name = unique("nm-nohook");
+    foreign_lease(&client, &nodes[0]).await;
+    let mut maintenance = nm::new(&name, &nodes[0], "e2e");
+    maintenance
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(UNREACHABLE_LABEL.into(), name.clone());
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    nms.create(&PostParams::default(), &maintenance)
+        .await
+        .unwrap();
+    // Admitted, its finalizer on, waiting for the lease: entry is next.
+    nm::wait_status(
+        &client,
+        &name,
+        "waiting for the foreign lease",
+        LIMIT,
+        |s| {
+            s.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("failed to obtain a lease that is not owned by us"))
+        },
+    )
+    .await;
+    break_webhook_for(&client, &name, &name).await;
+
+    leases(&client)
+        .delete(&format!("node-{}", nodes[0]), &Default::default())
+        .await
+        .unwrap();
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    wait_for("node in maintenance", LIMIT, || {
+        node::in_maintenance(&client, &nodes[0])
+    })
+    .await;
+    let lease = leases(&client)
+        .get(&format!("node-{}", nodes[0]))
+        .await
+        .unwrap();
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("node-maintenance")
+    );
+    let stored = nms.get(&name).await.unwrap();
+    assert_eq!(
+        stored
+            .annotations()
+            .get(node_maintenance_operator::api::ENTERED_NODE_ANNOTATION),
+        None,
+        "no UPDATE of the NodeMaintenance landed while its webhook was unreachable"
+    );
+
+    // The webhook back: the record lands with the next pass (the probe UPDATE starts one).
+    repair_webhook(&client, &name).await;
+    wait_for(
+        "the node entered recorded on the NodeMaintenance",
+        LIMIT,
+        || async {
+            let nm = nms.get(&name).await.map_err(|e| e.to_string())?;
+            let entered = nm
+                .annotations()
+                .get(node_maintenance_operator::api::ENTERED_NODE_ANNOTATION)
+                .cloned();
+            if entered.as_deref() == Some(nodes[0].as_str()) {
+                Ok(())
+            } else {
+                Err(format!("{:?}", nm.annotations()))
+            }
+        },
+    )
+    .await;
+    nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
+}
+
+/// Creates a kwok worker node `name` labelled `nmo-test=<group>` with `spec.providerID` set to
+/// `provider_id` (the machine it stands for), and waits until it is Ready, and untainted when
+/// `untainted` (a node a maintenance enters at once gets its taints before it is Ready).
+async fn machine(
+    client: &kube::Client,
+    name: &str,
+    group: &str,
+    provider_id: &str,
+    untainted: bool,
+) {
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64", "type": "kwok", "nmo-test": group,
+            },
+        },
+        "spec": {"providerID": provider_id},
+        "status": {
+            "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "1000"},
+            "capacity": {"cpu": "64", "memory": "256Gi", "pods": "1000"}
+        }
+    }))
+    .unwrap();
+    let nodes = Api::<Node>::all(client.clone());
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    wait_for(
+        &format!("node {name} Ready and untainted"),
+        LIMIT,
+        || async {
+            let node = nodes.get(name).await.map_err(|e| e.to_string())?;
+            let ready = node
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let taints = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default();
+            if ready && (taints.is_empty() || !untainted) {
+                Ok(())
+            } else {
+                Err(format!("ready={ready} taints={taints:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+/// Deletes Node `name` and waits until it is gone.
+async fn delete_node(client: &kube::Client, name: &str) {
+    let nodes = Api::<Node>::all(client.clone());
+    nodes.delete(name, &Default::default()).await.unwrap();
+    wait_for(&format!("node {name} gone"), LIMIT, || async {
+        match nodes.get_opt(name).await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(n) => Err(format!("still there: {:?}", n.metadata.deletion_timestamp)),
+        }
+    })
+    .await;
+}
+
+/// Issue 26 item 7 (docs/drain-contract.md §3): a node name reused by another machine. The
+/// maintenance's node is deleted mid-maintenance; a Node registering under that name with
+/// another `spec.providerID` is left alone (the maintenance stays Failed, says the node was
+/// replaced with both providerIDs, the node stays schedulable and untainted, no lease is held
+/// for it); the machine entered coming back (its providerID) resumes the maintenance to
+/// Succeeded.
+#[tokio::test]
+async fn a_reused_node_name_is_entered_only_by_the_machine_entered_before() {
+    use node_maintenance_operator::api::ENTERED_NODE_PROVIDER_ID_ANNOTATION;
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("reused");
+    let node_name = format!("{group}-n0");
+    let entered_id = format!("kwok://{node_name}/machine-a");
+    let other_id = format!("kwok://{node_name}/machine-b");
+    machine(&client, &node_name, &group, &entered_id, true).await;
+    let name = unique("nm-reused");
+    nm::create(&client, &name, &node_name).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    wait_for("the machine entered recorded", LIMIT, || async {
+        let nm = nms.get(&name).await.map_err(|e| e.to_string())?;
+        match nm.annotations().get(ENTERED_NODE_PROVIDER_ID_ANNOTATION) {
+            Some(id) if *id == entered_id => Ok(()),
+            _ => Err(format!("{:?}", nm.annotations())),
+        }
+    })
+    .await;
+
+    delete_node(&client, &node_name).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Failed, LIMIT).await;
+    machine(&client, &node_name, &group, &other_id, true).await;
+    let failed = nm::wait_status(&client, &name, "the node said replaced", LIMIT, |s| {
+        s.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("was replaced"))
+    })
+    .await;
+    let status = failed.status.unwrap();
+    assert_eq!(status.phase, Some(MaintenancePhase::Failed));
+    let text = status.last_error.unwrap();
+    assert!(
+        text.contains(&format!("{other_id:?}")) && text.contains(&format!("{entered_id:?}")),
+        "{text}"
+    );
+    nm::wait_event(&client, &name, "NodeReplaced").await;
+    let events = nm::event_summary(&client, &name).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.0 == "Warning" && e.1 == "NodeReplaced" && e.2.contains(&other_id)),
+        "{events:?}"
+    );
+    // Our lease, held for the machine that left, is given up; none is taken for the new one.
+    wait_for("no lease for the new machine", LIMIT, || async {
+        match leases(&client)
+            .get_opt(&format!("node-{node_name}"))
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            None => Ok(()),
+            Some(l) => Err(format!("{:?}", l.spec)),
+        }
+    })
+    .await;
+    node::restored(&client, &node_name)
+        .await
+        .unwrap_or_else(|e| panic!("the new machine was touched: {e}"));
+    let new = Api::<Node>::all(client.clone())
+        .get(&node_name)
+        .await
+        .unwrap();
+    assert_eq!(
+        new.annotations().get("nodemaintenance.medik8s.io/holder"),
+        None,
+        "{:?}",
+        new.annotations()
+    );
+    assert_eq!(
+        nms.get(&name).await.unwrap().status.unwrap().phase,
+        Some(MaintenancePhase::Failed)
+    );
+
+    // The machine entered comes back under its name: the maintenance resumes.
+    delete_node(&client, &node_name).await;
+    machine(&client, &node_name, &group, &entered_id, false).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    wait_for("node in maintenance again", LIMIT, || {
+        node::in_maintenance(&client, &node_name)
+    })
+    .await;
+    nm::delete_and_wait_restored(&client, &name, &node_name).await;
 }

@@ -2,7 +2,8 @@
 //! nothing: every body, precondition and target comes from the plan. A precondition that fails
 //! (409) or an object that vanished ends the pass ([`Executed::Stopped`]): the next pass observes
 //! again, as kube-runtime's `finalizer` and controller-runtime's reconcilers do. Any other API
-//! error is returned with upstream's `lastError` text. Events are published best effort. Once the
+//! error is returned with upstream's `lastError` text. Events, and the writes the plan marks as
+//! not required, are best effort: a failure is logged and the next write is sent. Once the
 //! writes are done, [`carry_out`] applies what the plan says to remember and records the metrics
 //! of the status it ends with.
 
@@ -198,11 +199,18 @@ async fn send(ctx: &Context, nm: &mut NodeMaintenance, write: Write) -> Result<S
                 Err(e) => return Err(Error::RemoveFinalizer(e)),
             }
         }
-        Write::Annotations(mut patch) => {
+        Write::Annotations {
+            mut patch,
+            required,
+        } => {
             patch["metadata"]["resourceVersion"] = nm.resource_version().into();
             match ctx.nms.patch(&name, &params, &Patch::Merge(&patch)).await {
                 Ok(updated) => *nm = updated,
-                Err(e) => return stopped_or(e, Error::RecordEnteredNode),
+                Err(e) if required => return stopped_or(e, Error::RecordEnteredNode),
+                // Not required (the plan says so): the next pass writes it again.
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not record the node entered on the NodeMaintenance yet (an admission webhook may be unreachable); the maintenance goes on and the next pass records it");
+                }
             }
         }
         Write::Status { mut patch, sent } => {
@@ -581,7 +589,10 @@ mod tests {
                 patch: serde_json::from_value(serde_json::json!([{"op": "test", "path": "/metadata/finalizers", "value": null}])).unwrap(),
                 add: true,
             },
-            Write::Annotations(serde_json::json!({"metadata": {"annotations": {"a": "b"}}})),
+            Write::Annotations {
+                patch: serde_json::json!({"metadata": {"annotations": {"a": "b"}}}),
+                required: true,
+            },
             Write::Status {
                 patch: serde_json::json!({"status": {"phase": "Running"}}),
                 sent: Box::default(),

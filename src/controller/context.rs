@@ -51,8 +51,8 @@ pub(crate) enum Error {
     /// Removing the finalizer failed; the raw API error, as upstream's.
     #[error("{0}")]
     RemoveFinalizer(#[source] kube::Error),
-    /// Recording the entered node on the NodeMaintenance (an annotation written before the node
-    /// is touched) failed.
+    /// A required write of the NodeMaintenance's annotations failed: clearing the record of a
+    /// node left when `spec.nodeName` changed (recording the node entered is best effort).
     #[error("failed to record the node entered for maintenance: {0}")]
     RecordEnteredNode(#[source] kube::Error),
     /// Writing the status failed (409 when the object changed since it was read).

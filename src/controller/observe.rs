@@ -2,6 +2,7 @@
 //! what earlier passes remember (`memory.rs`). Nothing here decides or writes; a dry run that
 //! learns the status schema is the one request that looks like a write, and it changes nothing.
 
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
@@ -70,7 +71,8 @@ async fn learn_status_schema(name: &str, ctx: &Context) {
 
 /// The maintenance pass's reads of `node` (`None`: an invalid name, nothing is read), in the
 /// order the pass needs them: the pods when `survey` (the status is not initialised), the node
-/// (directly, not from a cache), whether the node's recorded holder still exists, then the lease
+/// (directly, not from a cache) with the API server's time of that answer ([`read_node`]),
+/// whether the node's recorded holder still exists, then the lease
 /// (and its namespace when there is none).
 async fn maintenance(
     ctx: &Context,
@@ -98,11 +100,11 @@ async fn maintenance(
             .map_err(Error::InitStatus)?;
         o.survey = Some(survey);
     }
-    o.node = ctx
-        .nodes
-        .get_opt(&node_name)
+    let (node, server_time) = read_node(&ctx.nodes, &node_name)
         .await
         .map_err(Error::GetNode)?;
+    o.node = node;
+    o.server_time = server_time;
     let Some(node) = &o.node else {
         tracing::info!("Didn't find a node matching the NodeName field");
         return Ok(o);
@@ -116,6 +118,57 @@ async fn maintenance(
         o.lease_namespace_missing = !ctx.leases.namespace_exists().await?;
     }
     Ok(o)
+}
+
+/// Reads Node `name` as `Api::get_opt` does (`None`: 404), with the time the API server answered:
+/// the response's `Date` header (an HTTP-date, RFC 9110 section 5.6.7: whole seconds, GMT; every
+/// response of kube-apiserver carries it, from Go's `net/http`). That is the clock that stamps
+/// pods' `creationTimestamp`, so a drain started at it compares pods by one clock
+/// (docs/drain-contract.md §2). `None` when the header is missing or unreadable (a proxy that
+/// strips it): the planner then falls back to the operator's clock.
+///
+/// # Errors
+/// The request's: [`kube::Error::Api`] for any answer but 2xx and 404 (the body's `Status`, or
+/// one made of its text), transport and decoding errors as kube returns them.
+pub(crate) async fn read_node(
+    nodes: &kube::Api<Node>,
+    name: &str,
+) -> Result<(Option<Node>, Option<jiff::Timestamp>), kube::Error> {
+    use http_body_util::BodyExt;
+    let request = kube::core::Request::new("/api/v1/nodes")
+        .get(name, &kube::api::GetParams::default())
+        .map_err(kube::Error::BuildRequest)?;
+    let response = nodes
+        .clone()
+        .into_client()
+        .send(request.map(kube::client::Body::from))
+        .await?;
+    let code = response.status();
+    let date = http_date(response.headers().get(http::header::DATE));
+    let body = response.into_body().collect().await?.to_bytes();
+    if code.is_client_error() || code.is_server_error() {
+        let status = serde_json::from_slice::<kube::core::Status>(&body).unwrap_or_else(|_| {
+            let text = String::from_utf8_lossy(&body);
+            kube::core::Status::failure(text.trim(), "Failed to parse error data")
+                .with_code(code.as_u16())
+        });
+        if status.is_not_found() {
+            return Ok((None, date));
+        }
+        return Err(kube::Error::Api(status.boxed()));
+    }
+    let node = serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
+    Ok((Some(node), date))
+}
+
+/// An HTTP `Date` header's time (`Tue, 01 Dec 2026 21:17:14 GMT`, whole seconds); `None` when
+/// absent or not an HTTP-date. Parsed with jiff's RFC 2822 parser, which reads RFC 9110's
+/// IMF-fixdate (RFC 2822 with the zone `GMT`).
+pub(crate) fn http_date(value: Option<&http::HeaderValue>) -> Option<jiff::Timestamp> {
+    let text = value?.to_str().ok()?;
+    jiff::fmt::rfc2822::DateTimeParser::new()
+        .parse_timestamp(text)
+        .ok()
 }
 
 /// Reads what the deletion pass needs: the node actually entered (whatever `spec.nodeName`
@@ -138,6 +191,10 @@ async fn deletion(
     };
     if let Some(node) = node {
         o.node = ctx.nodes.get_opt(&node).await.map_err(Error::GetNode)?;
+        o.replaced = o
+            .node
+            .as_ref()
+            .is_some_and(|n| plan::replaced(nm, n).is_some());
         let all = ctx.store.state();
         o.successor = plan::successor(&name, &node, all.iter().map(|o| o.as_ref()))
             .map(|s| (s.name_any(), s.metadata.uid.clone()));
@@ -157,4 +214,25 @@ pub(crate) fn holder_is_live(ctx: &Context, holder: &str, uid: Option<&str>) -> 
     ctx.store
         .get(&ObjectRef::new(holder))
         .is_some_and(|o| uid.is_none_or(|u| o.metadata.uid.as_deref() == Some(u)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::http_date;
+
+    /// The `Date` header kube-apiserver sends (Go's `http.TimeFormat`) is read to the second;
+    /// anything else is no time.
+    #[test]
+    fn the_date_header_is_read_as_an_http_date() {
+        let value = http::HeaderValue::from_static("Tue, 01 Dec 2026 21:17:14 GMT");
+        assert_eq!(
+            http_date(Some(&value)),
+            Some("2026-12-01T21:17:14Z".parse().unwrap())
+        );
+        for bad in ["", "yesterday", "2026-12-01T21:17:14Z"] {
+            let value = http::HeaderValue::from_str(bad).unwrap();
+            assert_eq!(http_date(Some(&value)), None, "{bad:?}");
+        }
+        assert_eq!(http_date(None), None);
+    }
 }

@@ -24,10 +24,7 @@ use serde_json::{Map, Value};
 use super::context::Context;
 use super::plan::{NodePurpose, Write};
 use crate::api::{ENTERED_NODE_ANNOTATION, NodeMaintenance};
-use crate::node::{
-    self, Claimant, HOLDER_ANNOTATION, HOLDER_UID_ANNOTATION, PRIOR_STATE_ANNOTATION,
-    REASON_ANNOTATION,
-};
+use crate::node::{self, Claimant};
 
 /// What to do with a node's record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -162,12 +159,7 @@ pub(crate) fn orphan_writes(plan: &OrphanPlan, node: &Node, lease: Option<&Lease
         }
         OrphanPlan::DropRecord => {
             let mut annotations = Map::new();
-            for key in [
-                HOLDER_ANNOTATION,
-                HOLDER_UID_ANNOTATION,
-                PRIOR_STATE_ANNOTATION,
-                REASON_ANNOTATION,
-            ] {
+            for key in node::RECORD_ANNOTATIONS {
                 annotations.insert(key.into(), Value::Null);
             }
             let patch = serde_json::json!({"metadata": {
@@ -220,6 +212,9 @@ async fn settle(ctx: &Context, name: &str) -> Result<(), SettleError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::node::{
+        HOLDER_ANNOTATION, HOLDER_UID_ANNOTATION, PRIOR_STATE_ANNOTATION, REASON_ANNOTATION,
+    };
     use serde_json::json;
 
     fn node(annotations: Value, marked: bool) -> Node {

@@ -23,8 +23,21 @@ pub(crate) const HOLDER_ANNOTATION: &str = "nodemaintenance.medik8s.io/holder";
 pub(crate) const HOLDER_UID_ANNOTATION: &str = "nodemaintenance.medik8s.io/holder-uid";
 /// Annotation with the node's state before the first entry, as JSON [`PriorState`].
 pub(crate) const PRIOR_STATE_ANNOTATION: &str = "nodemaintenance.medik8s.io/prior-state";
+/// Annotation with the time the holder's drain started (RFC 3339, whole seconds), in the API
+/// server's clock: written in the patch that first enters the node for its holder, removed on
+/// exit with the rest of the record ([`crate::api::DRAIN_STARTED_ANNOTATION`], the same key the
+/// NodeMaintenance carried before; docs/drain-contract.md §2).
+pub(crate) const DRAIN_STARTED_ANNOTATION: &str = crate::api::DRAIN_STARTED_ANNOTATION;
 /// Annotation surfacing the `NodeMaintenance`'s `spec.reason` on the node (docs/compat.md §2).
 pub(crate) const REASON_ANNOTATION: &str = "nodemaintenance.medik8s.io/reason";
+/// Every annotation of our record on a node, removed on exit and by the orphan sweep.
+pub(crate) const RECORD_ANNOTATIONS: [&str; 5] = [
+    HOLDER_ANNOTATION,
+    HOLDER_UID_ANNOTATION,
+    PRIOR_STATE_ANNOTATION,
+    REASON_ANNOTATION,
+    DRAIN_STARTED_ANNOTATION,
+];
 /// Label read by NHC and SNR: a node labelled `"true"` is not remediated (docs/compat.md §2).
 pub(crate) const EXCLUDE_LABEL: &str = "remediation.medik8s.io/exclude-from-remediation";
 /// Key of NMO's own taint, `medik8s.io/drain:NoSchedule`.
@@ -268,15 +281,46 @@ pub(crate) fn plan_enter(node: &Node, holder: &str, reason: Option<&str>) -> Ent
 /// into maintenance by upstream NMO (we never write the taint without the holder). Its true
 /// prior state is unknown, so we record "nothing was there before", which makes exit behave like
 /// upstream's stop (uncordon, untaint, unlabel) instead of freezing the maintenance state in.
+///
+/// `started`: the drain's start to record in [`DRAIN_STARTED_ANNOTATION`] when the patch enters
+/// the node for `me` (a first entry, or a vanished holder's record taken over); a re-entry keeps
+/// the recorded start. `None` records none (tests of the other marks).
 pub(crate) fn plan_enter_for(
     node: &Node,
     me: Claimant<'_>,
     reason: Option<&str>,
     is_live: HolderLive<'_>,
+    started: Option<jiff::Timestamp>,
 ) -> (EnterPlan, EnterOutcome) {
-    let decision = decide_enter(node, me, reason, is_live);
+    let mut decision = decide_enter(node, me, reason, is_live);
     let outcome = decision.outcome();
+    if let (Some(started), EnterPlan::Apply { patch, .. }) = (started, &mut decision.plan)
+        && records_start(&outcome)
+    {
+        patch["metadata"]["annotations"][DRAIN_STARTED_ANNOTATION] =
+            Value::from(whole_seconds(started).to_string());
+    }
     (decision.plan, outcome)
+}
+
+/// Whether entering with `outcome` records the drain's start on the node: a first entry or a
+/// takeover, each the start of this holder's drain.
+pub(crate) fn records_start(outcome: &EnterOutcome) -> bool {
+    matches!(
+        outcome,
+        EnterOutcome::Entered { .. } | EnterOutcome::TookOver { .. }
+    )
+}
+
+/// `t` cut to whole seconds, the precision of creation timestamps it is compared with.
+pub(crate) fn whole_seconds(t: jiff::Timestamp) -> jiff::Timestamp {
+    jiff::Timestamp::from_second(t.as_second()).unwrap_or(t)
+}
+
+/// The drain's start recorded on `node` ([`DRAIN_STARTED_ANNOTATION`]); `None` when absent or
+/// not RFC 3339.
+pub(crate) fn drain_started(node: &Node) -> Option<jiff::Timestamp> {
+    annotation(node, DRAIN_STARTED_ANNOTATION).and_then(|v| v.parse().ok())
 }
 
 /// `node` as it would be once adopted by `me` ([`plan_enter_for`] with every other holder taken
@@ -467,7 +511,7 @@ pub(crate) enum ExitPlan {
 /// other taints keep their order and content); the node is uncordoned only if it was not cordoned
 /// before (an admin's cordon stays; exit never cordons); the exclude label is removed only if it
 /// was not `"true"` before and is `"true"` now (upstream's rule), or set back to its earlier other
-/// value; our three annotations are deleted. A node that still carries our holder annotation but
+/// value; our record annotations ([`RECORD_ANNOTATIONS`]) are deleted. A node that still carries our holder annotation but
 /// no usable prior state is treated as "nothing was there before". Upstream always uncordons and
 /// removes both taints and the label (docs/compat.md §2); we restore the prior state instead.
 pub(crate) fn plan_exit(node: &Node, holder: &str) -> ExitPlan {
@@ -516,12 +560,7 @@ pub(crate) fn plan_exit_for(node: &Node, me: Claimant<'_>) -> ExitPlan {
                 .map_or(Value::Null, Value::from),
         );
     }
-    for key in [
-        HOLDER_ANNOTATION,
-        HOLDER_UID_ANNOTATION,
-        PRIOR_STATE_ANNOTATION,
-        REASON_ANNOTATION,
-    ] {
+    for key in RECORD_ANNOTATIONS {
         if annotation(node, key).is_some() {
             annotations.insert(key.into(), Value::Null);
         }

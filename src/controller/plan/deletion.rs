@@ -94,6 +94,10 @@ pub(crate) struct ObservedDeletion {
     pub(crate) lease: Option<Lease>,
     /// `metadata.finalizers` of the NodeMaintenance.
     pub(crate) finalizers: Vec<String>,
+    /// The node as read is another machine than the one entered under its name
+    /// ([`super::replaced`]): never adopted (nothing on it was ours; a record on it is another
+    /// maintenance's, and is left alone as any other holder's).
+    pub(crate) replaced: bool,
 }
 
 /// Plans the deletion pass (docs/design.md §3: restore, or hand over to a successor): the node,
@@ -106,7 +110,8 @@ pub(super) fn plan_deletion(o: &ObservedDeletion) -> Plan {
         uid: o.uid.as_deref(),
     };
     if validate_node_name(&o.node_name).is_ok() {
-        let record = o.node.as_ref().map(crate::node::observe);
+        let node = o.node.as_ref();
+        let record = node.map(crate::node::observe);
         // A record of our name but another uid is an earlier object's: not ours to restore.
         let holder = record.as_ref().and_then(|r| {
             let h = r.holder.as_deref()?;
@@ -121,7 +126,7 @@ pub(super) fn plan_deletion(o: &ObservedDeletion) -> Plan {
             Some(_) => NodeSeen::Holder(holder.as_deref()),
         };
         let successor = o.successor.as_ref().map(|(n, _)| n.as_str());
-        match (deletion_plan(seen, &o.name, successor), &o.node) {
+        match (deletion_plan(seen, &o.name, successor), node) {
             (DeletionPlan::Exit, Some(node)) => {
                 exit(&mut w, &o.node_name, node, me, NodePurpose::Exit);
                 maintenance::invalidate(&mut w, o.lease.as_ref());
@@ -141,7 +146,9 @@ pub(super) fn plan_deletion(o: &ObservedDeletion) -> Plan {
                 }
             }
             (DeletionPlan::InvalidateLease, node) => {
-                if let Some(node) = node.as_ref().filter(|_| o.started)
+                // Another machine under the name entered is not ours to adopt (its drain taint
+                // is another maintenance's).
+                if let Some(node) = node.filter(|_| o.started && !o.replaced)
                     && record.is_some_and(|r| r.drain_taint)
                 {
                     adopt_and_exit(&mut w, &o.node_name, node, me);

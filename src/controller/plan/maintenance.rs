@@ -1,6 +1,7 @@
 //! The maintenance pass (upstream's reconcile, docs/design.md §1): the status initialised before
-//! the node is touched, the lease, its ownership recorded before entering, the node entered and
-//! recorded, then the drain round.
+//! the node is touched, the lease, its ownership recorded before entering, the node entered (its
+//! record, the drain's start among it, in the same patch), the entered node recorded on the
+//! NodeMaintenance (best effort), then the drain round.
 
 use std::time::Duration;
 
@@ -9,7 +10,10 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
 use super::*;
-use crate::api::{DRAIN_STARTED_ANNOTATION, ENTERED_NODE_ANNOTATION, MaintenancePhase};
+use crate::api::{
+    DRAIN_STARTED_ANNOTATION, ENTERED_NODE_ANNOTATION, ENTERED_NODE_PROVIDER_ID_ANNOTATION,
+    ENTERED_NODE_UID_ANNOTATION, MaintenancePhase,
+};
 use crate::lease::{self, LeaseRequest};
 use crate::node::{self, Claimant, EnterPlan, ExitPlan};
 
@@ -37,7 +41,7 @@ pub(super) fn plan_maintenance(
     if let Some((entered, node, lease)) = &m.entered {
         // Restore the node entered first; the next pass starts over on the new one.
         leave(&mut w, entered, node.as_ref(), lease.as_ref(), me);
-        w.push(annotate(None, None));
+        w.push(clear_record());
         let step = Step {
             status: NodeMaintenanceStatus::default(),
             events: Vec::new(),
@@ -62,6 +66,17 @@ pub(super) fn plan_maintenance(
         let step = node_missing(&status, node_name, generation, now);
         return w.finish(step, None, o.memory);
     };
+    if let Some(replaced) = replaced(nm, node) {
+        // Another machine under the name entered: nothing on it is ours to touch, and no lease
+        // is taken for it. Ours, still held for the machine that left, is given up unless a
+        // maintenance entered the new one (its holder record), which may be renewing it.
+        let step = node_replaced(&status, node_name, &replaced, generation, now);
+        w.status(&step.status);
+        if node::observe(node).holder.is_none() {
+            invalidate(&mut w, m.lease.as_ref());
+        }
+        return w.finish(step, Some(node), o.memory);
+    }
     let status = node_present(&status);
     let request = lease::request(
         node_name,
@@ -109,15 +124,13 @@ pub(super) fn plan_maintenance(
             return w.finish(failed, Some(node), o.memory);
         }
     };
-    // The node to restore at the end is recorded before it is touched, and the drain's start
-    // with it.
-    let mut started = drain_started(nm);
-    if entered_node(nm) != Some(node_name) {
-        started = Some(now);
-        w.push(annotate(Some(node_name), started));
-    }
+    // The drain starts when the node is entered, by the API server's clock (the one that stamps
+    // the pods it is compared with); the operator's only when the answer carried no `Date`.
+    let start = m.server_time.unwrap_or(now);
+    let mut started = drain_started(nm, Some(node));
     let live = |_: &str, _: Option<&str>| m.holder_live;
-    let (plan, outcome) = node::plan_enter_for(node, me, nm.spec.reason.as_deref(), &live);
+    let (plan, outcome) =
+        node::plan_enter_for(node, me, nm.spec.reason.as_deref(), &live, Some(start));
     let repaired = match (plan, outcome) {
         (EnterPlan::HeldBy(other), _) => {
             let step = held_by_other(&status, node_name, &other, generation, now);
@@ -125,6 +138,9 @@ pub(super) fn plan_maintenance(
         }
         (EnterPlan::Unchanged, _) => Vec::new(),
         (EnterPlan::Apply { patch, repaired }, outcome) => {
+            if node::records_start(&outcome) {
+                started = Some(node::whole_seconds(start));
+            }
             w.push(Write::Node {
                 name: node_name.to_owned(),
                 patch,
@@ -133,11 +149,18 @@ pub(super) fn plan_maintenance(
             repaired
         }
     };
+    if let Some(patch) = entered_record(nm, node) {
+        w.push(Write::Annotations {
+            patch,
+            required: false,
+        });
+    }
     let (status, events) = entered(&status, node_name, &repaired, generation, now);
     w.events(events, Some(node));
     if status.phase == Some(MaintenancePhase::Succeeded) {
         // Drained once is drained: a pod that arrives later (an admin's maintenance job) stays.
-        // The node, lease and label are still enforced above (upstream never drains again).
+        // The node, lease and label are still enforced above. Upstream drains on every
+        // reconcile, it just rarely reconciles a Succeeded one (docs/drain-contract.md §3).
         let step = Step {
             status,
             events: Vec::new(),
@@ -175,14 +198,53 @@ fn with_memory(mut plan: Plan, new: Memory, old: Memory) -> Plan {
     plan
 }
 
-/// Records (`Some`) or clears (`None`) the entered node and the drain's start on the
-/// NodeMaintenance, in one merge patch.
-fn annotate(node: Option<&str>, started: Option<jiff::Timestamp>) -> Write {
-    // Whole seconds, like the creation timestamps it is compared with.
-    let started = started.and_then(|t| jiff::Timestamp::from_second(t.as_second()).ok());
-    Write::Annotations(serde_json::json!({"metadata": {"annotations": {
-        ENTERED_NODE_ANNOTATION: node,
-        DRAIN_STARTED_ANNOTATION: started.map(|t| t.to_string()),
+/// Clears the record of the node entered (the node, its identity, the legacy drain start) on the
+/// NodeMaintenance, after that node was left: a required write (the next pass starts over on
+/// `spec.nodeName` only once it landed).
+fn clear_record() -> Write {
+    Write::Annotations {
+        patch: serde_json::json!({"metadata": {"annotations": {
+            ENTERED_NODE_ANNOTATION: null,
+            ENTERED_NODE_PROVIDER_ID_ANNOTATION: null,
+            ENTERED_NODE_UID_ANNOTATION: null,
+            DRAIN_STARTED_ANNOTATION: null,
+        }}}),
+        required: true,
+    }
+}
+
+/// The record of `node`, entered by `nm`, on the NodeMaintenance: its name, `spec.providerID`
+/// (empty when it has none) and `metadata.uid`, in one merge patch; `None` when `nm` records
+/// exactly that already.
+///
+/// It is written after the node is entered and is not required: a failure is logged, the pass
+/// goes on, and the next pass writes it again until it lands. Entering therefore needs no
+/// NodeMaintenance metadata write, an UPDATE that the operator's own validating webhook
+/// intercepts (`failurePolicy: Fail`): an admitted maintenance enters its node while the webhook
+/// is unreachable, as upstream's does (it writes only status, the Lease and the Node after the
+/// finalizer). The record is safe to lag because the node it names can change only with an
+/// UPDATE of `spec.nodeName`, which the CRD's CEL rule refuses and which lands only when the
+/// webhook is absent or admits it; while the webhook is unreachable no UPDATE of the
+/// NodeMaintenance lands at all, neither the record nor a change of `spec.nodeName`, so the node
+/// entered is still `spec.nodeName` when the record lands. Meanwhile the Node's own record
+/// (holder and holder-uid) names the maintenance, and deletion and the orphan sweep find the
+/// node by `spec.nodeName` (docs/design.md §1, "Entry").
+fn entered_record(nm: &NodeMaintenance, node: &Node) -> Option<serde_json::Value> {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let provider_id = provider_id(node);
+    let uid = node.metadata.uid.as_deref().unwrap_or_default();
+    let annotations = nm.annotations();
+    let recorded = |key: &str| annotations.get(key).map(String::as_str);
+    if recorded(ENTERED_NODE_ANNOTATION) == Some(name)
+        && recorded(ENTERED_NODE_PROVIDER_ID_ANNOTATION) == Some(provider_id)
+        && recorded(ENTERED_NODE_UID_ANNOTATION) == Some(uid)
+    {
+        return None;
+    }
+    Some(serde_json::json!({"metadata": {"annotations": {
+        ENTERED_NODE_ANNOTATION: name,
+        ENTERED_NODE_PROVIDER_ID_ANNOTATION: provider_id,
+        ENTERED_NODE_UID_ANNOTATION: uid,
     }}}))
 }
 

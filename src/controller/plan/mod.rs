@@ -200,6 +200,10 @@ pub(crate) struct ObservedMaintenance {
     pub(crate) survey: Option<Survey>,
     /// The node (`None`: it does not exist, or it was not read).
     pub(crate) node: Option<Node>,
+    /// When the API server answered the node's read: its `Date` header (whole seconds; `None`
+    /// when not read or the header was missing). The drain's start when this pass enters the
+    /// node, else the plan's `now` (the operator's clock).
+    pub(crate) server_time: Option<jiff::Timestamp>,
     /// The node's medik8s lease (`None`: there is none, or it was not read).
     pub(crate) lease: Option<Lease>,
     /// The lease namespace is missing (read only when the lease is).
@@ -262,7 +266,9 @@ pub(crate) struct DrainRound {
     pub(crate) status: NodeMaintenanceStatus,
     /// The status the API server holds once the pass's writes are done.
     pub(crate) stored: NodeMaintenanceStatus,
-    /// When the drain started ([`drain_started`], or this pass's time when it records it).
+    /// When the drain started, the time the drain compares pods' creation with: the start this
+    /// pass records on the node when it enters it (the API server's time of its node read), else
+    /// [`drain_started`].
     pub(crate) started: Option<jiff::Timestamp>,
     /// `metadata.generation`.
     pub(crate) generation: Option<i64>,
@@ -418,13 +424,61 @@ pub(crate) fn entered_node(nm: &NodeMaintenance) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// When the drain of `nm` started: its [`crate::api::DRAIN_STARTED_ANNOTATION`]; for a
-/// maintenance entered before that annotation existed (or by upstream), `status.drainStartTime`,
-/// else its creation. `None` when none is readable: then no pod counts as arrived after it.
-pub(crate) fn drain_started(nm: &NodeMaintenance) -> Option<jiff::Timestamp> {
-    nm.annotations()
-        .get(crate::api::DRAIN_STARTED_ANNOTATION)
-        .and_then(|v| v.parse().ok())
+/// When the drain of `nm` started, read in this order: the Node's record
+/// ([`crate::node::DRAIN_STARTED_ANNOTATION`], written when `nm` entered it, by the API server's
+/// clock); the legacy annotation of the same key on `nm` (written by versions that recorded the
+/// start on the NodeMaintenance, by the operator's clock); `status.drainStartTime` (a
+/// maintenance entered by upstream, or before either annotation existed); `nm`'s creation (the
+/// API server's clock). `None` when none is readable: then no pod counts as arrived after it
+/// (docs/drain-contract.md §2).
+pub(crate) fn drain_started(nm: &NodeMaintenance, node: Option<&Node>) -> Option<jiff::Timestamp> {
+    node.and_then(crate::node::drain_started)
+        .or_else(|| {
+            nm.annotations()
+                .get(crate::api::DRAIN_STARTED_ANNOTATION)
+                .and_then(|v| v.parse().ok())
+        })
         .or_else(|| nm.status.as_ref()?.drain_start_time.as_ref().map(|t| t.0))
         .or_else(|| nm.metadata.creation_timestamp.as_ref().map(|t| t.0))
+}
+
+/// `node`'s `spec.providerID`, empty when it has none.
+pub(crate) fn provider_id(node: &Node) -> &str {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .unwrap_or_default()
+}
+
+/// A Node under the name `nm` entered that is another machine: the providerID `nm` recorded
+/// ([`crate::api::ENTERED_NODE_PROVIDER_ID_ANNOTATION`]) for that name, and the one `node` has
+/// (empty when none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Replaced {
+    /// The providerID of the node entered.
+    pub(crate) entered: String,
+    /// The providerID of the node found under its name now.
+    pub(crate) found: String,
+}
+
+/// Whether `node` is another machine than the one `nm` entered under its name: `nm` recorded a
+/// non-empty providerID for that name and `node`'s differs (or is empty). No record, an empty
+/// one (the node had none) or the same providerID is the same machine, which resumes
+/// (docs/drain-contract.md §3). The uid is no test: the same machine registering again is a new
+/// Node object. A node that registers before its cloud controller sets the providerID is taken
+/// for another until it shows the recorded one; the check is made on every pass, so it then
+/// resumes.
+pub(crate) fn replaced(nm: &NodeMaintenance, node: &Node) -> Option<Replaced> {
+    let annotations = nm.annotations();
+    if annotations.get(crate::api::ENTERED_NODE_ANNOTATION) != node.metadata.name.as_ref() {
+        return None;
+    }
+    let entered = annotations
+        .get(crate::api::ENTERED_NODE_PROVIDER_ID_ANNOTATION)
+        .filter(|p| !p.is_empty())?;
+    let found = provider_id(node);
+    (entered != found).then(|| Replaced {
+        entered: entered.clone(),
+        found: found.to_owned(),
+    })
 }

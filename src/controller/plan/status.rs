@@ -44,6 +44,9 @@ pub(crate) mod event {
     pub(crate) const REMOVED: (&str, &str) = ("RemovedMaintenance", "Removed a node maintenance");
     /// Warning, on the NodeMaintenance, when someone undid part of the maintenance (ours).
     pub(crate) const REAPPLIED: &str = "MaintenanceReapplied";
+    /// Warning, on the NodeMaintenance, when the node of the name entered is another machine
+    /// (another `spec.providerID`); once per change of what it says (ours).
+    pub(crate) const NODE_REPLACED: &str = "NodeReplaced";
     /// Normal, on the NodeMaintenance, once per pod the drain leaves on the node on purpose
     /// (it tolerates the maintenance taints; ours, `docs/compat.md §7`).
     pub(crate) const POD_SKIPPED: &str = "PodNotEvicted";
@@ -330,6 +333,58 @@ pub(crate) fn node_missing(
         false,
         "NodeNotFound",
         format!("node {node} does not exist; maintenance resumes when it appears"),
+        generation,
+        now,
+    );
+    touch(&mut s, generation, now);
+    Step {
+        status: s,
+        events,
+        requeue: Requeue::After(REQUEUE_NODE_MISSING),
+    }
+}
+
+/// The node under the name entered is another machine ([`Replaced`]): phase Failed, a lastError
+/// that names both providerIDs, Warning `FailedMaintenance` on the transition and
+/// `NodeReplaced` whenever that text changes; nothing on the node is touched. Not terminal: a
+/// Node that shows the recorded providerID (the machine back) resumes the maintenance, checked
+/// on the Node's changes and every 30 s (docs/drain-contract.md §3).
+pub(crate) fn node_replaced(
+    old: &NodeMaintenanceStatus,
+    node: &str,
+    replaced: &Replaced,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Step {
+    let mut s = old.clone();
+    let mut events = Vec::new();
+    to_failed(old, &mut s, &mut events);
+    let found = if replaced.found.is_empty() {
+        "none".to_owned()
+    } else {
+        format!("{:?}", replaced.found)
+    };
+    let text = format!(
+        "node {node} was replaced: its spec.providerID is {found}, the node this maintenance \
+         entered had {:?}; the maintenance leaves the new machine alone (nothing on it was \
+         changed) and resumes if the machine entered comes back",
+        replaced.entered
+    );
+    let text = crate::bounds::truncate(&text, crate::bounds::MAX_EVENT_NOTE);
+    if old.last_error.as_deref() != Some(text.as_str()) {
+        events.push(PlannedEvent::warning(
+            EventTarget::Maintenance,
+            event::NODE_REPLACED,
+            text.clone(),
+        ));
+    }
+    s.last_error = Some(text.clone());
+    set_condition(
+        &mut s,
+        condition::CORDONED,
+        false,
+        "NodeReplaced",
+        text,
         generation,
         now,
     );

@@ -150,9 +150,10 @@ fn events_of(p: &Plan) -> Vec<PlannedEvent> {
 fn label(w: &Write) -> String {
     match w {
         Write::Status { sent, .. } => format!("status {:?}", sent.phase),
-        Write::Annotations(p) => format!(
-            "annotate {}",
-            p["metadata"]["annotations"][crate::api::ENTERED_NODE_ANNOTATION]
+        Write::Annotations { patch, required } => format!(
+            "{} {}",
+            if *required { "annotate" } else { "record" },
+            patch["metadata"]["annotations"][crate::api::ENTERED_NODE_ANNOTATION]
         ),
         w => w.kind().to_string(),
     }
@@ -522,10 +523,31 @@ fn one_pass_is_planned_whole_from_one_observation() {
     moved
         .annotations_mut()
         .insert(crate::api::ENTERED_NODE_ANNOTATION.into(), "node02".into());
+    let record = |o: &mut NodeMaintenance, provider_id: &str, uid: &str| {
+        let a = o.annotations_mut();
+        a.insert(crate::api::ENTERED_NODE_ANNOTATION.into(), "node01".into());
+        a.insert(
+            crate::api::ENTERED_NODE_PROVIDER_ID_ANNOTATION.into(),
+            provider_id.into(),
+        );
+        a.insert(crate::api::ENTERED_NODE_UID_ANNOTATION.into(), uid.into());
+    };
     let mut entered_here = mine();
-    entered_here
+    record(&mut entered_here, "", "");
+    let mut entered_before_identities = mine();
+    entered_before_identities
         .annotations_mut()
         .insert(crate::api::ENTERED_NODE_ANNOTATION.into(), "node01".into());
+    // Entered machine i-old (Node uid-old), whose Node was deleted: Failed, node missing.
+    let mut node_was_deleted = mine();
+    record(&mut node_was_deleted, "aws:///i-old", "uid-old");
+    node_was_deleted.status.as_mut().unwrap().phase = Some(MaintenancePhase::Failed);
+    let machine = |provider_id: &str, uid: &str| {
+        let mut n = node(None, false).unwrap();
+        n.metadata.uid = Some(uid.into());
+        n.spec.get_or_insert_with(Default::default).provider_id = Some(provider_id.into());
+        Some(n)
+    };
     let mut succeeded = entered_here.clone();
     if let Some(s) = succeeded.status.as_mut() {
         s.phase = Some(MaintenancePhase::Succeeded);
@@ -594,15 +616,54 @@ fn one_pass_is_planned_whole_from_one_observation() {
             "After(100ms)",
         ),
         (
-            "free node, no lease: lease, ownership recorded, node recorded, entered, drain",
+            "free node, no lease: lease, ownership recorded, entered, then recorded (best effort), drain",
             mine(),
             seen(node(None, false), None, true),
             vec![
                 "create lease",
                 "status Some(Running)",
-                "annotate \"node01\"",
                 "enter node",
+                "record \"node01\"",
             ],
+            "drain",
+        ),
+        (
+            "entered before identities were recorded: the record is completed, best effort",
+            entered_before_identities,
+            seen(node(Some(("nm", "uid-nm")), true), our_lease(), true),
+            vec!["status Some(Running)", "record \"node01\""],
+            "drain",
+        ),
+        (
+            "the node entered was deleted and another machine registered under its name: Failed, \
+             nothing on it touched, no lease taken, ours given up",
+            node_was_deleted.clone(),
+            seen(machine("aws:///i-new", "uid-new"), our_lease(), true),
+            vec!["status Some(Failed)", "delete lease", "NodeReplaced"],
+            "After(30s)",
+        ),
+        (
+            "another machine under the name, already entered by another maintenance: its lease stays",
+            node_was_deleted.clone(),
+            seen(
+                machine("aws:///i-new", "uid-new").map(|mut n| {
+                    n.metadata.annotations = node(Some(("other", "uid-o")), true)
+                        .unwrap()
+                        .metadata
+                        .annotations;
+                    n
+                }),
+                our_lease(),
+                true,
+            ),
+            vec!["status Some(Failed)", "NodeReplaced"],
+            "After(30s)",
+        ),
+        (
+            "the machine entered came back (same providerID, new Node): Running, entered, drains again",
+            node_was_deleted,
+            seen(machine("aws:///i-old", "uid-back"), our_lease(), true),
+            vec!["status Some(Running)", "enter node", "record \"node01\""],
             "drain",
         ),
         (
@@ -619,7 +680,6 @@ fn one_pass_is_planned_whole_from_one_observation() {
             vec![
                 "create lease",
                 "status Some(Running)",
-                "annotate \"node01\"",
                 "status Some(Running)",
             ],
             "After(30s)",
@@ -631,8 +691,8 @@ fn one_pass_is_planned_whole_from_one_observation() {
             vec![
                 "create lease",
                 "status Some(Running)",
-                "annotate \"node01\"",
                 "enter node",
+                "record \"node01\"",
             ],
             "drain",
         ),
@@ -644,7 +704,7 @@ fn one_pass_is_planned_whole_from_one_observation() {
             "drain",
         ),
         (
-            "Succeeded: node and lease still enforced, no drain round (upstream drains once)",
+            "Succeeded: node and lease still enforced, no drain round (ours: upstream drains on every reconcile)",
             succeeded,
             seen(node(Some(("nm", "uid-nm")), false), our_lease(), true),
             vec![
@@ -691,63 +751,94 @@ fn one_pass_is_planned_whole_from_one_observation() {
     }
 }
 
-/// The drain's start: recorded with the entered node in the pass that first enters it, and
-/// read back from the annotation; older maintenances fall back to drainStartTime, then to
-/// their creation.
+/// The drain's start: recorded on the node, in the patch that first enters it, by the API
+/// server's clock (the `Date` of the node's read; the operator's only without one), and the
+/// round compares with it; the NodeMaintenance's record, written after, carries no start. Read
+/// back from the node first, then the legacy NodeMaintenance annotation, drainStartTime, the
+/// creation.
 #[test]
-fn the_drain_start_is_recorded_with_the_entered_node_and_read_back() {
+fn the_drain_start_is_the_api_servers_time_recorded_on_the_node() {
+    use crate::api::{
+        DRAIN_STARTED_ANNOTATION, ENTERED_NODE_ANNOTATION, ENTERED_NODE_PROVIDER_ID_ANNOTATION,
+        ENTERED_NODE_UID_ANNOTATION,
+    };
     let mut o = nm("nm", "node01");
     o.metadata.uid = Some("uid-nm".into());
     o.status = Some(running_with_two());
-    let node = {
-        let mut n = Node::default();
-        n.metadata.name = Some("node01".into());
-        n.metadata.resource_version = Some("1".into());
-        Some(n)
-    };
-    let world = World::Maintenance(Box::new(ObservedMaintenance {
-        node,
-        holder_live: true,
-        ..ObservedMaintenance::default()
-    }));
-    let now = t(50);
-    let got = plan(
-        &Observed {
-            nm: o.clone(),
-            world,
-            memory: Memory::default(),
-            schema: StatusSchema::default(),
-        },
-        now,
-    );
-    let recorded = got.writes.iter().find_map(|w| match w {
-        Write::Annotations(p) => Some(p["metadata"]["annotations"].clone()),
-        _ => None,
+    let mut node = Node::default();
+    node.metadata.name = Some("node01".into());
+    node.metadata.uid = Some("uid-node".into());
+    node.metadata.resource_version = Some("1".into());
+    node.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+        provider_id: Some("kwok://node01".into()),
+        ..Default::default()
     });
-    assert_eq!(
-        recorded,
-        Some(serde_json::json!({
-            crate::api::ENTERED_NODE_ANNOTATION: "node01",
-            crate::api::DRAIN_STARTED_ANNOTATION: now.to_string(),
-        })),
-        "{got:?}"
-    );
-    assert!(
-        matches!(&got.then, Then::Drain(round) if round.started == Some(now)),
-        "{:?}",
-        got.then
-    );
+    // The operator's clock 30 s behind the API server's.
+    let now = t(50);
+    let server = t(80);
+    for (server_time, start) in [(Some(server), server), (None, now)] {
+        let world = World::Maintenance(Box::new(ObservedMaintenance {
+            node: Some(node.clone()),
+            server_time,
+            holder_live: true,
+            ..ObservedMaintenance::default()
+        }));
+        let got = plan(
+            &Observed {
+                nm: o.clone(),
+                world,
+                memory: Memory::default(),
+                schema: StatusSchema::default(),
+            },
+            now,
+        );
+        let entered = got.writes.iter().find_map(|w| match w {
+            Write::Node {
+                patch,
+                purpose: NodePurpose::Enter(_),
+                ..
+            } => Some(patch["metadata"]["annotations"][DRAIN_STARTED_ANNOTATION].clone()),
+            _ => None,
+        });
+        assert_eq!(
+            entered,
+            Some(serde_json::json!(start.to_string())),
+            "{got:?}"
+        );
+        let recorded = got.writes.iter().find_map(|w| match w {
+            Write::Annotations {
+                patch,
+                required: false,
+            } => Some(patch["metadata"]["annotations"].clone()),
+            _ => None,
+        });
+        assert_eq!(
+            recorded,
+            Some(serde_json::json!({
+                ENTERED_NODE_ANNOTATION: "node01",
+                ENTERED_NODE_PROVIDER_ID_ANNOTATION: "kwok://node01",
+                ENTERED_NODE_UID_ANNOTATION: "uid-node",
+            })),
+            "{got:?}"
+        );
+        assert!(
+            matches!(&got.then, Then::Drain(round) if round.started == Some(start)),
+            "{:?}",
+            got.then
+        );
+    }
     let created = t(-100);
     o.metadata.creation_timestamp = Some(now_time(created));
     o.status.as_mut().unwrap().drain_start_time = Some(now_time(t(-50)));
-    assert_eq!(drain_started(&o), Some(t(-50)));
+    assert_eq!(drain_started(&o, Some(&node)), Some(t(-50)));
     o.status.as_mut().unwrap().drain_start_time = None;
-    assert_eq!(drain_started(&o), Some(created));
-    o.annotations_mut().insert(
-        crate::api::DRAIN_STARTED_ANNOTATION.into(),
-        t(7).to_string(),
-    );
-    assert_eq!(drain_started(&o), Some(t(7)));
+    assert_eq!(drain_started(&o, None), Some(created));
+    o.annotations_mut()
+        .insert(DRAIN_STARTED_ANNOTATION.into(), t(7).to_string());
+    assert_eq!(drain_started(&o, Some(&node)), Some(t(7)));
+    node.annotations_mut()
+        .insert(DRAIN_STARTED_ANNOTATION.into(), t(9).to_string());
+    assert_eq!(drain_started(&o, Some(&node)), Some(t(9)));
 }
 
 /// The deletion pass as a table of observations -> ordered steps.
@@ -795,7 +886,12 @@ fn deletion_pass_is_planned_whole_in_order() {
             started,
             lease: Some(lease),
             finalizers: vec!["other/x".into(), FINALIZER.into()],
+            replaced: false,
         }
+    };
+    let replaced = |node: Option<Node>| ObservedDeletion {
+        replaced: true,
+        ..observed("node01", node, None, true)
     };
     let with_tail = |v: &[&str]| {
         let mut v: Vec<String> = v.iter().map(|s| s.to_string()).collect();
@@ -851,6 +947,16 @@ fn deletion_pass_is_planned_whole_in_order() {
         (
             "invalid node name: no node, no lease",
             observed("Node_01", None, None, true),
+            with_tail(&[]),
+        ),
+        (
+            "another machine under the name entered, carrying a drain taint: not adopted, the lease by name",
+            replaced(node(None, true)),
+            with_tail(&["delete lease"]),
+        ),
+        (
+            "another machine under the name entered, held by another NodeMaintenance: left alone",
+            replaced(node(Some(("b", "uid-b")), true)),
             with_tail(&[]),
         ),
     ];
@@ -1277,4 +1383,20 @@ fn status_patch_nulls_every_cleared_field() {
         );
     }
     assert_eq!(status_patch(&s, None).get("metadata"), None);
+}
+
+/// docs/drain-contract.md §3: a Succeeded maintenance is re-checked every 5 minutes and its
+/// lease renewed once 900 s passed since the last renewal, so renewals come 15 to 20 minutes
+/// apart, well inside the lease's 3600 s.
+#[test]
+fn a_succeeded_maintenance_renews_its_lease_15_to_20_minutes_apart() {
+    use crate::lease::{LEASE_DURATION, RENEW_AFTER};
+    assert_eq!(REQUEUE_SUCCEEDED, Duration::from_secs(300));
+    assert_eq!(RENEW_AFTER, Duration::from_secs(900));
+    let latest = RENEW_AFTER + REQUEUE_SUCCEEDED;
+    assert_eq!(latest, Duration::from_secs(1200));
+    assert!(
+        latest * 2 < LEASE_DURATION,
+        "a missed re-check still renews in time"
+    );
 }

@@ -1,6 +1,8 @@
 //! The writes a plan is made of. Each is complete: its target, its body, its precondition, and
 //! what its absence means, so the executor (`controller/act.rs`) sends it as it is and decides
-//! nothing. A precondition that fails (409) ends the pass; the next pass observes again.
+//! nothing. A precondition that fails (409) ends the pass; the next pass observes again. The
+//! exceptions are marked in the write: events, and a record the plan marks as not required, are
+//! best effort (logged, the pass goes on).
 
 use k8s_openapi::api::coordination::v1::Lease;
 use serde_json::Value;
@@ -20,9 +22,15 @@ pub(crate) enum Write {
         /// Adds (true) or removes our finalizer; a removal answered 404 is done.
         add: bool,
     },
-    /// A JSON merge patch of the NodeMaintenance's annotations (the node entered and the drain's
-    /// start). Precondition: the NodeMaintenance's resourceVersion, chained.
-    Annotations(Value),
+    /// A JSON merge patch of the NodeMaintenance's annotations (the record of the node entered).
+    /// Precondition: the NodeMaintenance's resourceVersion, chained.
+    Annotations {
+        /// The patch.
+        patch: Value,
+        /// A failure ends the pass (true), or is logged and the pass goes on (false: a record the
+        /// pass does not depend on, written again by the next pass until it lands).
+        required: bool,
+    },
     /// A JSON merge patch of the status subresource. Precondition: the resourceVersion, chained.
     Status {
         /// The patch, every status field present (`null` when unset).
@@ -106,7 +114,9 @@ impl Write {
     pub(crate) fn precondition(&self) -> Precondition {
         match self {
             Write::Finalizers { .. } => Precondition::Test,
-            Write::Annotations(_) | Write::Status { .. } => Precondition::ChainedResourceVersion,
+            Write::Annotations { .. } | Write::Status { .. } => {
+                Precondition::ChainedResourceVersion
+            }
             Write::Node { patch, .. } => Precondition::ResourceVersion(
                 patch["metadata"]["resourceVersion"]
                     .as_str()
@@ -126,7 +136,10 @@ impl Write {
         match self {
             Write::Finalizers { add: true, .. } => "add finalizer",
             Write::Finalizers { add: false, .. } => "remove finalizer",
-            Write::Annotations(_) => "annotate",
+            Write::Annotations { required: true, .. } => "annotate",
+            Write::Annotations {
+                required: false, ..
+            } => "record entered node",
             Write::Status { .. } => "status",
             Write::Node { purpose, .. } => match purpose {
                 NodePurpose::Enter(_) => "enter node",
