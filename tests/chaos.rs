@@ -1539,10 +1539,16 @@ async fn round(seed: u64) -> Vec<String> {
 
     let ended = t0.elapsed();
     eprintln!(
-        "chaos: round seed={seed} ended after {:.1} s with {} violation(s), {} evictions",
+        "chaos: round seed={seed} ended after {:.1} s with {} violation(s), {} evictions audited \
+         ({} received, {} of them never answered)",
         ended.as_secs_f64(),
         found.len(),
-        evictions.len()
+        evictions.len(),
+        audited
+            .iter()
+            .filter(|ev| ev.subresource == "eviction" && ev.stage == REQUEST_RECEIVED)
+            .count(),
+        unanswered.len()
     );
     found
         .into_iter()
