@@ -507,6 +507,14 @@ fn csv_carries_upstreams_olm_metadata_and_the_monitoring_kit() {
             [0]["image"]
             .clone();
     assert_eq!(a["containerImage"], image);
+    // The source and repository links name this project (Cargo.toml's `repository`), not
+    // upstream's repository.
+    assert_eq!(a["repository"], bundle::REPOSITORY);
+    assert_eq!(
+        csv["spec"]["links"],
+        serde_json::json!([{"name": "Source Code", "url": bundle::REPOSITORY}])
+    );
+    assert!(!bundle::REPOSITORY.contains("medik8s/node-maintenance-operator"));
     assert_eq!(
         csv["spec"]["relatedImages"],
         serde_json::json!([{"name": "manager", "image": image}])
