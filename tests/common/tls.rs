@@ -28,7 +28,7 @@ pub(crate) enum HandshakeError {
 
 impl HandshakeError {
     /// Whether the server refused the offered versions: its `protocol_version` alert (RFC 8446
-    /// §6.2: "the protocol version the peer has attempted to negotiate is recognized but not
+    /// section 6.2: "the protocol version the peer has attempted to negotiate is recognized but not
     /// supported"), not any other failure of the handshake.
     pub(crate) fn is_protocol_version_refusal(&self) -> bool {
         matches!(
