@@ -57,10 +57,13 @@
 //!   sampled every 50 ms, (a) while draining one node of 3,000 bare pods of about 11 KB of JSON
 //!   each (a padding annotation and 20 environment variables; the figure prints the measured
 //!   size of one pod as the API server returns it), and (b) while 20 nodes of 110 such pods drain
-//!   at once; create of the NodeMaintenance(s) to the last `Succeeded`. Target: both under the
-//!   64 MiB limit `manifests/` ships. With `NMO_UPSTREAM_MANAGER`, upstream's Go manager (run as
-//!   the admin, as in `benches/admission.rs`) drains the same inputs afterwards, on fresh nodes,
-//!   with our operator stopped.
+//!   at once; create of the NodeMaintenance(s) to the last `Succeeded`. Each input gets a fresh
+//!   operator process, started once its nodes and pods exist, so one input's memory (what its
+//!   drain allocated and the allocator kept) is not counted in the next, and `before` is the
+//!   fresh process's `VmRSS` with the input in the cluster. Target: both under the 64 MiB limit
+//!   `manifests/` ships. With `NMO_UPSTREAM_MANAGER`, upstream's Go manager (run as the admin, as
+//!   in `benches/admission.rs`, a fresh process per input as well) drains the same inputs
+//!   afterwards, on fresh nodes, with our operator stopped.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -794,20 +797,6 @@ impl Bench {
             runs.push(("upstream (Go)", Some(m)));
         }
         for (who, manager) in runs {
-            let mut child = None;
-            let pid = match &manager {
-                None => {
-                    self.restart_operator("op-bigdrain", &[], &[])?;
-                    self.operator_pid()
-                }
-                Some(m) => {
-                    self.operator = None;
-                    let c = self.start_upstream(m).await?;
-                    let pid = c.pid();
-                    child = Some(c);
-                    pid
-                }
-            };
             let tag = if manager.is_some() { "u" } else { "o" };
             for (case, nodes_n, per_node) in [
                 ("1 node x 3,000 pods", 1, 3000),
@@ -819,6 +808,22 @@ impl Bench {
                     .add_nodes(&format!("big{tag}{nodes_n}"), 0..nodes_n)
                     .await?;
                 let size = self.big_pods(&ns, &nodes, per_node).await?;
+                // A fresh process per input: the previous input's process is stopped (and its
+                // memory with it) before this one starts.
+                let mut child = None;
+                let pid = match &manager {
+                    None => {
+                        self.restart_operator(&format!("op-bigdrain-{nodes_n}"), &[], &[])?;
+                        self.operator_pid()
+                    }
+                    Some(m) => {
+                        self.operator = None;
+                        let c = self.start_upstream(m).await?;
+                        let pid = c.pid();
+                        child = Some(c);
+                        pid
+                    }
+                };
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 let before = proc_status(pid, "VmRSS")?;
                 self.progress(&format!("{who}: draining {case}"));
@@ -836,9 +841,11 @@ impl Bench {
                 );
                 self.end_maintenance(&nodes).await?;
                 self.purge(&ns, &nodes).await?;
+                drop(child);
             }
-            drop(child);
         }
+        // The next scenario starts its own operator; this one's last process is stopped here.
+        self.operator = None;
         Ok(())
     }
 

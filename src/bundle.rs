@@ -45,6 +45,17 @@ pub const MIN_KUBE_VERSION: &str = "1.25.0";
 pub const SOURCE_OVERLAY: &str = "manifests/overlays/monitoring/secure";
 /// The bundle image the catalog points at (`bundle.Dockerfile`), tagged `v<version>`.
 pub const BUNDLE_IMAGE: &str = "quay.io/medik8s/node-maintenance-operator-rs-bundle";
+/// This project's source repository, Cargo.toml's `[package] repository` (the one setting; a
+/// placeholder until the project has a public host): the CSV's `repository` annotation and its
+/// "Source Code" link, the chart's `home` and `sources`, and the prefix of the alerts' runbook
+/// links ([`runbook_url`]).
+pub const REPOSITORY: &str = env!("CARGO_PKG_REPOSITORY");
+
+/// The runbook link of `alert`: its page under `docs/runbooks/` in [`REPOSITORY`].
+pub fn runbook_url(alert: &str) -> String {
+    format!("{REPOSITORY}/blob/main/docs/runbooks/{alert}.md")
+}
+
 /// The namespace OperatorHub suggests, upstream's: the one the other medik8s operators share on
 /// OpenShift.
 pub const SUGGESTED_NAMESPACE: &str = "openshift-workload-availability";
@@ -412,7 +423,7 @@ pub(crate) fn cluster_service_version(
                 "categories": "OpenShift Optional",
                 "containerImage": image,
                 "description": "Keeps a node cordoned, tainted and drained while a NodeMaintenance exists; a drop-in for the medik8s Node Maintenance Operator.",
-                "repository": "https://github.com/medik8s/node-maintenance-operator",
+                "repository": REPOSITORY,
                 "support": "Medik8s",
                 // Every earlier version of this package upgrades straight to this one.
                 "olm.skipRange": format!("<{version}"),
@@ -457,7 +468,7 @@ pub(crate) fn cluster_service_version(
             "maturity": "alpha",
             "keywords": ["medik8s", "node-maintenance", "drain", "cordon"],
             "links": [
-                {"name": "Source Code", "url": "https://github.com/medik8s/node-maintenance-operator"},
+                {"name": "Source Code", "url": REPOSITORY},
             ],
             "maintainers": [{"name": "Medik8s Team", "email": "medik8s@googlegroups.com"}],
             "provider": {"name": "Medik8s", "url": "https://github.com/medik8s"},

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::bundle::{BundleError, BundleFile, parse_documents};
+use crate::bundle::{BundleError, BundleFile, REPOSITORY, parse_documents};
 
 /// Where the chart lives, relative to the repository root.
 pub const CHART_DIR: &str = "charts/node-maintenance-operator";
@@ -500,7 +500,8 @@ pub fn render(r: &Renderings, version: &str) -> Result<Vec<BundleFile>, BundleEr
                  appVersion: \"{version}\"\n\
                  kubeVersion: \">= 1.25.0-0\"\n\
                  keywords: [medik8s, node-maintenance, drain, cordon]\n\
-                 sources: [\"https://github.com/medik8s/node-maintenance-operator\"]\n"
+                 home: {REPOSITORY}\n\
+                 sources: [\"{REPOSITORY}\"]\n"
             ),
         },
         BundleFile {

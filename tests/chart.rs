@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use nmo_devcluster::Cluster;
-use node_maintenance_operator::bundle::parse_documents;
+use node_maintenance_operator::bundle::{self, parse_documents};
 use node_maintenance_operator::chart::{self, CHART_DIR, Renderings};
 use serde_json::Value;
 
@@ -143,6 +143,17 @@ fn chart_files_are_what_chartgen_renders() {
             }
         }
     }
+    // The chart's source links name this project (Cargo.toml's `repository`).
+    let meta: Value = serde_yaml::from_str(
+        &files
+            .iter()
+            .find(|f| f.path == format!("{CHART_DIR}/Chart.yaml"))
+            .expect("Chart.yaml")
+            .content,
+    )
+    .unwrap();
+    assert_eq!(meta["home"], bundle::REPOSITORY);
+    assert_eq!(meta["sources"], serde_json::json!([bundle::REPOSITORY]));
     walk(&root().join(CHART_DIR), &mut on_disk);
     let rendered: BTreeSet<String> = files.iter().map(|f| f.path.clone()).collect();
     assert_eq!(rendered, on_disk, "the chart's file list is stale; {regen}");

@@ -275,7 +275,7 @@ async fn a_rotated_metrics_certificate_is_served_without_a_restart() {
                 match seen {
                     Ok(h) if h.leaf == want => Ok(()),
                     Ok(_) => Err("still the first certificate".to_string()),
-                    Err(e) => Err(e),
+                    Err(e) => Err(e.to_string()),
                 }
             }
         },

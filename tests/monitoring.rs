@@ -7,13 +7,17 @@
 //! that the series move in a real maintenance, in `tests/operations.rs`.
 //!
 //! promtool is built from the Go module proxy by `tests/cluster/build-promtool.sh` (cached under
-//! `$HOME`). Its checks are the long form (`NMO_LONG_TOOLS=1`): its cold build took 898 to
-//! 972 s on the loaded 2-core development machine, more than the CI budget has room for.
+//! `$HOME`). Its checks are the long form: its cold build took 898 to 972 s on the loaded 2-core
+//! development machine, more than the CI budget has room for, so they are `#[ignore]`d (libtest
+//! prints them as ignored, with the reason) and run with `-- --include-ignored`. Everything that
+//! needs no tool (the five alerts by name, the runbook links, each alert having a unit test, the
+//! dashboard's fields) runs always.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use node_maintenance_operator::bundle;
 use serde_json::Value;
 
 const RULES: &str = "manifests/overlays/monitoring/rules/prometheusrule.yaml";
@@ -25,19 +29,6 @@ const ALERTS: [&str; 5] = [
     "NodeMaintenanceWebhookErrors",
     "NodeMaintenanceOperatorDown",
 ];
-
-/// Whether the checks that need `tool` run: promtool and opm are the long form, enabled with
-/// `NMO_LONG_TOOLS=1` (or a comma-separated list of tool names), because their cold builds
-/// (about 15 minutes each on the loaded 2-core development machine) would break the CI budget.
-/// Skipping says so on stderr.
-fn long_tool(tool: &str) -> bool {
-    let on = std::env::var("NMO_LONG_TOOLS")
-        .is_ok_and(|v| v == "1" || v.split(',').any(|t| t.trim() == tool));
-    if !on {
-        eprintln!("skipped: the {tool} check is in the long form; run with NMO_LONG_TOOLS=1");
-    }
-    on
-}
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -97,11 +88,9 @@ fn promtool_test(rule_file: &Value) -> (bool, String) {
     )
 }
 
+/// The rule file holds exactly the five alerts (no tool needed).
 #[test]
-fn the_rules_are_the_five_alerts_and_pass_promtool_check() {
-    if !long_tool("promtool") {
-        return;
-    }
+fn the_rules_are_the_five_alerts() {
     let names: Vec<String> = rules()
         .iter()
         .map(|r| {
@@ -112,6 +101,11 @@ fn the_rules_are_the_five_alerts_and_pass_promtool_check() {
         })
         .collect();
     assert_eq!(names, ALERTS);
+}
+
+#[test]
+#[ignore = "long form: needs promtool (cold build about 15 min); run with -- --include-ignored"]
+fn the_rules_pass_promtool_check() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rules.yaml");
     std::fs::write(&path, serde_yaml::to_string(&rule_file()).unwrap()).unwrap();
@@ -129,15 +123,9 @@ fn the_rules_are_the_five_alerts_and_pass_promtool_check() {
     assert!(text.contains("SUCCESS: 5 rules found"), "{text}");
 }
 
+/// Every alert is exercised by the promtool unit tests (no tool needed to see that).
 #[test]
-fn every_alert_fires_after_its_window_and_resolves() {
-    if !long_tool("promtool") {
-        return;
-    }
-    let (ok, text) = promtool_test(&rule_file());
-    assert!(ok, "promtool test rules failed:\n{text}");
-    assert!(text.contains("SUCCESS"), "{text}");
-    // Every alert is exercised by the unit tests.
+fn every_alert_has_a_unit_test() {
     let tests = read("tests/monitoring/alerts-test.yaml");
     for alert in ALERTS {
         assert!(
@@ -147,12 +135,18 @@ fn every_alert_fires_after_its_window_and_resolves() {
     }
 }
 
+#[test]
+#[ignore = "long form: needs promtool (cold build about 15 min); run with -- --include-ignored"]
+fn every_alert_fires_after_its_window_and_resolves() {
+    let (ok, text) = promtool_test(&rule_file());
+    assert!(ok, "promtool test rules failed:\n{text}");
+    assert!(text.contains("SUCCESS"), "{text}");
+}
+
 /// The unit tests catch an alert that never fires and one that fires too early.
 #[test]
+#[ignore = "long form: needs promtool (cold build about 15 min); run with -- --include-ignored"]
 fn a_broken_alert_fails_the_unit_tests() {
-    if !long_tool("promtool") {
-        return;
-    }
     for (alert, field, broken) in [
         (
             "NodeMaintenanceDrainStuck",
@@ -180,7 +174,13 @@ fn every_alert_links_its_runbook() {
         let alert = r["alert"].as_str().unwrap();
         let url = r["annotations"]["runbook_url"].as_str().unwrap_or_default();
         let doc = format!("docs/runbooks/{alert}.md");
-        assert!(url.ends_with(&doc), "{alert}: runbook_url {url}");
+        // The link names this project's repository, the one setting (Cargo.toml's
+        // `repository`) that the bundle's and the chart's links follow too.
+        assert_eq!(
+            url,
+            bundle::runbook_url(alert),
+            "{alert}: runbook_url in {RULES} does not follow Cargo.toml's `repository`"
+        );
         let text = read(&doc);
         assert!(text.starts_with(&format!("# {alert}\n")), "{doc}");
         for section in ["## Meaning", "## Diagnosis", "## Mitigation"] {
@@ -201,6 +201,21 @@ fn every_alert_links_its_runbook() {
             "{alert}"
         );
     }
+    // The promtool unit tests expect the same links (the long form compares them).
+    let tests = read("tests/monitoring/alerts-test.yaml");
+    for line in tests.lines().filter(|l| l.contains("runbook_url:")) {
+        let url = line.split_once("runbook_url:").unwrap().1.trim();
+        let alert = url
+            .rsplit('/')
+            .next()
+            .and_then(|f| f.strip_suffix(".md"))
+            .unwrap_or_default();
+        assert_eq!(
+            url,
+            bundle::runbook_url(alert),
+            "tests/monitoring/alerts-test.yaml does not follow Cargo.toml's `repository`"
+        );
+    }
     let stuck = read("docs/runbooks/NodeMaintenanceDrainStuck.md");
     assert!(
         stuck.contains("kubectl describe nm") && stuck.contains("status.blockers"),
@@ -209,11 +224,23 @@ fn every_alert_links_its_runbook() {
 }
 
 /// The fields Grafana's dashboard model requires to import a dashboard and draw its panels
-/// (title, uid, schemaVersion, panels with id, type, title, gridPos and targets), a datasource
-/// variable the panels use, and PromQL that Prometheus' parser accepts (promtool checks each
-/// query as a recording rule, with Grafana's `$__rate_interval` as 5m).
+/// (title, uid, schemaVersion, panels with id, type, title, gridPos and targets) and a
+/// datasource variable the panels use.
 #[test]
 fn the_dashboard_loads() {
+    assert!(!dashboard_queries().is_empty());
+}
+
+/// Every dashboard query is PromQL that Prometheus' parser accepts: promtool checks each query
+/// as a recording rule, with Grafana's `$__rate_interval` as 5m.
+#[test]
+#[ignore = "long form: needs promtool (cold build about 15 min); run with -- --include-ignored"]
+fn the_dashboard_queries_are_promql() {
+    dashboard_queries_are_promql(dashboard_queries());
+}
+
+/// The dashboard's queries, once its fields are checked (`$__rate_interval` as 5m).
+fn dashboard_queries() -> Vec<String> {
     let d: Value = serde_json::from_str(&read(DASHBOARD)).expect("the dashboard is JSON");
     for k in ["title", "uid"] {
         assert!(d[k].as_str().is_some_and(|s| !s.is_empty()), "{k}");
@@ -271,9 +298,10 @@ fn the_dashboard_loads() {
             );
         }
     }
-    if !long_tool("promtool") {
-        return;
-    }
+    exprs
+}
+
+fn dashboard_queries_are_promql(exprs: Vec<String>) {
     let rules: Vec<Value> = exprs
         .iter()
         .enumerate()

@@ -5,7 +5,8 @@
 # tests/bundle.rs), helm (tests/chart.rs) and promtool (tests/monitoring.rs). The tests build a
 # missing tool on demand as well; this step only puts the builds in one place and shows their
 # cost. promtool and opm are the long form (their cold builds take about 15 minutes each on a
-# loaded 2-core machine): built only with NMO_LONG_TOOLS set, as their checks run only then.
+# loaded 2-core machine): built only with NMO_LONG_TOOLS set. Their checks are #[ignore]d, so
+# libtest reports them as ignored (skipped) unless run with `-- --include-ignored`.
 # Idempotent.
 #
 #   tests/cluster/build-test-tools.sh
@@ -15,7 +16,7 @@ tools=(go-elector olm-validate helm)
 if [[ -n "${NMO_LONG_TOOLS:-}" ]]; then
   tools+=(opm promtool)
 else
-  echo "test-tools: opm and promtool are the long form, not built: their checks run with NMO_LONG_TOOLS=1"
+  echo "test-tools: opm and promtool are the long form, not built (NMO_LONG_TOOLS=1 builds them): their checks are ignored unless run with -- --include-ignored"
 fi
 for tool in "${tools[@]}"; do
   start=$(date +%s)

@@ -16,23 +16,35 @@ pub const LOG_FILE: &str = "audit.log";
 
 /// A policy that records evictions (`pods/eviction`) at level Metadata and bindings
 /// (`pods/binding`, the scheduler placing a pod) at level Request, so the binding's target node
-/// is in the event ([`AuditEvent::target`]), by anyone, once each (at ResponseComplete, with the
-/// response code). The bindings tell on which node an evicted pod was even when no watch saw it
-/// there (a pod bound and evicted while a watcher was reconnecting).
+/// is in the event ([`AuditEvent::target`]), by anyone. A binding is recorded once (at
+/// ResponseComplete, with the response code); an eviction twice: at RequestReceived, which the
+/// API server writes (blocking mode) before it serves the request, and at ResponseComplete,
+/// which it writes after it answered. A SIGKILLed API server loses the ResponseComplete of a
+/// request it was answering, never its RequestReceived: an eviction with the one and not the
+/// other was in flight when the server died ([`AuditEvent::stage`], [`AuditEvent::audit_id`]).
+/// The bindings tell on which node an evicted pod was even when no watch saw it there (a pod
+/// bound and evicted while a watcher was reconnecting).
 pub const EVICTIONS_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
 kind: Policy
-omitStages: ["RequestReceived", "ResponseStarted"]
+omitStages: ["ResponseStarted"]
 rules:
 - level: Metadata
   resources:
   - group: ""
     resources: ["pods/eviction"]
 - level: Request
+  omitStages: ["RequestReceived"]
   resources:
   - group: ""
     resources: ["pods/binding"]
 - level: None
 "#;
+
+/// The stage of an event written after the API server answered (the only stage
+/// [`requests_policy`] records).
+pub const RESPONSE_COMPLETE: &str = "ResponseComplete";
+/// The stage of an event written when the API server received the request, before serving it.
+pub const REQUEST_RECEIVED: &str = "RequestReceived";
 
 /// A policy that records evictions by anyone and every request of a user in one of `groups`
 /// (e.g. `system:serviceaccounts`, which in the local cluster only the operator is in: every
@@ -89,6 +101,11 @@ pub struct AuditEvent {
     /// `target.name` of the request object: for a `pods/binding`, the node the pod was bound
     /// to; empty otherwise.
     pub target: String,
+    /// The stage the event was written at: [`RESPONSE_COMPLETE`] (with the code) or
+    /// [`REQUEST_RECEIVED`] (code 0), where the policy records it.
+    pub stage: String,
+    /// The request's audit ID: the events of one request at its different stages share it.
+    pub audit_id: String,
 }
 
 impl AuditEvent {
@@ -119,6 +136,10 @@ struct Wire {
     request_uri: String,
     #[serde(default)]
     request_object: WireObject,
+    #[serde(default)]
+    stage: String,
+    #[serde(default, rename = "auditID")]
+    audit_id: String,
 }
 
 /// The parts of a request object (level Request) the readers use: a binding's pod uid and node.
@@ -240,6 +261,8 @@ impl AuditCursor {
                 uri: w.request_uri,
                 request_uid: w.request_object.metadata.uid,
                 target: w.request_object.target.name,
+                stage: w.stage,
+                audit_id: w.audit_id,
             })
             .collect())
     }
@@ -249,7 +272,7 @@ impl AuditCursor {
 mod tests {
     use super::*;
 
-    const EVENT: &str = r#"{"kind":"Event","verb":"create","user":{"username":"u"},"objectRef":{"resource":"pods","subresource":"eviction","namespace":"ns","name":"p"},"responseStatus":{"code":201},"requestReceivedTimestamp":"2026-01-01T00:00:00.000001Z","stageTimestamp":"2026-01-01T00:00:00.000002Z"}"#;
+    const EVENT: &str = r#"{"kind":"Event","auditID":"a1","stage":"ResponseComplete","verb":"create","user":{"username":"u"},"objectRef":{"resource":"pods","subresource":"eviction","namespace":"ns","name":"p"},"responseStatus":{"code":201},"requestReceivedTimestamp":"2026-01-01T00:00:00.000001Z","stageTimestamp":"2026-01-01T00:00:00.000002Z"}"#;
 
     fn log(content: &str) -> PathBuf {
         use std::sync::atomic::{AtomicUsize, Ordering};
@@ -271,6 +294,8 @@ mod tests {
         assert_eq!(evs.len(), 1);
         assert_eq!(evs[0].verb_resource(), "create pods/eviction");
         assert_eq!(evs[0].code, 201);
+        assert_eq!(evs[0].stage, RESPONSE_COMPLETE);
+        assert_eq!(evs[0].audit_id, "a1");
         std::fs::write(&p, format!("{EVENT}\n{EVENT}\n")).unwrap();
         assert_eq!(c.read().unwrap().len(), 1, "only what was appended");
         let _ = std::fs::remove_file(p);
