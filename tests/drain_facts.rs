@@ -482,13 +482,9 @@ async fn deleting_the_maintenance_stops_its_evictions() {
     let mut events: Vec<AuditEvent> = Vec::new();
     let deadline = Instant::now() + LIMIT;
     loop {
-        events.extend(
-            audit
-                .read()
-                .unwrap()
-                .into_iter()
-                .filter(|e| e.subresource == "eviction" && e.namespace == ns),
-        );
+        events.extend(audit.read().unwrap().into_iter().filter(|e| {
+            e.subresource == "eviction" && e.namespace == ns && e.stage == "ResponseComplete"
+        }));
         if events.len() >= sent {
             break;
         }

@@ -326,21 +326,28 @@ impl Drainer {
             };
             if slot.is_none() || this.stopped.is_cancelled() || !(standing.stands)() {
                 tracing::debug!(pod = %format!("{}/{}", e.pod.namespace, e.pod.name), "eviction not sent: the maintenance no longer stands");
-                this.answered(&node, &uid, None);
+                this.answered(&node, &uid, None, None);
                 return;
             }
             let outcome = this.evict_once(&node, &e).await;
             drop(slot);
-            this.answered(&node, &uid, Some(&outcome));
+            this.answered(&node, &uid, Some(&outcome), e.awaits.as_ref());
             (standing.wake)();
         });
     }
 
-    /// Records the answer to the eviction of `uid` on `node` (`None`: not sent).
-    fn answered(&self, node: &str, uid: &str, outcome: Option<&EvictionOutcome>) {
+    /// Records the answer to the eviction of `uid` on `node` (`None`: not sent), with the
+    /// replacement it `awaits` once accepted.
+    fn answered(
+        &self,
+        node: &str,
+        uid: &str,
+        outcome: Option<&EvictionOutcome>,
+        awaits: Option<&super::Awaited>,
+    ) {
         let mut schedules = self.schedules();
         if let Some(schedule) = schedules.get_mut(node) {
-            schedule.answered(uid, node, outcome, Instant::now());
+            schedule.answered(uid, node, outcome, awaits, Instant::now());
             if schedule.is_empty() {
                 schedules.remove(node);
             }

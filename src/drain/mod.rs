@@ -487,16 +487,23 @@ impl RetrySchedule {
     }
     /// The answer to the eviction of `uid` (`None`: it was not sent after all, the maintenance
     /// ended first): no longer in flight, and a refusal held as [`Self::record`] says.
+    /// An accepted eviction of a pod that `awaits` a replacement records that wait.
     pub(crate) fn answered(
         &mut self,
         uid: &str,
         node: &str,
         outcome: Option<&EvictionOutcome>,
+        awaits: Option<&Awaited>,
         now: Instant,
     ) {
         self.in_flight.remove(uid);
         if let Some(o) = outcome {
             self.record(uid, node, o, now);
+            if o.result == result::EVICTED
+                && let Some(a) = awaits
+            {
+                self.awaited.insert(uid.to_string(), a.clone());
+            }
         }
     }
     /// The drain's first listing of tolerating pods, when it was taken for the drain that started
@@ -547,7 +554,9 @@ impl RetrySchedule {
         if settled.first_listing.is_some() {
             self.first_listing = settled.first_listing;
         }
-        self.awaited = settled.awaited;
+        self.awaited
+            .retain(|uid, _| !settled.read_awaited.contains(uid));
+        self.awaited.extend(settled.awaited);
         if settled.done {
             self.first_listing = None;
             self.awaited.clear();

@@ -99,6 +99,10 @@ pub(crate) struct PlannedEviction {
     pub uid: Option<String>,
     /// Its labels, to name the budgets of a multiple-budget refusal.
     pub labels: BTreeMap<String, String>,
+    /// The replacement to await once the eviction is accepted: the pod tolerates both
+    /// maintenance taints and has a controller (recorded from the answer, since a pod with no
+    /// grace period may be gone before any listing shows it terminating).
+    pub awaits: Option<Awaited>,
 }
 
 /// The round's decision before any eviction is sent.
@@ -229,10 +233,19 @@ pub(crate) fn plan_pass(
         if !warnings.is_empty() {
             tracing::debug!(pod = %format!("{}/{}", r.namespace, r.name), warnings = %warnings.join("; "), "evicting despite kubectl warnings");
         }
+        let awaits = pod
+            .controller_ref()
+            .filter(|_| tolerates_maintenance(&pod))
+            .map(|c| Awaited {
+                pod: r.clone(),
+                owner: c.uid.clone(),
+                last_seen: now,
+            });
         plan.evict.push(PlannedEviction {
             pod: r,
             uid: pod.metadata.uid,
             labels: pod.metadata.labels,
+            awaits,
         });
     }
     plan.evict = fair_order(std::mem::take(&mut plan.evict));
@@ -311,6 +324,9 @@ pub(crate) struct Settled {
     pub first_listing: Option<(i64, HashSet<String>)>,
     /// The replacements awaited.
     pub awaited: HashMap<String, Awaited>,
+    /// The UIDs of the replacements awaited in the memory the round read (an entry recorded by
+    /// an answer since is kept).
+    pub read_awaited: HashSet<String>,
     /// Whether the drain is done: the first listing and the awaited replacements are forgotten.
     pub done: bool,
 }
@@ -340,6 +356,7 @@ pub(crate) fn settle(
         kept: plan.kept_uids.clone(),
         first_listing: plan.first_listing.clone(),
         awaited: plan.awaited.clone(),
+        read_awaited: schedule.awaited().keys().cloned().collect(),
         done: false,
     };
     let report = report(plan, sending, &newly_kept, retry_in);
@@ -572,7 +589,7 @@ mod tests {
             &plan_pass(pods(), &RetrySchedule::default(), None, t(0), at).evict[0].pod,
             Err(&e),
         );
-        memory.answered("uid-slow", "n", Some(&refused), at);
+        memory.answered("uid-slow", "n", Some(&refused), None, at);
         let plan = plan_pass(pods(), &memory, None, t(1), at + Duration::from_secs(1));
         assert!(plan.evict.is_empty());
         assert_eq!(plan.pending[0].reason, reason::EVICTION_ERROR);
@@ -581,7 +598,7 @@ mod tests {
         assert_eq!(plan.evict.len(), 1, "asked again once the retry is due");
         // Not sent after all (the maintenance ended first): neither in flight nor held.
         memory.sent("uid-slow");
-        memory.answered("uid-slow", "n", None, at);
+        memory.answered("uid-slow", "n", None, None, at);
         assert!(!memory.in_flight("uid-slow"));
     }
 
@@ -649,6 +666,20 @@ mod tests {
         assert!(rep.done(), "{:?}", rep.pending);
         assert_eq!(rep.skipped[0].name, "repl");
         assert!(settled.done);
+        // A pod gone at once (no grace period), never listed terminating: the accepted answer
+        // records the wait.
+        let mut memory = RetrySchedule::default();
+        let orig = tolerating_owned("quick", "api", json!({}));
+        let plan = plan_pass(vec![(orig, ordinary())], &memory, Some(start), t(1), at);
+        let e = plan.evict[0].clone();
+        assert!(e.awaits.is_some());
+        let (_, settled) = settle("n", plan, &memory, at);
+        memory.apply("n", settled);
+        memory.sent("uid-quick");
+        let accepted = classify_eviction(&e.pod, Ok(()));
+        memory.answered("uid-quick", "n", Some(&accepted), e.awaits.as_ref(), at);
+        let plan = plan_pass(Vec::new(), &memory, Some(start), t(2), at);
+        assert_eq!(plan.pending[0].reason, reason::AWAITING_REPLACEMENT);
         // A replacement that never comes is awaited no longer than REPLACEMENT_WAIT.
         let mut memory = RetrySchedule::default();
         let plan = plan_pass(
