@@ -32,43 +32,6 @@ fn env() -> &'static OperatorEnv {
     ENV.get_or_init(|| start_env(|opts| opts.env.push(("POD_NAME".into(), OWN_POD.into()))))
 }
 
-/// Creates pod `name` in `ns`, bound to `node`, merged with `extra` (metadata and spec fields).
-async fn bare_pod(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    node: &str,
-    extra: serde_json::Value,
-) -> Pod {
-    let mut pod = json!({
-        "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {
-            "nodeName": node,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]
-        }
-    });
-    merge(&mut pod, extra);
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(pod).unwrap(),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("creating pod {ns}/{name}: {e}"))
-}
-
-fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
-    match (into, from) {
-        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
-            for (k, v) in b {
-                merge(a.entry(k).or_insert(serde_json::Value::Null), v);
-            }
-        }
-        (a, b) => *a = b,
-    }
-}
-
 async fn get_pod(client: &kube::Client, ns: &str, name: &str) -> Option<Pod> {
     Api::<Pod>::namespaced(client.clone(), ns)
         .get_opt(name)
@@ -370,47 +333,6 @@ async fn tolerant_deployment(client: &kube::Client, ns: &str, name: &str, group:
         .create(&PostParams::default(), &d)
         .await
         .unwrap();
-}
-
-/// A custom resource standing for KubeVirt's `VirtualMachineInstance` (`kubevirt.io/v1`), so a
-/// pod can be controlled by one as a virt-launcher pod is. Returns an instance's UID.
-async fn virtual_machine_instance(client: &kube::Client, ns: &str, name: &str) -> String {
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "metadata": {"name": "virtualmachineinstances.kubevirt.io"},
-        "spec": {
-            "group": "kubevirt.io",
-            "scope": "Namespaced",
-            "names": {"plural": "virtualmachineinstances", "singular": "virtualmachineinstance",
-                      "kind": "VirtualMachineInstance"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
-        }
-    }))
-    .unwrap();
-    let crds = Api::<CustomResourceDefinition>::all(client.clone());
-    match crds.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => panic!("creating the VirtualMachineInstance CRD: {e}"),
-    }
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "kubevirt.io",
-        "v1",
-        "VirtualMachineInstance",
-    ));
-    let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar);
-    let vmi = wait_for("VirtualMachineInstance created", LIMIT, || async {
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-            "metadata": {"name": name}
-        }))
-        .unwrap();
-        api.create(&PostParams::default(), &obj)
-            .await
-            .map_err(|e| e.to_string())
-    })
-    .await;
-    vmi.metadata.uid.unwrap()
 }
 
 /// `docs/drain-contract.md` §1 and §2: pods that tolerate both maintenance taints and were

@@ -13,9 +13,7 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DynamicObject, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{Api, PostParams};
 use nmo_devcluster::operator::Operator;
 use node_maintenance_operator::api::MaintenancePhase;
 use serde_json::json;
@@ -59,49 +57,6 @@ fn env() -> &'static Env {
             _operator: Mutex::new(operator),
         }
     })
-}
-
-/// A `VirtualMachineInstance` (`kubevirt.io/v1`) custom resource, so a pod can be controlled by
-/// one as a virt-launcher pod is. Returns its UID.
-async fn virtual_machine_instance(client: &kube::Client, ns: &str, name: &str) -> String {
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "metadata": {"name": "virtualmachineinstances.kubevirt.io"},
-        "spec": {
-            "group": "kubevirt.io",
-            "scope": "Namespaced",
-            "names": {"plural": "virtualmachineinstances", "singular": "virtualmachineinstance",
-                      "kind": "VirtualMachineInstance"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
-        }
-    }))
-    .unwrap();
-    match Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &crd)
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => panic!("creating the VirtualMachineInstance CRD: {e}"),
-    }
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "kubevirt.io",
-        "v1",
-        "VirtualMachineInstance",
-    ));
-    let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar);
-    let vmi = wait_for("VirtualMachineInstance created", LIMIT, || async {
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-            "metadata": {"name": name}
-        }))
-        .unwrap();
-        api.create(&PostParams::default(), &obj)
-            .await
-            .map_err(|e| e.to_string())
-    })
-    .await;
-    vmi.metadata.uid.unwrap()
 }
 
 async fn tolerating_pod(

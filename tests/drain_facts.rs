@@ -234,43 +234,6 @@ async fn labelled_namespace(client: &kube::Client, prefix: &str, label: Option<&
     ns
 }
 
-/// Creates bare pod `name` in `ns` bound to `node`, with `extra` merged into it.
-async fn bare_pod(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    node: &str,
-    extra: serde_json::Value,
-) {
-    let mut pod = json!({
-        "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {
-            "nodeName": node,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]
-        }
-    });
-    merge(&mut pod, extra);
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(pod).unwrap(),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("creating pod {ns}/{name}: {e}"));
-}
-
-fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
-    match (into, from) {
-        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
-            for (k, v) in b {
-                merge(a.entry(k).or_insert(serde_json::Value::Null), v);
-            }
-        }
-        (a, b) => *a = b,
-    }
-}
-
 /// Waits until every pod of `ns` is Running.
 async fn wait_all_running(client: &kube::Client, ns: &str, n: usize) {
     let api = Api::<Pod>::namespaced(client.clone(), ns);

@@ -224,6 +224,96 @@ pub(crate) async fn wait_running(
     .await
 }
 
+/// Creates pod `name` in `ns`, bound to `node`, merged with `extra` (metadata and spec fields).
+pub(crate) async fn bare_pod(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    extra: serde_json::Value,
+) -> Pod {
+    let mut pod = json!({
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]
+        }
+    });
+    merge(&mut pod, extra);
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(pod).unwrap(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("creating pod {ns}/{name}: {e}"))
+}
+
+/// Merges JSON object `from` into `into`.
+pub(crate) fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
+    match (into, from) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+/// A custom resource standing for KubeVirt's `VirtualMachineInstance` (`kubevirt.io/v1`), so a
+/// pod can be controlled by one as a virt-launcher pod is. Returns an instance's UID.
+pub(crate) async fn virtual_machine_instance(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> String {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::DynamicObject;
+    use kube::core::{ApiResource, GroupVersionKind};
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "virtualmachineinstances.kubevirt.io"},
+        "spec": {
+            "group": "kubevirt.io",
+            "scope": "Namespaced",
+            "names": {"plural": "virtualmachineinstances", "singular": "virtualmachineinstance",
+                      "kind": "VirtualMachineInstance"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    }))
+    .unwrap();
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("creating the VirtualMachineInstance CRD: {e}"),
+    }
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "kubevirt.io",
+        "v1",
+        "VirtualMachineInstance",
+    ));
+    let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar);
+    let vmi = wait_for(
+        "VirtualMachineInstance created",
+        Duration::from_secs(90),
+        || async {
+            let obj: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                "metadata": {"name": name}
+            }))
+            .unwrap();
+            api.create(&PostParams::default(), &obj)
+                .await
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+    vmi.metadata.uid.unwrap()
+}
+
 /// A client with kube's default retry of 429/503/504 switched off, as the operator's eviction
 /// client is: a PodDisruptionBudget refusal must surface at once (docs/design.md §2).
 pub(crate) async fn no_retry_client(cluster: &Cluster) -> Client {
