@@ -134,41 +134,15 @@ pub(crate) async fn read_node(
     nodes: &kube::Api<Node>,
     name: &str,
 ) -> Result<(Option<Node>, Option<jiff::Timestamp>), kube::Error> {
-    use http_body_util::BodyExt;
     let request = kube::core::Request::new("/api/v1/nodes")
         .get(name, &kube::api::GetParams::default())
         .map_err(kube::Error::BuildRequest)?;
-    let response = nodes
-        .clone()
-        .into_client()
-        .send(request.map(kube::client::Body::from))
-        .await?;
-    let code = response.status();
-    let date = http_date(response.headers().get(http::header::DATE));
-    let body = response.into_body().collect().await?.to_bytes();
-    if code.is_client_error() || code.is_server_error() {
-        let status = serde_json::from_slice::<kube::core::Status>(&body).unwrap_or_else(|_| {
-            let text = String::from_utf8_lossy(&body);
-            kube::core::Status::failure(text.trim(), "Failed to parse error data")
-                .with_code(code.as_u16())
-        });
-        if status.is_not_found() {
-            return Ok((None, date));
-        }
-        return Err(kube::Error::Api(status.boxed()));
+    let client = nodes.clone().into_client();
+    match crate::server_time::request_dated::<Node>(&client, request).await {
+        Ok((node, date)) => Ok((Some(node), date)),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok((None, None)),
+        Err(e) => Err(e),
     }
-    let node = serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
-    Ok((Some(node), date))
-}
-
-/// An HTTP `Date` header's time (`Tue, 01 Dec 2026 21:17:14 GMT`, whole seconds); `None` when
-/// absent or not an HTTP-date. Parsed with jiff's RFC 2822 parser, which reads RFC 9110's
-/// IMF-fixdate (RFC 2822 with the zone `GMT`).
-pub(crate) fn http_date(value: Option<&http::HeaderValue>) -> Option<jiff::Timestamp> {
-    let text = value?.to_str().ok()?;
-    jiff::fmt::rfc2822::DateTimeParser::new()
-        .parse_timestamp(text)
-        .ok()
 }
 
 /// Reads what the deletion pass needs: the node actually entered (whatever `spec.nodeName`
@@ -214,25 +188,4 @@ pub(crate) fn holder_is_live(ctx: &Context, holder: &str, uid: Option<&str>) -> 
     ctx.store
         .get(&ObjectRef::new(holder))
         .is_some_and(|o| uid.is_none_or(|u| o.metadata.uid.as_deref() == Some(u)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::http_date;
-
-    /// The `Date` header kube-apiserver sends (Go's `http.TimeFormat`) is read to the second;
-    /// anything else is no time.
-    #[test]
-    fn the_date_header_is_read_as_an_http_date() {
-        let value = http::HeaderValue::from_static("Tue, 01 Dec 2026 21:17:14 GMT");
-        assert_eq!(
-            http_date(Some(&value)),
-            Some("2026-12-01T21:17:14Z".parse().unwrap())
-        );
-        for bad in ["", "yesterday", "2026-12-01T21:17:14Z"] {
-            let value = http::HeaderValue::from_str(bad).unwrap();
-            assert_eq!(http_date(Some(&value)), None, "{bad:?}");
-        }
-        assert_eq!(http_date(None), None);
-    }
 }
