@@ -557,3 +557,138 @@ async fn a_tolerating_workload_is_evicted_once_and_its_replacement_kept() {
     }
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
+
+/// `docs/drain-contract.md` §1 ("Causes many pods share"): 60 pods under one
+/// PodDisruptionBudget that allows no disruption, and two pods no budget covers. The two are
+/// evicted at once; over the next 30 s the API server receives at most one eviction of the
+/// budget's pods per 5 s retry (kubectl drain and upstream ask all 60 every 5 s: 360 requests),
+/// status names the budget for a pod that was never asked, and once the budget is gone the
+/// maintenance Succeeds.
+#[tokio::test]
+async fn a_budget_held_drain_asks_through_one_pod_and_finishes_when_the_budget_allows() {
+    const HELD: usize = 60;
+    // `status.blockers` lists at most 50 pods (`docs/drain-contract.md` §5).
+    const LISTED_BLOCKERS: usize = 50;
+    const WINDOW: Duration = Duration::from_secs(30);
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("budget");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "budget").await;
+    for i in 0..HELD {
+        let labels = json!({"metadata": {"labels": {"app": "held"}}});
+        bare_pod(&client, &ns, &format!("held-{i:02}"), &node, labels).await;
+    }
+    for i in 0..2 {
+        bare_pod(&client, &ns, &format!("free-{i}"), &node, json!({})).await;
+    }
+    wait_all_running(&client, &ns, HELD + 2).await;
+    let budgets =
+        Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(client.clone(), &ns);
+    let pdb = serde_json::from_value(json!({
+        "metadata": {"name": "held"},
+        "spec": {"minAvailable": HELD, "selector": {"matchLabels": {"app": "held"}}}
+    }))
+    .unwrap();
+    budgets.create(&PostParams::default(), &pdb).await.unwrap();
+    wait_for("the budget counts every pod healthy", LIMIT, || async {
+        let b = budgets.get("held").await.map_err(|e| e.to_string())?;
+        match b.status {
+            Some(s)
+                if s.current_healthy == Some(HELD as i32) && s.disruptions_allowed == Some(0) =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+
+    let name = unique("nm-budget");
+    nm::create(&client, &name, &node).await;
+    let free: Vec<String> = (0..2).map(|i| format!("free-{i}")).collect();
+    wait_for("the pods no budget covers evicted", LIMIT, || async {
+        let gone = evicted_in(&client, &ns, &free).await;
+        if gone.len() == 2 {
+            Ok(())
+        } else {
+            Err(format!("evicted: {gone:?}"))
+        }
+    })
+    .await;
+    let window_start = jiff::Timestamp::now();
+    tokio::time::sleep(WINDOW).await;
+    let window_end = jiff::Timestamp::now();
+    let asked: Vec<AuditEvent> = audit
+        .read()
+        .unwrap()
+        .into_iter()
+        .filter(|e| {
+            e.subresource == "eviction"
+                && e.namespace == ns
+                && e.stage == "ResponseComplete"
+                && e.name.starts_with("held-")
+                && e.received >= window_start
+                && e.received <= window_end
+        })
+        .collect();
+    // One probe per 5 s retry, and one more for where the window falls.
+    let bound = (WINDOW.as_secs() / 5 + 1) as usize;
+    assert!(
+        asked.len() <= bound,
+        "{} evictions of the budget's pods in {}s (at most {bound}); the first: {:?}",
+        asked.len(),
+        WINDOW.as_secs(),
+        asked
+            .iter()
+            .take(12)
+            .map(|e| (&e.name, e.code))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        !asked.is_empty(),
+        "no eviction of the budget's pods at all: the budget was never asked"
+    );
+    let probed: std::collections::HashSet<&str> = asked.iter().map(|e| e.name.as_str()).collect();
+    let nm = nm::wait_status(
+        &client,
+        &name,
+        "held pods named with their budget",
+        LIMIT,
+        |s| {
+            s.blockers
+                .iter()
+                .flatten()
+                .filter(|b| b.pod_disruption_budget.as_deref() == Some("held"))
+                .count()
+                >= HELD.min(LISTED_BLOCKERS)
+        },
+    )
+    .await;
+    let status = nm.status.unwrap();
+    let unasked = status
+        .blockers
+        .iter()
+        .flatten()
+        .find(|b| !probed.contains(b.name.as_str()))
+        .expect("a held pod that was not asked in the window");
+    assert_eq!(unasked.reason, "PodDisruptionBudget", "{unasked:?}");
+    assert!(
+        status
+            .last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("disruption budget"),
+        "lastError says why: {:?}",
+        status.last_error
+    );
+    assert_eq!(status.phase, Some(MaintenancePhase::Running));
+
+    budgets.delete("held", &Default::default()).await.unwrap();
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+}

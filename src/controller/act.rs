@@ -555,6 +555,8 @@ mod tests {
                 client.clone(),
                 crate::drain::DrainOptions::default(),
                 Arc::new(crate::metrics::Metrics::new()),
+                Default::default(),
+                crate::drain::BudgetWatch::none(),
             ),
             leases: crate::lease::NodeLeases::new(client.clone(), "medik8s-leases".into()),
             recorder: Recorder::new(

@@ -4,17 +4,20 @@
 //! - per NodeMaintenance, [`Memory`]: consecutive failed reconciles (the error back-off) and
 //!   waits for a lease we never held (the lease back-off);
 //! - per process, [`StatusSchema`]: which status fields the installed CRD keeps (upstream's
-//!   prunes our additions), so a status that differs only in pruned fields is not written again.
+//!   prunes our additions), so a status that differs only in pruned fields is not written again;
+//! - per node, the drain's memory ([`DrainMemory`]: each pod's retry, the evictions in flight,
+//!   the refusals that hold many pods, the first listing, the replacements awaited), read into
+//!   every drain round's observation and written by the answers as they arrive.
 //!
-//! The drain's per-pod retry schedule is the drain's own memory (`crate::drain::RetrySchedule`),
-//! read into its observation the same way. A restart forgets all of it, and that is safe: the
-//! back-offs start over, the schema is probed again, and a refused pod is asked once more.
+//! A restart forgets all of it, and that is safe: the back-offs start over, the schema is probed
+//! again, a refused pod is asked once more, and a budget's pods are held from its status.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::api::NodeMaintenanceStatus;
+use crate::drain::DrainMemory;
 
 /// What the passes of one NodeMaintenance remember of each other.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -36,11 +39,13 @@ pub(crate) enum Remember {
     Forget,
 }
 
-/// The memory of every NodeMaintenance and the learnt status schema (one per controller).
+/// The memory of every NodeMaintenance, the learnt status schema and the drain's memory of
+/// every node (one per controller).
 #[derive(Debug, Default)]
 pub(crate) struct Memories {
     objects: Mutex<HashMap<String, Memory>>,
     schema: Mutex<StatusSchema>,
+    drain: DrainMemory,
 }
 
 impl Memories {
@@ -83,6 +88,11 @@ impl Memories {
                 objects.remove(name);
             }
         }
+    }
+
+    /// The drain's memory, shared with the drain that reads and writes it.
+    pub(crate) fn drain(&self) -> DrainMemory {
+        self.drain.clone()
     }
 
     /// The status schema learnt so far.

@@ -102,14 +102,17 @@ pub(crate) async fn run(
         orphan_tx.clone(),
         metrics.clone(),
     );
+    // Aborted with the controller: the budgets are read only by its drain rounds.
+    let (budgets, watch_budgets) = crate::drain::BudgetWatch::start(client.clone());
+    let budget_watch = tokio::spawn(watch_budgets);
     let (ctx, woken) = context(
         client,
         eviction_client,
         &config,
         nms,
         metrics,
-        store.clone(),
-        nms_synced.clone(),
+        (store.clone(), nms_synced.clone()),
+        budgets,
     );
     let controller = Controller::for_stream(nm_triggers, store.clone())
         .reconcile_on(woken)
@@ -136,6 +139,7 @@ pub(crate) async fn run(
         .for_each(log_outcome)
         .await;
     sweeper.abort();
+    budget_watch.abort();
     // No eviction is sent once the controller stopped, and those sent are answered first.
     ctx.drainer.stop().await;
     tracing::info!("NodeMaintenance controller stopped");
@@ -149,14 +153,15 @@ fn context(
     config: &ControllerConfig,
     nms: Api<NodeMaintenance>,
     metrics: Arc<Metrics>,
-    store: Store<NodeMaintenance>,
-    nms_synced: watch::Receiver<bool>,
+    (store, nms_synced): (Store<NodeMaintenance>, watch::Receiver<bool>),
+    budgets: crate::drain::BudgetWatch,
 ) -> (
     Arc<Context>,
     futures::channel::mpsc::UnboundedReceiver<reflector::ObjectRef<NodeMaintenance>>,
 ) {
     let nodes: Api<Node> = Api::all(client.clone());
     let (wake, woken) = futures::channel::mpsc::unbounded();
+    let memory = memory::Memories::default();
     let ctx = Arc::new(Context {
         nms,
         nodes,
@@ -165,6 +170,8 @@ fn context(
             eviction_client,
             config.drain.clone(),
             metrics.clone(),
+            memory.drain(),
+            budgets,
         ),
         leases: NodeLeases::new(client.clone(), config.lease_namespace.clone()),
         recorder: Recorder::new(
@@ -178,7 +185,7 @@ fn context(
         metrics,
         store,
         nms_synced,
-        memory: memory::Memories::default(),
+        memory,
         wake,
     });
     (ctx, woken)

@@ -7,7 +7,7 @@
 //! carries them out.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -17,10 +17,11 @@ use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::budget::BudgetWatch;
 use super::pass::{self, DrainReport, PlannedEviction, Survey};
 use super::pod::{DrainPod, PodPage};
 use super::{
-    Arrival, Disposition, DrainOptions, EvictionOutcome, RetrySchedule, classify,
+    Arrival, Disposition, DrainMemory, DrainOptions, EvictionOutcome, RetrySchedule, classify,
     classify_eviction, daemonset_owner, reason, result, selector_matches,
 };
 use crate::api::PodReference;
@@ -89,9 +90,12 @@ pub(crate) struct Drainer {
     client: Client,
     eviction_client: Client,
     options: DrainOptions,
-    /// The drain's memory: each node's retry schedule, read into every round and written by
-    /// the answers as they arrive.
-    retries: Arc<Mutex<HashMap<String, RetrySchedule>>>,
+    /// The drain's memory, kept with the rest of what the controller remembers
+    /// (`crate::controller::memory`): each node's retry schedule, read into every round and
+    /// written by the answers as they arrive.
+    retries: DrainMemory,
+    /// The PodDisruptionBudgets, read into every round.
+    budgets: BudgetWatch,
     pages: Arc<tokio::sync::Semaphore>,
     slots: Arc<tokio::sync::Semaphore>,
     metrics: Arc<Metrics>,
@@ -112,18 +116,22 @@ async fn deadline<T>(
 
 impl Drainer {
     /// A drainer; `eviction_client` must have `default_retry = false`. Answers are counted in
-    /// `metrics`.
+    /// `metrics`; `retries` is the drain's part of the controller's memory, `budgets` the
+    /// watch of PodDisruptionBudgets.
     pub(crate) fn new(
         client: Client,
         eviction_client: Client,
         options: DrainOptions,
         metrics: Arc<Metrics>,
+        retries: DrainMemory,
+        budgets: BudgetWatch,
     ) -> Self {
         Self {
             client,
             eviction_client,
             options,
-            retries: Arc::default(),
+            retries,
+            budgets,
             pages: Arc::new(tokio::sync::Semaphore::new(LIST_PAGES_IN_FLIGHT)),
             slots: Arc::new(tokio::sync::Semaphore::new(EVICTION_PARALLELISM)),
             metrics,
@@ -259,9 +267,11 @@ impl Drainer {
         started: Option<jiff::Timestamp>,
         standing: &Standing,
     ) -> Result<DrainReport, DrainError> {
-        // Observe: the pods with the API server's time, and what earlier rounds remember.
+        // Observe: the pods with the API server's time, the budgets, and what earlier rounds
+        // remember.
         let at = Instant::now();
         let (pods, listed_at) = self.list_pods(node).await?;
+        let budgets = self.budgets.read();
         let now = listed_at.unwrap_or_else(jiff::Timestamp::now);
         let schedule = self.schedules().get(node).cloned().unwrap_or_default();
         let arrival = Arrival {
@@ -270,7 +280,7 @@ impl Drainer {
         };
         let pods = self.classified(pods, &arrival).await?;
         // Decide (pure).
-        let plan = pass::plan_pass(pods, &schedule, started, now, at);
+        let plan = pass::plan_pass(pods, &schedule, &budgets, started, now, at);
         let evict = plan.evict.clone();
         let (report, settled) = pass::settle(node, plan, &schedule, Instant::now());
         // Record, then send.
@@ -331,23 +341,23 @@ impl Drainer {
             }
             let outcome = this.evict_once(&node, &e).await;
             drop(slot);
-            this.answered(&node, &uid, Some(&outcome), e.awaits.as_ref());
+            this.answered(&node, &uid, Some(&outcome), Some((&e.awaits, &e.cause)));
             (standing.wake)();
         });
     }
 
-    /// Records the answer to the eviction of `uid` on `node` (`None`: not sent), with the
-    /// replacement it `awaits` once accepted.
+    /// Records the answer to the eviction of `uid` on `node` (`None`: not sent), with what the
+    /// round planned for it (the replacement it awaits and the budget it spends once accepted).
     fn answered(
         &self,
         node: &str,
         uid: &str,
         outcome: Option<&EvictionOutcome>,
-        awaits: Option<&super::Awaited>,
+        planned: Option<(&Option<super::Awaited>, &Option<super::SharedCause>)>,
     ) {
         let mut schedules = self.schedules();
         if let Some(schedule) = schedules.get_mut(node) {
-            schedule.answered(uid, node, outcome, awaits, Instant::now());
+            schedule.answered(uid, node, outcome, planned, Instant::now());
             if schedule.is_empty() {
                 schedules.remove(node);
             }

@@ -37,6 +37,7 @@
 
 mod act;
 
+pub(crate) mod budget;
 pub(crate) mod pass;
 pub(crate) mod pod;
 
@@ -48,6 +49,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::Status;
 
 pub(crate) use act::{DrainError, Drainer, Standing};
+pub(crate) use budget::{Budget, BudgetWatch, Budgets, SharedCause};
 pub(crate) use pass::{DrainReport, Survey};
 use pod::{DrainPod, OwnerRef};
 
@@ -420,6 +422,35 @@ pub(crate) struct RetrySchedule {
     in_flight: HashSet<String>,
     first_listing: Option<(i64, HashSet<String>)>,
     awaited: HashMap<String, Awaited>,
+    shared: HashMap<SharedCause, SharedEntry>,
+}
+
+/// The last refusal that named a cause many pods share ([`SharedCause`]): until `due`, the
+/// other pods it covers are held by it without a request of their own (`docs/drain-contract.md`
+/// §1).
+#[derive(Clone, Debug)]
+pub(crate) struct SharedEntry {
+    /// The node whose drain was refused.
+    pub node: String,
+    /// When one of its pods may be asked again.
+    pub due: Instant,
+    /// The refusal's blocker (of the pod that was asked).
+    pub blocker: PodBlocker,
+    /// The API server's error text of the refusal (`error_text`), for each held pod's lastError.
+    pub error: Option<String>,
+}
+
+impl SharedEntry {
+    /// The refusal as it stands for `pod`: its blocker and upstream-format error text.
+    pub(crate) fn for_pod(&self, pod: &PodReference) -> (PodBlocker, Option<String>) {
+        let blocker = PodBlocker {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            ..self.blocker.clone()
+        };
+        let error = self.error.as_deref().map(|e| evicting_error(pod, e));
+        (blocker, error)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -453,6 +484,8 @@ impl RetrySchedule {
     }
     /// Records the outcome of an eviction of pod `uid` on `node`: a refusal (a blocker other than
     /// `Terminating`) schedules the next try one interval after `now`; anything else clears it.
+    /// A refusal that names a cause many pods share also holds those pods until the same time
+    /// ([`Self::shared`]).
     pub(crate) fn record(
         &mut self,
         uid: &str,
@@ -460,22 +493,39 @@ impl RetrySchedule {
         outcome: &EvictionOutcome,
         now: Instant,
     ) {
-        match &outcome.blocker {
-            Some(b) if b.reason != reason::TERMINATING => {
+        match (&outcome.blocker, outcome.retry) {
+            (Some(b), Some(retry)) => {
                 self.entries.insert(
                     uid.to_string(),
                     RetryEntry {
                         node: node.to_string(),
-                        due: now + EVICTION_RETRY_INTERVAL,
+                        due: now + retry,
                         blocker: b.clone(),
                         error: outcome.error.clone(),
                     },
                 );
+                if let Some(cause) = &outcome.shared {
+                    let entry = SharedEntry {
+                        node: node.to_string(),
+                        due: now + retry,
+                        blocker: b.clone(),
+                        error: outcome.api_error.clone(),
+                    };
+                    self.shared.insert(cause.clone(), entry);
+                }
             }
             _ => {
                 self.entries.remove(uid);
             }
         }
+    }
+    /// The last refusal that named `cause`, while it still holds the pods it covers at `now`.
+    pub(crate) fn shared(&self, cause: &SharedCause, now: Instant) -> Option<&SharedEntry> {
+        self.shared.get(cause).filter(|e| e.due > now)
+    }
+    /// The last refusal that named `cause`, due or not (its texts, for pods held by it).
+    pub(crate) fn last_shared(&self, cause: &SharedCause) -> Option<&SharedEntry> {
+        self.shared.get(cause)
     }
     /// Whether an eviction of `uid` was sent and not answered yet.
     pub(crate) fn in_flight(&self, uid: &str) -> bool {
@@ -488,21 +538,28 @@ impl RetrySchedule {
     /// The answer to the eviction of `uid` (`None`: it was not sent after all, the maintenance
     /// ended first): no longer in flight, and a refusal held as [`Self::record`] says.
     /// An accepted eviction of a pod that `awaits` a replacement records that wait.
+    /// An accepted eviction of a pod the round found covered by a shared `cause` ends that
+    /// cause's hold: the cause allowed it, so its other pods are asked as the round decides.
     pub(crate) fn answered(
         &mut self,
         uid: &str,
         node: &str,
         outcome: Option<&EvictionOutcome>,
-        awaits: Option<&Awaited>,
+        planned: Option<(&Option<Awaited>, &Option<SharedCause>)>,
         now: Instant,
     ) {
         self.in_flight.remove(uid);
         if let Some(o) = outcome {
             self.record(uid, node, o, now);
             if o.result == result::EVICTED
-                && let Some(a) = awaits
+                && let Some((awaits, cause)) = planned
             {
-                self.awaited.insert(uid.to_string(), a.clone());
+                if let Some(a) = awaits {
+                    self.awaited.insert(uid.to_string(), a.clone());
+                }
+                if let Some(c) = cause {
+                    self.shared.remove(c);
+                }
             }
         }
     }
@@ -527,11 +584,22 @@ impl RetrySchedule {
             .retain(|uid, n| n != node || listed.contains(uid));
     }
     /// Time until the earliest retry due on `node`, `None` when none is scheduled.
+    /// Retries already due are not counted: their pods are asked by the round that reads them,
+    /// and their answers wake the next one.
     pub(crate) fn next_due(&self, node: &str, now: Instant) -> Option<Duration> {
-        self.entries
+        let pods = self
+            .entries
             .values()
             .filter(|e| e.node == node)
-            .map(|e| e.due.saturating_duration_since(now))
+            .map(|e| e.due);
+        let shared = self
+            .shared
+            .values()
+            .filter(|e| e.node == node)
+            .map(|e| e.due);
+        pods.chain(shared)
+            .filter(|due| *due > now)
+            .map(|due| due - now)
             .min()
     }
     /// Whether nothing is remembered.
@@ -541,6 +609,7 @@ impl RetrySchedule {
             && self.in_flight.is_empty()
             && self.first_listing.is_none()
             && self.awaited.is_empty()
+            && self.shared.is_empty()
     }
     /// Applies what a round settled ([`pass::Settled`]), keeping the answers that arrived
     /// since the round read the memory: entries of pods no longer listed forgotten, the kept
@@ -560,6 +629,7 @@ impl RetrySchedule {
         if settled.done {
             self.first_listing = None;
             self.awaited.clear();
+            self.shared.clear();
         }
     }
     /// Whether skipped pod `uid` is reported for the first time (for its one event).
@@ -569,6 +639,10 @@ impl RetrySchedule {
             .is_none()
     }
 }
+
+/// The drain's memory of every node, by node name ([`RetrySchedule`]); owned by the
+/// controller's memory (`crate::controller::memory::Memories`), read and written by the drain.
+pub(crate) type DrainMemory = std::sync::Arc<std::sync::Mutex<HashMap<String, RetrySchedule>>>;
 
 /// How one eviction request ended, decided from the API server's answer alone.
 #[derive(Clone, Debug, PartialEq)]
@@ -581,6 +655,89 @@ pub(crate) struct EvictionOutcome {
     /// Upstream's lastError text for a failed eviction:
     /// `error when evicting pods/"<pod>" -n "<ns>": <err>`.
     pub error: Option<String>,
+    /// The API server's part of `error` (`<err>`), for the other pods a shared refusal holds.
+    pub api_error: Option<String>,
+    /// Shortest time before the pod is asked again; `None`: it is not (accepted, or gone).
+    pub retry: Option<Duration>,
+    /// The cause many pods share that the refusal names, if any: one request stands for all
+    /// of them until the retry is due.
+    pub shared: Option<SharedCause>,
+}
+
+/// The kinds of answer to an eviction request, as [`classify_eviction`] reads them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// 2xx: accepted.
+    Evicted,
+    /// 404, or 409 from the UID precondition (a same-named pod replaced it).
+    Gone,
+    /// 429 with a `DisruptionBudget` cause.
+    Budget,
+    /// Another 429 (KubeVirt's evacuation, a webhook's rate limit).
+    TooManyRequests,
+    /// 500 "This pod has more than one PodDisruptionBudget".
+    MultipleBudgets,
+    /// 403 with a `NamespaceTerminating` cause.
+    NamespaceTerminating,
+    /// Anything else (a webhook's denial, a transport error).
+    Error,
+}
+
+/// One row of the answer table: what an answer means for the pod and the round after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Meaning {
+    /// Metrics label.
+    pub result: crate::metrics::EvictionResult,
+    /// `status.blockers[].reason` while the pod stays; `None`: it is gone.
+    pub reason: Option<&'static str>,
+    /// Shortest time before the pod is asked again; `None`: never (accepted, or gone).
+    pub retry: Option<Duration>,
+    /// Whether it is an error (`lastError`, upstream's text).
+    pub error: bool,
+    /// Whether the refusal names a cause many pods share ([`SharedCause`]).
+    pub shared: bool,
+}
+
+/// The answer table (`docs/drain-contract.md` §4): answer → blocker reason, retry interval,
+/// error or not, shared or not. Every decision about an answer reads it; the retry interval is
+/// upstream's `waitDurationOnDrainError` (5 s) for every refusal.
+pub(crate) const fn meaning(answer: Answer) -> Meaning {
+    const fn refused(
+        result: crate::metrics::EvictionResult,
+        reason: &'static str,
+        shared: bool,
+    ) -> Meaning {
+        Meaning {
+            result,
+            reason: Some(reason),
+            retry: Some(EVICTION_RETRY_INTERVAL),
+            error: true,
+            shared,
+        }
+    }
+    match answer {
+        Answer::Evicted => Meaning {
+            result: result::EVICTED,
+            reason: Some(reason::TERMINATING),
+            retry: None,
+            error: false,
+            shared: false,
+        },
+        Answer::Gone => Meaning {
+            result: result::GONE,
+            reason: None,
+            retry: None,
+            error: false,
+            shared: false,
+        },
+        Answer::Budget => refused(result::BLOCKED_PDB, reason::PDB, true),
+        Answer::TooManyRequests => {
+            refused(result::TOO_MANY_REQUESTS, reason::TOO_MANY_REQUESTS, false)
+        }
+        Answer::MultipleBudgets => refused(result::ERROR, reason::MULTIPLE_PDBS, false),
+        Answer::NamespaceTerminating => refused(result::ERROR, reason::NAMESPACE_TERMINATING, true),
+        Answer::Error => refused(result::ERROR, reason::EVICTION_ERROR, false),
+    }
 }
 
 /// Go's `err.Error()` for an API error is the Status message; other errors print as kube prints
@@ -591,6 +748,14 @@ pub(crate) fn error_text(err: &kube::Error) -> String {
         kube::Error::Api(s) => format!("{} ({})", s.reason, s.code),
         other => other.to_string(),
     }
+}
+
+/// Upstream's lastError text of a refused eviction of `pod` (kubectl's drain library).
+pub(crate) fn evicting_error(pod: &PodReference, error: &str) -> String {
+    format!(
+        "error when evicting pods/\"{}\" -n \"{}\": {error}",
+        pod.name, pod.namespace
+    )
 }
 
 fn cause<'a>(status: &'a Status, kind: &str) -> Option<&'a str> {
@@ -620,94 +785,94 @@ pub(crate) fn parse_pdb_cause(message: &str) -> Option<(String, Option<i32>, Opt
     Some((name.to_string(), counts.map(|c| c.0), counts.map(|c| c.1)))
 }
 
-/// Classifies the answer to an eviction of `pod`: 2xx evicted, 404 gone,
-/// 409 from the UID precondition gone (a same-named pod replaced it), 429 with a
-/// `DisruptionBudget` cause `PodDisruptionBudget`, other 429 `TooManyRequests`, 500 "more than
-/// one PodDisruptionBudget" `MultiplePodDisruptionBudgets`, 403 with a `NamespaceTerminating`
-/// cause `NamespaceTerminating`, anything else `EvictionError`. Never retries: the next pass does.
+/// Which row of the answer table an answer is: 2xx evicted, 404 gone, 409 from the UID
+/// precondition gone, 429 with a `DisruptionBudget` cause a budget, other 429s too many
+/// requests, 500 "more than one PodDisruptionBudget" multiple budgets, 403 with a
+/// `NamespaceTerminating` cause namespace terminating, anything else an error.
+pub(crate) fn answer_of(answer: Result<(), &kube::Error>) -> Answer {
+    let Err(err) = answer else {
+        return Answer::Evicted;
+    };
+    let kube::Error::Api(status) = err else {
+        return Answer::Error;
+    };
+    match status.code {
+        _ if status.is_not_found() => Answer::Gone,
+        _ if status.is_conflict() && status.message.contains("Precondition failed") => Answer::Gone,
+        429 if cause(status, "DisruptionBudget").is_some() => Answer::Budget,
+        429 => Answer::TooManyRequests,
+        500 if status.message.contains("more than one PodDisruptionBudget") => {
+            Answer::MultipleBudgets
+        }
+        403 if cause(status, "NamespaceTerminating").is_some() => Answer::NamespaceTerminating,
+        _ => Answer::Error,
+    }
+}
+
+/// Classifies the answer to an eviction of `pod` through the answer table ([`meaning`]): the
+/// blocker with the API server's text (a budget's name and healthy counts parsed from its
+/// cause), upstream's lastError text, the retry and the shared cause. Never retries: the next
+/// pass does.
 pub(crate) fn classify_eviction(
     pod: &PodReference,
     answer: Result<(), &kube::Error>,
 ) -> EvictionOutcome {
-    let blocker = |reason: &str, message: String| PodBlocker {
+    let kind = answer_of(answer);
+    let row = meaning(kind);
+    let api_error = answer.err().map(error_text);
+    let status = match answer {
+        Err(kube::Error::Api(s)) => Some(s),
+        _ => None,
+    };
+    let message = match (kind, status) {
+        (Answer::Evicted, _) => "evicted; waiting for the pod to terminate".to_string(),
+        (Answer::Budget, Some(s)) => format!(
+            "{}: {}",
+            s.message,
+            cause(s, "DisruptionBudget").unwrap_or_default()
+        ),
+        (
+            Answer::TooManyRequests | Answer::MultipleBudgets | Answer::NamespaceTerminating,
+            Some(s),
+        ) => s.message.clone(),
+        _ => api_error.clone().unwrap_or_default(),
+    };
+    let mut blocker = row.reason.map(|reason| PodBlocker {
         namespace: pod.namespace.clone(),
         name: pod.name.clone(),
         reason: reason.to_string(),
         message: Some(message),
         ..PodBlocker::default()
-    };
-    let err = match answer {
-        Ok(()) => {
-            return EvictionOutcome {
-                result: result::EVICTED,
-                blocker: Some(blocker(
-                    reason::TERMINATING,
-                    "evicted; waiting for the pod to terminate".to_string(),
-                )),
-                error: None,
-            };
-        }
-        Err(err) => err,
-    };
-    let error = Some(format!(
-        "error when evicting pods/\"{}\" -n \"{}\": {}",
-        pod.name,
-        pod.namespace,
-        error_text(err)
-    ));
-    let gone = EvictionOutcome {
-        result: result::GONE,
-        blocker: None,
-        error: None,
-    };
-    let kube::Error::Api(status) = err else {
-        return EvictionOutcome {
-            result: result::ERROR,
-            blocker: Some(blocker(reason::EVICTION_ERROR, error_text(err))),
-            error,
-        };
-    };
-    match status.code {
-        _ if status.is_not_found() => gone,
-        _ if status.is_conflict() && status.message.contains("Precondition failed") => gone,
-        429 => match cause(status, "DisruptionBudget") {
-            Some(msg) => {
-                let mut b = blocker(reason::PDB, format!("{}: {msg}", status.message));
-                if let Some((pdb, desired, current)) = parse_pdb_cause(msg) {
-                    b.pod_disruption_budget = Some(pdb);
-                    b.desired_healthy = desired;
-                    b.current_healthy = current;
-                }
-                EvictionOutcome {
-                    result: result::BLOCKED_PDB,
-                    blocker: Some(b),
-                    error,
-                }
-            }
-            None => EvictionOutcome {
-                result: result::TOO_MANY_REQUESTS,
-                blocker: Some(blocker(reason::TOO_MANY_REQUESTS, status.message.clone())),
-                error,
-            },
-        },
-        500 if status.message.contains("more than one PodDisruptionBudget") => EvictionOutcome {
-            result: result::ERROR,
-            blocker: Some(blocker(reason::MULTIPLE_PDBS, status.message.clone())),
-            error,
-        },
-        403 if cause(status, "NamespaceTerminating").is_some() => EvictionOutcome {
-            result: result::ERROR,
-            blocker: Some(blocker(
-                reason::NAMESPACE_TERMINATING,
-                status.message.clone(),
-            )),
-            error,
-        },
-        _ => EvictionOutcome {
-            result: result::ERROR,
-            blocker: Some(blocker(reason::EVICTION_ERROR, error_text(err))),
-            error,
-        },
+    });
+    let mut shared = None;
+    if kind == Answer::Budget
+        && let Some((pdb, desired, current)) = status
+            .and_then(|s| cause(s, "DisruptionBudget"))
+            .and_then(parse_pdb_cause)
+        && let Some(b) = blocker.as_mut()
+    {
+        b.desired_healthy = desired;
+        b.current_healthy = current;
+        shared = Some(SharedCause::Budget {
+            namespace: pod.namespace.clone(),
+            name: pdb.clone(),
+        });
+        b.pod_disruption_budget = Some(pdb);
+    }
+    if kind == Answer::NamespaceTerminating {
+        shared = Some(SharedCause::NamespaceTerminating {
+            namespace: pod.namespace.clone(),
+        });
+    }
+    EvictionOutcome {
+        result: row.result,
+        blocker,
+        error: row
+            .error
+            .then(|| evicting_error(pod, api_error.as_deref().unwrap_or_default())),
+        api_error: api_error.filter(|_| row.error),
+        retry: row.retry,
+        shared: shared.filter(|_| row.shared),
     }
 }
 

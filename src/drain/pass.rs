@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use super::pod::DrainPod;
 use super::{
-    Awaited, Disposition, RetrySchedule, aggregate_errors, reason, skipped_entry,
-    terminating_blocker, tolerates_maintenance, waiting_blocker,
+    Awaited, Budget, Budgets, Disposition, RetrySchedule, SharedCause, aggregate_errors, reason,
+    skipped_entry, terminating_blocker, tolerates_maintenance, waiting_blocker,
 };
 use crate::api::{PodBlocker, PodReference};
 use crate::bounds::MAX_BLOCKERS;
@@ -103,6 +103,8 @@ pub(crate) struct PlannedEviction {
     /// maintenance taints and has a controller (recorded from the answer, since a pod with no
     /// grace period may be gone before any listing shows it terminating).
     pub awaits: Option<Awaited>,
+    /// The budget that covers the pod, whose hold an accepted eviction ends.
+    pub cause: Option<SharedCause>,
 }
 
 /// The round's decision before any eviction is sent.
@@ -139,9 +141,14 @@ pub(crate) struct PassPlan {
 /// the drain open until its controller's replacement is listed, for at most
 /// [`super::REPLACEMENT_WAIT`]. `now` is the API server's time of the pod list (how long a pod
 /// has been terminating, how long a replacement has been awaited); `started` the drain's start.
+///
+/// Causes many pods share ([`Gate`]): a pod whose budget allows no disruption, or whose
+/// namespace refused recently, is held by that cause without a request, and only one pod per
+/// cause is asked per retry interval; a budget that allows `k` has at most `k` pods asked.
 pub(crate) fn plan_pass(
     pods: Vec<(DrainPod, Disposition)>,
     schedule: &RetrySchedule,
+    budgets: &Budgets,
     started: Option<jiff::Timestamp>,
     now: jiff::Timestamp,
     at: Instant,
@@ -150,6 +157,17 @@ pub(crate) fn plan_pass(
         total_pods: pods.len(),
         ..PassPlan::default()
     };
+    let mut gate = Gate::new(budgets, schedule, at);
+    for (pod, _) in &pods {
+        if pod
+            .metadata
+            .uid
+            .as_deref()
+            .is_some_and(|uid| schedule.in_flight(uid))
+        {
+            gate.in_flight(pod);
+        }
+    }
     if schedule.first_listing(started).is_none()
         && let Some(start) = started
     {
@@ -230,6 +248,14 @@ pub(crate) fn plan_pass(
             plan.errors.extend(error.map(str::to_string));
             continue;
         }
+        let cause = match gate.admit(&pod) {
+            Admit::Ask(cause) => cause,
+            Admit::Hold(b, error) => {
+                plan.pending.push(b);
+                plan.errors.extend(error);
+                continue;
+            }
+        };
         if !warnings.is_empty() {
             tracing::debug!(pod = %format!("{}/{}", r.namespace, r.name), warnings = %warnings.join("; "), "evicting despite kubectl warnings");
         }
@@ -246,11 +272,126 @@ pub(crate) fn plan_pass(
             uid: pod.metadata.uid,
             labels: pod.metadata.labels,
             awaits,
+            cause,
         });
     }
     plan.evict = fair_order(std::mem::take(&mut plan.evict));
     await_replacements(&mut plan, schedule, &live, now);
     plan
+}
+
+/// Whether a pod that is up for eviction is asked in this round.
+#[derive(Debug)]
+enum Admit {
+    /// Ask it; the budget that covers it, if one does.
+    Ask(Option<SharedCause>),
+    /// Hold it without a request: its blocker and lastError text.
+    Hold(PodBlocker, Option<String>),
+}
+
+/// The causes many pods share, as one round spends them: each budget's evictions it would
+/// accept now (less those in flight), at most one probe per cause whose last refusal is no
+/// longer due, and the refusals still due that hold every pod of their cause.
+struct Gate<'a> {
+    budgets: &'a Budgets,
+    schedule: &'a RetrySchedule,
+    at: Instant,
+    /// Requests left per budget in this round (its `allowed` less those in flight), once seen.
+    left: HashMap<SharedCause, i32>,
+    /// Causes whose one probe this round has been spent.
+    probed: HashSet<SharedCause>,
+}
+
+impl<'a> Gate<'a> {
+    fn new(budgets: &'a Budgets, schedule: &'a RetrySchedule, at: Instant) -> Self {
+        Self {
+            budgets,
+            schedule,
+            at,
+            left: HashMap::new(),
+            probed: HashSet::new(),
+        }
+    }
+
+    fn budget(&self, pod: &DrainPod) -> Option<&'a Budget> {
+        self.budgets
+            .covering(&pod.metadata.namespace, &pod.metadata.labels)
+    }
+
+    fn left(&mut self, budget: &Budget) -> &mut i32 {
+        self.left.entry(budget.cause()).or_insert(budget.allowed)
+    }
+
+    /// An eviction of `pod` is in flight: it spends one of its budget's disruptions, and stands
+    /// as the probe of its budget and namespace.
+    fn in_flight(&mut self, pod: &DrainPod) {
+        self.probed.insert(SharedCause::NamespaceTerminating {
+            namespace: pod.metadata.namespace.clone(),
+        });
+        if let Some(b) = self.budget(pod) {
+            *self.left(b) -= 1;
+            self.probed.insert(b.cause());
+        }
+    }
+
+    fn admit(&mut self, pod: &DrainPod) -> Admit {
+        let r = pod.reference();
+        let namespace = SharedCause::NamespaceTerminating {
+            namespace: r.namespace.clone(),
+        };
+        // A namespace refused for being deleted: one probe per retry interval, as a budget.
+        if let Some(e) = self.schedule.last_shared(&namespace)
+            && (e.due > self.at || !self.probed.insert(namespace))
+        {
+            let (b, error) = e.for_pod(&r);
+            return Admit::Hold(b, error);
+        }
+        let Some(budget) = self.budget(pod) else {
+            return Admit::Ask(None);
+        };
+        let cause = budget.cause();
+        let refused = self.schedule.shared(&cause, self.at);
+        if refused.is_none() {
+            let left = self.left(budget);
+            if *left > 0 {
+                *left -= 1;
+                // A budget asked within what it allows needs no probe besides.
+                self.probed.insert(cause.clone());
+                return Admit::Ask(Some(cause));
+            }
+            if self.probed.insert(cause.clone()) {
+                return Admit::Ask(Some(cause));
+            }
+        }
+        match self.schedule.last_shared(&cause) {
+            Some(e) => {
+                let (b, error) = e.for_pod(&r);
+                Admit::Hold(b, error)
+            }
+            None => Admit::Hold(held_by(budget, &r), None),
+        }
+    }
+}
+
+/// The blocker of a pod held by `budget` before any of its pods was refused (the budget's
+/// status allows no disruption): its name and healthy counts, as a refusal's cause gives them.
+fn held_by(budget: &Budget, pod: &PodReference) -> PodBlocker {
+    PodBlocker {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        reason: reason::PDB.to_string(),
+        message: Some(format!(
+            "not asked: the disruption budget {} allows no disruption now (it needs {} healthy \
+             pods and has {}); one of its pods is asked at a time",
+            budget.name,
+            budget.desired.map_or("?".to_string(), |d| d.to_string()),
+            budget.current.map_or("?".to_string(), |c| c.to_string()),
+        )),
+        pod_disruption_budget: Some(budget.name.clone()),
+        desired_healthy: budget.desired,
+        current_healthy: budget.current,
+        ..PodBlocker::default()
+    }
 }
 
 /// The awaited replacements that stay after a round: an evicted tolerating pod no longer listed
@@ -423,6 +564,7 @@ mod tests {
     use super::*;
     use crate::bounds::{MAX_BLOCKER_MESSAGE, MAX_PENDING, cap_pending};
     use crate::drain::{Stage, classify_eviction};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use serde_json::json;
 
     fn blocker(name: &str, reason: &str, message_len: usize) -> PodBlocker {
@@ -509,7 +651,7 @@ mod tests {
             (pod("ds", json!({})), Disposition::SkipDaemonSet),
             (pod("vm2", json!({})), Disposition::KeepReplacement),
         ];
-        let plan = plan_pass(pods, &retries, Some(t(-10)), t(0), at);
+        let plan = plan_pass(pods, &retries, &Budgets::default(), Some(t(-10)), t(0), at);
         assert_eq!(plan.total_pods, 6);
         assert_eq!(plan.evictable.len(), 4);
         assert_eq!(
@@ -570,11 +712,18 @@ mod tests {
         let at = Instant::now();
         let mut memory = RetrySchedule::default();
         let pods = || vec![(pod("slow", json!({})), ordinary())];
-        let plan = plan_pass(pods(), &memory, None, t(0), at);
+        let plan = plan_pass(pods(), &memory, &Budgets::default(), None, t(0), at);
         assert_eq!(plan.evict.len(), 1);
         memory.sent("uid-slow");
         // Not answered yet, however long that takes: pending, waits only, not sent again.
-        let plan = plan_pass(pods(), &memory, None, t(600), at + Duration::from_secs(600));
+        let plan = plan_pass(
+            pods(),
+            &memory,
+            &Budgets::default(),
+            None,
+            t(600),
+            at + Duration::from_secs(600),
+        );
         assert!(plan.evict.is_empty());
         assert_eq!(plan.pending[0].reason, reason::EVICTING);
         let (rep, _) = settle("n", plan, &memory, at);
@@ -586,15 +735,38 @@ mod tests {
             &[],
         );
         let refused = classify_eviction(
-            &plan_pass(pods(), &RetrySchedule::default(), None, t(0), at).evict[0].pod,
+            &plan_pass(
+                pods(),
+                &RetrySchedule::default(),
+                &Budgets::default(),
+                None,
+                t(0),
+                at,
+            )
+            .evict[0]
+                .pod,
             Err(&e),
         );
         memory.answered("uid-slow", "n", Some(&refused), None, at);
-        let plan = plan_pass(pods(), &memory, None, t(1), at + Duration::from_secs(1));
+        let plan = plan_pass(
+            pods(),
+            &memory,
+            &Budgets::default(),
+            None,
+            t(1),
+            at + Duration::from_secs(1),
+        );
         assert!(plan.evict.is_empty());
         assert_eq!(plan.pending[0].reason, reason::EVICTION_ERROR);
         assert!(plan.errors[0].contains("failed calling webhook \"slow.example.com\""));
-        let plan = plan_pass(pods(), &memory, None, t(6), at + Duration::from_secs(6));
+        let plan = plan_pass(
+            pods(),
+            &memory,
+            &Budgets::default(),
+            None,
+            t(6),
+            at + Duration::from_secs(6),
+        );
         assert_eq!(plan.evict.len(), 1, "asked again once the retry is due");
         // Not sent after all (the maintenance ended first): neither in flight nor held.
         memory.sent("uid-slow");
@@ -612,7 +784,14 @@ mod tests {
             })
             .collect();
         pods.extend((0..4).map(|i| (pod(&format!("free-{i}"), json!({})), ordinary())));
-        let plan = plan_pass(pods, &RetrySchedule::default(), None, t(0), Instant::now());
+        let plan = plan_pass(
+            pods,
+            &RetrySchedule::default(),
+            &Budgets::default(),
+            None,
+            t(0),
+            Instant::now(),
+        );
         let order: Vec<&str> = plan.evict.iter().map(|e| e.pod.name.as_str()).collect();
         assert_eq!(order.len(), 164);
         assert_eq!(
@@ -634,6 +813,7 @@ mod tests {
         let plan = plan_pass(
             vec![(tolerating_owned("orig", "web", terminating), ordinary())],
             &memory,
+            &Budgets::default(),
             Some(start),
             t(1),
             at,
@@ -642,7 +822,14 @@ mod tests {
         let (_, settled) = settle("n", plan, &memory, at);
         memory.apply("n", settled);
         // Gone, no replacement listed yet: the drain is not done.
-        let plan = plan_pass(Vec::new(), &memory, Some(start), t(3), at);
+        let plan = plan_pass(
+            Vec::new(),
+            &memory,
+            &Budgets::default(),
+            Some(start),
+            t(3),
+            at,
+        );
         assert_eq!(
             plan.pending
                 .iter()
@@ -658,6 +845,7 @@ mod tests {
         let plan = plan_pass(
             vec![(repl, Disposition::KeepReplacement)],
             &memory,
+            &Budgets::default(),
             Some(start),
             t(4),
             at,
@@ -670,15 +858,35 @@ mod tests {
         // records the wait.
         let mut memory = RetrySchedule::default();
         let orig = tolerating_owned("quick", "api", json!({}));
-        let plan = plan_pass(vec![(orig, ordinary())], &memory, Some(start), t(1), at);
+        let plan = plan_pass(
+            vec![(orig, ordinary())],
+            &memory,
+            &Budgets::default(),
+            Some(start),
+            t(1),
+            at,
+        );
         let e = plan.evict[0].clone();
         assert!(e.awaits.is_some());
         let (_, settled) = settle("n", plan, &memory, at);
         memory.apply("n", settled);
         memory.sent("uid-quick");
         let accepted = classify_eviction(&e.pod, Ok(()));
-        memory.answered("uid-quick", "n", Some(&accepted), e.awaits.as_ref(), at);
-        let plan = plan_pass(Vec::new(), &memory, Some(start), t(2), at);
+        memory.answered(
+            "uid-quick",
+            "n",
+            Some(&accepted),
+            Some((&e.awaits, &e.cause)),
+            at,
+        );
+        let plan = plan_pass(
+            Vec::new(),
+            &memory,
+            &Budgets::default(),
+            Some(start),
+            t(2),
+            at,
+        );
         assert_eq!(plan.pending[0].reason, reason::AWAITING_REPLACEMENT);
         // A replacement that never comes is awaited no longer than REPLACEMENT_WAIT.
         let mut memory = RetrySchedule::default();
@@ -692,6 +900,7 @@ mod tests {
                 ordinary(),
             )],
             &memory,
+            &Budgets::default(),
             Some(start),
             t(1),
             at,
@@ -700,14 +909,275 @@ mod tests {
         memory.apply("n", settled);
         let wait = crate::drain::REPLACEMENT_WAIT.as_secs() as i64;
         assert!(
-            !plan_pass(Vec::new(), &memory, Some(start), t(1 + wait), at)
-                .pending
-                .is_empty()
+            !plan_pass(
+                Vec::new(),
+                &memory,
+                &Budgets::default(),
+                Some(start),
+                t(1 + wait),
+                at
+            )
+            .pending
+            .is_empty()
         );
         assert!(
-            plan_pass(Vec::new(), &memory, Some(start), t(2 + wait), at)
-                .pending
-                .is_empty()
+            plan_pass(
+                Vec::new(),
+                &memory,
+                &Budgets::default(),
+                Some(start),
+                t(2 + wait),
+                at
+            )
+            .pending
+            .is_empty()
         );
+    }
+
+    fn budget(name: &str, app: &str, allowed: i32) -> Budget {
+        Budget {
+            namespace: "ns".into(),
+            name: name.into(),
+            selector: Some(LabelSelector {
+                match_labels: Some([("app".to_string(), app.to_string())].into()),
+                ..LabelSelector::default()
+            }),
+            allowed,
+            desired: Some(2),
+            current: Some(2),
+        }
+    }
+
+    fn app_pods(app: &str, n: usize) -> Vec<(DrainPod, Disposition)> {
+        (0..n)
+            .map(|i| {
+                let labels = json!({"metadata": {"labels": {"app": app}}});
+                (pod(&format!("{app}-{i}"), labels), ordinary())
+            })
+            .collect()
+    }
+
+    fn asked(plan: &PassPlan) -> Vec<&str> {
+        let mut names: Vec<&str> = plan.evict.iter().map(|e| e.pod.name.as_str()).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// A budget refusal of `pod` by budget `b` in namespace `ns`, recorded as its answer.
+    fn refuse(memory: &mut RetrySchedule, pod: &str, at: Instant) {
+        let refused = crate::drain::tests::pdb_refusal(pod);
+        memory.sent(&format!("uid-{pod}"));
+        memory.answered(&format!("uid-{pod}"), "n", Some(&refused), None, at);
+    }
+
+    #[test]
+    fn a_budget_is_asked_through_one_pod_and_holds_the_others_without_a_request() {
+        let at = Instant::now();
+        let secs = |n| at + Duration::from_secs(n);
+        let budgets = Budgets::known([budget("b", "web", 0), budget("other", "api", 0)]);
+        let pods = || {
+            let mut p = app_pods("web", 10);
+            p.extend(app_pods("free", 2));
+            p
+        };
+        let mut memory = RetrySchedule::default();
+
+        // (budget allows, memory, time) -> pods asked, pods held by the budget, errors.
+        // 1. The budget's status allows none, nothing refused yet: one probe, the rest held.
+        let plan = plan_pass(pods(), &memory, &budgets, None, t(0), at);
+        assert_eq!(asked(&plan), ["free-0", "free-1", "web-0"]);
+        let cause = |name: &str| {
+            let e = plan.evict.iter().find(|e| e.pod.name == name).unwrap();
+            e.cause.clone()
+        };
+        assert_eq!(cause("free-0"), None);
+        assert_eq!(
+            cause("web-0"),
+            Some(
+                budgets
+                    .covering("ns", &[("app".to_string(), "web".to_string())].into())
+                    .unwrap()
+                    .cause()
+            )
+        );
+        let held: Vec<&PodBlocker> = plan
+            .pending
+            .iter()
+            .filter(|b| b.reason == reason::PDB)
+            .collect();
+        assert_eq!(held.len(), 9, "held by the budget without a request");
+        assert_eq!(held[0].pod_disruption_budget.as_deref(), Some("b"));
+        assert_eq!(
+            (held[0].desired_healthy, held[0].current_healthy),
+            (Some(2), Some(2))
+        );
+        assert!(
+            plan.errors.is_empty(),
+            "no error before the API server refused"
+        );
+
+        // 2. The probe in flight: no second probe, whatever wakes the round.
+        memory.sent("uid-web-0");
+        let plan = plan_pass(pods(), &memory, &budgets, None, t(1), secs(1));
+        assert_eq!(asked(&plan), ["free-0", "free-1"]);
+
+        // 3. The probe refused: every pod of the budget is held with the refusal's texts, and
+        // the budget is asked again only once the retry is due.
+        memory.answered(
+            "uid-web-0",
+            "n",
+            Some(&crate::drain::tests::pdb_refusal("web-0")),
+            None,
+            secs(1),
+        );
+        let plan = plan_pass(pods(), &memory, &budgets, None, t(2), secs(2));
+        assert_eq!(asked(&plan), ["free-0", "free-1"]);
+        assert_eq!(
+            plan.errors.len(),
+            10,
+            "each held pod says why, as if refused itself"
+        );
+        assert!(plan.errors.iter().any(|e| e.contains("pods/\"web-7\"")));
+        let (rep, _) = settle("n", plan, &memory, secs(2));
+        assert_eq!(
+            rep.retry_in,
+            Some(Duration::from_secs(4)),
+            "the budget's retry"
+        );
+        let plan = plan_pass(pods(), &memory, &budgets, None, t(7), secs(7));
+        assert_eq!(
+            asked(&plan).len(),
+            3,
+            "one probe once due: {:?}",
+            asked(&plan)
+        );
+        assert!(asked(&plan).iter().filter(|n| n.starts_with("web")).count() == 1);
+
+        // 4. The budget allows 3 (its status after the refusal's retry): three asked at once,
+        // fewer while some are in flight.
+        let budgets = Budgets::known([budget("b", "web", 3)]);
+        let plan = plan_pass(
+            pods(),
+            &RetrySchedule::default(),
+            &budgets,
+            None,
+            t(8),
+            secs(8),
+        );
+        assert_eq!(
+            asked(&plan),
+            ["free-0", "free-1", "web-0", "web-1", "web-2"]
+        );
+        let mut flying = RetrySchedule::default();
+        flying.sent("uid-web-5");
+        let plan = plan_pass(pods(), &flying, &budgets, None, t(8), secs(8));
+        assert_eq!(
+            asked(&plan).iter().filter(|n| n.starts_with("web")).count(),
+            2
+        );
+
+        // 5. An accepted eviction of a pod the budget covers ends the budget's hold.
+        refuse(&mut memory, "web-3", secs(8));
+        let e = &plan_pass(
+            pods(),
+            &RetrySchedule::default(),
+            &budgets,
+            None,
+            t(8),
+            secs(8),
+        )
+        .evict[2];
+        assert_eq!(
+            e.cause,
+            Some(budgets.covering("ns", &e.labels).unwrap().cause())
+        );
+        let uid = e.uid.as_deref().unwrap();
+        memory.sent(uid);
+        let accepted = classify_eviction(&e.pod, Ok(()));
+        memory.answered(
+            uid,
+            "n",
+            Some(&accepted),
+            Some((&e.awaits, &e.cause)),
+            secs(9),
+        );
+        assert!(memory.shared(&e.cause.clone().unwrap(), secs(9)).is_none());
+    }
+
+    #[test]
+    fn pods_under_several_budgets_or_none_or_unknown_budgets_are_each_asked() {
+        let at = Instant::now();
+        let pods = || app_pods("web", 3);
+        let memory = RetrySchedule::default();
+        for (budgets, why) in [
+            (Budgets::default(), "budgets not listed yet"),
+            (Budgets::known([]), "no budget"),
+            (
+                Budgets::known([budget("b1", "web", 0), budget("b2", "web", 0)]),
+                "two budgets: the API server refuses with 500 whatever they allow",
+            ),
+            (
+                Budgets::known([Budget {
+                    selector: None,
+                    ..budget("nil", "web", 0)
+                }]),
+                "a budget without a selector selects no pod",
+            ),
+            (
+                Budgets::known([Budget {
+                    namespace: "elsewhere".into(),
+                    ..budget("b", "web", 0)
+                }]),
+                "a budget of another namespace",
+            ),
+        ] {
+            let plan = plan_pass(pods(), &memory, &budgets, None, t(0), at);
+            assert_eq!(asked(&plan).len(), 3, "{why}");
+        }
+    }
+
+    #[test]
+    fn a_terminating_namespace_is_asked_through_one_pod_per_retry() {
+        let at = Instant::now();
+        let pods = || app_pods("web", 4);
+        let mut memory = RetrySchedule::default();
+        let e = crate::drain::tests::api_err(
+            403,
+            "pods \"web-0\" is forbidden: unable to create new content in namespace ns because it is being terminated",
+            &[("NamespaceTerminating", "namespace ns is being terminated")],
+        );
+        let refused = classify_eviction(&pods()[0].0.reference(), Err(&e));
+        assert_eq!(
+            refused.shared,
+            Some(SharedCause::NamespaceTerminating {
+                namespace: "ns".into()
+            })
+        );
+        memory.sent("uid-web-0");
+        memory.answered("uid-web-0", "n", Some(&refused), None, at);
+        let plan = plan_pass(
+            pods(),
+            &memory,
+            &Budgets::default(),
+            None,
+            t(1),
+            at + Duration::from_secs(1),
+        );
+        assert!(plan.evict.is_empty());
+        assert!(
+            plan.pending
+                .iter()
+                .all(|b| b.reason == reason::NAMESPACE_TERMINATING)
+        );
+        assert_eq!(plan.errors.len(), 4);
+        let plan = plan_pass(
+            pods(),
+            &memory,
+            &Budgets::default(),
+            None,
+            t(6),
+            at + Duration::from_secs(6),
+        );
+        assert_eq!(plan.evict.len(), 1, "one probe once due");
     }
 }

@@ -1,0 +1,198 @@
+//! The PodDisruptionBudgets a drain round reads before it asks (`docs/drain-contract.md` §1,
+//! "How often"): a budget that allows no disruption is asked through one of its pods per retry interval, and
+//! the others it covers are reported as held by it without a request; a budget that allows `k`
+//! has up to `k` of its pods asked at once. Ours: kubectl drain and upstream ask every pod every
+//! 5 s, so a budget-held node of 2,000 pods costs the API server hundreds of refused evictions a
+//! second.
+//!
+//! The budgets come from the controller's watch of every PodDisruptionBudget (`Budget::of`
+//! keeps only what the rule reads); until that watch has listed, a round has no budgets and
+//! asks every pod, as before.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::StreamExt;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+
+use super::selector_matches;
+
+/// A PodDisruptionBudget as the drain reads it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Budget {
+    /// Its namespace (it covers pods of this namespace only).
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// `spec.selector`; `None` selects no pod, an empty one every pod of the namespace
+    /// (policy/v1).
+    pub selector: Option<LabelSelector>,
+    /// Evictions the API server would accept now: `status.disruptionsAllowed`, or 0 while
+    /// `status.observedGeneration` is behind `metadata.generation` (the API server then refuses
+    /// with "…is still being processed by the server", `pkg/registry/core/pod/storage/eviction.go`).
+    pub allowed: i32,
+    /// `status.desiredHealthy`.
+    pub desired: Option<i32>,
+    /// `status.currentHealthy`.
+    pub current: Option<i32>,
+}
+
+impl Budget {
+    /// The drain's view of `pdb`.
+    pub(crate) fn of(pdb: &PodDisruptionBudget) -> Self {
+        let status = pdb.status.as_ref();
+        let processed = status
+            .and_then(|s| s.observed_generation)
+            .is_some_and(|o| pdb.metadata.generation.is_none_or(|g| o >= g));
+        Self {
+            namespace: pdb.namespace().unwrap_or_default(),
+            name: pdb.name_any(),
+            selector: pdb.spec.as_ref().and_then(|s| s.selector.clone()),
+            allowed: if processed {
+                status
+                    .and_then(|s| s.disruptions_allowed)
+                    .unwrap_or(0)
+                    .max(0)
+            } else {
+                0
+            },
+            desired: status.and_then(|s| s.desired_healthy),
+            current: status.and_then(|s| s.current_healthy),
+        }
+    }
+
+    /// Whether it covers a pod of `namespace` with `labels`.
+    pub(crate) fn covers(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.namespace == namespace
+            && self
+                .selector
+                .as_ref()
+                .is_some_and(|s| selector_matches(s, labels))
+    }
+
+    /// Its key among the shared causes of refusals.
+    pub(crate) fn cause(&self) -> SharedCause {
+        SharedCause::Budget {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
+/// The budgets a round read, by namespace; `None`: not known yet (every pod is asked).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Budgets(Option<BTreeMap<String, Vec<Budget>>>);
+
+impl Budgets {
+    /// Budgets known to be every budget of the cluster.
+    pub(crate) fn known(budgets: impl IntoIterator<Item = Budget>) -> Self {
+        let mut by_namespace: BTreeMap<String, Vec<Budget>> = BTreeMap::new();
+        for b in budgets {
+            by_namespace.entry(b.namespace.clone()).or_default().push(b);
+        }
+        Self(Some(by_namespace))
+    }
+
+    /// The one budget covering a pod of `namespace` with `labels`; `None` when none or several
+    /// do, or the budgets are not known (several: the API server refuses the eviction with 500
+    /// whatever they allow, and the pod keeps its own retry).
+    pub(crate) fn covering(
+        &self,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Option<&Budget> {
+        let mut covering = self
+            .0
+            .as_ref()?
+            .get(namespace)?
+            .iter()
+            .filter(|b| b.covers(namespace, labels));
+        let one = covering.next()?;
+        covering.next().is_none().then_some(one)
+    }
+}
+
+/// A cause of refusal that many pods share, so one request stands for all of them until it is
+/// due again: a PodDisruptionBudget (the 429's `DisruptionBudget` cause names it) or a
+/// namespace being deleted (403 with a `NamespaceTerminating` cause).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum SharedCause {
+    /// A PodDisruptionBudget.
+    Budget {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+    /// The namespace is being deleted.
+    NamespaceTerminating {
+        /// The namespace.
+        namespace: String,
+    },
+}
+
+/// The controller's watch of every PodDisruptionBudget, read by each drain round.
+#[derive(Clone)]
+pub(crate) struct BudgetWatch {
+    store: Store<PodDisruptionBudget>,
+    /// Whether the store holds every budget: set once the watch has listed, cleared while it
+    /// lists again (a relist after an error may miss deletions until it is done).
+    listed: Arc<AtomicBool>,
+}
+
+impl BudgetWatch {
+    /// A watch of every PodDisruptionBudget through `client`, and the future that drives it
+    /// (until dropped; watch errors are logged and retried with the watch's back-off).
+    pub(crate) fn start(client: Client) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let (store, writer) = reflector::store::<PodDisruptionBudget>();
+        let listed = Arc::new(AtomicBool::new(false));
+        let flag = listed.clone();
+        let api: Api<PodDisruptionBudget> = Api::all(client);
+        let drive = watcher(api, watcher::Config::default())
+            .backoff(crate::watch::relist::watch_backoff())
+            .inspect(move |ev| match ev {
+                Ok(watcher::Event::Init) | Err(_) => flag.store(false, Ordering::Relaxed),
+                Ok(watcher::Event::InitDone) => flag.store(true, Ordering::Relaxed),
+                _ => {}
+            })
+            .filter_map(crate::watch::relist::log_error("PodDisruptionBudget"))
+            .modify(slim)
+            .reflect(writer)
+            .for_each(|_| async {});
+        (Self { store, listed }, drive)
+    }
+
+    /// A watch that never lists (tests of the executor): every pod is asked.
+    #[cfg(test)]
+    pub(crate) fn none() -> Self {
+        let (store, _writer) = reflector::store::<PodDisruptionBudget>();
+        Self {
+            store,
+            listed: Arc::default(),
+        }
+    }
+
+    /// The budgets now: known once the watch has listed, else unknown.
+    pub(crate) fn read(&self) -> Budgets {
+        if !self.listed.load(Ordering::Relaxed) {
+            return Budgets::default();
+        }
+        Budgets::known(self.store.state().iter().map(|pdb| Budget::of(pdb)))
+    }
+}
+
+/// Keeps what [`Budget::of`] reads: the watch holds every budget of the cluster.
+fn slim(pdb: &mut PodDisruptionBudget) {
+    pdb.metadata.managed_fields = None;
+    pdb.metadata.annotations = None;
+    pdb.metadata.labels = None;
+    if let Some(status) = pdb.status.as_mut() {
+        status.conditions = None;
+        status.disrupted_pods = None;
+    }
+}
