@@ -145,6 +145,8 @@ label_values! {
         TooManyRequests,
         /// Any other eviction error.
         EvictionError,
+        /// Labelled `wait-completed`: the drain waits until the pod finishes.
+        WaitingForCompletion,
         /// A reason not listed above.
         Other,
     }

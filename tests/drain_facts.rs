@@ -692,3 +692,132 @@ async fn a_budget_held_drain_asks_through_one_pod_and_finishes_when_the_budget_a
     nm::delete(&client, &name).await;
     nm::wait_gone(&client, &name, LIMIT).await;
 }
+
+/// `docs/drain-contract.md` §1 ("A pod's own rule"): on one node, `app` pods with no label,
+/// `db` pods of drain order 2, a `job` pod labelled `wait-completed` and a `cache` pod labelled
+/// `skip`; once with this project's label, once with Cluster API's for `skip` and
+/// `wait-completed`. The API server's record shows every `app` eviction answered before the
+/// first `db` eviction arrived; the job is never evicted, the maintenance stays Running with
+/// `WaitingForCompletion` until it finishes, then Succeeds; the skipped pod stays, named as
+/// kept.
+#[tokio::test]
+async fn a_pods_drain_label_orders_skips_and_waits_for_it() {
+    let env = env();
+    let client = env.cluster.client().await;
+    for (family, rule) in [
+        ("ours", "nodemaintenance.medik8s.io/drain"),
+        ("capi", "cluster.x-k8s.io/drain"),
+    ] {
+        let group = unique(&format!("rules-{family}"));
+        let node = worker_nodes(&env.cluster, &client, &group, 1)
+            .await
+            .remove(0);
+        let ns = namespace(&client, "rules").await;
+        let labels = |value: Option<(&str, &str)>| match value {
+            Some((k, v)) => json!({"metadata": {"labels": {k: v}}}),
+            None => json!({}),
+        };
+        for i in 0..3 {
+            bare_pod(&client, &ns, &format!("app-{i}"), &node, labels(None)).await;
+            let order = Some(("nodemaintenance.medik8s.io/drain", "2"));
+            bare_pod(&client, &ns, &format!("db-{i}"), &node, labels(order)).await;
+        }
+        bare_pod(
+            &client,
+            &ns,
+            "job",
+            &node,
+            labels(Some((rule, "wait-completed"))),
+        )
+        .await;
+        bare_pod(&client, &ns, "cache", &node, labels(Some((rule, "skip")))).await;
+        wait_all_running(&client, &ns, 8).await;
+        let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+
+        let name = unique("nm-rules");
+        nm::create(&client, &name, &node).await;
+        let waiting = nm::wait_status(
+            &client,
+            &name,
+            "only the job left, waited for",
+            LIMIT,
+            |s| {
+                let blockers = s.blockers.iter().flatten();
+                let reasons: Vec<&str> = blockers.map(|b| b.reason.as_str()).collect();
+                reasons == ["WaitingForCompletion"]
+            },
+        )
+        .await;
+        let status = waiting.status.unwrap();
+        assert_eq!(status.phase, Some(MaintenancePhase::Running), "{family}");
+        assert_eq!(status.blockers.unwrap()[0].name, "job", "{family}");
+        // Still waited for a while later, and never asked.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let nm_now = Api::<node_maintenance_operator::api::NodeMaintenance>::all(client.clone())
+            .get(&name)
+            .await
+            .unwrap();
+        assert_eq!(
+            nm_now.status.and_then(|s| s.phase),
+            Some(MaintenancePhase::Running),
+            "{family}: Running while the job runs"
+        );
+        // The job finishes (as its kubelet would report it).
+        Api::<Pod>::namespaced(client.clone(), &ns)
+            .patch_status(
+                "job",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+            )
+            .await
+            .unwrap();
+        let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+        let drained = done
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .find(|c| c.type_ == "Drained")
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        assert!(
+            drained.contains(&format!("{ns}/cache (Skipped)")),
+            "{family}: the skipped pod named as kept: {drained:?}"
+        );
+        let pods_api = Api::<Pod>::namespaced(client.clone(), &ns);
+        for kept in ["cache", "job"] {
+            let p = pods_api.get(kept).await.unwrap();
+            assert!(
+                p.metadata.deletion_timestamp.is_none(),
+                "{family}: {kept} was not evicted"
+            );
+        }
+        let events: Vec<AuditEvent> = audit
+            .read()
+            .unwrap()
+            .into_iter()
+            .filter(|e| {
+                e.subresource == "eviction" && e.namespace == ns && e.stage == "ResponseComplete"
+            })
+            .collect();
+        let of = |prefix: &str| -> Vec<&AuditEvent> {
+            events
+                .iter()
+                .filter(|e| e.name.starts_with(prefix))
+                .collect()
+        };
+        assert!(
+            of("job").is_empty() && of("cache").is_empty(),
+            "{family}: {events:?}"
+        );
+        let (apps, dbs) = (of("app-"), of("db-"));
+        assert!(apps.len() >= 3 && dbs.len() >= 3, "{family}: {events:?}");
+        let last_app = apps.iter().map(|e| e.completed).max().unwrap();
+        let first_db = dbs.iter().map(|e| e.received).min().unwrap();
+        assert!(
+            last_app < first_db,
+            "{family}: a db pod was asked at {first_db}, before the last app eviction was \
+             answered at {last_app}"
+        );
+        nm::delete_and_wait_restored(&client, &name, &node).await;
+    }
+}

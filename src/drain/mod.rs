@@ -112,6 +112,13 @@ pub(crate) mod reason {
     pub(crate) const SYSTEM_CRITICAL: &str = "SystemCritical";
     /// The operator's own pod, not evicted while any other evictable pod is still on the node.
     pub(crate) const OPERATOR_POD: &str = "OperatorPod";
+    /// A pod of a higher drain order (`nodemaintenance.medik8s.io/drain`), not evicted while a
+    /// pod of a lower order is still on the node.
+    pub(crate) const DRAIN_ORDER: &str = "DrainOrder";
+    /// Labelled `wait-completed`: never evicted; the drain waits until it finishes.
+    pub(crate) const WAITING_FOR_COMPLETION: &str = "WaitingForCompletion";
+    /// Kept (not evicted): labelled `skip`.
+    pub(crate) const SKIPPED: &str = "Skipped";
     /// Kept (not evicted): the pod arrived after the drain started and tolerates both
     /// maintenance taints, so it is a replacement that would come back to the same node.
     pub(crate) const TOLERATES_MAINTENANCE: &str = "ToleratesMaintenanceTaints";
@@ -144,8 +151,9 @@ pub(crate) struct DrainOptions {
 /// longer listed on the node) before any pod of a later stage is evicted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Stage {
-    /// Everything not below.
-    Ordinary,
+    /// Everything not below, by its drain order (0 unless its [`DRAIN_LABEL`] gives a number):
+    /// every pod of a lower order leaves before one of a higher order is evicted.
+    Ordinary(i32),
     /// Running system-critical pods (DNS, network agents that are not DaemonSets), which the
     /// ordinary pods may need while they terminate; the kubelet's graceful node shutdown and
     /// Karpenter also stop them last.
@@ -162,7 +170,7 @@ pub(crate) enum Disposition {
     Evict {
         /// kubectl's warnings: `deleting Pods with local storage`,
         /// `deleting Pods that declare no controller`, or the DaemonSet NotFound text for an
-        /// orphaned DaemonSet pod.
+        /// orphaned DaemonSet pod; and ours for a drain label of an unknown value.
         warnings: Vec<String>,
         /// When, relative to the node's other pods.
         stage: Stage,
@@ -178,13 +186,81 @@ pub(crate) enum Disposition {
     /// would land on this node again however often it is evicted, so it is left alone and
     /// reported once.
     KeepReplacement,
+    /// Its drain label says `skip` ([`PodRule::Skip`]): left alone and reported once as kept.
+    SkipByRule {
+        /// The label that says so.
+        label: &'static str,
+    },
+    /// Its drain label says `wait-completed` ([`PodRule::WaitCompleted`]): never evicted; the
+    /// drain waits until it finishes.
+    WaitCompleted {
+        /// The label that says so.
+        label: &'static str,
+    },
 }
 
 impl Disposition {
     /// Whether the pod is up for eviction.
+    #[cfg(test)]
     pub(crate) fn evicts(&self) -> bool {
         matches!(self, Self::Evict { .. })
     }
+    /// Whether the drain waits for the pod to leave the node (evicted, or finishing on its own):
+    /// it counts in `evictionPods`.
+    pub(crate) fn drains(&self) -> bool {
+        matches!(self, Self::Evict { .. } | Self::WaitCompleted { .. })
+    }
+}
+
+/// Pod label of a pod's own drain rule (ours): `skip`, `wait-completed`, or a drain order (an
+/// integer; 0 without the label).
+pub(crate) const DRAIN_LABEL: &str = "nodemaintenance.medik8s.io/drain";
+/// Cluster API's pod label of the same meaning for `skip` and `wait-completed`
+/// (`cluster.x-k8s.io/drain`, honoured by its Machine drain); [`DRAIN_LABEL`] wins when both
+/// are set.
+pub(crate) const CAPI_DRAIN_LABEL: &str = "cluster.x-k8s.io/drain";
+
+/// A pod's own drain rule, from its labels ([`pod_rule`]). Mirrors Cluster API's
+/// MachineDrainRule behaviours `Drain` (with `order`), `Skip` and `WaitCompleted`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PodRule {
+    /// Evicted, in this drain order among the ordinary pods.
+    Drain(i32),
+    /// Never evicted, reported as kept.
+    Skip(&'static str),
+    /// Never evicted; the drain waits until it finishes (`Succeeded` or `Failed`).
+    WaitCompleted(&'static str),
+}
+
+/// The rule of a pod with `labels`: [`DRAIN_LABEL`] (`skip`, `wait-completed`, an integer order),
+/// else [`CAPI_DRAIN_LABEL`] (`skip`, `wait-completed`), else `Drain(0)`. Returns with it the
+/// warning for a value neither knows (the pod is then drained as without the label).
+pub(crate) fn pod_rule(
+    labels: &std::collections::BTreeMap<String, String>,
+) -> (PodRule, Option<String>) {
+    for label in [DRAIN_LABEL, CAPI_DRAIN_LABEL] {
+        let Some(value) = labels.get(label) else {
+            continue;
+        };
+        match value.as_str() {
+            "skip" => return (PodRule::Skip(label), None),
+            "wait-completed" => return (PodRule::WaitCompleted(label), None),
+            v if label == DRAIN_LABEL => {
+                if let Ok(order) = v.parse() {
+                    return (PodRule::Drain(order), None);
+                }
+            }
+            _ => {}
+        }
+        let accepted = if label == DRAIN_LABEL {
+            "skip, wait-completed or an integer order"
+        } else {
+            "skip or wait-completed"
+        };
+        let warning = format!("label {label}={value} ignored (accepted: {accepted})");
+        return (PodRule::Drain(0), Some(warning));
+    }
+    (PodRule::Drain(0), None)
 }
 
 /// The API group of an `apiVersion` (`apps/v1` -> `apps`, `v1` -> the core group `""`).
@@ -263,14 +339,14 @@ fn is_own_pod(pod: &DrainPod, options: &DrainOptions) -> bool {
 }
 
 /// The [`Stage`] of an evictable pod: the operator's own pod last, running system-critical pods
-/// before it, everything else first.
-pub(crate) fn stage(pod: &DrainPod, options: &DrainOptions) -> Stage {
+/// before it, everything else first, by `order` (its drain label's, [`pod_rule`]).
+pub(crate) fn stage(pod: &DrainPod, options: &DrainOptions, order: i32) -> Stage {
     if is_own_pod(pod, options) {
         Stage::OwnPod
     } else if !pod.is_terminal() && is_system_critical(pod) {
         Stage::Critical
     } else {
-        Stage::Ordinary
+        Stage::Ordinary(order)
     }
 }
 
@@ -342,6 +418,13 @@ pub(crate) fn classify(
     if pod.is_terminal() {
         return Disposition::SkipFinished;
     }
+    let (rule, warning) = pod_rule(&pod.metadata.labels);
+    let order = match rule {
+        PodRule::Skip(label) => return Disposition::SkipByRule { label },
+        PodRule::WaitCompleted(label) => return Disposition::WaitCompleted { label },
+        PodRule::Drain(order) => order,
+    };
+    warnings.extend(warning);
     if tolerates_maintenance(pod) && arrival.arrived_after(pod) {
         return Disposition::KeepReplacement;
     }
@@ -353,20 +436,25 @@ pub(crate) fn classify(
     }
     Disposition::Evict {
         warnings,
-        stage: stage(pod, options),
+        stage: stage(pod, options, order),
     }
 }
 
 /// The blocker of an evictable pod held back because pods of an earlier stage are still on the
-/// node; `None` for an ordinary pod. The text has no counts, so it does not change from pass to
-/// pass (every status change is a write).
+/// node. The text has no counts, so it does not change from pass to pass (every status change is
+/// a write).
 pub(crate) fn waiting_blocker(
     pod: &PodReference,
     stage: Stage,
     priority_class: Option<&str>,
-) -> Option<PodBlocker> {
+) -> PodBlocker {
     let (reason, message) = match stage {
-        Stage::Ordinary => return None,
+        Stage::Ordinary(order) => (
+            reason::DRAIN_ORDER,
+            format!(
+                "drain order {order} ({DRAIN_LABEL}): evicted once every pod of a lower order has                  left the node"
+            ),
+        ),
         Stage::Critical => (
             reason::SYSTEM_CRITICAL,
             format!(
@@ -382,13 +470,37 @@ pub(crate) fn waiting_blocker(
                 .to_string(),
         ),
     };
-    Some(PodBlocker {
+    PodBlocker {
         namespace: pod.namespace.clone(),
         name: pod.name.clone(),
         reason: reason.to_string(),
         message: Some(message),
         ..PodBlocker::default()
-    })
+    }
+}
+
+/// The status entry of a pod its drain label keeps ([`Disposition::SkipByRule`]).
+pub(crate) fn skipped_by_rule(pod: &PodReference, label: &str) -> PodBlocker {
+    PodBlocker {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        reason: reason::SKIPPED.to_string(),
+        message: Some(format!("not evicted: labelled {label}=skip")),
+        ..PodBlocker::default()
+    }
+}
+
+/// The blocker of a pod its drain label says to wait for ([`Disposition::WaitCompleted`]).
+pub(crate) fn waiting_for_completion(pod: &PodReference, label: &str) -> PodBlocker {
+    PodBlocker {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        reason: reason::WAITING_FOR_COMPLETION.to_string(),
+        message: Some(format!(
+            "labelled {label}=wait-completed: not evicted; the drain waits until it finishes"
+        )),
+        ..PodBlocker::default()
+    }
 }
 
 /// The status entry of a pod left on the node on purpose ([`Disposition::KeepReplacement`]).

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use super::pod::DrainPod;
 use super::{
     Awaited, Budget, Budgets, Disposition, RetrySchedule, SharedCause, aggregate_errors, reason,
-    skipped_entry, terminating_blocker, tolerates_maintenance, waiting_blocker,
+    skipped_by_rule, skipped_entry, terminating_blocker, tolerates_maintenance, waiting_blocker,
+    waiting_for_completion,
 };
 use crate::api::{PodBlocker, PodReference};
 use crate::bounds::MAX_BLOCKERS;
@@ -32,7 +33,7 @@ pub(crate) fn survey(pods: &[(DrainPod, Disposition)]) -> Survey {
         total_pods: pods.len(),
         evictable: pods
             .iter()
-            .filter(|(_, d)| d.evicts())
+            .filter(|(_, d)| d.drains())
             .map(|(p, _)| p.reference())
             .collect(),
     }
@@ -206,6 +207,17 @@ pub(crate) fn plan_pass(
                 plan.kept_uids.push(uid);
                 continue;
             }
+            Disposition::SkipByRule { label } => {
+                plan.listed.insert(uid.clone());
+                plan.kept.push(skipped_by_rule(&r, label));
+                plan.kept_uids.push(uid);
+                continue;
+            }
+            Disposition::WaitCompleted { label } => {
+                plan.evictable.push(r.clone());
+                plan.pending.push(waiting_for_completion(&r, label));
+                continue;
+            }
             Disposition::SkipDaemonSet | Disposition::SkipMirror | Disposition::SkipFinished => {
                 continue;
             }
@@ -235,7 +247,7 @@ pub(crate) fn plan_pass(
         }
         if Some(stage) > first_stage {
             let class = pod.spec.priority_class_name.as_deref();
-            plan.pending.extend(waiting_blocker(&r, stage, class));
+            plan.pending.push(waiting_blocker(&r, stage, class));
             continue;
         }
         plan.listed.insert(uid.clone());
@@ -390,7 +402,6 @@ fn held_by(budget: &Budget, pod: &PodReference) -> PodBlocker {
         pod_disruption_budget: Some(budget.name.clone()),
         desired_healthy: budget.desired,
         current_healthy: budget.current,
-        ..PodBlocker::default()
     }
 }
 
@@ -612,7 +623,7 @@ mod tests {
     fn ordinary() -> Disposition {
         Disposition::Evict {
             warnings: Vec::new(),
-            stage: Stage::Ordinary,
+            stage: Stage::Ordinary(0),
         }
     }
     fn t(s: i64) -> jiff::Timestamp {
@@ -1179,5 +1190,104 @@ mod tests {
             at + Duration::from_secs(6),
         );
         assert_eq!(plan.evict.len(), 1, "one probe once due");
+    }
+
+    #[test]
+    fn a_higher_drain_order_waits_for_the_lower_and_wait_completed_pods_are_waited_for() {
+        let at = Instant::now();
+        let memory = RetrySchedule::default();
+        let evict = |order| Disposition::Evict {
+            warnings: Vec::new(),
+            stage: Stage::Ordinary(order),
+        };
+        let label = crate::drain::DRAIN_LABEL;
+        let job = || (pod("job", json!({})), Disposition::WaitCompleted { label });
+        let skip = || (pod("cache", json!({})), Disposition::SkipByRule { label });
+        // (pods on the node) -> asked, and why the others wait.
+        let plan = plan_pass(
+            vec![
+                (pod("app", json!({})), evict(0)),
+                (pod("db", json!({})), evict(2)),
+                job(),
+                skip(),
+            ],
+            &memory,
+            &Budgets::default(),
+            None,
+            t(0),
+            at,
+        );
+        assert_eq!(asked(&plan), ["app"]);
+        let why: Vec<(&str, &str)> = plan
+            .pending
+            .iter()
+            .map(|b| (b.name.as_str(), b.reason.as_str()))
+            .collect();
+        assert_eq!(
+            why,
+            [
+                ("db", reason::DRAIN_ORDER),
+                ("job", reason::WAITING_FOR_COMPLETION)
+            ]
+        );
+        assert_eq!(plan.kept[0].reason, reason::SKIPPED);
+        assert_eq!(
+            plan.evictable.len(),
+            3,
+            "the waited-for pod counts, the kept one not"
+        );
+        // `app` terminating: `db` still waits.
+        let terminating = pod(
+            "app",
+            json!({"metadata": {"deletionTimestamp": "2023-11-14T22:13:20Z"}}),
+        );
+        let plan = plan_pass(
+            vec![
+                (terminating, evict(0)),
+                (pod("db", json!({})), evict(2)),
+                job(),
+            ],
+            &memory,
+            &Budgets::default(),
+            None,
+            t(0),
+            at,
+        );
+        assert!(plan.evict.is_empty());
+        // `app` gone: `db` goes; the job is still waited for, and blocks Succeeded.
+        let plan = plan_pass(
+            vec![(pod("db", json!({})), evict(2)), job(), skip()],
+            &memory,
+            &Budgets::default(),
+            None,
+            t(1),
+            at,
+        );
+        assert_eq!(asked(&plan), ["db"]);
+        let plan = plan_pass(
+            vec![job(), skip()],
+            &memory,
+            &Budgets::default(),
+            None,
+            t(2),
+            at,
+        );
+        let (rep, _) = settle("n", plan, &memory, at);
+        assert!(
+            !rep.done() && rep.blocked(),
+            "waits for the job, polling at the blocked pace"
+        );
+        // The job finished: done, the kept pod still named.
+        let plan = plan_pass(
+            vec![(pod("job", json!({})), Disposition::SkipFinished), skip()],
+            &memory,
+            &Budgets::default(),
+            None,
+            t(3),
+            at,
+        );
+        let (rep, _) = settle("n", plan, &memory, at);
+        assert!(rep.done());
+        assert_eq!(rep.skipped.len(), 1);
     }
 }

@@ -207,11 +207,14 @@ fn the_operators_own_pod_is_evicted_last() {
     assert_eq!(stage_of(classify(&pod("nmo"), None, &opts)), Stage::OwnPod);
     assert_eq!(
         stage_of(classify(&pod("other"), None, &opts)),
-        Stage::Ordinary
+        Stage::Ordinary(0)
     );
     let mut elsewhere = pod("nmo");
     elsewhere.metadata.namespace = Some("other-ns".into());
-    assert_eq!(stage_of(classify(&elsewhere, None, &opts)), Stage::Ordinary);
+    assert_eq!(
+        stage_of(classify(&elsewhere, None, &opts)),
+        Stage::Ordinary(0)
+    );
     // Even a critical own pod goes after the critical ones: it evicts them.
     let own_critical = critical(
         pod("nmo"),
@@ -222,10 +225,9 @@ fn the_operators_own_pod_is_evicted_last() {
         stage_of(classify(&own_critical, None, &opts)),
         Stage::OwnPod
     );
-    assert!(Stage::Ordinary < Stage::Critical && Stage::Critical < Stage::OwnPod);
-    let b = waiting_blocker(&r("nmo"), Stage::OwnPod, None).unwrap();
+    assert!(Stage::Ordinary(i32::MAX) < Stage::Critical && Stage::Critical < Stage::OwnPod);
+    let b = waiting_blocker(&r("nmo"), Stage::OwnPod, None);
     assert_eq!(b.reason, reason::OPERATOR_POD);
-    assert!(waiting_blocker(&r("p"), Stage::Ordinary, None).is_none());
 }
 
 #[test]
@@ -254,11 +256,11 @@ fn system_critical_pods_are_keyed_on_priority_or_the_builtin_class_names() {
         let p = critical(pod("app"), class, prio);
         assert_eq!(
             stage_of(classify(&p, None, &o)),
-            Stage::Ordinary,
+            Stage::Ordinary(0),
             "{class:?} {prio:?}"
         );
     }
-    let b = waiting_blocker(&r("dns"), Stage::Critical, Some("system-node-critical")).unwrap();
+    let b = waiting_blocker(&r("dns"), Stage::Critical, Some("system-node-critical"));
     assert_eq!(b.reason, reason::SYSTEM_CRITICAL);
     assert!(b.message.unwrap().contains("system-node-critical"));
 }
@@ -632,9 +634,86 @@ fn report_is_blocked_only_by_something_other_than_termination() {
     let mut waiting = DrainReport::default();
     waiting
         .pending
-        .push(waiting_blocker(&r("nmo"), Stage::OwnPod, None).unwrap());
+        .push(waiting_blocker(&r("nmo"), Stage::OwnPod, None));
     waiting
         .pending
-        .push(waiting_blocker(&r("dns"), Stage::Critical, None).unwrap());
+        .push(waiting_blocker(&r("dns"), Stage::Critical, None));
     assert!(!waiting.done() && !waiting.blocked());
+}
+
+#[test]
+fn a_pods_drain_label_skips_it_waits_for_it_or_orders_it() {
+    let o = DrainOptions::default();
+    let labelled = |labels: &[(&str, &str)]| {
+        let mut p = pod("p");
+        p.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        classify(&p, None, &o)
+    };
+    let ours = DRAIN_LABEL;
+    let capi = CAPI_DRAIN_LABEL;
+    // (labels) -> what the drain does; ours wins over Cluster API's.
+    for (labels, expected) in [
+        (vec![], Stage::Ordinary(0).into()),
+        (
+            vec![(ours, "skip")],
+            Disposition::SkipByRule { label: ours },
+        ),
+        (
+            vec![(capi, "skip")],
+            Disposition::SkipByRule { label: capi },
+        ),
+        (
+            vec![(ours, "wait-completed")],
+            Disposition::WaitCompleted { label: ours },
+        ),
+        (
+            vec![(capi, "wait-completed")],
+            Disposition::WaitCompleted { label: capi },
+        ),
+        (vec![(ours, "2")], Stage::Ordinary(2).into()),
+        (vec![(ours, "-1")], Stage::Ordinary(-1).into()),
+        (vec![(ours, "3"), (capi, "skip")], Stage::Ordinary(3).into()),
+        (
+            vec![(ours, "wait-completed"), (capi, "skip")],
+            Disposition::WaitCompleted { label: ours },
+        ),
+    ] {
+        let got = labelled(&labels);
+        match (&got, &expected) {
+            (Disposition::Evict { stage, .. }, Disposition::Evict { stage: want, .. }) => {
+                assert_eq!(stage, want, "{labels:?}")
+            }
+            _ => assert_eq!(got, expected, "{labels:?}"),
+        }
+    }
+    // An unknown value drains the pod as without the label, and says so.
+    for labels in [vec![(ours, "later")], vec![(capi, "2")]] {
+        let Disposition::Evict { stage, warnings } = labelled(&labels) else {
+            panic!("{labels:?} is drained");
+        };
+        assert_eq!(stage, Stage::Ordinary(0));
+        assert!(
+            warnings.iter().any(|w| w.contains("ignored")),
+            "{warnings:?}"
+        );
+    }
+    // A finished pod stays whatever its label says; the waiting pod is counted, the kept not.
+    assert!(Disposition::WaitCompleted { label: ours }.drains());
+    assert!(!Disposition::SkipByRule { label: ours }.drains());
+    let b = waiting_blocker(&r("db"), Stage::Ordinary(2), None);
+    assert_eq!(b.reason, reason::DRAIN_ORDER);
+}
+
+impl From<Stage> for Disposition {
+    fn from(stage: Stage) -> Self {
+        Disposition::Evict {
+            warnings: Vec::new(),
+            stage,
+        }
+    }
 }

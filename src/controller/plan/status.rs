@@ -48,7 +48,8 @@ pub(crate) mod event {
     /// (another `spec.providerID`); once per change of what it says (ours).
     pub(crate) const NODE_REPLACED: &str = "NodeReplaced";
     /// Normal, on the NodeMaintenance, once per pod the drain leaves on the node on purpose
-    /// (it tolerates the maintenance taints; ours, `docs/compat.md §7`).
+    /// (a replacement tolerating the maintenance taints, or a pod labelled `skip`; ours,
+    /// `docs/compat.md §7`).
     pub(crate) const POD_SKIPPED: &str = "PodNotEvicted";
 }
 
