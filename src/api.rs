@@ -78,6 +78,11 @@ pub struct NodeMaintenanceSpec {
     /// Reason for maintanance
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// While true, no new eviction is sent; the node stays cordoned and tainted and the lease
+    /// held. The annotation nodemaintenance.medik8s.io/paused ("true" or "false") wins over this
+    /// field, which wins over the operator's --drain-paused flag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
 }
 
 /// Phase of a maintenance, upstream's three values.

@@ -275,6 +275,13 @@ pub struct Config {
     /// once). Upstream is fixed at 1.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_concurrent_reconciles: u16,
+
+    /// Default of the `paused` drain knob: every maintenance keeps its node cordoned and tainted
+    /// but sends no eviction until unpaused (`spec.paused: false` or the annotation
+    /// nodemaintenance.medik8s.io/paused=false). Off by default, as upstream.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", value_name = "BOOL")]
+    pub drain_paused: bool,
 }
 
 impl Config {

@@ -22,6 +22,7 @@ pub(crate) mod leader;
 pub(crate) mod lease;
 pub(crate) mod metrics;
 pub(crate) mod node;
+pub mod policy;
 pub mod run;
 pub(crate) mod server_time;
 pub mod telemetry;

@@ -821,3 +821,89 @@ async fn a_pods_drain_label_orders_skips_and_waits_for_it() {
         nm::delete_and_wait_restored(&client, &name, &node).await;
     }
 }
+
+/// `docs/drain-contract.md` §10: a maintenance held by a budget is paused by its annotation; once
+/// the budget is gone, the API server still receives no eviction of its pods for 20 s, the node
+/// stays cordoned and the maintenance Running with `DrainPaused`; unpaused, it Succeeds.
+#[tokio::test]
+async fn a_paused_maintenance_sends_no_eviction_and_resumes_when_unpaused() {
+    const PODS: usize = 10;
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("pause");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "pause").await;
+    for i in 0..PODS {
+        let labels = json!({"metadata": {"labels": {"app": "held"}}});
+        bare_pod(&client, &ns, &format!("held-{i}"), &node, labels).await;
+    }
+    wait_all_running(&client, &ns, PODS).await;
+    let budgets =
+        Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(client.clone(), &ns);
+    let pdb = serde_json::from_value(json!({
+        "metadata": {"name": "held"},
+        "spec": {"minAvailable": PODS, "selector": {"matchLabels": {"app": "held"}}}
+    }))
+    .unwrap();
+    budgets.create(&PostParams::default(), &pdb).await.unwrap();
+    let name = unique("nm-pause");
+    nm::create(&client, &name, &node).await;
+    nm::wait_status(&client, &name, "held by the budget", LIMIT, |s| {
+        s.blockers
+            .iter()
+            .flatten()
+            .any(|b| b.reason == "PodDisruptionBudget")
+    })
+    .await;
+    let nms = Api::<node_maintenance_operator::api::NodeMaintenance>::all(client.clone());
+    let annotate = |value: &'static str| {
+        let nms = nms.clone();
+        let name = name.clone();
+        async move {
+            let patch = json!({"metadata": {"annotations": {
+                node_maintenance_operator::policy::PAUSED_ANNOTATION: value
+            }}});
+            nms.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .unwrap();
+        }
+    };
+    annotate("true").await;
+    let paused = |s: &node_maintenance_operator::api::NodeMaintenanceStatus| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "DrainPaused" && c.status == "True")
+    };
+    nm::wait_status(&client, &name, "DrainPaused", LIMIT, paused).await;
+    // An eviction sent before the pause was seen has been answered by now.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    budgets.delete("held", &Default::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let asked: Vec<String> = audit
+        .read()
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.subresource == "eviction" && e.namespace == ns)
+        .map(|e| format!("{} {} at {}", e.name, e.code, e.received))
+        .collect();
+    assert!(asked.is_empty(), "evictions while paused: {asked:?}");
+    let now = nms.get(&name).await.unwrap();
+    let status = now.status.unwrap();
+    assert!(paused(&status) && status.phase == Some(MaintenancePhase::Running));
+    let n = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .get(&node)
+        .await
+        .unwrap();
+    assert_eq!(
+        n.spec.and_then(|s| s.unschedulable),
+        Some(true),
+        "cordon kept while paused"
+    );
+    annotate("false").await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}

@@ -76,6 +76,7 @@ pub(crate) fn strip_nm(nm: &mut NodeMaintenance) {
         spec: NodeMaintenanceSpec {
             node_name,
             reason: None,
+            paused: None,
         },
         status: None,
     };

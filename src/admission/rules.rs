@@ -50,6 +50,9 @@ pub(crate) enum Denial {
         "invalid nodeName, no node with name {0} found (a node name is a lowercase DNS-1123 subdomain)"
     )]
     MalformedNodeName(String),
+    /// A drain knob's annotation has a value the operator refuses (ours, `crate::policy`).
+    #[error("{0}")]
+    InvalidKnob(String),
     /// The review carried no object to validate.
     #[error("the admission request has no {0} to validate")]
     MissingObject(&'static str),
@@ -99,19 +102,46 @@ pub(crate) fn validate_create(nm: &NodeMaintenance, facts: &CreateFacts) -> Resu
     if !facts.quorum_safe {
         return Err(Denial::EtcdQuorum(node.to_string()));
     }
-    Ok(())
+    validate_knobs(nm)
+}
+
+/// Refuses a drain knob's annotation of a value the operator does not accept, naming the knob and
+/// the accepted values (`docs/drain-contract.md` §10); without the webhook, the controller says
+/// the same in status and applies the default.
+///
+/// # Errors
+/// [`Denial::InvalidKnob`].
+pub(crate) fn validate_knobs(nm: &NodeMaintenance) -> Result<(), Denial> {
+    let (_, invalid) = crate::policy::resolve(nm, &crate::policy::Defaults::default());
+    match invalid.first() {
+        Some(knob) => Err(Denial::InvalidKnob(knob.to_string())),
+        None => Ok(()),
+    }
 }
 
 /// Decides an UPDATE: `spec.nodeName` is immutable; reason, metadata and finalizer edits are
-/// allowed (`docs/compat.md §6`). Reads nothing but the two objects.
+/// allowed (`docs/compat.md §6`); a drain knob's annotation set to a refused value is denied.
+/// Reads nothing but the two objects.
 ///
 /// # Errors
-/// [`Denial::NodeNameChanged`].
+/// [`Denial::NodeNameChanged`], [`Denial::InvalidKnob`].
 pub(crate) fn validate_update(old: &NodeMaintenance, new: &NodeMaintenance) -> Result<(), Denial> {
     if old.spec.node_name != new.spec.node_name {
         return Err(Denial::NodeNameChanged);
     }
-    Ok(())
+    // Only a value being set is judged: an object that already carries a refused value (written
+    // while the webhook was away) must still take the controller's own writes, its finalizer's
+    // removal included.
+    let knob = |nm: &NodeMaintenance| {
+        use kube::ResourceExt;
+        nm.annotations()
+            .get(crate::policy::PAUSED_ANNOTATION)
+            .cloned()
+    };
+    if knob(old) == knob(new) {
+        return Ok(());
+    }
+    validate_knobs(new)
 }
 
 #[cfg(test)]
@@ -125,6 +155,7 @@ mod tests {
             NodeMaintenanceSpec {
                 node_name: node.into(),
                 reason: None,
+                paused: None,
             },
         );
         nm.metadata.uid = Some("uid".into());
@@ -175,6 +206,33 @@ mod tests {
             validate_update(&old, &new).unwrap_err().to_string(),
             "updating spec.NodeName isn't allowed"
         );
+    }
+
+    #[test]
+    fn a_refused_knob_value_is_denied_when_set_and_an_existing_one_blocks_no_write() {
+        use kube::ResourceExt;
+        let paused = |value: &str| {
+            let mut m = nm("nm-1", "node-a");
+            m.annotations_mut()
+                .insert(crate::policy::PAUSED_ANNOTATION.into(), value.into());
+            m
+        };
+        let denied = validate_create(&paused("yes"), &facts(true, false, true)).unwrap_err();
+        assert_eq!(
+            denied.to_string(),
+            "nodemaintenance.medik8s.io/paused has the invalid value \"yes\" for the knob paused \
+             (accepted: true, false)"
+        );
+        assert_eq!(
+            validate_create(&paused("true"), &facts(true, false, true)),
+            Ok(())
+        );
+        // Set by an UPDATE: denied; already there (the webhook was away): the controller's
+        // finalizer removal still goes through.
+        assert!(validate_update(&paused("true"), &paused("maybe")).is_err());
+        let mut done = paused("maybe");
+        done.metadata.finalizers = None;
+        assert_eq!(validate_update(&paused("maybe"), &done), Ok(()));
     }
 
     #[test]

@@ -572,6 +572,7 @@ mod tests {
             nms_synced,
             wake: futures::channel::mpsc::unbounded().0,
             memory: Default::default(),
+            policy: Default::default(),
         };
         (ctx, seen)
     }
@@ -622,6 +623,7 @@ mod tests {
             crate::api::NodeMaintenanceSpec {
                 node_name: "n1".into(),
                 reason: None,
+                paused: None,
             },
         );
         nm.metadata.resource_version = Some("7".into());

@@ -184,6 +184,8 @@ pub(crate) struct Context {
     /// What a restart forgets: per-object back-off counters and the learnt status schema, read
     /// into every pass's observation (`memory.rs`).
     pub memory: memory::Memories,
+    /// The operator's defaults of the drain knobs (`crate::policy`).
+    pub policy: crate::policy::Defaults,
     /// Starts a pass of a NodeMaintenance outside its watch: an eviction of its drain answered.
     pub wake: futures::channel::mpsc::UnboundedSender<ObjectRef<NodeMaintenance>>,
 }

@@ -59,6 +59,8 @@ pub(crate) struct ControllerConfig {
     pub drain: DrainOptions,
     /// `reportingInstance` of events; the pod name (`--pod-name`/`POD_NAME`) when known.
     pub reporter_instance: Option<String>,
+    /// The defaults of the drain knobs (`--drain-paused`).
+    pub policy: crate::policy::Defaults,
 }
 
 impl From<&crate::config::Config> for ControllerConfig {
@@ -70,6 +72,9 @@ impl From<&crate::config::Config> for ControllerConfig {
                 own_pod: config.own_pod(),
             },
             reporter_instance: config.pod_name().map(str::to_owned),
+            policy: crate::policy::Defaults {
+                paused: config.drain_paused,
+            },
         }
     }
 }
@@ -186,6 +191,7 @@ fn context(
         store,
         nms_synced,
         memory,
+        policy: config.policy,
         wake,
     });
     (ctx, woken)

@@ -45,6 +45,7 @@ pub(crate) async fn observe(nm: &NodeMaintenance, ctx: &Context) -> Result<Obser
         world,
         memory: ctx.memory.of(&name),
         schema: ctx.memory.schema(),
+        policy: ctx.policy,
     })
 }
 

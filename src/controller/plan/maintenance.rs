@@ -157,6 +157,19 @@ pub(super) fn plan_maintenance(
     }
     let (status, events) = entered(&status, node_name, &repaired, generation, now);
     w.events(events, Some(node));
+    let (drain_policy, invalid) = crate::policy::resolve(nm, &o.policy);
+    let (status, events) = policy(&status, &drain_policy, &invalid, generation, now);
+    w.events(events, Some(node));
+    if drain_policy.paused && status.phase != Some(MaintenancePhase::Succeeded) {
+        // Paused: the node, lease and label are enforced above; no round, so no new eviction.
+        // An edit of the object (unpausing) starts the next pass; the lease is renewed on time.
+        let step = Step {
+            status,
+            events: Vec::new(),
+            requeue: Requeue::After(REQUEUE_SUCCEEDED),
+        };
+        return with_memory(w.finish(step, Some(node), o.memory), memory, o.memory);
+    }
     if status.phase == Some(MaintenancePhase::Succeeded) {
         // Drained once is drained: a pod that arrives later (an admin's maintenance job) stays.
         // The node, lease and label are still enforced above. Upstream drains on every

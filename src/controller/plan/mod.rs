@@ -124,6 +124,9 @@ pub(crate) struct Observed {
     pub(crate) memory: Memory,
     /// Which status fields the installed CRD keeps, as learnt so far.
     pub(crate) schema: StatusSchema,
+    /// The operator's defaults of the drain knobs (its flags), resolved with the object's own
+    /// ([`crate::policy::resolve`]).
+    pub(crate) policy: crate::policy::Defaults,
 }
 
 /// What a pass reads besides the NodeMaintenance ([`reads`]).

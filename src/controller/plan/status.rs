@@ -27,10 +27,26 @@ pub(crate) mod condition {
     pub(crate) const LEASE_LOST: &str = "LeaseLost";
     /// Reason of `LeaseHeld=False` when we never held it.
     pub(crate) const HELD_BY_OTHER: &str = "HeldByOther";
+    /// No new eviction is sent (the `paused` knob, `crate::policy`); written once the knob was
+    /// first set, so a maintenance that never paused keeps upstream's status.
+    pub(crate) const DRAIN_PAUSED: &str = "DrainPaused";
+    /// `False` while a knob's annotation has a value the operator refuses (the default applies);
+    /// written once one was first refused.
+    pub(crate) const DRAIN_POLICY_VALID: &str = "DrainPolicyValid";
 }
 
 /// Upstream's event reasons and exact messages (docs/compat.md §4), plus ours.
 pub(crate) mod event {
+    /// Normal, on the NodeMaintenance, when its evictions were paused (ours).
+    pub(crate) const PAUSED: (&str, &str) = (
+        "DrainPaused",
+        "Evictions paused: the node stays cordoned and tainted and the lease held",
+    );
+    /// Normal, on the NodeMaintenance, when its evictions resumed (ours).
+    pub(crate) const RESUMED: (&str, &str) = ("DrainResumed", "Evictions resumed");
+    /// Warning, on the NodeMaintenance, when a knob's annotation has a value the operator
+    /// refuses; once per change of what it says (ours).
+    pub(crate) const INVALID_POLICY: &str = "InvalidDrainPolicy";
     /// Normal, on the NodeMaintenance, after the finalizer was added.
     pub(crate) const BEGIN: (&str, &str) = ("BeginMaintenance", "Begin a node maintenance");
     /// Normal, on the NodeMaintenance, on the transition to Succeeded.
@@ -170,7 +186,10 @@ pub(crate) fn set_condition(
     }
 }
 
-fn condition<'a>(status: &'a NodeMaintenanceStatus, type_: &str) -> Option<&'a Condition> {
+pub(super) fn condition<'a>(
+    status: &'a NodeMaintenanceStatus,
+    type_: &str,
+) -> Option<&'a Condition> {
     status
         .conditions
         .as_ref()?
@@ -803,4 +822,100 @@ pub(crate) fn drained(
         events,
         requeue,
     }
+}
+
+/// The drain policy in status (`docs/drain-contract.md` §10): `DrainPaused` while `policy`
+/// pauses the evictions (and `False` once it no longer does), `DrainPolicyValid=False` while an
+/// annotation's value is refused; an event on each change. Conditions a maintenance never needed
+/// are not written.
+pub(crate) fn policy(
+    status: &NodeMaintenanceStatus,
+    policy: &crate::policy::DrainPolicy,
+    invalid: &[crate::policy::InvalidKnob],
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> (NodeMaintenanceStatus, Vec<PlannedEvent>) {
+    let mut s = status.clone();
+    let mut events = Vec::new();
+    let was = |type_: &str| condition(status, type_).map(|c| c.status == "True");
+    match (policy.paused, was(condition::DRAIN_PAUSED)) {
+        (true, was_paused) => {
+            let message = "no eviction is sent while the maintenance is paused (spec.paused, the \
+                           annotation nodemaintenance.medik8s.io/paused or --drain-paused); the \
+                           node stays cordoned and tainted and the lease held";
+            set_condition(
+                &mut s,
+                condition::DRAIN_PAUSED,
+                true,
+                "Paused",
+                message,
+                generation,
+                now,
+            );
+            if was_paused != Some(true) {
+                events.push(PlannedEvent::normal(
+                    EventTarget::Maintenance,
+                    event::PAUSED,
+                ));
+            }
+        }
+        (false, Some(true)) => {
+            let message = "evictions resumed";
+            set_condition(
+                &mut s,
+                condition::DRAIN_PAUSED,
+                false,
+                "Resumed",
+                message,
+                generation,
+                now,
+            );
+            events.push(PlannedEvent::normal(
+                EventTarget::Maintenance,
+                event::RESUMED,
+            ));
+        }
+        (false, _) => {}
+    }
+    let refused = invalid
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    match (refused.is_empty(), was(condition::DRAIN_POLICY_VALID)) {
+        (false, _) => {
+            let before =
+                condition(status, condition::DRAIN_POLICY_VALID).map(|c| c.message.clone());
+            let message = format!("{refused}; the default applies");
+            if before.as_deref() != Some(message.as_str()) {
+                events.push(PlannedEvent::warning(
+                    EventTarget::Maintenance,
+                    event::INVALID_POLICY,
+                    message.clone(),
+                ));
+            }
+            set_condition(
+                &mut s,
+                condition::DRAIN_POLICY_VALID,
+                false,
+                "InvalidValue",
+                message,
+                generation,
+                now,
+            );
+        }
+        (true, Some(false)) => {
+            set_condition(
+                &mut s,
+                condition::DRAIN_POLICY_VALID,
+                true,
+                "Valid",
+                "every knob's value is valid",
+                generation,
+                now,
+            );
+        }
+        (true, _) => {}
+    }
+    (s, events)
 }

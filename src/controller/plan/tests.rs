@@ -47,6 +47,7 @@ fn nm(name: &str, node: &str) -> NodeMaintenance {
         NodeMaintenanceSpec {
             node_name: node.into(),
             reason: None,
+            paused: None,
         },
     );
     nm.metadata.finalizers = Some(vec![FINALIZER.into()]);
@@ -105,6 +106,7 @@ fn pass(
         })),
         memory: Memory::default(),
         schema: StatusSchema::default(),
+        policy: Default::default(),
     };
     let first = plan(&observed, now);
     let mut events = events_of(&first);
@@ -743,6 +745,7 @@ fn one_pass_is_planned_whole_from_one_observation() {
                 world,
                 memory: Memory::default(),
                 schema: StatusSchema::default(),
+                policy: Default::default(),
             },
             now,
         );
@@ -789,6 +792,7 @@ fn the_drain_start_is_the_api_servers_time_recorded_on_the_node() {
                 world,
                 memory: Memory::default(),
                 schema: StatusSchema::default(),
+                policy: Default::default(),
             },
             now,
         );
@@ -969,6 +973,7 @@ fn deletion_pass_is_planned_whole_in_order() {
                 world: World::Deletion(Box::new(o)),
                 memory: Memory::default(),
                 schema: StatusSchema::default(),
+                policy: Default::default(),
             },
             t(1),
         );
@@ -1286,6 +1291,7 @@ fn lease_wait_comes_from_the_remembered_waits() {
             lease_waits,
         },
         schema: StatusSchema::default(),
+        policy: Default::default(),
     };
     let waiting = plan(&observed(Some(foreign), 3), t(1));
     assert_eq!(
@@ -1398,5 +1404,76 @@ fn a_succeeded_maintenance_renews_its_lease_15_to_20_minutes_apart() {
     assert!(
         latest * 2 < LEASE_DURATION,
         "a missed re-check still renews in time"
+    );
+}
+
+/// `docs/drain-contract.md` §10: a paused maintenance keeps its node entered and its lease, and
+/// runs no drain round; unpausing resumes the round; a refused annotation value is said in
+/// status and a Warning event, and the default applies.
+#[test]
+fn a_paused_maintenance_runs_no_drain_round_and_says_so() {
+    let observed = |annotation: Option<&str>, old: &NodeMaintenanceStatus| {
+        let mut o = nm("nm", "node01");
+        o.metadata.uid = Some("uid-nm".into());
+        o.metadata.generation = GEN;
+        o.status = Some(old.clone());
+        if let Some(v) = annotation {
+            o.annotations_mut()
+                .insert(crate::policy::PAUSED_ANNOTATION.into(), v.into());
+        }
+        Observed {
+            nm: o,
+            world: World::Maintenance(Box::new(ObservedMaintenance {
+                node: Some(entered_node()),
+                holder_live: true,
+                ..ObservedMaintenance::default()
+            })),
+            memory: Memory::default(),
+            schema: StatusSchema::default(),
+            policy: Default::default(),
+        }
+    };
+    let condition = |s: &NodeMaintenanceStatus, type_: &str| {
+        status::condition(s, type_).map(|c| (c.status.clone(), c.reason.clone()))
+    };
+    let running = NodeMaintenanceStatus {
+        phase: Some(MaintenancePhase::Running),
+        ..NodeMaintenanceStatus::default()
+    };
+    // (annotation, old status) -> a round or not, DrainPaused, events.
+    let paused = plan(&observed(Some("true"), &running), t(0));
+    assert!(matches!(paused.then, Then::Requeue(_)), "no drain round");
+    let s = paused.status.clone().unwrap();
+    assert_eq!(
+        condition(&s, status::condition::DRAIN_PAUSED),
+        Some(("True".into(), "Paused".into()))
+    );
+    assert_eq!(reasons(&events_of(&paused)), ["DrainPaused"]);
+    let again = plan(&observed(Some("true"), &s), t(1));
+    assert!(events_of(&again).is_empty(), "said once");
+    let resumed = plan(&observed(Some("false"), &s), t(2));
+    assert!(matches!(resumed.then, Then::Drain(_)), "the round resumes");
+    assert_eq!(reasons(&events_of(&resumed)), ["DrainResumed"]);
+    let never = plan(&observed(None, &running), t(0));
+    assert!(matches!(never.then, Then::Drain(_)));
+    assert_eq!(
+        condition(&never.status.unwrap(), status::condition::DRAIN_PAUSED),
+        None,
+        "a maintenance that never paused keeps upstream's status"
+    );
+    let refused = plan(&observed(Some("yes"), &running), t(0));
+    assert!(
+        matches!(refused.then, Then::Drain(_)),
+        "the default applies"
+    );
+    let s = refused.status.clone().unwrap();
+    assert_eq!(
+        condition(&s, status::condition::DRAIN_POLICY_VALID),
+        Some(("False".into(), "InvalidValue".into()))
+    );
+    assert!(
+        events_of(&refused)
+            .iter()
+            .any(|e| e.warning && e.reason == "InvalidDrainPolicy" && e.message.contains("paused"))
     );
 }
