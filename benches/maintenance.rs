@@ -6,9 +6,12 @@
 //!
 //! ```text
 //! cargo bench --bench maintenance                  # the default scenarios (about 6 min on 2 cores)
-//! cargo bench --bench maintenance -- drain200 many # only these (any of drain200 many api rss bigdrain)
+//! cargo bench --bench maintenance -- drain200 many # only these (any of drain200 many api rss bigdrain budgetheld)
 //! cargo bench --bench maintenance -- bigdrain      # memory of big drains (about 10 min; not in the default set)
 //! NMO_UPSTREAM_MANAGER=<manager built from upstream's source> cargo bench --bench maintenance -- bigdrain
+//! cargo bench --bench maintenance -- budgetheld    # a drain held by a budget (not in the default set)
+//! NMO_BUDGET_PODS=200 cargo bench --bench maintenance -- budgetheld # the same, smaller
+//! NMO_UPSTREAM_MANAGER=<manager> cargo bench --bench maintenance -- budgetheld
 //! ```
 //!
 //! The operator is the release build of this package (`CARGO_BIN_EXE_node-maintenance-operator`),
@@ -64,6 +67,21 @@
 //!   `manifests/` ships. With `NMO_UPSTREAM_MANAGER`, upstream's Go manager (run as the admin, as
 //!   in `benches/admission.rs`, a fresh process per input as well) drains the same inputs
 //!   afterwards, on fresh nodes, with our operator stopped.
+//! - **budgetheld** (a budget that allows no disruption is asked through one pod per 5 s retry,
+//!   `docs/drain-contract.md` §1; only when named): one fresh node with N bare pods (N = 2,000,
+//!   `NMO_BUDGET_PODS` overrides), all selected by one PodDisruptionBudget with `minAvailable: N`,
+//!   whose status counts all N healthy with `disruptionsAllowed: 0` before the NodeMaintenance
+//!   is created. Counted from the API server's audit log (a run that names `budgetheld` starts
+//!   the cluster with [`BUDGET_AUDIT_POLICY`]: evictions only, one `ResponseComplete` event
+//!   each): the eviction requests for those pods received in the 90 s after the first one, as
+//!   requests/s (target: at most 1/s on average; upstream's drain, kubectl's library, asks every
+//!   pod every 5 s, N/5 per second). Then the budget is deleted and the figures are (a) delete
+//!   to the first accepted eviction (an audit event with a 2xx code, by its completion time;
+//!   target at most 5 s) and (b) delete to phase `Succeeded` (polled every 100 ms; target at
+//!   most the reference + 5 s). Reference: an unblocked drain of N such pods on another fresh
+//!   node, no budget, create to `Succeeded`. Each input (held, unblocked) gets a fresh operator
+//!   process and its own node and namespace. With `NMO_UPSTREAM_MANAGER`, upstream's manager
+//!   runs the same two inputs afterwards, as in `bigdrain`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -74,9 +92,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use nmo_devcluster::audit::{AuditCursor, RESPONSE_COMPLETE};
 use nmo_devcluster::fixtures::{self, Installed};
 use nmo_devcluster::operator::{Operator, ServiceAccountRef};
 use nmo_devcluster::{Cluster, free_ports, http_get};
@@ -84,20 +105,53 @@ use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
 use serde_json::json;
 
 /// Scenarios in the order they run.
-const SCENARIOS: [&str; 5] = ["drain200", "many", "api", "rss", "bigdrain"];
-/// The scenarios run when none is named (`bigdrain` takes longer than all of them).
+const SCENARIOS: [&str; 6] = ["drain200", "many", "api", "rss", "bigdrain", "budgetheld"];
+/// The scenarios run when none is named (`bigdrain` takes longer than all of them; `budgetheld`
+/// needs the audit log, which the default run does not pay for).
 const DEFAULT_SCENARIOS: [&str; 4] = ["drain200", "many", "api", "rss"];
 const OPERATOR_BIN: &str = env!("CARGO_BIN_EXE_node-maintenance-operator");
 /// Label every bench node carries, `bench-group=<group>`, for spreading Deployments.
 const GROUP_LABEL: &str = "bench-group";
 const LIMIT: Duration = Duration::from_secs(300);
 const MIB: f64 = 1024.0 * 1024.0;
+/// The audit policy of a run that names `budgetheld`: pod evictions by anyone, at level Metadata,
+/// once each (at `ResponseComplete`, with the response code). Narrower than
+/// `nmo_devcluster::audit::EVICTIONS_POLICY` (no `RequestReceived` twin, no bindings), so the
+/// other scenarios of the same run pay one audit write per eviction and nothing more. The log
+/// is never rotated (the cursor reads one growing file); upstream's held window writes about
+/// N/5 x 90 events (36,000 for 2,000 pods, some tens of MB), in the cluster's temporary directory.
+const BUDGET_AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: Metadata
+  resources:
+  - group: ""
+    resources: ["pods/eviction"]
+- level: None
+"#;
+/// The window of `budgetheld` in which the held budget's evictions are counted.
+const HELD_WINDOW: Duration = Duration::from_secs(90);
 
 struct Row {
     scenario: &'static str,
     figure: String,
     value: String,
     target: String,
+}
+
+/// What `budgetheld` measures on the held node.
+struct Held {
+    /// Eviction requests for the held pods received in [`HELD_WINDOW`] from the first.
+    asked: usize,
+    /// How many different pods those requests named.
+    pods_asked: usize,
+    /// Seconds from the NodeMaintenance's create to the first eviction request.
+    first_after_create: f64,
+    /// Seconds from the budget's deletion to the first accepted eviction (its completion).
+    first_accepted: f64,
+    /// Seconds from the budget's deletion to phase `Succeeded`.
+    succeeded: f64,
 }
 
 struct Bench {
@@ -125,7 +179,10 @@ async fn main() -> Result<()> {
     if chosen.is_empty() {
         chosen = DEFAULT_SCENARIOS.to_vec();
     }
-    let mut bench = Bench::new().await?;
+    let audit = chosen
+        .contains(&"budgetheld")
+        .then(|| BUDGET_AUDIT_POLICY.to_string());
+    let mut bench = Bench::new(audit).await?;
     for s in SCENARIOS.iter().filter(|s| chosen.contains(s)) {
         bench.progress(&format!("scenario {s}"));
         match *s {
@@ -133,6 +190,7 @@ async fn main() -> Result<()> {
             "many" => bench.many().await?,
             "api" => bench.api().await?,
             "bigdrain" => bench.bigdrain().await?,
+            "budgetheld" => bench.budgetheld().await?,
             _ => bench.rss().await?,
         }
     }
@@ -148,10 +206,10 @@ async fn main() -> Result<()> {
 }
 
 impl Bench {
-    async fn new() -> Result<Bench> {
+    async fn new(audit_policy: Option<String>) -> Result<Bench> {
         let started = Instant::now();
         let manifests = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests"));
-        let (cluster, installed) = fixtures::bench_cluster(None, &manifests, OPERATOR_BIN)?;
+        let (cluster, installed) = fixtures::bench_cluster(audit_policy, &manifests, OPERATOR_BIN)?;
         let Installed {
             account,
             kubeconfig: sa_kubeconfig,
@@ -849,6 +907,280 @@ impl Bench {
         Ok(())
     }
 
+    /// A drain held by a PodDisruptionBudget that allows no disruption: the eviction requests
+    /// while held, then the budget's deletion to the first accepted eviction and to `Succeeded`,
+    /// beside an unblocked drain of as many pods; ours and (with `NMO_UPSTREAM_MANAGER`)
+    /// upstream's.
+    async fn budgetheld(&mut self) -> Result<()> {
+        const S: &str = "budgetheld";
+        let n = budget_pods()?;
+        let upstream = std::env::var_os("NMO_UPSTREAM_MANAGER").map(PathBuf::from);
+        let mut runs: Vec<(&str, Option<PathBuf>)> = vec![("ours", None)];
+        if let Some(m) = upstream {
+            runs.push(("upstream (Go)", Some(m)));
+        }
+        for (who, manager) in runs {
+            let tag = if manager.is_some() { "u" } else { "o" };
+            let ours = manager.is_none();
+
+            // Held: N pods, one budget that allows none of them to go.
+            let ns = format!("{S}-{tag}-held");
+            self.namespace(&ns).await?;
+            let held = self.add_nodes(&format!("bh{tag}held"), 0..1).await?;
+            self.bare_pods(&ns, &held[0], n, "held").await?;
+            self.held_budget(&ns, n).await?;
+            let child = self
+                .fresh_manager(manager.as_deref(), "op-budgetheld-held")
+                .await?;
+            self.progress(&format!(
+                "{who}: NodeMaintenance on a node of {n} pods held by a budget"
+            ));
+            let h = self.held_then_relaxed(&ns, &held[0]).await?;
+            self.row(
+                S,
+                &format!(
+                    "{who}: eviction requests while held ({} s)",
+                    HELD_WINDOW.as_secs()
+                ),
+                format!(
+                    "{} ({:.2}/s; {} of {n} pods asked; first {:.1} s after create)",
+                    h.asked,
+                    h.asked as f64 / HELD_WINDOW.as_secs_f64(),
+                    h.pods_asked,
+                    h.first_after_create
+                ),
+                if ours { "<= 1/s on average" } else { "" },
+            );
+            self.row(
+                S,
+                &format!("{who}: budget deleted -> first accepted eviction"),
+                format!("{:.2} s", h.first_accepted),
+                if ours { "<= 5 s" } else { "" },
+            );
+            self.row(
+                S,
+                &format!("{who}: budget deleted -> Succeeded"),
+                format!("{:.2} s", h.succeeded),
+                if ours { "<= unblocked + 5 s" } else { "" },
+            );
+            self.end_maintenance(&held).await?;
+            drop(child);
+            self.purge(&ns, &held).await?;
+
+            // Reference: the same number of pods on a fresh node, no budget.
+            let ns = format!("{S}-{tag}-free");
+            self.namespace(&ns).await?;
+            let free = self.add_nodes(&format!("bh{tag}free"), 0..1).await?;
+            self.bare_pods(&ns, &free[0], n, "free").await?;
+            let child = self
+                .fresh_manager(manager.as_deref(), "op-budgetheld-free")
+                .await?;
+            self.progress(&format!("{who}: unblocked drain of {n} pods"));
+            let unblocked = self.maintain(&free).await?[0];
+            self.row(
+                S,
+                &format!("{who}: unblocked drain of {n} pods, create -> Succeeded"),
+                format!("{unblocked:.2} s"),
+                "",
+            );
+            self.row(
+                S,
+                &format!("{who}: (budget deleted -> Succeeded) - unblocked"),
+                format!("{:+.2} s", h.succeeded - unblocked),
+                if ours { "<= +5 s" } else { "" },
+            );
+            self.end_maintenance(&free).await?;
+            drop(child);
+            self.purge(&ns, &free).await?;
+        }
+        // The next scenario starts its own operator; this one's last process is stopped here.
+        self.operator = None;
+        Ok(())
+    }
+
+    /// Stops whatever controller runs and starts a fresh one: our operator named `name` when
+    /// `manager` is `None`, else upstream's manager, whose process is returned (ours is kept in
+    /// `self.operator`).
+    async fn fresh_manager(
+        &mut self,
+        manager: Option<&std::path::Path>,
+        name: &str,
+    ) -> Result<Option<nmo_devcluster::process::Child>> {
+        match manager {
+            None => {
+                self.restart_operator(name, &[], &[])?;
+                Ok(None)
+            }
+            Some(m) => {
+                self.operator = None;
+                Ok(Some(self.start_upstream(m).await?))
+            }
+        }
+    }
+
+    /// Creates `n` bare pause pods `<app>-<i>` labelled `app=<app>` on `node` in `ns` (32
+    /// creates in flight, no grace period) and waits until they run.
+    async fn bare_pods(&self, ns: &str, node: &str, n: usize, app: &str) -> Result<()> {
+        use futures::StreamExt as _;
+        let pods = Api::<Pod>::namespaced(self.client.clone(), ns);
+        self.progress(&format!("creating {n} bare pods on {node}"));
+        let results: Vec<Result<(), kube::Error>> = futures::stream::iter(0..n)
+            .map(|i| {
+                let pods = pods.clone();
+                let pod: Pod = serde_json::from_value(json!({
+                    "metadata": {"name": format!("{app}-{i:05}"), "labels": {"app": app}},
+                    "spec": {
+                        "nodeName": node,
+                        "terminationGracePeriodSeconds": 0,
+                        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]
+                    }
+                }))
+                .expect("pod JSON");
+                async move { pods.create(&PostParams::default(), &pod).await.map(|_| ()) }
+            })
+            .buffer_unordered(32)
+            .collect()
+            .await;
+        for r in results {
+            r?;
+        }
+        self.wait_running(ns, n).await
+    }
+
+    /// Creates the PodDisruptionBudget `held` over the `app=held` pods of `ns` with
+    /// `minAvailable: n` and waits until its status counts all `n` healthy with no disruption
+    /// allowed.
+    async fn held_budget(&self, ns: &str, n: usize) -> Result<()> {
+        let pdbs = Api::<PodDisruptionBudget>::namespaced(self.client.clone(), ns);
+        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": "held"},
+            "spec": {"minAvailable": n, "selector": {"matchLabels": {"app": "held"}}}
+        }))?;
+        pdbs.create(&PostParams::default(), &pdb).await?;
+        self.wait(&format!("the budget counting {n} pods healthy"), || async {
+            let p = pdbs.get("held").await?;
+            let s = p.status.clone().unwrap_or_default();
+            let all = Some(n as i32);
+            Ok((s.observed_generation == p.metadata.generation
+                && s.current_healthy == all
+                && s.desired_healthy == all
+                && s.expected_pods == all
+                && s.disruptions_allowed == Some(0))
+            .then_some(())
+            .ok_or(format!(
+                "healthy {:?} of {:?}, allowed {:?}",
+                s.current_healthy, s.expected_pods, s.disruptions_allowed
+            )))
+        })
+        .await
+    }
+
+    /// Creates the NodeMaintenance of `node`, whose pods in `ns` the budget `held` holds; counts
+    /// the eviction requests for them in [`HELD_WINDOW`] from the first; then deletes the budget
+    /// and times the first accepted eviction and phase `Succeeded`.
+    async fn held_then_relaxed(&self, ns: &str, node: &str) -> Result<Held> {
+        let mut audit = AuditCursor::at_end(self.cluster.audit_log_path());
+        // The evictions of `ns`'s pods appended to the log since the last read, as
+        // (received, completed, code, pod).
+        let mut evictions = move || -> Result<Vec<(Timestamp, Timestamp, u16, String)>> {
+            Ok(audit
+                .read()?
+                .into_iter()
+                .filter(|e| {
+                    e.subresource == "eviction" && e.namespace == ns && e.stage == RESPONSE_COMPLETE
+                })
+                .map(|e| (e.received, e.completed, e.code, e.name))
+                .collect())
+        };
+        let secs = |from: Timestamp, to: Timestamp| {
+            (to.as_nanosecond() - from.as_nanosecond()) as f64 / 1e9
+        };
+        let ok = |code: u16| (200..300).contains(&code);
+
+        let created_at = Timestamp::now();
+        self.create_nm(node).await?;
+        let created = Instant::now();
+        let mut seen = Vec::new();
+        let first = loop {
+            seen.extend(evictions()?);
+            if let Some(first) = seen.iter().map(|e| e.0).min() {
+                break first;
+            }
+            ensure!(
+                created.elapsed() < LIMIT,
+                "no eviction for the pods of {ns} {LIMIT:?} after the create"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let end = first + HELD_WINDOW;
+        // Past the window's end, 5 s more, so the answers to the requests received inside it
+        // are in the log (an event is written once the answer is).
+        let mut last_print = Instant::now();
+        while Timestamp::now() < end + Duration::from_secs(5) {
+            if last_print.elapsed() > Duration::from_secs(10) {
+                last_print = Instant::now();
+                self.progress(&format!(
+                    "held: {} eviction requests since the first",
+                    seen.len()
+                ));
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            seen.extend(evictions()?);
+        }
+        let window: Vec<_> = seen.iter().filter(|e| e.0 >= first && e.0 < end).collect();
+        let accepted = window.iter().filter(|e| ok(e.2)).count();
+        ensure!(
+            accepted == 0,
+            "{accepted} evictions accepted while the budget allowed no disruption"
+        );
+        let pods_asked = window
+            .iter()
+            .map(|e| e.3.as_str())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        let (asked, first_after_create) = (window.len(), secs(created_at, first));
+        drop(seen);
+
+        // The budget allows by going away, as in tests/maintenance.rs' budget test: relaxed to
+        // `minAvailable: 0` instead, the disruption controller's own bookkeeping (a last pod
+        // counted unhealthy) has held a pod for over a minute, which would time the budget and
+        // not the drain. Deleted, every eviction from then on is allowed.
+        let pdbs = Api::<PodDisruptionBudget>::namespaced(self.client.clone(), ns);
+        let deleted_at = Timestamp::now();
+        let deleted = Instant::now();
+        pdbs.delete("held", &DeleteParams::default()).await?;
+        let nms = Api::<NodeMaintenance>::all(self.client.clone());
+        let (mut first_accepted, mut succeeded) = (None, None);
+        while first_accepted.is_none() || succeeded.is_none() {
+            if first_accepted.is_none() {
+                first_accepted = evictions()?
+                    .into_iter()
+                    .filter(|e| ok(e.2) && e.1 >= deleted_at)
+                    .map(|e| secs(deleted_at, e.1))
+                    .min_by(f64::total_cmp);
+            }
+            if succeeded.is_none() {
+                let nm = nms.get(&format!("nm-{node}")).await?;
+                if nm.status.and_then(|s| s.phase) == Some(MaintenancePhase::Succeeded) {
+                    succeeded = Some(deleted.elapsed().as_secs_f64());
+                }
+            }
+            ensure!(
+                deleted.elapsed() < LIMIT,
+                "{LIMIT:?} after the budget's deletion: first accepted eviction \
+                 {first_accepted:?} s, Succeeded {succeeded:?} s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(Held {
+            asked,
+            pods_asked,
+            first_after_create,
+            first_accepted: first_accepted.expect("loop ends when known"),
+            succeeded: succeeded.expect("loop ends when known"),
+        })
+    }
+
     /// Starts upstream's Go manager (as the admin; webhook on :9443 with its fallback serving
     /// pair, as `benches/admission.rs` runs it) and registers its webhook.
     async fn start_upstream(
@@ -1051,6 +1383,20 @@ fn classify(method: &str, url: &str) -> (String, String) {
 fn proc_status(pid: u32, field: &str) -> Result<u64> {
     nmo_devcluster::measure::proc_status(pid, field)
         .with_context(|| format!("no {field} in /proc/{pid}/status"))
+}
+
+/// Pods of `budgetheld`: `NMO_BUDGET_PODS`, else 2,000.
+fn budget_pods() -> Result<usize> {
+    match std::env::var("NMO_BUDGET_PODS") {
+        Ok(v) => {
+            let n: usize = v
+                .parse()
+                .with_context(|| format!("NMO_BUDGET_PODS={v:?} is not a number"))?;
+            ensure!(n > 0, "NMO_BUDGET_PODS must be at least 1");
+            Ok(n)
+        }
+        Err(_) => Ok(2000),
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
