@@ -272,7 +272,7 @@ fn csv_deployment_rbac_and_webhook_equal_the_kustomize_rendering() {
             })
             .collect()
     };
-    assert_eq!(paths("specDescriptors"), ["nodeName", "reason"]);
+    assert_eq!(paths("specDescriptors"), ["nodeName", "paused", "reason"]);
     let status = paths("statusDescriptors");
     for field in ["phase", "drainProgress", "lastError", "errorOnLeaseCount"] {
         assert!(status.iter().any(|p| p == field), "{field} in {status:?}");
