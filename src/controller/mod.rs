@@ -108,7 +108,7 @@ pub(crate) async fn run(
         metrics.clone(),
     );
     // Aborted with the controller: the budgets are read only by its drain rounds.
-    let (budgets, watch_budgets) = crate::drain::BudgetWatch::start(client.clone());
+    let (budgets, watch_budgets, relaxed) = crate::drain::BudgetWatch::start(client.clone());
     let budget_watch = tokio::spawn(watch_budgets);
     let (ctx, woken) = context(
         client,
@@ -121,6 +121,11 @@ pub(crate) async fn run(
     );
     let controller = Controller::for_stream(nm_triggers, store.clone())
         .reconcile_on(woken)
+        .reconcile_on(triggers::budgets(
+            relaxed,
+            ctx.memory.drain(),
+            store.clone(),
+        ))
         .watches_stream(
             triggers::nodes(&nodes, orphan_tx),
             triggers::node_mapper(store, ctx.metrics.clone()),

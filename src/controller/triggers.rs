@@ -139,6 +139,32 @@ pub(super) fn node_mapper(
     }
 }
 
+/// The budget triggers: a PodDisruptionBudget that allows a disruption now, or is gone, ends the
+/// hold its last refusal put on the pods it covers in the drain's memory (a fact the watch saw,
+/// recorded as an answer is), and wakes the maintenances of the nodes it held, so their next
+/// round asks at once rather than at the refusal's retry (`docs/drain-contract.md` §1). A budget
+/// that held nothing wakes nothing.
+pub(super) fn budgets(
+    relaxed: futures::channel::mpsc::UnboundedReceiver<crate::drain::SharedCause>,
+    memory: crate::drain::DrainMemory,
+    store: Store<NodeMaintenance>,
+) -> impl Stream<Item = ObjectRef<NodeMaintenance>> + Send + 'static {
+    relaxed.flat_map(move |cause| {
+        let held: Vec<String> = {
+            let mut nodes = memory.lock().unwrap_or_else(|e| e.into_inner());
+            nodes
+                .iter_mut()
+                .filter_map(|(node, schedule)| schedule.release(&cause).then(|| node.clone()))
+                .collect()
+        };
+        let refs: Vec<ObjectRef<NodeMaintenance>> = held
+            .iter()
+            .flat_map(|node| maintenances_of_node(&store, node))
+            .collect();
+        futures::stream::iter(refs)
+    })
+}
+
 /// Sets `ready` once both the NodeMaintenance watch (`nms_synced`) and the Node watch
 /// (`nodes_synced`) have listed everything (the readiness probe's `synced`).
 pub(super) async fn report_synced(

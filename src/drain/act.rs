@@ -339,7 +339,9 @@ impl Drainer {
                 this.answered(&node, &uid, None, None);
                 return;
             }
-            let outcome = this.evict_once(&node, &e).await;
+            // Boxed: a task waiting for its slot then holds a pointer, not the request's whole
+            // state machine (thousands of evictions may wait at once on a big node).
+            let outcome = Box::pin(this.evict_once(&node, &e)).await;
             drop(slot);
             this.answered(&node, &uid, Some(&outcome), Some((&e.awaits, &e.cause)));
             (standing.wake)();

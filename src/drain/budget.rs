@@ -146,25 +146,40 @@ pub(crate) struct BudgetWatch {
 }
 
 impl BudgetWatch {
-    /// A watch of every PodDisruptionBudget through `client`, and the future that drives it
-    /// (until dropped; watch errors are logged and retried with the watch's back-off).
-    pub(crate) fn start(client: Client) -> (Self, impl Future<Output = ()> + Send + 'static) {
+    /// A watch of every PodDisruptionBudget through `client`, the future that drives it (until
+    /// dropped; watch errors are logged and retried with the watch's back-off), and the budgets
+    /// that may allow a disruption now: each one seen allowing at least one, or deleted (the
+    /// drain's trigger ends their holds, `crate::controller`).
+    pub(crate) fn start(
+        client: Client,
+    ) -> (
+        Self,
+        impl Future<Output = ()> + Send + 'static,
+        futures::channel::mpsc::UnboundedReceiver<SharedCause>,
+    ) {
         let (store, writer) = reflector::store::<PodDisruptionBudget>();
         let listed = Arc::new(AtomicBool::new(false));
         let flag = listed.clone();
+        let (relaxed_tx, relaxed) = futures::channel::mpsc::unbounded();
         let api: Api<PodDisruptionBudget> = Api::all(client);
         let drive = watcher(api, watcher::Config::default())
             .backoff(crate::watch::relist::watch_backoff())
             .inspect(move |ev| match ev {
                 Ok(watcher::Event::Init) | Err(_) => flag.store(false, Ordering::Relaxed),
                 Ok(watcher::Event::InitDone) => flag.store(true, Ordering::Relaxed),
+                Ok(watcher::Event::Apply(pdb)) if Budget::of(pdb).allowed > 0 => {
+                    let _ = relaxed_tx.unbounded_send(Budget::of(pdb).cause());
+                }
+                Ok(watcher::Event::Delete(pdb)) => {
+                    let _ = relaxed_tx.unbounded_send(Budget::of(pdb).cause());
+                }
                 _ => {}
             })
             .filter_map(crate::watch::relist::log_error("PodDisruptionBudget"))
             .modify(slim)
             .reflect(writer)
             .for_each(|_| async {});
-        (Self { store, listed }, drive)
+        (Self { store, listed }, drive, relaxed)
     }
 
     /// A watch that never lists (tests of the executor): every pod is asked.

@@ -635,6 +635,10 @@ impl RetrySchedule {
     pub(crate) fn shared(&self, cause: &SharedCause, now: Instant) -> Option<&SharedEntry> {
         self.shared.get(cause).filter(|e| e.due > now)
     }
+    /// Ends the hold of `cause` (it allows a disruption now, or is gone); whether it held pods.
+    pub(crate) fn release(&mut self, cause: &SharedCause) -> bool {
+        self.shared.remove(cause).is_some()
+    }
     /// The last refusal that named `cause`, due or not (its texts, for pods held by it).
     pub(crate) fn last_shared(&self, cause: &SharedCause) -> Option<&SharedEntry> {
         self.shared.get(cause)
