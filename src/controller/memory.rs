@@ -26,6 +26,9 @@ pub(crate) struct Memory {
     pub failures: u32,
     /// Waits in a row for a lease we never held (reset when the lease is ours).
     pub lease_waits: u32,
+    /// Whether the last pass found the maintenance paused (`crate::policy`), for its one event
+    /// on a CRD that prunes the `DrainPaused` condition (upstream's); `None` before the first.
+    pub paused: Option<bool>,
 }
 
 /// What a plan does to the memory of its NodeMaintenance.
@@ -237,6 +240,7 @@ mod tests {
             Remember::Set(Memory {
                 failures: 0,
                 lease_waits: 3,
+                paused: None,
             }),
         );
         assert_eq!(m.of("a").lease_waits, 3);

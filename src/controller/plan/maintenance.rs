@@ -158,8 +158,15 @@ pub(super) fn plan_maintenance(
     let (status, events) = entered(&status, node_name, &repaired, generation, now);
     w.events(events, Some(node));
     let (drain_policy, invalid) = crate::policy::resolve(nm, &o.policy);
-    let (status, events) = policy(&status, &drain_policy, &invalid, generation, now);
+    let (status, events) = policy(
+        &status,
+        (&drain_policy, memory.paused),
+        &invalid,
+        generation,
+        now,
+    );
     w.events(events, Some(node));
+    memory.paused = Some(drain_policy.paused);
     if drain_policy.paused && status.phase != Some(MaintenancePhase::Succeeded) {
         // Paused: the node, lease and label are enforced above; no round, so no new eviction.
         // An edit of the object (unpausing) starts the next pass; the lease is renewed on time.

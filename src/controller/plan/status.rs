@@ -827,10 +827,11 @@ pub(crate) fn drained(
 /// The drain policy in status (`docs/drain-contract.md` §10): `DrainPaused` while `policy`
 /// pauses the evictions (and `False` once it no longer does), `DrainPolicyValid=False` while an
 /// annotation's value is refused; an event on each change. Conditions a maintenance never needed
-/// are not written.
+/// are not written. `remembered` is whether the last pass of this process found it paused, read
+/// when the condition is not there (a CRD that prunes it).
 pub(crate) fn policy(
     status: &NodeMaintenanceStatus,
-    policy: &crate::policy::DrainPolicy,
+    (policy, remembered): (&crate::policy::DrainPolicy, Option<bool>),
     invalid: &[crate::policy::InvalidKnob],
     generation: Option<i64>,
     now: jiff::Timestamp,
@@ -838,7 +839,7 @@ pub(crate) fn policy(
     let mut s = status.clone();
     let mut events = Vec::new();
     let was = |type_: &str| condition(status, type_).map(|c| c.status == "True");
-    match (policy.paused, was(condition::DRAIN_PAUSED)) {
+    match (policy.paused, was(condition::DRAIN_PAUSED).or(remembered)) {
         (true, was_paused) => {
             let message = "no eviction is sent while the maintenance is paused (spec.paused, the \
                            annotation nodemaintenance.medik8s.io/paused or --drain-paused); the \
