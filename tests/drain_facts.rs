@@ -558,6 +558,40 @@ async fn a_tolerating_workload_is_evicted_once_and_its_replacement_kept() {
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
 
+/// `n` bare pods `held-NN` on `node` in `ns`, Running, under one PodDisruptionBudget `held`
+/// (`minAvailable: n`) whose status counts them all healthy and allows no disruption; returns
+/// the budgets of `ns`.
+async fn held_by_one_budget(
+    client: &kube::Client,
+    ns: &str,
+    node: &str,
+    n: usize,
+) -> Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> {
+    for i in 0..n {
+        let labels = json!({"metadata": {"labels": {"app": "held"}}});
+        bare_pod(client, ns, &format!("held-{i:02}"), node, labels).await;
+    }
+    let budgets = Api::namespaced(client.clone(), ns);
+    let pdb = serde_json::from_value(json!({
+        "metadata": {"name": "held"},
+        "spec": {"minAvailable": n, "selector": {"matchLabels": {"app": "held"}}}
+    }))
+    .unwrap();
+    budgets.create(&PostParams::default(), &pdb).await.unwrap();
+    wait_for("the budget counts every pod healthy", LIMIT, || async {
+        let b: k8s_openapi::api::policy::v1::PodDisruptionBudget =
+            budgets.get("held").await.map_err(|e| e.to_string())?;
+        match b.status {
+            Some(s) if s.current_healthy == Some(n as i32) && s.disruptions_allowed == Some(0) => {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    budgets
+}
+
 /// `docs/drain-contract.md` §1 ("Causes many pods share"): 60 pods under one
 /// PodDisruptionBudget that allows no disruption, and two pods no budget covers. The two are
 /// evicted at once; over the next 30 s the API server receives at most one eviction of the
@@ -577,34 +611,10 @@ async fn a_budget_held_drain_asks_through_one_pod_and_finishes_when_the_budget_a
         .await
         .remove(0);
     let ns = namespace(&client, "budget").await;
-    for i in 0..HELD {
-        let labels = json!({"metadata": {"labels": {"app": "held"}}});
-        bare_pod(&client, &ns, &format!("held-{i:02}"), &node, labels).await;
-    }
     for i in 0..2 {
         bare_pod(&client, &ns, &format!("free-{i}"), &node, json!({})).await;
     }
-    wait_all_running(&client, &ns, HELD + 2).await;
-    let budgets =
-        Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(client.clone(), &ns);
-    let pdb = serde_json::from_value(json!({
-        "metadata": {"name": "held"},
-        "spec": {"minAvailable": HELD, "selector": {"matchLabels": {"app": "held"}}}
-    }))
-    .unwrap();
-    budgets.create(&PostParams::default(), &pdb).await.unwrap();
-    wait_for("the budget counts every pod healthy", LIMIT, || async {
-        let b = budgets.get("held").await.map_err(|e| e.to_string())?;
-        match b.status {
-            Some(s)
-                if s.current_healthy == Some(HELD as i32) && s.disruptions_allowed == Some(0) =>
-            {
-                Ok(())
-            }
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    let budgets = held_by_one_budget(&client, &ns, &node, HELD).await;
     let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
 
     let name = unique("nm-budget");
@@ -835,19 +845,7 @@ async fn a_paused_maintenance_sends_no_eviction_and_resumes_when_unpaused() {
         .await
         .remove(0);
     let ns = namespace(&client, "pause").await;
-    for i in 0..PODS {
-        let labels = json!({"metadata": {"labels": {"app": "held"}}});
-        bare_pod(&client, &ns, &format!("held-{i}"), &node, labels).await;
-    }
-    wait_all_running(&client, &ns, PODS).await;
-    let budgets =
-        Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(client.clone(), &ns);
-    let pdb = serde_json::from_value(json!({
-        "metadata": {"name": "held"},
-        "spec": {"minAvailable": PODS, "selector": {"matchLabels": {"app": "held"}}}
-    }))
-    .unwrap();
-    budgets.create(&PostParams::default(), &pdb).await.unwrap();
+    let budgets = held_by_one_budget(&client, &ns, &node, PODS).await;
     let name = unique("nm-pause");
     nm::create(&client, &name, &node).await;
     nm::wait_status(&client, &name, "held by the budget", LIMIT, |s| {
