@@ -276,6 +276,17 @@ fn accepted_in<'a>(events: &'a [AuditEvent], ns: &str) -> Vec<&'a AuditEvent> {
         .collect()
 }
 
+/// The message of the `Drained` condition of `nm` (empty when it has none): where the kept pods
+/// are named.
+fn drained_message(nm: &node_maintenance_operator::api::NodeMaintenance) -> String {
+    nm.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .find(|c| c.type_ == "Drained")
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
 /// `docs/drain-contract.md` §4: an eviction is awaited for as long as the API server takes to
 /// answer it. An eviction webhook that allows after 12 s, and a hung one with
 /// `failurePolicy: Ignore` and `timeoutSeconds: 15`, both let the drain finish (an operator that
@@ -518,13 +529,7 @@ async fn a_tolerating_workload_is_evicted_once_and_its_replacement_kept() {
     let name = unique("nm-repl");
     nm::create(&client, &name, &node).await;
     let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
-    let drained = done
-        .status
-        .iter()
-        .flat_map(|s| s.conditions.iter().flatten())
-        .find(|c| c.type_ == "Drained")
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
+    let drained = drained_message(&done);
     for app in ["agent", "operator"] {
         let now = pods(&client, &ns, app).await;
         let on_node: Vec<&Pod> = now
@@ -782,13 +787,7 @@ async fn a_pods_drain_label_orders_skips_and_waits_for_it() {
             .await
             .unwrap();
         let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
-        let drained = done
-            .status
-            .iter()
-            .flat_map(|s| s.conditions.iter().flatten())
-            .find(|c| c.type_ == "Drained")
-            .map(|c| c.message.clone())
-            .unwrap_or_default();
+        let drained = drained_message(&done);
         assert!(
             drained.contains(&format!("{ns}/cache (Skipped)")),
             "{family}: the skipped pod named as kept: {drained:?}"
@@ -846,6 +845,7 @@ async fn a_paused_maintenance_sends_no_eviction_and_resumes_when_unpaused() {
         .remove(0);
     let ns = namespace(&client, "pause").await;
     let budgets = held_by_one_budget(&client, &ns, &node, PODS).await;
+    let mut since_create = AuditCursor::at_end(env.cluster.audit_log_path());
     let name = unique("nm-pause");
     nm::create(&client, &name, &node).await;
     nm::wait_status(&client, &name, "held by the budget", LIMIT, |s| {
@@ -876,8 +876,38 @@ async fn a_paused_maintenance_sends_no_eviction_and_resumes_when_unpaused() {
             .any(|c| c.type_ == "DrainPaused" && c.status == "True")
     };
     nm::wait_status(&client, &name, "DrainPaused", LIMIT, paused).await;
-    // An eviction sent before the pause was seen has been answered by now.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Evictions sent before the pause (the budget's probes) may still be answered: wait until
+    // the API server has answered every eviction it received, then watch from there.
+    let mut before: Vec<AuditEvent> = Vec::new();
+    wait_for(
+        "every eviction sent before the pause answered",
+        LIMIT,
+        || {
+            before.extend(
+                since_create
+                    .read()
+                    .unwrap()
+                    .into_iter()
+                    .filter(|e| e.subresource == "eviction" && e.namespace == ns),
+            );
+            let received = before.iter().filter(|e| e.stage == "RequestReceived");
+            let open: Vec<&str> = received
+                .filter(|r| {
+                    !before
+                        .iter()
+                        .any(|e| e.stage == "ResponseComplete" && e.audit_id == r.audit_id)
+                })
+                .map(|r| r.name.as_str())
+                .collect();
+            let result = if open.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("not answered yet: {open:?}"))
+            };
+            async move { result }
+        },
+    )
+    .await;
     let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
     budgets.delete("held", &Default::default()).await.unwrap();
     tokio::time::sleep(Duration::from_secs(20)).await;

@@ -167,8 +167,11 @@ impl BudgetWatch {
             .inspect(move |ev| match ev {
                 Ok(watcher::Event::Init) | Err(_) => flag.store(false, Ordering::Relaxed),
                 Ok(watcher::Event::InitDone) => flag.store(true, Ordering::Relaxed),
-                Ok(watcher::Event::Apply(pdb)) if Budget::of(pdb).allowed > 0 => {
-                    let _ = relaxed_tx.unbounded_send(Budget::of(pdb).cause());
+                Ok(watcher::Event::Apply(pdb)) => {
+                    let budget = Budget::of(pdb);
+                    if budget.allowed > 0 {
+                        let _ = relaxed_tx.unbounded_send(budget.cause());
+                    }
                 }
                 Ok(watcher::Event::Delete(pdb)) => {
                     let _ = relaxed_tx.unbounded_send(Budget::of(pdb).cause());
