@@ -3,7 +3,8 @@
 //! The JSON names, scope, short name and the verbatim field descriptions (typos included) are
 //! upstream's contract (medik8s node-maintenance-operator `api/v1beta1`); tools such as
 //! NodeHealthCheck and KubeVirt read them. What we add on top (`conditions`,
-//! `observedGeneration`, `blockers`, `drainStartTime`, printer columns) is additive and optional,
+//! `observedGeneration`, `blockers`, `drainStartTime`, `drainDeadline`, `onTimeout`, the drain
+//! knobs of `spec`, printer columns) is additive and optional,
 //! so an object written by upstream NMO reads back unchanged.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -68,7 +69,9 @@ pub const DRAIN_STARTED_ANNOTATION: &str = "nodemaintenance.medik8s.io/drain-sta
     printcolumn = r#"{"name":"Progress","type":"integer","jsonPath":".status.drainProgress","description":"Percentage of the evictable pods that are gone"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".spec.reason","priority":1,"description":"Why the node is in maintenance"}"#,
-    printcolumn = r#"{"name":"LastError","type":"string","jsonPath":".status.lastError","priority":1,"description":"The latest error, cleared on success"}"#
+    printcolumn = r#"{"name":"LastError","type":"string","jsonPath":".status.lastError","priority":1,"description":"The latest error, cleared on success"}"#,
+    printcolumn = r#"{"name":"Deadline","type":"string","jsonPath":".status.drainDeadline","priority":1,"description":"When the drain's deadline passes (drainTimeout)"}"#,
+    printcolumn = r#"{"name":"OnTimeout","type":"string","jsonPath":".status.onTimeout","priority":1,"description":"What happens at the deadline"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodeMaintenanceSpec {
@@ -83,6 +86,59 @@ pub struct NodeMaintenanceSpec {
     /// field, which wins over the operator's --drain-paused flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
+    /// How long the drain may take, from its start, before onTimeout applies: a duration such
+    /// as "90s", "15m" or "1h30m". The annotation nodemaintenance.medik8s.io/drainTimeout wins
+    /// over this field, which wins over the operator's --drain-timeout flag. Unset: no deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_timeout: Option<String>,
+    /// What happens once drainTimeout has passed: Wait (keep draining, with a Warning event),
+    /// Fail (phase Failed, the node stays cordoned), SkipStuck (stop waiting for pods whose
+    /// deletion is overdue) or ForceDelete (delete the remaining pods with a short grace
+    /// period). The annotation nodemaintenance.medik8s.io/onTimeout wins over this field, which
+    /// wins over the operator's --on-timeout flag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_timeout: Option<OnTimeout>,
+}
+
+/// What happens when a drain's deadline (`drainTimeout`) passes (`docs/drain-contract.md` §10).
+// Spelled as the variant in the CRD, the annotation and the flag.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, clap::ValueEnum,
+)]
+pub enum OnTimeout {
+    /// Keep draining (upstream's behaviour), with a Warning event and a condition reason.
+    #[default]
+    #[value(name = "Wait")]
+    Wait,
+    /// Phase Failed; the node stays cordoned and tainted and lastError names the pods left.
+    #[value(name = "Fail")]
+    Fail,
+    /// Stop waiting for pods whose deletion is overdue, and report them as skipped.
+    #[value(name = "SkipStuck")]
+    SkipStuck,
+    /// Delete the remaining evictable pods with a short grace period (needs pods delete).
+    #[value(name = "ForceDelete")]
+    ForceDelete,
+}
+
+impl OnTimeout {
+    /// Every value, as the CRD, the annotation and the flag spell it.
+    pub const ALL: &'static [(OnTimeout, &'static str)] = &[
+        (Self::Wait, "Wait"),
+        (Self::Fail, "Fail"),
+        (Self::SkipStuck, "SkipStuck"),
+        (Self::ForceDelete, "ForceDelete"),
+    ];
+}
+
+impl std::fmt::Display for OnTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = Self::ALL
+            .iter()
+            .find(|(v, _)| v == self)
+            .map_or("Wait", |(_, n)| n);
+        f.write_str(name)
+    }
 }
 
 /// Phase of a maintenance, upstream's three values.
@@ -162,6 +218,12 @@ pub struct NodeMaintenanceStatus {
     /// When the drain started; kept across operator restarts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_start_time: Option<Time>,
+    /// When the drain's deadline passes (its start plus drainTimeout), while one is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_deadline: Option<Time>,
+    /// What happens at drainDeadline (the onTimeout knob resolved), while a deadline is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_timeout: Option<OnTimeout>,
     /// The generation of the spec that this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -260,12 +322,18 @@ pub fn validate_node_name(name: &str) -> Result<(), NodeNameError> {
 /// The status fields we add to upstream's schema. A CRD installed by upstream (e.g. owned by
 /// OLM) lacks them and the API server prunes them from every write, so correctness must never
 /// depend on reading them back (docs/compat.md §1, docs/design.md §1).
-pub const ADDED_STATUS_FIELDS: [&str; 4] = [
+pub const ADDED_STATUS_FIELDS: [&str; 6] = [
     "blockers",
     "conditions",
     "drainStartTime",
+    "drainDeadline",
+    "onTimeout",
     "observedGeneration",
 ];
+
+/// The spec fields we add to upstream's schema (the drain knobs), which upstream's CRD prunes:
+/// there they are set by their annotations (`crate::policy`).
+pub const ADDED_SPEC_FIELDS: [&str; 3] = ["paused", "drainTimeout", "onTimeout"];
 
 /// The NodeMaintenance CRD as upstream NMO ships it, generated from our types minus what we add:
 /// the status fields of [`ADDED_STATUS_FIELDS`], the printer columns and the CEL rules. Used by
@@ -298,6 +366,14 @@ pub fn upstream_schema_crd()
             {
                 for field in ADDED_STATUS_FIELDS {
                     status.remove(field);
+                }
+            }
+            if let Some(spec) = version
+                .pointer_mut("/schema/openAPIV3Schema/properties/spec/properties")
+                .and_then(|p| p.as_object_mut())
+            {
+                for field in ADDED_SPEC_FIELDS {
+                    spec.remove(field);
                 }
             }
             strip_cel(version);

@@ -11,7 +11,7 @@
 //! - Objects that an overlay adds are wrapped in the value that selects it: `metrics.mode:
 //!   secure` (`overlays/metrics-secure`), `certManager.enabled` (`overlays/cert-manager`),
 //!   `monitoring.enabled` (`overlays/monitoring`, or `overlays/monitoring/secure` with secure
-//!   metrics).
+//!   metrics), `forceDelete.enabled` (`overlays/force-delete`).
 //! - Fields that an overlay patches are templated in place: the Deployment's args and ports and
 //!   the metrics Service's ports (metrics mode), the webhook configuration's annotations
 //!   (cert-manager). `image`, `replicas` and `leaderElection.enabled` template the Deployment,
@@ -43,16 +43,19 @@ pub struct Renderings {
     pub monitoring: String,
     /// `manifests/overlays/monitoring/secure`.
     pub monitoring_secure: String,
+    /// `manifests/overlays/force-delete`.
+    pub force_delete: String,
 }
 
 impl Renderings {
     /// The overlay directories, in field order, relative to the repository root.
-    pub const DIRS: [&'static str; 5] = [
+    pub const DIRS: [&'static str; 6] = [
         "manifests",
         "manifests/overlays/metrics-secure",
         "manifests/overlays/cert-manager",
         "manifests/overlays/monitoring",
         "manifests/overlays/monitoring/secure",
+        "manifests/overlays/force-delete",
     ];
 
     /// Builds the renderings with `kustomize(dir)` for each of [`Self::DIRS`].
@@ -66,6 +69,7 @@ impl Renderings {
             cert_manager: kustomize(Self::DIRS[2])?,
             monitoring: kustomize(Self::DIRS[3])?,
             monitoring_secure: kustomize(Self::DIRS[4])?,
+            force_delete: kustomize(Self::DIRS[5])?,
         })
     }
 }
@@ -328,6 +332,11 @@ monitoring:
   # metrics endpoint and the Grafana dashboard ConfigMap (manifests/overlays/monitoring); needs
   # the Prometheus Operator's CRDs.
   enabled: false
+
+forceDelete:
+  # Let the operator delete pods (manifests/overlays/force-delete), which onTimeout ForceDelete
+  # needs; without it the webhook refuses a NodeMaintenance that asks for ForceDelete.
+  enabled: false
 "
     )
 }
@@ -336,7 +345,7 @@ const VALUES_SCHEMA: &str = r#"{
   "$schema": "http://json-schema.org/draft-07/schema#",
   "type": "object",
   "additionalProperties": false,
-  "required": ["namespace", "image", "replicas", "leaderElection", "metrics", "certManager", "monitoring"],
+  "required": ["namespace", "image", "replicas", "leaderElection", "metrics", "certManager", "monitoring", "forceDelete"],
   "properties": {
     "namespace": {"type": "string", "minLength": 1},
     "image": {
@@ -349,7 +358,8 @@ const VALUES_SCHEMA: &str = r#"{
     "leaderElection": {"type": "object", "additionalProperties": false, "properties": {"enabled": {"type": "boolean"}}},
     "metrics": {"type": "object", "additionalProperties": false, "properties": {"mode": {"enum": ["plain", "secure"]}}},
     "certManager": {"type": "object", "additionalProperties": false, "properties": {"enabled": {"type": "boolean"}}},
-    "monitoring": {"type": "object", "additionalProperties": false, "properties": {"enabled": {"type": "boolean"}}}
+    "monitoring": {"type": "object", "additionalProperties": false, "properties": {"enabled": {"type": "boolean"}}},
+    "forceDelete": {"type": "object", "additionalProperties": false, "properties": {"enabled": {"type": "boolean"}}}
   }
 }
 "#;
@@ -366,6 +376,7 @@ pub fn render(r: &Renderings, version: &str) -> Result<Vec<BundleFile>, BundleEr
     let c = by_key(&r.cert_manager)?;
     let m = by_key(&r.monitoring)?;
     let ms = by_key(&r.monitoring_secure)?;
+    let f = by_key(&r.force_delete)?;
     let mut files: BTreeMap<String, String> = BTreeMap::new();
     let mut add = |doc: &Value, body: String| -> Result<(), BundleError> {
         let path = object_file(doc);
@@ -410,7 +421,11 @@ pub fn render(r: &Renderings, version: &str) -> Result<Vec<BundleFile>, BundleEr
                 _ => escape_helm(&to_yaml(doc)),
             },
         };
-        for (name, set) in [("cert-manager", &c), ("monitoring", &m)] {
+        for (name, set) in [
+            ("cert-manager", &c),
+            ("monitoring", &m),
+            ("force-delete", &f),
+        ] {
             if k.0 != "ValidatingWebhookConfiguration" && set.get(k) != Some(doc) {
                 return Err(shape(format!("the {name} overlay changes {k:?}")));
             }
@@ -433,6 +448,12 @@ pub fn render(r: &Renderings, version: &str) -> Result<Vec<BundleFile>, BundleEr
         add(
             doc,
             wrapped(".Values.certManager.enabled", &escape_helm(&to_yaml(doc))),
+        )?;
+    }
+    for (_, doc) in f.iter().filter(|(k, _)| !d.contains_key(*k)) {
+        add(
+            doc,
+            wrapped(".Values.forceDelete.enabled", &escape_helm(&to_yaml(doc))),
         )?;
     }
     // Monitoring objects: the same in both metrics modes, or one per mode (the ServiceMonitor).

@@ -282,6 +282,20 @@ pub struct Config {
     #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
           default_missing_value = "true", value_name = "BOOL")]
     pub drain_paused: bool,
+
+    /// Default of the `drainTimeout` knob: how long a drain may take from its start before
+    /// `--on-timeout` applies (90s, 15m, 1h30m). Unset by default: no deadline, as upstream.
+    #[arg(long, value_name = "DURATION", value_parser = parse_drain_timeout)]
+    pub drain_timeout: Option<std::time::Duration>,
+
+    /// Default of the `onTimeout` knob: Wait, Fail, SkipStuck or ForceDelete (which needs the
+    /// force-delete RBAC overlay). Wait by default.
+    #[arg(long, value_enum, default_value = "Wait", value_name = "ACTION")]
+    pub on_timeout: crate::api::OnTimeout,
+}
+
+fn parse_drain_timeout(s: &str) -> Result<std::time::Duration, String> {
+    crate::policy::parse_duration(s).map_err(|accepted| format!("expected {accepted}"))
 }
 
 impl Config {

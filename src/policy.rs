@@ -7,18 +7,31 @@
 //! an invalid value, and on a cluster without the webhook an invalid value is reported in status
 //! and the default applies.
 
+use std::time::Duration;
+
 use kube::ResourceExt;
 
-use crate::api::NodeMaintenance;
+use crate::api::{NodeMaintenance, OnTimeout};
 
 /// Annotation of the `paused` knob: `"true"` or `"false"`.
 pub const PAUSED_ANNOTATION: &str = "nodemaintenance.medik8s.io/paused";
+/// Annotation of the `drainTimeout` knob: a duration ([`parse_duration`]).
+pub const DRAIN_TIMEOUT_ANNOTATION: &str = "nodemaintenance.medik8s.io/drainTimeout";
+/// Annotation of the `onTimeout` knob: one of [`OnTimeout::ALL`].
+pub const ON_TIMEOUT_ANNOTATION: &str = "nodemaintenance.medik8s.io/onTimeout";
+
+const DURATION_ACCEPTED: &str = "a positive duration such as 90s, 15m or 1h30m";
+const ON_TIMEOUT_ACCEPTED: &str = "Wait, Fail, SkipStuck, ForceDelete";
 
 /// The operator's defaults of the knobs (its flags).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Defaults {
     /// `--drain-paused`: every maintenance starts with its evictions paused.
     pub paused: bool,
+    /// `--drain-timeout`: the deadline of every drain, from its start (`None`: none).
+    pub drain_timeout: Option<Duration>,
+    /// `--on-timeout`: what happens at the deadline.
+    pub on_timeout: OnTimeout,
 }
 
 /// The knobs of one maintenance, resolved.
@@ -27,6 +40,31 @@ pub struct DrainPolicy {
     /// No new eviction is sent; cordon, taints, label and lease are kept (ours; Cluster API and
     /// kured pause by annotation too).
     pub paused: bool,
+    /// How long the drain may take from its start (`None`: for ever, upstream's behaviour).
+    pub drain_timeout: Option<Duration>,
+    /// What happens once it has passed.
+    pub on_timeout: OnTimeout,
+}
+
+impl DrainPolicy {
+    /// The drain's deadline: `started` (the API server's time the node was entered) plus
+    /// `drain_timeout`; `None` without a timeout, a start, or when it is beyond jiff's range.
+    pub fn deadline(&self, started: Option<jiff::Timestamp>) -> Option<jiff::Timestamp> {
+        let timeout = jiff::SignedDuration::try_from(self.drain_timeout?).ok()?;
+        started?.checked_add(timeout).ok()
+    }
+
+    /// What applies at `now` (the API server's time): `Some(on_timeout)` once the deadline has
+    /// passed, `None` before it or without one.
+    pub fn overdue(
+        &self,
+        started: Option<jiff::Timestamp>,
+        now: jiff::Timestamp,
+    ) -> Option<OnTimeout> {
+        self.deadline(started)
+            .filter(|d| now >= *d)
+            .map(|_| self.on_timeout)
+    }
 }
 
 /// A knob whose value was refused, as the webhook denial and the status say it.
@@ -35,7 +73,7 @@ pub struct DrainPolicy {
 pub struct InvalidKnob {
     /// The knob (`paused`).
     pub knob: &'static str,
-    /// Where the value was read (the annotation's name).
+    /// Where the value was read (the annotation's name, or `spec.<knob>`).
     pub source_name: &'static str,
     /// The value.
     pub value: String,
@@ -43,36 +81,105 @@ pub struct InvalidKnob {
     pub accepted: &'static str,
 }
 
-fn boolean(
-    nm: &NodeMaintenance,
-    knob: &'static str,
-    annotation: &'static str,
-    invalid: &mut Vec<InvalidKnob>,
-) -> Option<bool> {
-    let value = nm.annotations().get(annotation)?;
-    match value.as_str() {
-        "true" => Some(true),
-        "false" => Some(false),
-        other => {
-            invalid.push(InvalidKnob {
+/// Parses a knob's duration: jiff's friendly format (`90s`, `15m`, `1h30m`, `1h 30m`, Go's
+/// `time.ParseDuration` spellings of whole units) or ISO 8601 (`PT90S`); it must be positive.
+///
+/// # Errors
+/// The accepted form, when `s` is not one.
+pub fn parse_duration(s: &str) -> Result<Duration, &'static str> {
+    s.trim()
+        .parse::<jiff::SignedDuration>()
+        .ok()
+        .filter(|d| d.is_positive())
+        .and_then(|d| Duration::try_from(d).ok())
+        .ok_or(DURATION_ACCEPTED)
+}
+
+fn on_timeout(s: &str) -> Option<OnTimeout> {
+    OnTimeout::ALL
+        .iter()
+        .find(|(_, name)| *name == s)
+        .map(|(v, _)| *v)
+}
+
+/// The reads of one maintenance's knobs, each refused value recorded.
+struct Knobs<'a> {
+    nm: &'a NodeMaintenance,
+    invalid: Vec<InvalidKnob>,
+}
+
+impl Knobs<'_> {
+    fn parse<T>(
+        &mut self,
+        (knob, source_name, accepted): (&'static str, &'static str, &'static str),
+        value: Option<&String>,
+        parse: impl Fn(&str) -> Option<T>,
+    ) -> Option<T> {
+        let value = value?;
+        let parsed = parse(value);
+        if parsed.is_none() {
+            self.invalid.push(InvalidKnob {
                 knob,
-                source_name: annotation,
-                value: other.to_string(),
-                accepted: "true, false",
+                source_name,
+                value: value.clone(),
+                accepted,
             });
-            None
         }
+        parsed
+    }
+
+    fn annotation<T>(
+        &mut self,
+        (knob, annotation, accepted): (&'static str, &'static str, &'static str),
+        parse: impl Fn(&str) -> Option<T>,
+    ) -> Option<T> {
+        let nm = self.nm;
+        self.parse(
+            (knob, annotation, accepted),
+            nm.annotations().get(annotation),
+            parse,
+        )
     }
 }
 
 /// The policy of `nm` under `defaults`: annotation, else spec, else flag, per knob; and the
-/// annotations whose values were refused (each knob then falls back as if it were absent).
+/// values refused (each knob then falls back as if that value were absent).
 pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> (DrainPolicy, Vec<InvalidKnob>) {
-    let mut invalid = Vec::new();
-    let paused = boolean(nm, "paused", PAUSED_ANNOTATION, &mut invalid)
+    let mut k = Knobs {
+        nm,
+        invalid: Vec::new(),
+    };
+    let boolean = |v: &str| match v {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    };
+    let paused = k
+        .annotation(("paused", PAUSED_ANNOTATION, "true, false"), boolean)
         .or(nm.spec.paused)
         .unwrap_or(defaults.paused);
-    (DrainPolicy { paused }, invalid)
+    let duration = |v: &str| parse_duration(v).ok();
+    let timeout = ("drainTimeout", DRAIN_TIMEOUT_ANNOTATION, DURATION_ACCEPTED);
+    let drain_timeout = k
+        .annotation(timeout, duration)
+        .or_else(|| {
+            let spec = ("drainTimeout", "spec.drainTimeout", DURATION_ACCEPTED);
+            k.parse(spec, nm.spec.drain_timeout.as_ref(), duration)
+        })
+        .or(defaults.drain_timeout);
+    let on_timeout = k
+        .annotation(
+            ("onTimeout", ON_TIMEOUT_ANNOTATION, ON_TIMEOUT_ACCEPTED),
+            on_timeout,
+        )
+        .or(nm.spec.on_timeout)
+        .unwrap_or(defaults.on_timeout);
+    let policy = DrainPolicy {
+        paused,
+        drain_timeout,
+        on_timeout,
+    };
+    (policy, k.invalid)
 }
 
 #[cfg(test)]
@@ -98,8 +205,11 @@ mod tests {
 
     #[test]
     fn the_annotation_wins_over_the_spec_and_the_spec_over_the_flag() {
-        let off = Defaults { paused: false };
-        let on = Defaults { paused: true };
+        let off = Defaults::default();
+        let on = Defaults {
+            paused: true,
+            ..Defaults::default()
+        };
         // (spec, annotation, flag) -> paused, refused
         for (spec, annotation, defaults, paused, refused) in [
             (None, None, off, false, false),
@@ -123,6 +233,99 @@ mod tests {
             invalid[0].to_string(),
             "nodemaintenance.medik8s.io/paused has the invalid value \"yes\" for the knob paused \
              (accepted: true, false)"
+        );
+    }
+
+    #[test]
+    fn a_duration_is_positive_in_friendly_or_iso_form() {
+        for (text, secs) in [
+            ("90s", 90),
+            ("15m", 900),
+            ("1h30m", 5400),
+            ("1h 30m", 5400),
+            ("PT90S", 90),
+        ] {
+            assert_eq!(
+                parse_duration(text),
+                Ok(Duration::from_secs(secs)),
+                "{text}"
+            );
+        }
+        for text in ["", "0s", "-5s", "90", "soon", "5 parsecs"] {
+            assert_eq!(parse_duration(text), Err(DURATION_ACCEPTED), "{text}");
+        }
+    }
+
+    #[test]
+    fn the_deadline_knobs_resolve_like_paused_and_a_bad_spec_value_is_refused() {
+        let mut nm = nm(None, None);
+        let defaults = Defaults {
+            drain_timeout: Some(Duration::from_secs(600)),
+            on_timeout: OnTimeout::Fail,
+            ..Defaults::default()
+        };
+        let (p, invalid) = resolve(&nm, &defaults);
+        assert_eq!(
+            (p.drain_timeout, p.on_timeout),
+            (Some(Duration::from_secs(600)), OnTimeout::Fail)
+        );
+        assert!(invalid.is_empty());
+        nm.spec.drain_timeout = Some("90s".into());
+        nm.spec.on_timeout = Some(OnTimeout::SkipStuck);
+        let (p, _) = resolve(&nm, &defaults);
+        assert_eq!(
+            (p.drain_timeout, p.on_timeout),
+            (Some(Duration::from_secs(90)), OnTimeout::SkipStuck)
+        );
+        nm.annotations_mut()
+            .insert(DRAIN_TIMEOUT_ANNOTATION.into(), "2m".into());
+        nm.annotations_mut()
+            .insert(ON_TIMEOUT_ANNOTATION.into(), "ForceDelete".into());
+        let (p, _) = resolve(&nm, &defaults);
+        assert_eq!(
+            (p.drain_timeout, p.on_timeout),
+            (Some(Duration::from_secs(120)), OnTimeout::ForceDelete)
+        );
+        // A refused annotation falls back to the spec; a refused spec value to the flag.
+        nm.annotations_mut()
+            .insert(DRAIN_TIMEOUT_ANNOTATION.into(), "later".into());
+        nm.annotations_mut()
+            .insert(ON_TIMEOUT_ANNOTATION.into(), "forcedelete".into());
+        nm.spec.drain_timeout = Some("-1s".into());
+        let (p, invalid) = resolve(&nm, &defaults);
+        assert_eq!(
+            (p.drain_timeout, p.on_timeout),
+            (Some(Duration::from_secs(600)), OnTimeout::SkipStuck)
+        );
+        let texts: Vec<String> = invalid.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            texts,
+            [
+                "nodemaintenance.medik8s.io/drainTimeout has the invalid value \"later\" for the knob drainTimeout (accepted: a positive duration such as 90s, 15m or 1h30m)",
+                "spec.drainTimeout has the invalid value \"-1s\" for the knob drainTimeout (accepted: a positive duration such as 90s, 15m or 1h30m)",
+                "nodemaintenance.medik8s.io/onTimeout has the invalid value \"forcedelete\" for the knob onTimeout (accepted: Wait, Fail, SkipStuck, ForceDelete)",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_deadline_counts_from_the_drain_start_by_the_api_servers_clock() {
+        let start: jiff::Timestamp = "2026-12-02T10:00:00Z".parse().unwrap();
+        let p = DrainPolicy {
+            drain_timeout: Some(Duration::from_secs(90)),
+            on_timeout: OnTimeout::Fail,
+            ..DrainPolicy::default()
+        };
+        let at = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
+        assert_eq!(p.overdue(Some(start), at("2026-12-02T10:01:29Z")), None);
+        assert_eq!(
+            p.overdue(Some(start), at("2026-12-02T10:01:30Z")),
+            Some(OnTimeout::Fail)
+        );
+        assert_eq!(p.overdue(None, at("2026-12-02T11:00:00Z")), None);
+        assert_eq!(
+            DrainPolicy::default().overdue(Some(start), at("2030-01-01T00:00:00Z")),
+            None
         );
     }
 }

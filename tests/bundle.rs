@@ -272,7 +272,10 @@ fn csv_deployment_rbac_and_webhook_equal_the_kustomize_rendering() {
             })
             .collect()
     };
-    assert_eq!(paths("specDescriptors"), ["nodeName", "paused", "reason"]);
+    assert_eq!(
+        paths("specDescriptors"),
+        ["drainTimeout", "nodeName", "onTimeout", "paused", "reason"]
+    );
     let status = paths("statusDescriptors");
     for field in ["phase", "drainProgress", "lastError", "errorOnLeaseCount"] {
         assert!(status.iter().any(|p| p == field), "{field} in {status:?}");

@@ -192,6 +192,10 @@ fn the_chart_renders_what_kustomize_renders() {
             &["monitoring.enabled=true", "metrics.mode=secure"][..],
             "manifests/overlays/monitoring/secure",
         ),
+        (
+            &["forceDelete.enabled=true"][..],
+            "manifests/overlays/force-delete",
+        ),
     ] {
         let mut want = objects(&kustomize(dir));
         want.extend(crd.clone());

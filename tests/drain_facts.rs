@@ -20,6 +20,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use nmo_devcluster::audit::{AuditCursor, AuditEvent, EVICTIONS_POLICY};
 use nmo_devcluster::operator::Operator;
 use node_maintenance_operator::api::MaintenancePhase;
+use serde::Deserialize;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -933,5 +934,324 @@ async fn a_paused_maintenance_sends_no_eviction_and_resumes_when_unpaused() {
     );
     annotate("false").await;
     nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
+
+/// The drain deadline of these tests (the knob's own tests use 90 s; the path is the same).
+const TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Creates NodeMaintenance `name` for `node` with `drainTimeout` [`TIMEOUT`] and `onTimeout`
+/// given as the spec fields, or as the annotations when `annotated` (how they reach a cluster
+/// whose CRD is upstream's, which prunes unknown spec fields).
+async fn create_with_deadline(
+    client: &kube::Client,
+    name: &str,
+    node: &str,
+    on_timeout: &str,
+    annotated: bool,
+) -> Result<(), kube::Error> {
+    let mut nm = serde_json::to_value(nm::new(name, node, "e2e")).unwrap();
+    let timeout = format!("{}s", TIMEOUT.as_secs());
+    if annotated {
+        nm["metadata"]["annotations"] = json!({
+            node_maintenance_operator::policy::DRAIN_TIMEOUT_ANNOTATION: timeout,
+            node_maintenance_operator::policy::ON_TIMEOUT_ANNOTATION: on_timeout,
+        });
+    } else {
+        nm["spec"]["drainTimeout"] = json!(timeout);
+        nm["spec"]["onTimeout"] = json!(on_timeout);
+    }
+    Api::<node_maintenance_operator::api::NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &serde_json::from_value(nm).unwrap())
+        .await
+        .map(|_| ())
+}
+
+/// When the drain of `node` started, as recorded on the node by the operator (the API server's
+/// clock).
+async fn drain_started(client: &kube::Client, node: &str) -> jiff::Timestamp {
+    let n = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .get(node)
+        .await
+        .unwrap();
+    n.metadata
+        .annotations
+        .unwrap_or_default()
+        .get(node_maintenance_operator::api::DRAIN_STARTED_ANNOTATION)
+        .and_then(|v| v.parse().ok())
+        .expect("the drain start recorded on the node")
+}
+
+/// The Warning events with `reason` about NodeMaintenance `name`: their messages and when each
+/// was last seen.
+async fn warnings(
+    client: &kube::Client,
+    name: &str,
+    reason: &str,
+) -> Vec<(String, jiff::Timestamp)> {
+    nm::events(client, "NodeMaintenance", name)
+        .await
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some(reason))
+        .map(|e| {
+            let at = e
+                .event_time
+                .map(|t| t.0)
+                .or(e.last_timestamp.map(|t| t.0))
+                .or(e.metadata.creation_timestamp.map(|t| t.0))
+                .unwrap_or_default();
+            (e.message.unwrap_or_default(), at)
+        })
+        .collect()
+}
+
+/// `docs/drain-contract.md` §10 (`onTimeout: ForceDelete`): a 2-replica Deployment under a
+/// budget with `minAvailable: 2`. Asked without the grant, the webhook refuses it naming the
+/// overlay; with `manifests/overlays/force-delete` applied it is admitted, stays Running with the
+/// budget's blocker until the deadline, then deletes both pods (a Warning event each, none
+/// before the deadline) and Succeeds.
+#[tokio::test]
+async fn past_the_deadline_force_delete_deletes_the_pods_a_budget_holds() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("force");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "force").await;
+    deployment(&client, &ns, "db", &group, 2, 30).await;
+    wait_all_running(&client, &ns, 2).await;
+    let budgets: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        Api::namespaced(client.clone(), &ns);
+    let pdb = serde_json::from_value(json!({
+        "metadata": {"name": "db"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "db"}}}
+    }))
+    .unwrap();
+    budgets.create(&PostParams::default(), &pdb).await.unwrap();
+    let before: Vec<Pod> = pods(&client, &ns, "db").await;
+
+    let name = unique("nm-force");
+    let refused = create_with_deadline(&client, &name, &node, "ForceDelete", false)
+        .await
+        .expect_err("ForceDelete admitted without the grant to delete pods");
+    assert!(
+        refused
+            .to_string()
+            .contains("manifests/overlays/force-delete"),
+        "{refused}"
+    );
+    grant_force_delete(&client).await;
+    wait_for("ForceDelete admitted with the grant", LIMIT, || async {
+        create_with_deadline(&client, &name, &node, "ForceDelete", false)
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    nm::wait_status(&client, &name, "held by the budget", LIMIT, |s| {
+        s.phase == Some(MaintenancePhase::Running)
+            && s.blockers
+                .iter()
+                .flatten()
+                .any(|b| b.reason == "PodDisruptionBudget")
+    })
+    .await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let deadline =
+        drain_started(&client, &node).await + jiff::SignedDuration::try_from(TIMEOUT).unwrap();
+    let forced = warnings(&client, &name, "PodForceDeleted").await;
+    assert_eq!(forced.len(), 2, "one Warning event per pod: {forced:?}");
+    for pod in &before {
+        let pod_name = pod.metadata.name.as_deref().unwrap();
+        assert!(
+            forced.iter().any(|(m, _)| m.contains(pod_name)),
+            "{pod_name} not named in {forced:?}"
+        );
+        let now = Api::<Pod>::namespaced(client.clone(), &ns)
+            .get_opt(pod_name)
+            .await
+            .unwrap();
+        assert!(
+            now.is_none_or(|p| p.metadata.uid != pod.metadata.uid),
+            "{pod_name} still there"
+        );
+    }
+    for (message, at) in &forced {
+        assert!(
+            *at >= deadline,
+            "deleted at {at}, before the deadline {deadline}: {message}"
+        );
+    }
+    let exceeded = warnings(&client, &name, "DrainDeadlineExceeded").await;
+    assert_eq!(exceeded.len(), 1, "{exceeded:?}");
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
+
+/// Applies `manifests/overlays/force-delete/force-delete.yaml` (the ClusterRole and its binding
+/// to the operator's ServiceAccount); already there is fine.
+async fn grant_force_delete(client: &kube::Client) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let text =
+        std::fs::read_to_string(manifests_dir().join("overlays/force-delete/force-delete.yaml"))
+            .unwrap();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v = serde_json::Value::deserialize(doc).unwrap();
+        let created = match v["kind"].as_str() {
+            Some("ClusterRole") => Api::<ClusterRole>::all(client.clone())
+                .create(&PostParams::default(), &serde_json::from_value(v).unwrap())
+                .await
+                .map(|_| ()),
+            Some("ClusterRoleBinding") => Api::<ClusterRoleBinding>::all(client.clone())
+                .create(&PostParams::default(), &serde_json::from_value(v).unwrap())
+                .await
+                .map(|_| ()),
+            other => panic!("unexpected {other:?} in the force-delete overlay"),
+        };
+        match created {
+            Ok(()) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => panic!("applying the force-delete overlay: {e}"),
+        }
+    }
+}
+
+/// `docs/drain-contract.md` §10 (`onTimeout: Fail`, set by annotations as on upstream's CRD):
+/// two pods a budget holds. At the deadline the maintenance is Failed with `lastError` naming
+/// both pods, and the node stays cordoned and tainted; deleting it restores the node.
+#[tokio::test]
+async fn past_the_deadline_fail_fails_and_keeps_the_node_cordoned() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("fail");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "fail").await;
+    held_by_one_budget(&client, &ns, &node, 2).await;
+    let name = unique("nm-fail");
+    create_with_deadline(&client, &name, &node, "Fail", true)
+        .await
+        .unwrap();
+    nm::wait_status(&client, &name, "Running, held by the budget", LIMIT, |s| {
+        s.phase == Some(MaintenancePhase::Running)
+            && s.blockers
+                .iter()
+                .flatten()
+                .any(|b| b.reason == "PodDisruptionBudget")
+    })
+    .await;
+    let nm = nm::wait_phase(&client, &name, MaintenancePhase::Failed, LIMIT).await;
+    let error = nm.status.unwrap().last_error.unwrap_or_default();
+    for pod in ["held-00", "held-01"] {
+        assert!(
+            error.contains(pod),
+            "{pod} not named in lastError {error:?}"
+        );
+    }
+    assert!(error.contains("drainTimeout of 15s"), "{error}");
+    node::in_maintenance(&client, &node)
+        .await
+        .unwrap_or_else(|e| panic!("the node left maintenance on Fail: {e}"));
+    assert_eq!(
+        warnings(&client, &name, "DrainDeadlineExceeded")
+            .await
+            .len(),
+        1
+    );
+    // Still Failed at the next passes (not Running again).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let again = Api::<node_maintenance_operator::api::NodeMaintenance>::all(client.clone())
+        .get(&name)
+        .await
+        .unwrap();
+    assert_eq!(again.status.unwrap().phase, Some(MaintenancePhase::Failed));
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
+
+/// `docs/drain-contract.md` §10 (`onTimeout: SkipStuck`): a pod held by a finalizer after its
+/// eviction keeps the drain Running until the deadline; then it is reported as kept with reason
+/// `DeletionOverdue` and the maintenance Succeeds.
+#[tokio::test]
+async fn past_the_deadline_skip_stuck_stops_waiting_for_a_pod_a_finalizer_holds() {
+    const FINALIZER: &str = "e2e.medik8s.io/hold";
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("stuck");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "stuck").await;
+    bare_pod(
+        &client,
+        &ns,
+        "stuck",
+        &node,
+        json!({"metadata": {"finalizers": [FINALIZER]}, "spec": {"terminationGracePeriodSeconds": 2}}),
+    )
+    .await;
+    wait_all_running(&client, &ns, 1).await;
+    let name = unique("nm-stuck");
+    create_with_deadline(&client, &name, &node, "SkipStuck", false)
+        .await
+        .unwrap();
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    wait_for(
+        "the pod evicted and held by its finalizer",
+        LIMIT,
+        || async {
+            let p = pods.get("stuck").await.map_err(|e| e.to_string())?;
+            p.metadata
+                .deletion_timestamp
+                .map(|_| ())
+                .ok_or_else(|| "not terminating yet".to_string())
+        },
+    )
+    .await;
+    let running = Api::<node_maintenance_operator::api::NodeMaintenance>::all(client.clone())
+        .get(&name)
+        .await
+        .unwrap();
+    assert_eq!(
+        running.status.unwrap().phase,
+        Some(MaintenancePhase::Running),
+        "waits for the pod before the deadline"
+    );
+    let nm = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let deadline =
+        drain_started(&client, &node).await + jiff::SignedDuration::try_from(TIMEOUT).unwrap();
+    let message = drained_message(&nm);
+    assert!(
+        message.contains("stuck"),
+        "the kept pod is named: {message}"
+    );
+    let kept = nm::event_summary(&client, &name)
+        .await
+        .into_iter()
+        .find(|e| e.1 == "PodNotEvicted" && e.2.contains("stuck"))
+        .expect("a PodNotEvicted event for the stuck pod");
+    assert!(kept.2.contains("SkipStuck"), "{kept:?}");
+    let succeeded_at = nm
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Drained")
+        .map(|c| c.last_transition_time.0)
+        .unwrap();
+    assert!(
+        succeeded_at >= deadline,
+        "Succeeded at {succeeded_at}, deadline {deadline}"
+    );
+    assert!(
+        pods.get_opt("stuck").await.unwrap().is_some(),
+        "the finalizer still holds the pod"
+    );
+    pods.patch(
+        "stuck",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }

@@ -423,6 +423,7 @@ fn every_shipped_pod_spec_passes_restricted_v2() {
         "manifests/overlays/monitoring",
         "manifests/overlays/monitoring/secure",
         "manifests/overlays/network-policy",
+        "manifests/overlays/force-delete",
     ] {
         for d in kustomize(dir) {
             if d["kind"].as_str() == Some("Deployment") {
@@ -450,10 +451,10 @@ fn every_shipped_pod_spec_passes_restricted_v2() {
             d["spec"]["template"]["spec"].clone(),
         ));
     }
-    // Every Deployment of the base, the five overlays and the bundle.
+    // Every Deployment of the base, the six overlays and the bundle.
     assert_eq!(
         specs.len(),
-        7,
+        8,
         "{:?}",
         specs.iter().map(|s| &s.0).collect::<Vec<_>>()
     );

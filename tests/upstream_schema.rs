@@ -349,3 +349,89 @@ async fn killed_mid_drain_then_restarted_completes_on_upstreams_schema() {
     );
     nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
 }
+
+/// `docs/drain-contract.md` §10 on upstream's schema, which prunes the drain knobs' spec fields:
+/// set by their annotations they still apply. A maintenance created paused (annotation) with a
+/// 10 s deadline and `onTimeout: Fail` (annotations; the spec fields it also carries are
+/// pruned) sends no eviction, says it is paused in an event (the condition is pruned too), and
+/// at the deadline is Failed with the node still in maintenance; an invalid annotation value is
+/// said in a Warning event (no webhook here) and the default applies.
+#[tokio::test]
+async fn the_drain_knobs_apply_by_annotation_on_upstreams_schema() {
+    use node_maintenance_operator::policy::{
+        DRAIN_TIMEOUT_ANNOTATION, ON_TIMEOUT_ANNOTATION, PAUSED_ANNOTATION,
+    };
+    let _serial = SERIAL.lock().await;
+    let (cluster, account, kubeconfig) = setup();
+    let client = cluster.client().await;
+    wait_pruning(&client).await;
+    let group = unique("up-knobs");
+    let nodes = worker_nodes(cluster, &client, &group, 2).await;
+    let ns = namespace(&client, "up-knobs").await;
+    bare_pod(&client, &ns, "kept", &nodes[0], json!({})).await;
+    bare_pod(&client, &ns, "other", &nodes[1], json!({})).await;
+    let _op = start(cluster, &account, &kubeconfig, "op-up-knobs");
+    let api = Api::<NodeMaintenance>::all(client.clone());
+    let create = |name: String, node: String, annotations: serde_json::Value| {
+        let api = api.clone();
+        async move {
+            let mut nm = serde_json::to_value(nm::new(&name, &node, "e2e")).unwrap();
+            nm["metadata"]["annotations"] = annotations;
+            nm["spec"]["paused"] = json!(false);
+            nm["spec"]["drainTimeout"] = json!("1h");
+            nm["spec"]["onTimeout"] = json!("Wait");
+            api.create(&Default::default(), &serde_json::from_value(nm).unwrap())
+                .await
+                .unwrap()
+        }
+    };
+    let name = unique("nm-up-knobs");
+    let created = create(
+        name.clone(),
+        nodes[0].clone(),
+        json!({PAUSED_ANNOTATION: "true", DRAIN_TIMEOUT_ANNOTATION: "10s", ON_TIMEOUT_ANNOTATION: "Fail"}),
+    )
+    .await;
+    assert_eq!(
+        (
+            created.spec.paused,
+            created.spec.drain_timeout,
+            created.spec.on_timeout
+        ),
+        (None, None, None),
+        "upstream's schema prunes the knobs' spec fields"
+    );
+    nm::wait_event(&client, &name, "DrainPaused").await;
+    let failed = nm::wait_phase(&client, &name, MaintenancePhase::Failed, LIMIT).await;
+    let error = failed.status.unwrap().last_error.unwrap_or_default();
+    assert!(error.contains("drainTimeout of 10s"), "{error}");
+    node::in_maintenance(&client, &nodes[0]).await.unwrap();
+    let pod = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), &ns)
+        .get("kept")
+        .await
+        .unwrap();
+    assert!(
+        pod.metadata.deletion_timestamp.is_none(),
+        "evicted while paused"
+    );
+    // An invalid value: a Warning event names it, and the default (no deadline) applies.
+    let other = unique("nm-up-knobs-bad");
+    create(
+        other.clone(),
+        nodes[1].clone(),
+        json!({DRAIN_TIMEOUT_ANNOTATION: "soon"}),
+    )
+    .await;
+    nm::wait_phase(&client, &other, MaintenancePhase::Succeeded, LIMIT).await;
+    let invalid = nm::event_summary(&client, &other)
+        .await
+        .into_iter()
+        .find(|e| e.1 == "InvalidDrainPolicy")
+        .expect("an InvalidDrainPolicy event");
+    assert!(
+        invalid.2.contains("drainTimeout") && invalid.2.contains("soon"),
+        "{invalid:?}"
+    );
+    nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
+    nm::delete_and_wait_restored(&client, &other, &nodes[1]).await;
+}

@@ -77,6 +77,7 @@ pub(crate) fn strip_nm(nm: &mut NodeMaintenance) {
             node_name,
             reason: None,
             paused: None,
+            ..Default::default()
         },
         status: None,
     };

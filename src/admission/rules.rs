@@ -53,6 +53,19 @@ pub(crate) enum Denial {
     /// A drain knob's annotation has a value the operator refuses (ours, `crate::policy`).
     #[error("{0}")]
     InvalidKnob(String),
+    /// `onTimeout: ForceDelete` asked while the operator's ServiceAccount may not delete pods
+    /// (ours; its SelfSubjectAccessReview said so).
+    #[error(
+        "onTimeout ForceDelete needs the operator's ServiceAccount to be allowed to delete pods, \
+         and it is not: apply manifests/overlays/force-delete (or the chart value \
+         forceDelete.enabled=true), or choose Wait, Fail or SkipStuck"
+    )]
+    ForceDeleteNotPermitted,
+    /// The SelfSubjectAccessReview behind [`Denial::ForceDeleteNotPermitted`] failed.
+    #[error(
+        "could not check whether the operator may delete pods for onTimeout ForceDelete, please try again: {0}"
+    )]
+    PermissionLookup(String),
     /// The review carried no object to validate.
     #[error("the admission request has no {0} to validate")]
     MissingObject(&'static str),
@@ -132,16 +145,24 @@ pub(crate) fn validate_update(old: &NodeMaintenance, new: &NodeMaintenance) -> R
     // Only a value being set is judged: an object that already carries a refused value (written
     // while the webhook was away) must still take the controller's own writes, its finalizer's
     // removal included.
-    let knob = |nm: &NodeMaintenance| {
-        use kube::ResourceExt;
-        nm.annotations()
-            .get(crate::policy::PAUSED_ANNOTATION)
-            .cloned()
-    };
-    if knob(old) == knob(new) {
-        return Ok(());
+    let defaults = crate::policy::Defaults::default();
+    let (_, before) = crate::policy::resolve(old, &defaults);
+    let (_, after) = crate::policy::resolve(new, &defaults);
+    match after.into_iter().find(|k| !before.contains(k)) {
+        Some(knob) => Err(Denial::InvalidKnob(knob.to_string())),
+        None => Ok(()),
     }
-    validate_knobs(new)
+}
+
+/// Whether admitting `new` (over `old`, for an UPDATE) newly asks `onTimeout: ForceDelete` of
+/// its own (annotation or spec; the operator's flag is not the object's request), so the webhook
+/// must check that the operator may delete pods.
+pub(crate) fn asks_force_delete(old: Option<&NodeMaintenance>, new: &NodeMaintenance) -> bool {
+    let defaults = crate::policy::Defaults::default();
+    let asks = |nm: &NodeMaintenance| {
+        crate::policy::resolve(nm, &defaults).0.on_timeout == crate::api::OnTimeout::ForceDelete
+    };
+    asks(new) && !old.is_some_and(asks)
 }
 
 #[cfg(test)]
@@ -156,6 +177,7 @@ mod tests {
                 node_name: node.into(),
                 reason: None,
                 paused: None,
+                ..Default::default()
             },
         );
         nm.metadata.uid = Some("uid".into());
@@ -272,5 +294,30 @@ mod tests {
         ] {
             assert_eq!(validate_node_name(good), Ok(()), "{good}");
         }
+    }
+
+    #[test]
+    fn force_delete_is_checked_when_newly_asked_and_a_bad_deadline_is_refused() {
+        use crate::api::OnTimeout;
+        use kube::ResourceExt;
+        let plain = nm("nm", "n1");
+        let mut asks = plain.clone();
+        asks.spec.on_timeout = Some(OnTimeout::ForceDelete);
+        let mut by_annotation = plain.clone();
+        by_annotation.annotations_mut().insert(
+            crate::policy::ON_TIMEOUT_ANNOTATION.into(),
+            "ForceDelete".into(),
+        );
+        assert!(asks_force_delete(None, &asks));
+        assert!(asks_force_delete(None, &by_annotation));
+        assert!(asks_force_delete(Some(&plain), &by_annotation));
+        assert!(!asks_force_delete(None, &plain));
+        // Already asked: the controller's own writes are not checked again.
+        assert!(!asks_force_delete(Some(&asks), &asks));
+        let mut bad = plain.clone();
+        bad.spec.drain_timeout = Some("10 parsecs".into());
+        let denied = validate_update(&plain, &bad).unwrap_err();
+        assert!(denied.to_string().contains("spec.drainTimeout"), "{denied}");
+        assert_eq!(validate_update(&bad, &bad), Ok(()));
     }
 }

@@ -17,7 +17,9 @@ use super::quorum::{
     openshift_quorum_allows, pdb_selector,
 };
 use super::reservations::{CONFIRM_AFTER, CONFIRM_MAX_INTERVAL, Reservations};
-use super::rules::{CreateFacts, Denial, validate_create, validate_node_name, validate_update};
+use super::rules::{
+    CreateFacts, Denial, asks_force_delete, validate_create, validate_node_name, validate_update,
+};
 use crate::api::NodeMaintenance;
 use crate::metrics::{AdmissionOperation, AdmissionResult, Metrics};
 use crate::watch::nodes::NodeCache;
@@ -267,6 +269,52 @@ impl Admission {
         }
     }
 
+    /// Refuses a maintenance that newly asks `onTimeout: ForceDelete` ([`asks_force_delete`])
+    /// while the operator's own identity (its ServiceAccount) may not delete pods in every
+    /// namespace, by one SelfSubjectAccessReview under [`LOOKUP_TIMEOUT`]; reads nothing else.
+    ///
+    /// # Errors
+    /// [`Denial::ForceDeleteNotPermitted`], or [`Denial::PermissionLookup`] when the review
+    /// failed or hung.
+    async fn may_force_delete(
+        &self,
+        old: Option<&NodeMaintenance>,
+        new: &NodeMaintenance,
+    ) -> Result<(), Denial> {
+        use k8s_openapi::api::authorization::v1::{
+            ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+        };
+        if !asks_force_delete(old, new) {
+            return Ok(());
+        }
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some("delete".into()),
+                    resource: Some("pods".into()),
+                    group: Some(String::new()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SelfSubjectAccessReviewSpec::default()
+            },
+            ..SelfSubjectAccessReview::default()
+        };
+        let api: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
+        let answer = tokio::time::timeout(
+            LOOKUP_TIMEOUT,
+            api.create(&kube::api::PostParams::default(), &review),
+        )
+        .await
+        .map_err(|_| {
+            Denial::PermissionLookup(format!("no answer within {} s", LOOKUP_TIMEOUT.as_secs()))
+        })?
+        .map_err(|e| Denial::PermissionLookup(e.to_string()))?;
+        match answer.status {
+            Some(s) if s.allowed => Ok(()),
+            _ => Err(Denial::ForceDeleteNotPermitted),
+        }
+    }
+
     /// Decides a review; `Ok` carries the warnings of an admitted one.
     async fn decide(&self, req: &AdmissionRequest<NodeMaintenance>) -> Result<Vec<String>, Denial> {
         match req.operation {
@@ -274,6 +322,7 @@ impl Admission {
                 let nm = req.object.as_ref().ok_or(Denial::MissingObject("object"))?;
                 match tokio::time::timeout(LOOKUP_TIMEOUT, self.admit_create(nm, req.dry_run)).await
                 {
+                    Ok(Ok(warnings)) => self.may_force_delete(None, nm).await.map(|()| warnings),
                     Ok(result) => result,
                     Err(_) if !*self.caches.synced().borrow() => Err(Denial::NotSynced),
                     Err(_) => Err(Denial::NodeLookup(format!(
@@ -290,7 +339,9 @@ impl Admission {
                     .old_object
                     .as_ref()
                     .ok_or(Denial::MissingObject("oldObject"))?;
-                validate_update(old, new).map(|()| Vec::new())
+                validate_update(old, new)?;
+                self.may_force_delete(Some(old), new).await?;
+                Ok(Vec::new())
             }
             // DELETE/CONNECT are not registered (upstream only logs `validate delete`).
             _ => Ok(Vec::new()),

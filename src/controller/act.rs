@@ -390,7 +390,13 @@ async fn publish(
         reason: e.reason.to_string(),
         note: Some(e.message.clone()),
         action: e.reason.to_string(),
-        secondary: None,
+        secondary: e.pod.as_ref().map(|p| ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(p.namespace.clone()),
+            name: Some(p.name.clone()),
+            ..ObjectReference::default()
+        }),
     };
     let regarding = reference.name.as_deref().unwrap_or_default();
     let now = jiff::Timestamp::now();
@@ -455,6 +461,7 @@ async fn publish_shortened(
         note: event.note.clone(),
         event_time: Some(MicroTime(now)),
         regarding: Some(reference),
+        related: event.secondary.clone(),
         reporting_controller: Some(REPORTER.to_string()),
         reporting_instance: Some(
             ctx.reporter_instance
@@ -624,6 +631,7 @@ mod tests {
                 node_name: "n1".into(),
                 reason: None,
                 paused: None,
+                ..Default::default()
             },
         );
         nm.metadata.resource_version = Some("7".into());

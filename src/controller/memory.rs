@@ -29,6 +29,9 @@ pub(crate) struct Memory {
     /// Whether the last pass found the maintenance paused (`crate::policy`), for its one event
     /// on a CRD that prunes the `DrainPaused` condition (upstream's); `None` before the first.
     pub paused: Option<bool>,
+    /// Whether the last pass found the drain's deadline passed, for its one event on a CRD that
+    /// prunes the `Drained` condition.
+    pub deadline_announced: bool,
 }
 
 /// What a plan does to the memory of its NodeMaintenance.
@@ -199,7 +202,9 @@ impl StatusSchema {
             eviction_pods: Some(0),
             error_on_lease_count: Some(0),
             blockers: Some(Vec::new()),
-            drain_start_time: Some(time),
+            drain_start_time: Some(time.clone()),
+            drain_deadline: Some(time),
+            on_timeout: Some(crate::api::OnTimeout::Wait),
             observed_generation: Some(0),
             conditions: Some(Vec::new()),
         }
@@ -225,7 +230,7 @@ mod tests {
         assert!(schema.has_unknown(&probe));
         schema.learn(&probe, Some(&probe));
         assert!(!schema.has_unknown(&probe));
-        assert_eq!(field_names(&probe).len(), 13);
+        assert_eq!(field_names(&probe).len(), 15);
     }
 
     #[test]
@@ -241,6 +246,7 @@ mod tests {
                 failures: 0,
                 lease_waits: 3,
                 paused: None,
+                deadline_announced: false,
             }),
         );
         assert_eq!(m.of("a").lease_waits, 3);

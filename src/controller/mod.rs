@@ -74,6 +74,8 @@ impl From<&crate::config::Config> for ControllerConfig {
             reporter_instance: config.pod_name().map(str::to_owned),
             policy: crate::policy::Defaults {
                 paused: config.drain_paused,
+                drain_timeout: config.drain_timeout,
+                on_timeout: config.on_timeout,
             },
         }
     }

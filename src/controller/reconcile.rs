@@ -104,7 +104,12 @@ async fn pass(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
     tracing::debug!("Evict all Pods from Node");
     let report = ctx
         .drainer
-        .pass(&round.node, round.started, &standing(ctx, &current))
+        .pass(
+            &round.node,
+            round.started,
+            &round.policy,
+            &standing(ctx, &current),
+        )
         .await?;
     if !report.done() {
         tracing::info!(pending = report.pending.len(), "Not all pods evicted");

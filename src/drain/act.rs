@@ -11,13 +11,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::ListParams;
+use kube::api::{DeleteParams, ListParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::budget::BudgetWatch;
+use super::deadline::PlannedDeletion;
 use super::pass::{self, DrainReport, PlannedEviction, Survey};
 use super::pod::{DrainPod, PodPage};
 use super::{
@@ -26,6 +28,7 @@ use super::{
 };
 use crate::api::PodReference;
 use crate::metrics::Metrics;
+use crate::policy::DrainPolicy;
 
 /// Evictions in flight at once in the whole process (kubectl and upstream start one goroutine per
 /// pod, unbounded). An eviction that waits on a slow admission webhook holds its slot until the
@@ -265,6 +268,7 @@ impl Drainer {
         &self,
         node: &str,
         started: Option<jiff::Timestamp>,
+        policy: &DrainPolicy,
         standing: &Standing,
     ) -> Result<DrainReport, DrainError> {
         // Observe: the pods with the API server's time, the budgets, and what earlier rounds
@@ -280,8 +284,9 @@ impl Drainer {
         };
         let pods = self.classified(pods, &arrival).await?;
         // Decide (pure).
-        let plan = pass::plan_pass(pods, &schedule, &budgets, started, now, at);
+        let plan = pass::plan_pass(pods, &schedule, &budgets, policy, started, now, at);
         let evict = plan.evict.clone();
+        let delete = plan.delete.clone();
         let (report, settled) = pass::settle(node, plan, &schedule, Instant::now());
         // Record, then send.
         let evict = self.remember(node, settled, evict);
@@ -291,7 +296,52 @@ impl Drainer {
         for e in evict {
             self.send_on_its_own(node, e, standing.clone());
         }
+        for d in delete {
+            self.delete_on_its_own(node, d, standing.clone());
+        }
         Ok(report)
+    }
+
+    /// Sends one forced DELETE on its own (`onTimeout: ForceDelete`), with the pod's UID as
+    /// precondition and the planned grace period, while the maintenance still stands; a
+    /// failure is recorded so the pod is held and deleted again once the retry is due.
+    fn delete_on_its_own(&self, node: &str, d: PlannedDeletion, standing: Standing) {
+        let this = self.clone();
+        let node = node.to_owned();
+        self.tasks.spawn(async move {
+            if this.stopped.is_cancelled() || !(standing.stands)() {
+                return;
+            }
+            let api: Api<Pod> = Api::namespaced(this.eviction_client.clone(), &d.pod.namespace);
+            let params = DeleteParams {
+                grace_period_seconds: u32::try_from(d.grace_seconds).ok(),
+                preconditions: d.uid.clone().map(|uid| Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            let pod = format!("{}/{}", d.pod.namespace, d.pod.name);
+            let error = match api.delete(&d.pod.name, &params).await {
+                Ok(_) => {
+                    tracing::warn!(%pod, grace_seconds = d.grace_seconds, "pod deleted after the drain deadline (onTimeout ForceDelete)");
+                    None
+                }
+                // Gone, or a successor under its name (the UID precondition).
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => None,
+                Err(e) => {
+                    tracing::warn!(%pod, error = %e, "the forced deletion after the drain deadline failed");
+                    Some(e.to_string())
+                }
+            };
+            let uid = d.uid.unwrap_or_default();
+            let mut schedules = this.schedules();
+            if let Some(schedule) = schedules.get_mut(&node) {
+                schedule.force_answered(&uid, &node, error.as_deref(), Instant::now());
+            }
+            drop(schedules);
+            (standing.wake)();
+        });
     }
 
     /// Applies what the round settled to the node's memory and marks its evictions sent; returns

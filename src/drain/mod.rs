@@ -38,6 +38,7 @@
 mod act;
 
 pub(crate) mod budget;
+pub(crate) mod deadline;
 pub(crate) mod pass;
 pub(crate) mod pod;
 
@@ -122,6 +123,14 @@ pub(crate) mod reason {
     /// Kept (not evicted): the pod arrived after the drain started and tolerates both
     /// maintenance taints, so it is a replacement that would come back to the same node.
     pub(crate) const TOLERATES_MAINTENANCE: &str = "ToleratesMaintenanceTaints";
+    /// Kept (no longer waited for): the drain deadline passed with `onTimeout: SkipStuck` and
+    /// the pod's deletion is overdue.
+    pub(crate) const DELETION_OVERDUE: &str = "DeletionOverdue";
+    /// Deleted by the operator after the drain deadline (`onTimeout: ForceDelete`); waits for
+    /// the pod to go.
+    pub(crate) const FORCE_DELETED: &str = "ForceDeleted";
+    /// The operator's DELETE after the drain deadline failed; retried after the retry interval.
+    pub(crate) const FORCE_DELETE_FAILED: &str = "ForceDeleteFailed";
 }
 
 /// Result labels of an eviction request, as counted by `Metrics::eviction`.
@@ -535,6 +544,8 @@ pub(crate) struct RetrySchedule {
     first_listing: Option<(i64, HashSet<String>)>,
     awaited: HashMap<String, Awaited>,
     shared: HashMap<SharedCause, SharedEntry>,
+    /// Pods deleted after the drain deadline, with their `ForceDeleted` blocker, by UID.
+    forced: HashMap<String, (String, PodBlocker)>,
 }
 
 /// The last refusal that named a cause many pods share ([`SharedCause`]): until `due`, the
@@ -643,6 +654,40 @@ impl RetrySchedule {
     pub(crate) fn last_shared(&self, cause: &SharedCause) -> Option<&SharedEntry> {
         self.shared.get(cause)
     }
+    /// The `ForceDeleted` blocker of pod `uid`, when the drain deleted it after its deadline.
+    pub(crate) fn forced(&self, uid: &str) -> Option<&PodBlocker> {
+        self.forced.get(uid).map(|(_, b)| b)
+    }
+    /// The answer to the forced DELETE of `uid` on `node`: a failure (`error`, the API server's
+    /// text) is held as a refusal is, and the pod is deleted again once the retry is due.
+    pub(crate) fn force_answered(
+        &mut self,
+        uid: &str,
+        node: &str,
+        error: Option<&str>,
+        now: Instant,
+    ) {
+        let Some(error) = error else { return };
+        let Some((_, b)) = self.forced.remove(uid) else {
+            return;
+        };
+        let pod = PodReference {
+            namespace: b.namespace.clone(),
+            name: b.name.clone(),
+        };
+        self.entries.insert(
+            uid.to_string(),
+            RetryEntry {
+                node: node.to_string(),
+                due: now + EVICTION_RETRY_INTERVAL,
+                blocker: deadline::force_delete_failed(&pod, error),
+                error: Some(format!(
+                    "error when deleting pod \"{}\" in namespace \"{}\": {error}",
+                    pod.name, pod.namespace
+                )),
+            },
+        );
+    }
     /// Whether an eviction of `uid` was sent and not answered yet.
     pub(crate) fn in_flight(&self, uid: &str) -> bool {
         self.in_flight.contains(uid)
@@ -698,6 +743,8 @@ impl RetrySchedule {
             .retain(|uid, e| e.node != node || listed.contains(uid));
         self.announced
             .retain(|uid, n| n != node || listed.contains(uid));
+        self.forced
+            .retain(|uid, (n, _)| n != node || listed.contains(uid));
     }
     /// Time until the earliest retry due on `node`, `None` when none is scheduled.
     /// Retries already due are not counted: their pods are asked by the round that reads them,
@@ -726,6 +773,7 @@ impl RetrySchedule {
             && self.first_listing.is_none()
             && self.awaited.is_empty()
             && self.shared.is_empty()
+            && self.forced.is_empty()
     }
     /// Applies what a round settled ([`pass::Settled`]), keeping the answers that arrived
     /// since the round read the memory: entries of pods no longer listed forgotten, the kept
@@ -735,6 +783,10 @@ impl RetrySchedule {
         self.retain(node, &settled.listed);
         for uid in &settled.kept {
             self.announce(uid, node);
+        }
+        for (uid, b) in settled.forced {
+            self.entries.remove(&uid);
+            self.forced.insert(uid, (node.to_string(), b));
         }
         if settled.first_listing.is_some() {
             self.first_listing = settled.first_listing;

@@ -9,14 +9,16 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use super::deadline::{self, PlannedDeletion};
 use super::pod::DrainPod;
 use super::{
     Awaited, Budget, Budgets, Disposition, RetrySchedule, SharedCause, aggregate_errors, reason,
     skipped_by_rule, skipped_entry, terminating_blocker, tolerates_maintenance, waiting_blocker,
     waiting_for_completion,
 };
-use crate::api::{PodBlocker, PodReference};
+use crate::api::{OnTimeout, PodBlocker, PodReference};
 use crate::bounds::MAX_BLOCKERS;
+use crate::policy::DrainPolicy;
 
 /// The pods on a node as the drain sees them.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -59,6 +61,12 @@ pub(crate) struct DrainReport {
     pub retry_in: Option<Duration>,
     /// Upstream-format error texts of this round (refused evictions, stuck terminating pods).
     pub errors: Vec<String>,
+    /// What applies now that the drain's deadline has passed (`None`: it has not, or there is
+    /// none), by the API server's time of the pod list.
+    pub overdue: Option<OnTimeout>,
+    /// The pods this round deletes after the deadline, each with its `ForceDeleted` blocker
+    /// (one Warning event each).
+    pub forced: Vec<PodBlocker>,
 }
 
 impl DrainReport {
@@ -133,6 +141,13 @@ pub(crate) struct PassPlan {
     pub first_listing: Option<(i64, HashSet<String>)>,
     /// The replacements awaited after this round.
     pub awaited: HashMap<String, Awaited>,
+    /// What applies now that the deadline has passed ([`DrainPolicy::overdue`] at the list's
+    /// time).
+    pub overdue: Option<OnTimeout>,
+    /// The DELETEs to send now (`onTimeout: ForceDelete`).
+    pub delete: Vec<PlannedDeletion>,
+    /// The UIDs of the pods deleted now, each with its blocker (remembered until gone).
+    pub forced: Vec<(String, PodBlocker)>,
 }
 
 /// Decides a round over the node's classified pods: evict the evictable pods of the earliest
@@ -146,16 +161,25 @@ pub(crate) struct PassPlan {
 /// Causes many pods share ([`Gate`]): a pod whose budget allows no disruption, or whose
 /// namespace refused recently, is held by that cause without a request, and only one pod per
 /// cause is asked per retry interval; a budget that allows `k` has at most `k` pods asked.
+///
+/// Once `policy`'s deadline has passed (`started` plus `drainTimeout`, by `now`), `SkipStuck`
+/// keeps a terminating pod whose deletion is overdue, and `ForceDelete` deletes each evictable
+/// pod once, whatever its stage or budget ([`deadline`]); pods labelled `wait-completed` are
+/// still waited for.
 pub(crate) fn plan_pass(
     pods: Vec<(DrainPod, Disposition)>,
     schedule: &RetrySchedule,
     budgets: &Budgets,
+    policy: &DrainPolicy,
     started: Option<jiff::Timestamp>,
     now: jiff::Timestamp,
     at: Instant,
 ) -> PassPlan {
+    let overdue = policy.overdue(started, now);
+    let deadline_at = policy.deadline(started).unwrap_or(now);
     let mut plan = PassPlan {
         total_pods: pods.len(),
+        overdue,
         ..PassPlan::default()
     };
     let mut gate = Gate::new(budgets, schedule, at);
@@ -223,7 +247,40 @@ pub(crate) fn plan_pass(
             }
         };
         plan.evictable.push(r.clone());
+        if overdue == Some(OnTimeout::ForceDelete) {
+            plan.listed.insert(uid.clone());
+            if let Some(b) = schedule.forced(&uid) {
+                plan.pending.push(b.clone());
+                continue;
+            }
+            if let Some((b, error)) = schedule
+                .held(&uid, at)
+                .filter(|(b, _)| b.reason == reason::FORCE_DELETE_FAILED)
+            {
+                plan.pending.push(b.clone());
+                plan.errors.extend(error.map(str::to_string));
+                continue;
+            }
+            let grace = deadline::force_grace(&pod, deadline_at, now);
+            if deadline::force_shortens(&pod, grace, now) {
+                let b = deadline::force_deleted(&r, now, grace);
+                plan.delete.push(PlannedDeletion {
+                    pod: r,
+                    uid: pod.metadata.uid,
+                    grace_seconds: grace,
+                });
+                plan.forced.push((uid, b.clone()));
+                plan.pending.push(b);
+                continue;
+            }
+        }
         if let Some(b) = terminating_blocker(&pod, now) {
+            if overdue == Some(OnTimeout::SkipStuck) && deadline::deletion_overdue(&pod, now) {
+                plan.listed.insert(uid.clone());
+                plan.kept.push(deadline::overdue_skipped(&pod));
+                plan.kept_uids.push(uid);
+                continue;
+            }
             if b.reason == reason::STUCK_TERMINATING {
                 plan.errors.push(format!(
                     "error when waiting for pod \"{}\" in namespace \"{}\" to terminate: {}",
@@ -481,6 +538,8 @@ pub(crate) struct Settled {
     pub read_awaited: HashSet<String>,
     /// Whether the drain is done: the first listing and the awaited replacements are forgotten.
     pub done: bool,
+    /// The pods deleted by this round, by UID, with their blockers.
+    pub forced: Vec<(String, PodBlocker)>,
 }
 
 /// Settles a round (pure): its report, with the evictions it sends pending as `Evicting`, the
@@ -510,6 +569,7 @@ pub(crate) fn settle(
         awaited: plan.awaited.clone(),
         read_awaited: schedule.awaited().keys().cloned().collect(),
         done: false,
+        forced: plan.forced.clone(),
     };
     let report = report(plan, sending, &newly_kept, retry_in);
     let done = report.done();
@@ -528,6 +588,8 @@ pub(crate) fn report(
         pending: plan.pending,
         errors: plan.errors,
         retry_in,
+        overdue: plan.overdue,
+        forced: plan.forced.into_iter().map(|(_, b)| b).collect(),
         ..DrainReport::default()
     };
     for (entry, uid) in plan.kept.into_iter().zip(plan.kept_uids) {
@@ -662,7 +724,15 @@ mod tests {
             (pod("ds", json!({})), Disposition::SkipDaemonSet),
             (pod("vm2", json!({})), Disposition::KeepReplacement),
         ];
-        let plan = plan_pass(pods, &retries, &Budgets::default(), Some(t(-10)), t(0), at);
+        let plan = plan_pass(
+            pods,
+            &retries,
+            &Budgets::default(),
+            &DrainPolicy::default(),
+            Some(t(-10)),
+            t(0),
+            at,
+        );
         assert_eq!(plan.total_pods, 6);
         assert_eq!(plan.evictable.len(), 4);
         assert_eq!(
@@ -723,7 +793,15 @@ mod tests {
         let at = Instant::now();
         let mut memory = RetrySchedule::default();
         let pods = || vec![(pod("slow", json!({})), ordinary())];
-        let plan = plan_pass(pods(), &memory, &Budgets::default(), None, t(0), at);
+        let plan = plan_pass(
+            pods(),
+            &memory,
+            &Budgets::default(),
+            &DrainPolicy::default(),
+            None,
+            t(0),
+            at,
+        );
         assert_eq!(plan.evict.len(), 1);
         memory.sent("uid-slow");
         // Not answered yet, however long that takes: pending, waits only, not sent again.
@@ -731,6 +809,7 @@ mod tests {
             pods(),
             &memory,
             &Budgets::default(),
+            &DrainPolicy::default(),
             None,
             t(600),
             at + Duration::from_secs(600),
@@ -750,6 +829,7 @@ mod tests {
                 pods(),
                 &RetrySchedule::default(),
                 &Budgets::default(),
+                &DrainPolicy::default(),
                 None,
                 t(0),
                 at,
@@ -763,6 +843,7 @@ mod tests {
             pods(),
             &memory,
             &Budgets::default(),
+            &DrainPolicy::default(),
             None,
             t(1),
             at + Duration::from_secs(1),
@@ -774,6 +855,7 @@ mod tests {
             pods(),
             &memory,
             &Budgets::default(),
+            &DrainPolicy::default(),
             None,
             t(6),
             at + Duration::from_secs(6),
@@ -799,6 +881,7 @@ mod tests {
             pods,
             &RetrySchedule::default(),
             &Budgets::default(),
+            &DrainPolicy::default(),
             None,
             t(0),
             Instant::now(),
@@ -825,6 +908,7 @@ mod tests {
             vec![(tolerating_owned("orig", "web", terminating), ordinary())],
             &memory,
             &Budgets::default(),
+            &DrainPolicy::default(),
             Some(start),
             t(1),
             at,
@@ -837,6 +921,7 @@ mod tests {
             Vec::new(),
             &memory,
             &Budgets::default(),
+            &DrainPolicy::default(),
             Some(start),
             t(3),
             at,
@@ -857,6 +942,7 @@ mod tests {
             vec![(repl, Disposition::KeepReplacement)],
             &memory,
             &Budgets::default(),
+            &DrainPolicy::default(),
             Some(start),
             t(4),
             at,
@@ -873,6 +959,7 @@ mod tests {
             vec![(orig, ordinary())],
             &memory,
             &Budgets::default(),
+            &DrainPolicy::default(),
             Some(start),
             t(1),
             at,
@@ -894,6 +981,7 @@ mod tests {
             Vec::new(),
             &memory,
             &Budgets::default(),
+            &DrainPolicy::default(),
             Some(start),
             t(2),
             at,
@@ -912,6 +1000,7 @@ mod tests {
             )],
             &memory,
             &Budgets::default(),
+            &DrainPolicy::default(),
             Some(start),
             t(1),
             at,
@@ -924,6 +1013,7 @@ mod tests {
                 Vec::new(),
                 &memory,
                 &Budgets::default(),
+                &DrainPolicy::default(),
                 Some(start),
                 t(1 + wait),
                 at
@@ -936,6 +1026,7 @@ mod tests {
                 Vec::new(),
                 &memory,
                 &Budgets::default(),
+                &DrainPolicy::default(),
                 Some(start),
                 t(2 + wait),
                 at
@@ -995,7 +1086,15 @@ mod tests {
 
         // (budget allows, memory, time) -> pods asked, pods held by the budget, errors.
         // 1. The budget's status allows none, nothing refused yet: one probe, the rest held.
-        let plan = plan_pass(pods(), &memory, &budgets, None, t(0), at);
+        let plan = plan_pass(
+            pods(),
+            &memory,
+            &budgets,
+            &DrainPolicy::default(),
+            None,
+            t(0),
+            at,
+        );
         assert_eq!(asked(&plan), ["free-0", "free-1", "web-0"]);
         let cause = |name: &str| {
             let e = plan.evict.iter().find(|e| e.pod.name == name).unwrap();
@@ -1029,7 +1128,15 @@ mod tests {
 
         // 2. The probe in flight: no second probe, whatever wakes the round.
         memory.sent("uid-web-0");
-        let plan = plan_pass(pods(), &memory, &budgets, None, t(1), secs(1));
+        let plan = plan_pass(
+            pods(),
+            &memory,
+            &budgets,
+            &DrainPolicy::default(),
+            None,
+            t(1),
+            secs(1),
+        );
         assert_eq!(asked(&plan), ["free-0", "free-1"]);
 
         // 3. The probe refused: every pod of the budget is held with the refusal's texts, and
@@ -1041,7 +1148,15 @@ mod tests {
             None,
             secs(1),
         );
-        let plan = plan_pass(pods(), &memory, &budgets, None, t(2), secs(2));
+        let plan = plan_pass(
+            pods(),
+            &memory,
+            &budgets,
+            &DrainPolicy::default(),
+            None,
+            t(2),
+            secs(2),
+        );
         assert_eq!(asked(&plan), ["free-0", "free-1"]);
         assert_eq!(
             plan.errors.len(),
@@ -1055,7 +1170,15 @@ mod tests {
             Some(Duration::from_secs(4)),
             "the budget's retry"
         );
-        let plan = plan_pass(pods(), &memory, &budgets, None, t(7), secs(7));
+        let plan = plan_pass(
+            pods(),
+            &memory,
+            &budgets,
+            &DrainPolicy::default(),
+            None,
+            t(7),
+            secs(7),
+        );
         assert_eq!(
             asked(&plan).len(),
             3,
@@ -1071,6 +1194,7 @@ mod tests {
             pods(),
             &RetrySchedule::default(),
             &budgets,
+            &DrainPolicy::default(),
             None,
             t(8),
             secs(8),
@@ -1081,7 +1205,15 @@ mod tests {
         );
         let mut flying = RetrySchedule::default();
         flying.sent("uid-web-5");
-        let plan = plan_pass(pods(), &flying, &budgets, None, t(8), secs(8));
+        let plan = plan_pass(
+            pods(),
+            &flying,
+            &budgets,
+            &DrainPolicy::default(),
+            None,
+            t(8),
+            secs(8),
+        );
         assert_eq!(
             asked(&plan).iter().filter(|n| n.starts_with("web")).count(),
             2
@@ -1093,6 +1225,7 @@ mod tests {
             pods(),
             &RetrySchedule::default(),
             &budgets,
+            &DrainPolicy::default(),
             None,
             t(8),
             secs(8),
@@ -1142,7 +1275,15 @@ mod tests {
                 "a budget of another namespace",
             ),
         ] {
-            let plan = plan_pass(pods(), &memory, &budgets, None, t(0), at);
+            let plan = plan_pass(
+                pods(),
+                &memory,
+                &budgets,
+                &DrainPolicy::default(),
+                None,
+                t(0),
+                at,
+            );
             assert_eq!(asked(&plan).len(), 3, "{why}");
         }
     }
@@ -1170,6 +1311,7 @@ mod tests {
             pods(),
             &memory,
             &Budgets::default(),
+            &DrainPolicy::default(),
             None,
             t(1),
             at + Duration::from_secs(1),
@@ -1185,6 +1327,7 @@ mod tests {
             pods(),
             &memory,
             &Budgets::default(),
+            &DrainPolicy::default(),
             None,
             t(6),
             at + Duration::from_secs(6),
@@ -1213,6 +1356,7 @@ mod tests {
             ],
             &memory,
             &Budgets::default(),
+            &DrainPolicy::default(),
             None,
             t(0),
             at,
@@ -1249,6 +1393,7 @@ mod tests {
             ],
             &memory,
             &Budgets::default(),
+            &DrainPolicy::default(),
             None,
             t(0),
             at,
@@ -1259,6 +1404,7 @@ mod tests {
             vec![(pod("db", json!({})), evict(2)), job(), skip()],
             &memory,
             &Budgets::default(),
+            &DrainPolicy::default(),
             None,
             t(1),
             at,
@@ -1268,6 +1414,7 @@ mod tests {
             vec![job(), skip()],
             &memory,
             &Budgets::default(),
+            &DrainPolicy::default(),
             None,
             t(2),
             at,
@@ -1282,6 +1429,7 @@ mod tests {
             vec![(pod("job", json!({})), Disposition::SkipFinished), skip()],
             &memory,
             &Budgets::default(),
+            &DrainPolicy::default(),
             None,
             t(3),
             at,
@@ -1289,5 +1437,150 @@ mod tests {
         let (rep, _) = settle("n", plan, &memory, at);
         assert!(rep.done());
         assert_eq!(rep.skipped.len(), 1);
+    }
+
+    #[test]
+    fn past_the_deadline_force_delete_deletes_each_pod_once_and_skip_stuck_stops_waiting() {
+        let at = Instant::now();
+        let policy = |on_timeout| DrainPolicy {
+            drain_timeout: Some(Duration::from_secs(90)),
+            on_timeout,
+            ..DrainPolicy::default()
+        };
+        let budgets = Budgets::known([budget("pdb", "db", 0)]);
+        // Started at t(0): the deadline is t(90). `stuck` was due at t(50) (a finalizer holds
+        // it); `db` is held by its budget; `job` must complete; `dns` is of a later stage.
+        let pods = || {
+            vec![
+                (
+                    pod("db", json!({"metadata": {"labels": {"app": "db"}}})),
+                    ordinary(),
+                ),
+                (
+                    pod(
+                        "stuck",
+                        json!({"metadata": {"deletionTimestamp": t(50).to_string(), "finalizers": ["x/y"]}}),
+                    ),
+                    ordinary(),
+                ),
+                (
+                    pod("job", json!({})),
+                    Disposition::WaitCompleted {
+                        label: crate::drain::DRAIN_LABEL,
+                    },
+                ),
+                (
+                    pod("dns", json!({})),
+                    Disposition::Evict {
+                        warnings: Vec::new(),
+                        stage: Stage::Critical,
+                    },
+                ),
+            ]
+        };
+        let memory = RetrySchedule::default();
+        let run = |on_timeout, now, memory: &RetrySchedule| {
+            plan_pass(
+                pods(),
+                memory,
+                &budgets,
+                &policy(on_timeout),
+                Some(t(0)),
+                t(now),
+                at,
+            )
+        };
+        let reasons = |plan: &PassPlan| {
+            let mut r: Vec<(String, String)> = plan
+                .pending
+                .iter()
+                .chain(&plan.kept)
+                .map(|b| (b.name.clone(), b.reason.clone()))
+                .collect();
+            r.sort();
+            r
+        };
+        // Before the deadline every policy is today's drain.
+        for on_timeout in [
+            OnTimeout::Wait,
+            OnTimeout::Fail,
+            OnTimeout::SkipStuck,
+            OnTimeout::ForceDelete,
+        ] {
+            let plan = run(on_timeout, 89, &memory);
+            assert_eq!(plan.overdue, None);
+            assert!(
+                plan.delete.is_empty() && plan.kept.is_empty(),
+                "{on_timeout}"
+            );
+        }
+        // ForceDelete: every evictable pod but the one that must complete, whatever its stage or
+        // budget, with the floor of 1 s; a pod past its deletion (a finalizer holds it) gains
+        // nothing from another DELETE and is left as it is.
+        let plan = run(OnTimeout::ForceDelete, 90, &memory);
+        assert_eq!(plan.overdue, Some(OnTimeout::ForceDelete));
+        let deleted: Vec<(&str, i64)> = plan
+            .delete
+            .iter()
+            .map(|d| (d.pod.name.as_str(), d.grace_seconds))
+            .collect();
+        assert_eq!(deleted, [("db", 1), ("dns", 1)]);
+        assert!(plan.evict.is_empty());
+        assert_eq!(
+            reasons(&plan),
+            [
+                ("db".into(), reason::FORCE_DELETED.into()),
+                ("dns".into(), reason::FORCE_DELETED.into()),
+                ("job".into(), reason::WAITING_FOR_COMPLETION.into()),
+                ("stuck".into(), reason::TERMINATING.into()),
+            ]
+        );
+        // Remembered: the next round deletes nothing again and still says why the pods stay.
+        let (report, settled) = settle("n", plan, &memory, at);
+        assert_eq!(report.forced.len(), 2);
+        let mut memory = memory.clone();
+        memory.apply("n", settled);
+        let again = run(OnTimeout::ForceDelete, 95, &memory);
+        assert!(again.delete.is_empty());
+        assert_eq!(
+            reasons(&again)
+                .iter()
+                .filter(|(_, r)| r == reason::FORCE_DELETED)
+                .count(),
+            2
+        );
+        // A failed DELETE holds the pod for the retry interval, then deletes it again.
+        memory.force_answered("uid-db", "n", Some("forbidden"), at);
+        let held = run(OnTimeout::ForceDelete, 96, &memory);
+        assert!(held.delete.is_empty());
+        assert!(held.errors.iter().any(|e| e.contains("forbidden")));
+        let later = plan_pass(
+            pods(),
+            &memory,
+            &budgets,
+            &policy(OnTimeout::ForceDelete),
+            Some(t(0)),
+            t(101),
+            at + Duration::from_secs(6),
+        );
+        assert_eq!(later.delete.len(), 1);
+        // SkipStuck: the overdue deletion is kept; the budget-held pod is still asked (its probe).
+        let plan = run(OnTimeout::SkipStuck, 90, &RetrySchedule::default());
+        assert!(plan.delete.is_empty());
+        assert_eq!(plan.evict[0].pod.name, "db");
+        assert_eq!(
+            reasons(&plan),
+            [
+                ("dns".into(), reason::SYSTEM_CRITICAL.into()),
+                ("job".into(), reason::WAITING_FOR_COMPLETION.into()),
+                ("stuck".into(), reason::DELETION_OVERDUE.into()),
+            ]
+        );
+        // Wait and Fail change nothing per pod.
+        for on_timeout in [OnTimeout::Wait, OnTimeout::Fail] {
+            let plan = run(on_timeout, 200, &RetrySchedule::default());
+            assert_eq!(plan.overdue, Some(on_timeout));
+            assert!(plan.delete.is_empty() && plan.kept.is_empty());
+        }
     }
 }

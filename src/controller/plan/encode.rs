@@ -27,7 +27,7 @@ pub(crate) fn needs_write(
 
 /// Every status field's JSON name, for explicit nulls in a merge patch (kept in step with
 /// `NodeMaintenanceStatus` by a unit test).
-pub(super) const STATUS_FIELDS: [&str; 13] = [
+pub(super) const STATUS_FIELDS: [&str; 15] = [
     "phase",
     "drainProgress",
     "lastUpdate",
@@ -39,6 +39,8 @@ pub(super) const STATUS_FIELDS: [&str; 13] = [
     "errorOnLeaseCount",
     "blockers",
     "drainStartTime",
+    "drainDeadline",
+    "onTimeout",
     "observedGeneration",
     "conditions",
 ];

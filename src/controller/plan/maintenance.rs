@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use super::*;
 use crate::api::{
     DRAIN_STARTED_ANNOTATION, ENTERED_NODE_ANNOTATION, ENTERED_NODE_PROVIDER_ID_ANNOTATION,
-    ENTERED_NODE_UID_ANNOTATION, MaintenancePhase,
+    ENTERED_NODE_UID_ANNOTATION, MaintenancePhase, OnTimeout,
 };
 use crate::lease::{self, LeaseRequest};
 use crate::node::{self, Claimant, EnterPlan, ExitPlan};
@@ -77,7 +77,18 @@ pub(super) fn plan_maintenance(
         }
         return w.finish(step, Some(node), o.memory);
     }
-    let status = node_present(&status);
+    let (drain_policy, invalid) = crate::policy::resolve(nm, &o.policy);
+    // The deadline counts from the start recorded on the node when it was entered, by the API
+    // server's clock (a node not entered yet has no deadline); a maintenance it failed stays
+    // Failed while the policy says so (an edit of the policy resumes it).
+    let overdue = drain_policy.overdue(node::drain_started(node), m.server_time.unwrap_or(now));
+    let failing =
+        overdue == Some(OnTimeout::Fail) && status.phase != Some(MaintenancePhase::Succeeded);
+    let status = if failing {
+        status
+    } else {
+        node_present(&status)
+    };
     let request = lease::request(
         node_name,
         node.metadata.uid.as_deref(),
@@ -157,7 +168,6 @@ pub(super) fn plan_maintenance(
     }
     let (status, events) = entered(&status, node_name, &repaired, generation, now);
     w.events(events, Some(node));
-    let (drain_policy, invalid) = crate::policy::resolve(nm, &o.policy);
     let (status, events) = policy(
         &status,
         (&drain_policy, memory.paused),
@@ -167,13 +177,39 @@ pub(super) fn plan_maintenance(
     );
     w.events(events, Some(node));
     memory.paused = Some(drain_policy.paused);
-    if drain_policy.paused && status.phase != Some(MaintenancePhase::Succeeded) {
-        // Paused: the node, lease and label are enforced above; no round, so no new eviction.
-        // An edit of the object (unpausing) starts the next pass; the lease is renewed on time.
+    let (status, events) = deadline(
+        &status,
+        (&drain_policy, overdue),
+        drain_policy.deadline(node::drain_started(node)),
+        memory.deadline_announced,
+        generation,
+        now,
+    );
+    w.events(events, Some(node));
+    memory.deadline_announced = overdue.is_some();
+    if failing {
+        // Failed at the deadline: the node, lease and label are still enforced above; no round.
         let step = Step {
             status,
             events: Vec::new(),
             requeue: Requeue::After(REQUEUE_SUCCEEDED),
+        };
+        return with_memory(w.finish(step, Some(node), o.memory), memory, o.memory);
+    }
+    if drain_policy.paused && status.phase != Some(MaintenancePhase::Succeeded) {
+        // Paused: the node, lease and label are enforced above; no round, so no new eviction.
+        // An edit of the object (unpausing) starts the next pass; the lease is renewed on time,
+        // and a deadline still passes (the pass at it applies onTimeout Fail).
+        let until_deadline = drain_policy
+            .deadline(node::drain_started(node))
+            .and_then(|d| Duration::try_from(d.duration_since(m.server_time.unwrap_or(now))).ok())
+            .filter(|d| !d.is_zero());
+        let step = Step {
+            status,
+            events: Vec::new(),
+            requeue: Requeue::After(
+                until_deadline.map_or(REQUEUE_SUCCEEDED, |d| d.min(REQUEUE_SUCCEEDED)),
+            ),
         };
         return with_memory(w.finish(step, Some(node), o.memory), memory, o.memory);
     }
@@ -194,6 +230,7 @@ pub(super) fn plan_maintenance(
             status: status.clone(),
             stored: w.stored.clone(),
             started,
+            policy: drain_policy,
             generation,
             pruned: w.pruned.clone(),
         })),

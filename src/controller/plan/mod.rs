@@ -273,6 +273,8 @@ pub(crate) struct DrainRound {
     /// pass records on the node when it enters it (the API server's time of its node read), else
     /// [`drain_started`].
     pub(crate) started: Option<jiff::Timestamp>,
+    /// The maintenance's drain policy, resolved by the pass ([`crate::policy::resolve`]).
+    pub(crate) policy: crate::policy::DrainPolicy,
     /// `metadata.generation`.
     pub(crate) generation: Option<i64>,
     /// The status fields the API server prunes.

@@ -33,6 +33,8 @@ pub(crate) mod condition {
     /// `False` while a knob's annotation has a value the operator refuses (the default applies);
     /// written once one was first refused.
     pub(crate) const DRAIN_POLICY_VALID: &str = "DrainPolicyValid";
+    /// Reason of `Drained=False` once the drain's deadline (`drainTimeout`) has passed.
+    pub(crate) const DEADLINE_EXCEEDED: &str = "DrainDeadlineExceeded";
 }
 
 /// Upstream's event reasons and exact messages (docs/compat.md §4), plus ours.
@@ -67,6 +69,11 @@ pub(crate) mod event {
     /// (a replacement tolerating the maintenance taints, or a pod labelled `skip`; ours,
     /// `docs/compat.md §7`).
     pub(crate) const POD_SKIPPED: &str = "PodNotEvicted";
+    /// Warning, on the NodeMaintenance, once when the drain's deadline passes, naming what
+    /// `onTimeout` does then (ours).
+    pub(crate) const DEADLINE_EXCEEDED: &str = "DrainDeadlineExceeded";
+    /// Warning, on the NodeMaintenance, per pod deleted after the deadline (`ForceDelete`).
+    pub(crate) const POD_FORCE_DELETED: &str = "PodForceDeleted";
 }
 
 /// The object an event is about.
@@ -89,6 +96,10 @@ pub(crate) struct PlannedEvent {
     pub reason: &'static str,
     /// Event message (note).
     pub message: String,
+    /// The pod it is about besides (the event's `related` object): events about several pods
+    /// are told apart by it, since an event recorder folds events of the same reason about the
+    /// same object into one series that keeps the first one's message.
+    pub pod: Option<PodReference>,
 }
 
 impl PlannedEvent {
@@ -99,6 +110,7 @@ impl PlannedEvent {
             warning: false,
             reason,
             message: message.to_string(),
+            pod: None,
         }
     }
     /// A Warning event.
@@ -112,6 +124,18 @@ impl PlannedEvent {
             warning: true,
             reason,
             message: message.into(),
+            pod: None,
+        }
+    }
+
+    /// The same event, about `pod` besides (its `related` object).
+    pub(crate) fn about(self, pod: &crate::api::PodBlocker) -> Self {
+        Self {
+            pod: Some(PodReference {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+            }),
+            ..self
         }
     }
 }
@@ -740,13 +764,32 @@ pub(crate) fn drained(
             b.name,
             b.message.as_deref().unwrap_or(&b.reason)
         );
-        events.push(PlannedEvent::normal(
-            EventTarget::Maintenance,
-            (
-                event::POD_SKIPPED,
-                &crate::bounds::truncate(&note, crate::bounds::MAX_EVENT_NOTE),
-            ),
-        ));
+        events.push(
+            PlannedEvent::normal(
+                EventTarget::Maintenance,
+                (
+                    event::POD_SKIPPED,
+                    &crate::bounds::truncate(&note, crate::bounds::MAX_EVENT_NOTE),
+                ),
+            )
+            .about(b),
+        );
+    }
+    for b in &report.forced {
+        let note = format!(
+            "Pod {}/{} {}",
+            b.namespace,
+            b.name,
+            b.message.as_deref().unwrap_or(&b.reason)
+        );
+        events.push(
+            PlannedEvent::warning(
+                EventTarget::Maintenance,
+                event::POD_FORCE_DELETED,
+                crate::bounds::truncate(&note, crate::bounds::MAX_EVENT_NOTE),
+            )
+            .about(b),
+        );
     }
     if report.done() {
         if old.phase != Some(MaintenancePhase::Succeeded) {
@@ -790,10 +833,10 @@ pub(crate) fn drained(
             &mut s,
             condition::DRAINED,
             false,
-            if blocked {
-                "EvictionBlocked"
-            } else {
-                "PodsTerminating"
+            match (report.overdue, blocked) {
+                (Some(_), _) => condition::DEADLINE_EXCEEDED,
+                (None, true) => "EvictionBlocked",
+                (None, false) => "PodsTerminating",
             },
             crate::bounds::truncate(
                 &format!(
@@ -822,6 +865,94 @@ pub(crate) fn drained(
         events,
         requeue,
     }
+}
+
+/// The drain's deadline in status (`docs/drain-contract.md` §10), once `overdue` says it has
+/// passed: a Warning event `DrainDeadlineExceeded` naming what `onTimeout` does, once (not when
+/// `Drained` already has that reason or `announced`, this process's memory, says it was sent);
+/// with `Fail` (and not Succeeded), phase Failed, `lastError` naming the pods the last round left
+/// (its blockers, else `pendingPods`), `Drained=False` with reason `DrainDeadlineExceeded`, and
+/// `FailedMaintenance` on the transition. `deadline` is when it passes (`None`: no deadline, or
+/// the node not entered yet), shown with what happens then in `drainDeadline` and `onTimeout`.
+pub(crate) fn deadline(
+    status: &NodeMaintenanceStatus,
+    (policy, overdue): (&crate::policy::DrainPolicy, Option<crate::api::OnTimeout>),
+    deadline: Option<jiff::Timestamp>,
+    announced: bool,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> (NodeMaintenanceStatus, Vec<PlannedEvent>) {
+    use crate::api::OnTimeout;
+    let mut s = status.clone();
+    let mut events = Vec::new();
+    s.drain_deadline = deadline.map(Time);
+    s.on_timeout = deadline.map(|_| policy.on_timeout);
+    let (Some(on_timeout), Some(timeout)) = (overdue, policy.drain_timeout) else {
+        return (s, events);
+    };
+    let at = deadline.map(|d| d.to_string()).unwrap_or_default();
+    let passed = format!(
+        "the drain did not finish within its drainTimeout of {}s (deadline {at})",
+        timeout.as_secs()
+    );
+    let was = condition(status, condition::DRAINED)
+        .is_some_and(|c| c.reason == condition::DEADLINE_EXCEEDED);
+    if !(was || announced) && status.phase != Some(MaintenancePhase::Succeeded) {
+        let then = match on_timeout {
+            OnTimeout::Wait => "the drain goes on (onTimeout Wait)",
+            OnTimeout::Fail => "the maintenance fails; the node stays cordoned (onTimeout Fail)",
+            OnTimeout::SkipStuck => {
+                "pods whose deletion is overdue are no longer waited for (onTimeout SkipStuck)"
+            }
+            OnTimeout::ForceDelete => "the remaining pods are deleted (onTimeout ForceDelete)",
+        };
+        events.push(PlannedEvent::warning(
+            EventTarget::Maintenance,
+            event::DEADLINE_EXCEEDED,
+            format!("{passed}; {then}"),
+        ));
+    }
+    if on_timeout != OnTimeout::Fail || status.phase == Some(MaintenancePhase::Succeeded) {
+        return (s, events);
+    }
+    let left: Vec<String> = match &status.blockers {
+        Some(b) if !b.is_empty() => b
+            .iter()
+            .map(|b| format!("{}/{} ({})", b.namespace, b.name, b.reason))
+            .collect(),
+        _ => status.pending_pods.clone().unwrap_or_default(),
+    };
+    let text = crate::bounds::truncate(
+        &format!(
+            "{passed}; onTimeout Fail; pods still on the node: {}",
+            if left.is_empty() {
+                "none listed".to_string()
+            } else {
+                left.join(", ")
+            }
+        ),
+        crate::bounds::MAX_CONDITION_MESSAGE,
+    );
+    if s.phase != Some(MaintenancePhase::Failed) {
+        events.push(PlannedEvent::warning(
+            EventTarget::Maintenance,
+            event::FAILED.0,
+            event::FAILED.1,
+        ));
+    }
+    s.phase = Some(MaintenancePhase::Failed);
+    s.last_error = Some(text.clone());
+    set_condition(
+        &mut s,
+        condition::DRAINED,
+        false,
+        condition::DEADLINE_EXCEEDED,
+        text,
+        generation,
+        now,
+    );
+    touch(&mut s, generation, now);
+    (s, events)
 }
 
 /// The drain policy in status (`docs/drain-contract.md` §10): `DrainPaused` while `policy`

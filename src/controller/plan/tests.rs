@@ -48,6 +48,7 @@ fn nm(name: &str, node: &str) -> NodeMaintenance {
             node_name: node.into(),
             reason: None,
             paused: None,
+            ..NodeMaintenanceSpec::default()
         },
     );
     nm.metadata.finalizers = Some(vec![FINALIZER.into()]);
@@ -1382,6 +1383,8 @@ fn status_patch_nulls_every_cleared_field() {
         error_on_lease_count: Some(1),
         blockers: Some(vec![]),
         drain_start_time: Some(now_time(t(0))),
+        drain_deadline: Some(now_time(t(0))),
+        on_timeout: Some(crate::api::OnTimeout::Wait),
         observed_generation: Some(1),
         conditions: Some(vec![]),
     })
@@ -1487,4 +1490,108 @@ fn a_paused_maintenance_runs_no_drain_round_and_says_so() {
             .iter()
             .any(|e| e.warning && e.reason == "InvalidDrainPolicy" && e.message.contains("paused"))
     );
+}
+
+/// `docs/drain-contract.md` §10: once the drain's deadline has passed (the start recorded on the
+/// node plus `drainTimeout`, by the API server's time of the node read), `Fail` ends the drain:
+/// phase Failed with the pods left named, the node kept as it is, one event each; an edit of the
+/// policy resumes it. `Wait` keeps the round and says so once.
+#[test]
+fn past_the_deadline_fail_fails_the_maintenance_and_keeps_the_node() {
+    use crate::api::OnTimeout;
+    let mut node = entered_node();
+    node.annotations_mut().insert(
+        crate::api::DRAIN_STARTED_ANNOTATION.into(),
+        t(0).to_string(),
+    );
+    let observed = |on_timeout: Option<OnTimeout>, old: &NodeMaintenanceStatus, at: i64| {
+        let mut o = nm("nm", "node01");
+        o.metadata.uid = Some("uid-nm".into());
+        o.metadata.generation = GEN;
+        o.status = Some(old.clone());
+        o.spec.drain_timeout = on_timeout.map(|_| "90s".into());
+        o.spec.on_timeout = on_timeout;
+        Observed {
+            nm: o,
+            world: World::Maintenance(Box::new(ObservedMaintenance {
+                node: Some(node.clone()),
+                server_time: Some(t(at)),
+                holder_live: true,
+                ..ObservedMaintenance::default()
+            })),
+            memory: Memory::default(),
+            schema: StatusSchema::default(),
+            policy: Default::default(),
+        }
+    };
+    let running = NodeMaintenanceStatus {
+        phase: Some(MaintenancePhase::Running),
+        blockers: Some(vec![crate::api::PodBlocker {
+            namespace: "ns".into(),
+            name: "db-0".into(),
+            reason: "PodDisruptionBudget".into(),
+            ..Default::default()
+        }]),
+        pending_pods: Some(vec!["db-0".into()]),
+        ..NodeMaintenanceStatus::default()
+    };
+    let before = plan(&observed(Some(OnTimeout::Fail), &running, 89), t(89));
+    assert!(matches!(before.then, Then::Drain(_)));
+    assert!(events_of(&before).is_empty());
+    let failed = plan(&observed(Some(OnTimeout::Fail), &running, 90), t(90));
+    assert!(matches!(failed.then, Then::Requeue(_)), "no drain round");
+    assert!(
+        !failed
+            .writes
+            .iter()
+            .any(|w| matches!(w, Write::Node { .. })),
+        "the node stays cordoned and tainted: {:?}",
+        failed.preconditions()
+    );
+    let s = failed.status.clone().unwrap();
+    assert_eq!(s.phase, Some(MaintenancePhase::Failed));
+    let error = s.last_error.clone().unwrap();
+    assert!(
+        error.contains("drainTimeout of 90s") && error.contains("ns/db-0 (PodDisruptionBudget)"),
+        "{error}"
+    );
+    assert_eq!(
+        status::condition(&s, status::condition::DRAINED).map(|c| c.reason.clone()),
+        Some("DrainDeadlineExceeded".into())
+    );
+    assert_eq!(
+        reasons(&events_of(&failed)),
+        ["DrainDeadlineExceeded", "FailedMaintenance"]
+    );
+    // The next pass keeps it Failed (not Running again) and says nothing new.
+    let again = plan(&observed(Some(OnTimeout::Fail), &s, 400), t(400));
+    assert_eq!(
+        again.status.clone().unwrap().phase,
+        Some(MaintenancePhase::Failed)
+    );
+    assert!(events_of(&again).is_empty());
+    // The policy edited away: Running, and the round resumes.
+    let resumed = plan(&observed(None, &s, 401), t(401));
+    assert!(matches!(resumed.then, Then::Drain(_)));
+    assert_eq!(
+        resumed.status.unwrap().phase,
+        Some(MaintenancePhase::Running)
+    );
+    // Paused, the next pass comes at the deadline (not at the 300 s re-check).
+    let mut paused = observed(Some(OnTimeout::Fail), &running, 50);
+    paused
+        .nm
+        .annotations_mut()
+        .insert(crate::policy::PAUSED_ANNOTATION.into(), "true".into());
+    assert_eq!(
+        plan(&paused, t(50)).then,
+        Then::Requeue(Requeue::After(Duration::from_secs(40)))
+    );
+    // Wait: the round goes on; the event comes once (the memory of this process says it came).
+    let wait = plan(&observed(Some(OnTimeout::Wait), &running, 90), t(90));
+    assert!(matches!(wait.then, Then::Drain(_)));
+    assert_eq!(reasons(&events_of(&wait)), ["DrainDeadlineExceeded"]);
+    let mut quiet = observed(Some(OnTimeout::Wait), &running, 91);
+    quiet.memory.deadline_announced = true;
+    assert!(events_of(&plan(&quiet, t(91))).is_empty());
 }
