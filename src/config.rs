@@ -292,6 +292,12 @@ pub struct Config {
     /// force-delete RBAC overlay). Wait by default.
     #[arg(long, value_enum, default_value = "Wait", value_name = "ACTION")]
     pub on_timeout: crate::api::OnTimeout,
+
+    /// The cluster-wide drain budget: at most this many maintenances evict at once (a number,
+    /// or a percentage of the nodes such as 10%); the others are cordoned and tainted at once
+    /// and their evictions wait in creation order. Unlimited by default, as upstream.
+    #[arg(long, value_name = "N|PERCENT", value_parser = crate::policy::DrainLimit::parse)]
+    pub max_parallel_drains: Option<crate::policy::DrainLimit>,
 }
 
 fn parse_drain_timeout(s: &str) -> Result<std::time::Duration, String> {

@@ -222,6 +222,8 @@ fn drain_histogram() -> Histogram {
 /// | `nmo_reconcile_failures_total` | counter | `error` |
 /// | `nmo_reconcile_duration_seconds` | histogram | — |
 /// | `nmo_maintenances` | gauge | `phase` |
+/// | `nmo_maintenances_queued` | gauge | — |
+/// | `nmo_maintenances_paused` | gauge | — |
 /// | `nmo_evictions_total` | counter | `result` |
 /// | `nmo_drain_duration_seconds` | histogram | — |
 /// | `nmo_admission_requests_total` | counter | `operation`, `result` |
@@ -241,6 +243,8 @@ pub(crate) struct Metrics {
     reconcile_failures: Family<ErrorLabels, Counter>,
     reconcile_duration: Histogram,
     maintenances: Family<PhaseLabels, Gauge>,
+    queued: Gauge,
+    paused: Gauge,
     evictions: Family<ResultLabels, Counter>,
     drain_duration: Histogram,
     admission_requests: Family<AdmissionLabels, Counter>,
@@ -292,6 +296,18 @@ impl Metrics {
             "maintenances",
             "NodeMaintenance objects by status phase",
             maintenances.clone(),
+        );
+        let queued = Gauge::default();
+        registry.register(
+            "maintenances_queued",
+            "Maintenances whose evictions wait for a slot of --max-parallel-drains",
+            queued.clone(),
+        );
+        let paused = Gauge::default();
+        registry.register(
+            "maintenances_paused",
+            "Maintenances not Succeeded whose evictions are paused (the paused knob)",
+            paused.clone(),
         );
         let evictions = Family::<ResultLabels, Counter>::default();
         registry.register(
@@ -360,6 +376,8 @@ impl Metrics {
             reconcile_failures,
             reconcile_duration,
             maintenances,
+            queued,
+            paused,
             evictions,
             drain_duration,
             admission_requests,
@@ -399,6 +417,12 @@ impl Metrics {
         self.maintenances
             .get_or_create(&PhaseLabels { phase })
             .set(count);
+    }
+
+    /// Sets the numbers of maintenances queued for a drain slot and paused.
+    pub(crate) fn set_waiting(&self, queued: i64, paused: i64) {
+        self.queued.set(queued);
+        self.paused.set(paused);
     }
 
     /// Counts one eviction attempt that ended with `result`.

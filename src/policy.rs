@@ -182,6 +182,52 @@ pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> (DrainPolicy, Vec<I
     (policy, k.invalid)
 }
 
+/// A drain budget: a number of maintenances, or a percentage of the cluster's nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DrainLimit {
+    /// At most this many (at least 1).
+    Count(u32),
+    /// At most this share of the nodes, rounded down, and at least 1.
+    Percent(u32),
+}
+
+impl DrainLimit {
+    /// Parses `2` or `10%`.
+    ///
+    /// # Errors
+    /// What is accepted, when `s` is neither a positive integer nor a percentage of 1 to 100.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let accepted = || format!("expected a positive number or a percentage (10%), not {s:?}");
+        match s.trim().strip_suffix('%') {
+            Some(p) => match p.trim().parse::<u32>() {
+                Ok(p @ 1..=100) => Ok(Self::Percent(p)),
+                _ => Err(accepted()),
+            },
+            None => match s.trim().parse::<u32>() {
+                Ok(n @ 1..) => Ok(Self::Count(n)),
+                _ => Err(accepted()),
+            },
+        }
+    }
+
+    /// How many maintenances may drain at once in a cluster of `nodes` nodes.
+    pub fn slots(&self, nodes: usize) -> usize {
+        match *self {
+            Self::Count(n) => n as usize,
+            Self::Percent(p) => (nodes * p as usize / 100).max(1),
+        }
+    }
+}
+
+impl std::fmt::Display for DrainLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Count(n) => write!(f, "{n}"),
+            Self::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,5 +373,16 @@ mod tests {
             DrainPolicy::default().overdue(Some(start), at("2030-01-01T00:00:00Z")),
             None
         );
+    }
+    #[test]
+    fn a_limit_is_a_count_or_a_share_of_the_nodes() {
+        assert_eq!(DrainLimit::parse("2"), Ok(DrainLimit::Count(2)));
+        assert_eq!(DrainLimit::parse("10%"), Ok(DrainLimit::Percent(10)));
+        for bad in ["0", "0%", "101%", "-1", "two", "", "%"] {
+            assert!(DrainLimit::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(DrainLimit::Percent(10).slots(5000), 500);
+        assert_eq!(DrainLimit::Percent(10).slots(5), 1, "at least one");
+        assert_eq!(DrainLimit::Count(3).slots(1), 3);
     }
 }

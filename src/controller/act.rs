@@ -577,6 +577,7 @@ mod tests {
             metrics: Arc::new(crate::metrics::Metrics::new()),
             store,
             nms_synced,
+            drain_budget: None,
             wake: futures::channel::mpsc::unbounded().0,
             memory: Default::default(),
             policy: Default::default(),

@@ -186,6 +186,8 @@ pub(crate) struct Context {
     pub memory: memory::Memories,
     /// The operator's defaults of the drain knobs (`crate::policy`).
     pub policy: crate::policy::Defaults,
+    /// The cluster-wide drain budget (`--max-parallel-drains`), when one is set.
+    pub drain_budget: Option<DrainBudget>,
     /// Starts a pass of a NodeMaintenance outside its watch: an eviction of its drain answered.
     pub wake: futures::channel::mpsc::UnboundedSender<ObjectRef<NodeMaintenance>>,
 }
@@ -193,13 +195,44 @@ pub(crate) struct Context {
 impl Context {
     /// Sets `nmo_maintenances{phase}` from the cache.
     pub(super) fn update_phase_gauges(&self) {
+        let all = self.store.state();
         for (phase, count) in phase_counts(
-            self.store
-                .state()
-                .iter()
+            all.iter()
                 .map(|nm| nm.status.as_ref().and_then(|s| s.phase)),
         ) {
             self.metrics.set_maintenances(phase, count);
+        }
+        let active: Vec<&NodeMaintenance> = all
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|nm| super::queue::active(nm))
+            .collect();
+        let paused = active
+            .iter()
+            .filter(|nm| crate::policy::resolve(nm, &self.policy).0.paused)
+            .count();
+        let queued = self
+            .drain_budget
+            .as_ref()
+            .map_or(0, |b| active.len().saturating_sub(b.slots()));
+        self.metrics.set_waiting(
+            i64::try_from(queued).unwrap_or(i64::MAX),
+            i64::try_from(paused).unwrap_or(i64::MAX),
+        );
+    }
+
+    /// Wakes the maintenances that hold a slot of the drain budget now but whose last pass found
+    /// them queued: a slot freed (a maintenance Succeeded, failed or is being deleted), and the
+    /// next one starts at once rather than at its next periodic pass. Called after every pass.
+    pub(super) fn wake_admitted(&self) {
+        let Some(budget) = &self.drain_budget else {
+            return;
+        };
+        let all = self.store.state();
+        for name in super::queue::admitted(all.iter().map(AsRef::as_ref), budget.slots()) {
+            if self.memory.of(&name).queued == Some(true) {
+                let _ = self.wake.unbounded_send(ObjectRef::new(&name));
+            }
         }
     }
 }
@@ -288,5 +321,21 @@ mod tests {
             node.invalid_fields(),
             Some(vec!["metadata.labels".to_string()])
         );
+    }
+}
+
+/// The cluster-wide drain budget and what it is a share of.
+#[derive(Clone)]
+pub(crate) struct DrainBudget {
+    /// `--max-parallel-drains`.
+    pub limit: crate::policy::DrainLimit,
+    /// The process's Node watch (a percentage is of the nodes it holds).
+    pub nodes: crate::watch::nodes::NodeCache,
+}
+
+impl DrainBudget {
+    /// The slots now.
+    pub(crate) fn slots(&self) -> usize {
+        self.limit.slots(self.nodes.len())
     }
 }

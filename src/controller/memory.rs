@@ -32,6 +32,9 @@ pub(crate) struct Memory {
     /// Whether the last pass found the drain's deadline passed, for its one event on a CRD that
     /// prunes the `Drained` condition.
     pub deadline_announced: bool,
+    /// Whether the last pass found the maintenance queued for a drain slot (`super::queue`):
+    /// the end of any pass wakes it once a slot is its; `None` before the first pass.
+    pub queued: Option<bool>,
 }
 
 /// What a plan does to the memory of its NodeMaintenance.
@@ -247,6 +250,7 @@ mod tests {
                 lease_waits: 3,
                 paused: None,
                 deadline_announced: false,
+                queued: None,
             }),
         );
         assert_eq!(m.of("a").lease_waits, 3);

@@ -23,6 +23,7 @@ pub(crate) mod memory;
 mod observe;
 pub(crate) mod orphans;
 pub(crate) mod plan;
+pub(crate) mod queue;
 mod reconcile;
 mod triggers;
 
@@ -43,7 +44,7 @@ use crate::lease::NodeLeases;
 use crate::metrics::Metrics;
 use crate::watch::nodes::NodeCache;
 
-pub(crate) use context::{Context, Error, REPORTER};
+pub(crate) use context::{Context, DrainBudget, Error, REPORTER};
 pub(crate) use reconcile::{error_policy, reconcile};
 
 /// Settings of the controller, taken from the parsed command line ([`crate::config::Config`]).
@@ -61,6 +62,8 @@ pub(crate) struct ControllerConfig {
     pub reporter_instance: Option<String>,
     /// The defaults of the drain knobs (`--drain-paused`).
     pub policy: crate::policy::Defaults,
+    /// The cluster-wide drain budget (`--max-parallel-drains`; `None`: unlimited).
+    pub max_parallel_drains: Option<crate::policy::DrainLimit>,
 }
 
 impl From<&crate::config::Config> for ControllerConfig {
@@ -77,6 +80,7 @@ impl From<&crate::config::Config> for ControllerConfig {
                 drain_timeout: config.drain_timeout,
                 on_timeout: config.on_timeout,
             },
+            max_parallel_drains: config.max_parallel_drains,
         }
     }
 }
@@ -119,7 +123,7 @@ pub(crate) async fn run(
         nms,
         metrics,
         (store.clone(), nms_synced.clone()),
-        budgets,
+        (budgets, nodes.clone()),
     );
     let controller = Controller::for_stream(nm_triggers, store.clone())
         .reconcile_on(woken)
@@ -166,7 +170,7 @@ fn context(
     nms: Api<NodeMaintenance>,
     metrics: Arc<Metrics>,
     (store, nms_synced): (Store<NodeMaintenance>, watch::Receiver<bool>),
-    budgets: crate::drain::BudgetWatch,
+    (budgets, nodes_cache): (crate::drain::BudgetWatch, NodeCache),
 ) -> (
     Arc<Context>,
     futures::channel::mpsc::UnboundedReceiver<reflector::ObjectRef<NodeMaintenance>>,
@@ -199,6 +203,10 @@ fn context(
         nms_synced,
         memory,
         policy: config.policy,
+        drain_budget: config.max_parallel_drains.map(|limit| DrainBudget {
+            limit,
+            nodes: nodes_cache,
+        }),
         wake,
     });
     (ctx, woken)

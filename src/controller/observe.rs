@@ -83,6 +83,14 @@ async fn maintenance(
 ) -> Result<ObservedMaintenance, Error> {
     let mut o = ObservedMaintenance {
         holder_live: true,
+        queue: ctx.drain_budget.as_ref().and_then(|budget| {
+            let all = ctx.store.state();
+            super::queue::place(
+                all.iter().map(AsRef::as_ref),
+                &nm.name_any(),
+                budget.slots(),
+            )
+        }),
         ..ObservedMaintenance::default()
     };
     let Some(node_name) = node else {

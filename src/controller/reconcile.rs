@@ -64,6 +64,7 @@ pub(crate) async fn reconcile(
         }
     }
     ctx.update_phase_gauges();
+    ctx.wake_admitted();
     result
 }
 

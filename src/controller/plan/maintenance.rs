@@ -14,6 +14,7 @@ use crate::api::{
     DRAIN_STARTED_ANNOTATION, ENTERED_NODE_ANNOTATION, ENTERED_NODE_PROVIDER_ID_ANNOTATION,
     ENTERED_NODE_UID_ANNOTATION, MaintenancePhase, OnTimeout,
 };
+use crate::controller::queue::Place;
 use crate::lease::{self, LeaseRequest};
 use crate::node::{self, Claimant, EnterPlan, ExitPlan};
 
@@ -196,10 +197,15 @@ pub(super) fn plan_maintenance(
         };
         return with_memory(w.finish(step, Some(node), o.memory), memory, o.memory);
     }
-    if drain_policy.paused && status.phase != Some(MaintenancePhase::Succeeded) {
-        // Paused: the node, lease and label are enforced above; no round, so no new eviction.
-        // An edit of the object (unpausing) starts the next pass; the lease is renewed on time,
-        // and a deadline still passes (the pass at it applies onTimeout Fail).
+    let (status, events) = queued(&status, m.queue, memory.queued, generation, now);
+    w.events(events, Some(node));
+    memory.queued = m.queue.map(|p| matches!(p, Place::Queued { .. }));
+    let waits = matches!(m.queue, Some(Place::Queued { .. }));
+    if (drain_policy.paused || waits) && status.phase != Some(MaintenancePhase::Succeeded) {
+        // Paused, or queued for a drain slot: the node, lease and label are enforced above; no
+        // round, so no new eviction. An edit of the object (unpausing) or a freed slot
+        // (`Context::wake_admitted`) starts the next pass; the lease is renewed on time, and a
+        // deadline still passes (the pass at it applies onTimeout Fail).
         let until_deadline = drain_policy
             .deadline(node::drain_started(node))
             .and_then(|d| Duration::try_from(d.duration_since(m.server_time.unwrap_or(now))).ok())

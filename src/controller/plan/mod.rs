@@ -214,6 +214,9 @@ pub(crate) struct ObservedMaintenance {
     /// Whether the NodeMaintenance recorded as the node's holder still exists (`true` while the
     /// cache has not listed everything).
     pub(crate) holder_live: bool,
+    /// Where the maintenance stands in the drain budget (`None`: no budget is set, or it takes
+    /// no part).
+    pub(crate) queue: Option<super::queue::Place>,
     /// The node entered first when `spec.nodeName` no longer names it ([`Reads::EnteredNode`]):
     /// its name, the node and its lease as read.
     pub(crate) entered: Option<(String, Option<Node>, Option<Lease>)>,

@@ -35,6 +35,9 @@ pub(crate) mod condition {
     pub(crate) const DRAIN_POLICY_VALID: &str = "DrainPolicyValid";
     /// Reason of `Drained=False` once the drain's deadline (`drainTimeout`) has passed.
     pub(crate) const DEADLINE_EXCEEDED: &str = "DrainDeadlineExceeded";
+    /// `True` while the maintenance waits for a slot of the drain budget
+    /// (`--max-parallel-drains`); written once it first waited.
+    pub(crate) const DRAIN_QUEUED: &str = "DrainQueued";
 }
 
 /// Upstream's event reasons and exact messages (docs/compat.md §4), plus ours.
@@ -74,6 +77,13 @@ pub(crate) mod event {
     pub(crate) const DEADLINE_EXCEEDED: &str = "DrainDeadlineExceeded";
     /// Warning, on the NodeMaintenance, per pod deleted after the deadline (`ForceDelete`).
     pub(crate) const POD_FORCE_DELETED: &str = "PodForceDeleted";
+    /// Normal, on the NodeMaintenance, when it starts waiting for a drain slot (ours).
+    pub(crate) const QUEUED: &str = "DrainQueued";
+    /// Normal, on the NodeMaintenance, when a drain slot is its after it waited (ours).
+    pub(crate) const DEQUEUED: (&str, &str) = (
+        "DrainStarted",
+        "A drain slot is free (--max-parallel-drains): evictions start",
+    );
 }
 
 /// The object an event is about.
@@ -952,6 +962,70 @@ pub(crate) fn deadline(
         now,
     );
     touch(&mut s, generation, now);
+    (s, events)
+}
+
+/// The drain budget in status (`docs/drain-contract.md` §10): `DrainQueued=True` with the
+/// position while `place` says the maintenance waits (a `DrainQueued` event when it starts to),
+/// `False` once a slot is its after it waited (a `DrainStarted` event). `remembered` is whether
+/// the last pass of this process found it queued, read when the condition is not there (a CRD
+/// that prunes it). A maintenance that never waited keeps upstream's status.
+pub(crate) fn queued(
+    status: &NodeMaintenanceStatus,
+    place: Option<super::super::queue::Place>,
+    remembered: Option<bool>,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> (NodeMaintenanceStatus, Vec<PlannedEvent>) {
+    use super::super::queue::Place;
+    let mut s = status.clone();
+    let mut events = Vec::new();
+    let was = condition(status, condition::DRAIN_QUEUED)
+        .map(|c| c.status == "True")
+        .or(remembered);
+    match place {
+        Some(Place::Queued {
+            position,
+            queued,
+            slots,
+        }) => {
+            let message = format!(
+                "waiting for a drain slot: position {position} of {queued}; {slots} maintenances \
+                 drain at once (--max-parallel-drains); the node is cordoned and tainted"
+            );
+            if was != Some(true) {
+                events.push(PlannedEvent::normal(
+                    EventTarget::Maintenance,
+                    (event::QUEUED, &message),
+                ));
+            }
+            set_condition(
+                &mut s,
+                condition::DRAIN_QUEUED,
+                true,
+                "MaxParallelDrains",
+                message,
+                generation,
+                now,
+            );
+        }
+        _ if was == Some(true) => {
+            events.push(PlannedEvent::normal(
+                EventTarget::Maintenance,
+                event::DEQUEUED,
+            ));
+            set_condition(
+                &mut s,
+                condition::DRAIN_QUEUED,
+                false,
+                "SlotHeld",
+                "a drain slot is held: evictions run",
+                generation,
+                now,
+            );
+        }
+        _ => {}
+    }
     (s, events)
 }
 

@@ -1595,3 +1595,68 @@ fn past_the_deadline_fail_fails_the_maintenance_and_keeps_the_node() {
     quiet.memory.deadline_announced = true;
     assert!(events_of(&plan(&quiet, t(91))).is_empty());
 }
+
+/// `docs/drain-contract.md` §10 (`--max-parallel-drains`): a maintenance beyond the budget is
+/// entered but runs no drain round, says where it waits (condition and one event), and starts
+/// its round once a slot is its (a `DrainStarted` event).
+#[test]
+fn a_queued_maintenance_is_entered_and_runs_no_round_until_a_slot_is_its() {
+    use crate::controller::queue::Place;
+    let observed = |place: Option<Place>, old: &NodeMaintenanceStatus, queued: Option<bool>| {
+        let mut o = nm("nm", "node01");
+        o.metadata.uid = Some("uid-nm".into());
+        o.metadata.generation = GEN;
+        o.status = Some(old.clone());
+        Observed {
+            nm: o,
+            world: World::Maintenance(Box::new(ObservedMaintenance {
+                node: Some(entered_node()),
+                holder_live: true,
+                queue: place,
+                ..ObservedMaintenance::default()
+            })),
+            memory: Memory {
+                queued,
+                ..Memory::default()
+            },
+            schema: StatusSchema::default(),
+            policy: Default::default(),
+        }
+    };
+    let running = NodeMaintenanceStatus {
+        phase: Some(MaintenancePhase::Running),
+        ..NodeMaintenanceStatus::default()
+    };
+    let third = Place::Queued {
+        position: 3,
+        queued: 3,
+        slots: 2,
+    };
+    let waiting = plan(&observed(Some(third), &running, None), t(0));
+    assert!(matches!(waiting.then, Then::Requeue(_)), "no drain round");
+    let s = waiting.status.clone().unwrap();
+    let c = status::condition(&s, status::condition::DRAIN_QUEUED).unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "MaxParallelDrains")
+    );
+    assert!(c.message.contains("position 3 of 3"), "{}", c.message);
+    assert_eq!(reasons(&events_of(&waiting)), ["DrainQueued"]);
+    assert_eq!(
+        waiting.remember,
+        Remember::Set(Memory {
+            paused: Some(false),
+            queued: Some(true),
+            ..Memory::default()
+        })
+    );
+    let again = plan(&observed(Some(third), &s, Some(true)), t(1));
+    assert!(events_of(&again).is_empty(), "said once");
+    let started = plan(&observed(Some(Place::Draining), &s, Some(true)), t(2));
+    assert!(matches!(started.then, Then::Drain(_)));
+    assert_eq!(reasons(&events_of(&started)), ["DrainStarted"]);
+    // Without a budget nothing changes: no condition, a round.
+    let free = plan(&observed(None, &running, None), t(0));
+    assert!(matches!(free.then, Then::Drain(_)));
+    assert!(status::condition(&free.status.unwrap(), status::condition::DRAIN_QUEUED).is_none());
+}

@@ -1,0 +1,200 @@
+//! The cluster-wide drain budget end to end (`docs/drain-contract.md` §10,
+//! `--max-parallel-drains`): five maintenances with a budget of two. Every node is cordoned at
+//! once, three wait as `DrainQueued` with their positions, and the API server's audit log shows
+//! each node's evictions starting only after the maintenance two places ahead Succeeded, in
+//! creation order, across an operator restart mid-queue (a new leader computes the same queue).
+//! Its own cluster: the operator runs with a flag the other binaries' operators do not have.
+
+mod common;
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::*;
+use kube::api::Api;
+use nmo_devcluster::audit::{AuditCursor, AuditEvent, EVICTIONS_POLICY};
+use nmo_devcluster::operator::{Operator, OperatorOptions};
+use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
+use serde_json::json;
+
+const LIMIT: Duration = Duration::from_secs(120);
+const MAINTENANCES: usize = 5;
+const SLOTS: usize = 2;
+
+struct Env {
+    cluster: Cluster,
+    options: OperatorOptions,
+}
+
+fn env() -> &'static Env {
+    static ENV: OnceLock<Env> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let cluster = Cluster::start(nmo_devcluster::Options {
+            workers: 0,
+            control_planes: 1,
+            audit_policy: Some(EVICTIONS_POLICY.into()),
+        })
+        .unwrap_or_else(|e| panic!("the local control plane did not start: {e}"));
+        let mut options = installed(&cluster).options("operator");
+        options
+            .extra_args
+            .push(format!("--max-parallel-drains={SLOTS}"));
+        Env { cluster, options }
+    })
+}
+
+fn start(env: &Env, name: &str) -> Operator {
+    let mut opts = env.options.clone();
+    opts.name = name.into();
+    fixtures::start_registered(&env.cluster, &opts)
+        .unwrap_or_else(|e| panic!("{name} did not start: {e}"))
+}
+
+/// When the `Drained` condition of `nm` turned True (whole seconds, the operator's clock).
+fn succeeded_at(nm: &NodeMaintenance) -> jiff::Timestamp {
+    nm.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .find(|c| c.type_ == "Drained" && c.status == "True")
+        .map(|c| c.last_transition_time.0)
+        .expect("a Drained=True condition")
+}
+
+fn queue_message(nm: &NodeMaintenance) -> Option<String> {
+    nm.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .find(|c| c.type_ == "DrainQueued" && c.status == "True")
+        .map(|c| c.message.clone())
+}
+
+#[tokio::test]
+async fn max_parallel_drains_keeps_two_draining_in_creation_order_across_a_restart() {
+    let env = env();
+    let mut operator = Some(start(env, "operator-1"));
+    let client = env.cluster.client().await;
+    let group = unique("slots");
+    let nodes = worker_nodes(&env.cluster, &client, &group, MAINTENANCES).await;
+    let ns = namespace(&client, "slots").await;
+    // One pod per node, each held by a budget of its own until the test deletes it.
+    let mut budgets = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        bare_pod(&client, &ns, &format!("p{i}"), node, json!({})).await;
+        budgets.push(budget(&client, &ns, &format!("b{i}"), &format!("p{i}"), 0, 1).await);
+    }
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    let prefix = unique("nm-slots");
+    let names: Vec<String> = (0..MAINTENANCES).map(|i| format!("{prefix}-{i}")).collect();
+    let created = Instant::now();
+    for (name, node) in names.iter().zip(&nodes) {
+        nm::create(&client, name, node).await;
+    }
+    for node in &nodes {
+        wait_for(&format!("{node} cordoned"), LIMIT, || {
+            node::in_maintenance(&client, node)
+        })
+        .await;
+    }
+    eprintln!(
+        "all {MAINTENANCES} nodes in maintenance {:.1} s after the first create",
+        created.elapsed().as_secs_f64()
+    );
+    for (k, name) in names.iter().enumerate().skip(SLOTS) {
+        let position = k - SLOTS + 1;
+        let expected = format!("position {position} of {}", MAINTENANCES - SLOTS);
+        nm::wait_status(&client, name, &expected, LIMIT, |s| {
+            s.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "DrainQueued" && c.message.contains(&expected))
+        })
+        .await;
+    }
+    for name in &names[..SLOTS] {
+        nm::wait_status(&client, name, "held by its budget", LIMIT, |s| {
+            s.blockers
+                .iter()
+                .flatten()
+                .any(|b| b.reason == "PodDisruptionBudget")
+        })
+        .await;
+    }
+
+    // Release the budgets in creation order; restart the operator once mid-queue.
+    let api = Api::<NodeMaintenance>::all(client.clone());
+    let mut done = Vec::new();
+    for (k, name) in names.iter().enumerate() {
+        if k == 2 {
+            let mut old = operator.take().unwrap();
+            old.process().stop(Duration::from_secs(10));
+            operator = Some(start(env, "operator-2"));
+        }
+        budgets[k]
+            .delete(&format!("b{k}"), &Default::default())
+            .await
+            .unwrap();
+        let nm = nm::wait_phase(&client, name, MaintenancePhase::Succeeded, LIMIT).await;
+        done.push(succeeded_at(&nm));
+        if let Some(next) = names.get(k + SLOTS) {
+            nm::wait_status(&client, next, "a slot, its evictions started", LIMIT, |s| {
+                s.blockers
+                    .iter()
+                    .flatten()
+                    .any(|b| b.reason == "PodDisruptionBudget")
+            })
+            .await;
+        }
+    }
+    for name in &names {
+        let nm = api.get(name).await.unwrap();
+        assert_eq!(queue_message(&nm), None, "{name} still queued");
+    }
+
+    // The API server's record: node k's first eviction came after maintenance k-2 Succeeded
+    // (1 s of slack: the condition's time has whole seconds), and within 2 s of it.
+    let events: Vec<AuditEvent> = audit
+        .read()
+        .unwrap()
+        .into_iter()
+        .filter(|e| {
+            e.subresource == "eviction" && e.namespace == ns && e.stage == "RequestReceived"
+        })
+        .collect();
+    let first: Vec<jiff::Timestamp> = (0..MAINTENANCES)
+        .map(|k| {
+            events
+                .iter()
+                .filter(|e| e.name == format!("p{k}"))
+                .map(|e| e.received)
+                .min()
+                .unwrap_or_else(|| panic!("no eviction of p{k} recorded"))
+        })
+        .collect();
+    let slack = jiff::SignedDuration::from_secs(1);
+    let mut waits = Vec::new();
+    for k in SLOTS..MAINTENANCES {
+        let freed = done[k - SLOTS];
+        assert!(
+            first[k] + slack >= freed,
+            "p{k} asked at {} before {} Succeeded at {freed}: more than {SLOTS} nodes drained at once",
+            first[k],
+            names[k - SLOTS]
+        );
+        waits.push(first[k].duration_since(freed));
+    }
+    // The first two start together; the queued ones in creation order.
+    for k in SLOTS + 1..MAINTENANCES {
+        assert!(
+            first[k] >= first[k - 1],
+            "started out of creation order: {first:?}"
+        );
+    }
+    eprintln!("from a slot freeing to the next maintenance's first eviction: {waits:?}");
+    for w in &waits {
+        assert!(
+            *w <= jiff::SignedDuration::from_secs(10),
+            "a freed slot started the next maintenance only {w} later: {waits:?}"
+        );
+    }
+    drop(operator);
+}
