@@ -298,6 +298,13 @@ pub struct Config {
     /// and their evictions wait in creation order. Unlimited by default, as upstream.
     #[arg(long, value_name = "N|PERCENT", value_parser = crate::policy::DrainLimit::parse)]
     pub max_parallel_drains: Option<crate::policy::DrainLimit>,
+
+    /// A drain budget of the nodes a label selector selects, as `<selector>=<limit>` (kubectl's
+    /// equality-based selector; the limit a number or a percentage of the nodes selected), e.g.
+    /// `node-role.kubernetes.io/storage=1`. Repeatable (at most 32); a maintenance drains only
+    /// within every budget that selects its node and within --max-parallel-drains.
+    #[arg(long, value_name = "SELECTOR=N|PERCENT", value_parser = crate::policy::NodeBudget::parse)]
+    pub max_parallel_drains_for: Vec<crate::policy::NodeBudget>,
 }
 
 fn parse_drain_timeout(s: &str) -> Result<std::time::Duration, String> {

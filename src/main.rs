@@ -33,6 +33,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if config.max_parallel_drains_for.len() > 32 {
+        eprintln!("error: at most 32 --max-parallel-drains-for budgets are supported");
+        return ExitCode::from(2);
+    }
     if let Err(e) = telemetry::init(&config.log_level, config.log_format) {
         eprintln!("error: {e}");
         return ExitCode::from(1);

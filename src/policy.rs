@@ -228,6 +228,88 @@ impl std::fmt::Display for DrainLimit {
     }
 }
 
+/// A drain budget of the nodes a label selector selects (`--max-parallel-drains-for`): at most
+/// `limit` maintenances of those nodes evict at once, a percentage being of the nodes selected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeBudget {
+    /// The selector as given (`node-role.kubernetes.io/storage`, `pool=db,zone!=a`).
+    pub text: String,
+    /// Its terms, all of which must hold.
+    pub selector: Vec<SelectorTerm>,
+    /// The budget.
+    pub limit: DrainLimit,
+}
+
+/// One term of a node label selector in kubectl's equality-based form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SelectorTerm {
+    /// `key=value` (or `key==value`).
+    Equal(String, String),
+    /// `key!=value`.
+    NotEqual(String, String),
+    /// `key`.
+    Exists(String),
+    /// `!key`.
+    DoesNotExist(String),
+}
+
+impl NodeBudget {
+    /// Parses `<selector>=<limit>`: the limit after the last `=`, the selector before it as
+    /// comma-separated terms `key=value`, `key!=value`, `key`, `!key` (kubectl's
+    /// equality-based selectors).
+    ///
+    /// # Errors
+    /// What is accepted, when `s` is not of that form.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let form = || {
+            format!(
+                "expected <node label selector>=<number or percentage>, such as node-role.kubernetes.io/storage=1, not {s:?}"
+            )
+        };
+        let (text, limit) = s.rsplit_once('=').ok_or_else(form)?;
+        let limit = DrainLimit::parse(limit).map_err(|e| format!("{}: {e}", form()))?;
+        let text = text.strip_suffix('=').unwrap_or(text).trim();
+        let mut selector = Vec::new();
+        for term in text.split(',').map(str::trim) {
+            let t = if let Some((k, v)) = term.split_once("!=") {
+                SelectorTerm::NotEqual(k.trim().into(), v.trim().into())
+            } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+                SelectorTerm::Equal(k.trim().into(), v.trim().into())
+            } else if let Some(k) = term.strip_prefix('!') {
+                SelectorTerm::DoesNotExist(k.trim().into())
+            } else {
+                SelectorTerm::Exists(term.into())
+            };
+            let key = match &t {
+                SelectorTerm::Equal(k, _)
+                | SelectorTerm::NotEqual(k, _)
+                | SelectorTerm::Exists(k)
+                | SelectorTerm::DoesNotExist(k) => k,
+            };
+            if key.is_empty() || key.contains(char::is_whitespace) {
+                return Err(form());
+            }
+            selector.push(t);
+        }
+        Ok(Self {
+            text: text.to_string(),
+            selector,
+            limit,
+        })
+    }
+
+    /// Whether the node with `labels` is one of this budget's.
+    pub fn selects(&self, labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
+        let get = |k: &str| labels.and_then(|l| l.get(k));
+        self.selector.iter().all(|t| match t {
+            SelectorTerm::Equal(k, v) => get(k) == Some(v),
+            SelectorTerm::NotEqual(k, v) => get(k) != Some(v),
+            SelectorTerm::Exists(k) => get(k).is_some(),
+            SelectorTerm::DoesNotExist(k) => get(k).is_none(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,5 +466,29 @@ mod tests {
         assert_eq!(DrainLimit::Percent(10).slots(5000), 500);
         assert_eq!(DrainLimit::Percent(10).slots(5), 1, "at least one");
         assert_eq!(DrainLimit::Count(3).slots(1), 3);
+    }
+
+    #[test]
+    fn a_node_budget_is_a_selector_and_a_limit() {
+        let b = NodeBudget::parse("node-role.kubernetes.io/storage=1").unwrap();
+        assert_eq!(b.limit, DrainLimit::Count(1));
+        assert_eq!(b.text, "node-role.kubernetes.io/storage");
+        let labels = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        assert!(b.selects(Some(&labels(&[("node-role.kubernetes.io/storage", "")]))));
+        assert!(!b.selects(Some(&labels(&[("pool", "db")]))));
+        assert!(!b.selects(None));
+        let b = NodeBudget::parse("pool=db,zone!=a,!spot=50%").unwrap();
+        assert_eq!(b.limit, DrainLimit::Percent(50));
+        assert!(b.selects(Some(&labels(&[("pool", "db"), ("zone", "b")]))));
+        assert!(!b.selects(Some(&labels(&[("pool", "db"), ("zone", "a")]))));
+        assert!(!b.selects(Some(&labels(&[("pool", "db"), ("spot", "true")]))));
+        for bad in ["storage", "=1", "storage=0", "a b=1", "pool=db,=2"] {
+            assert!(NodeBudget::parse(bad).is_err(), "{bad}");
+        }
     }
 }

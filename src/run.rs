@@ -511,7 +511,8 @@ impl Operator {
             bind("health probe", config.health_probe_bind_address.socket()).await?;
         let metrics_listener = bind("metrics", config.metrics_bind_address.socket()).await?;
         wiring::require_crd(&api).await?;
-        let (nodes, node_watch) = crate::watch::nodes::start(&api);
+        let (nodes, node_watch) =
+            crate::watch::nodes::start(&api, config.max_parallel_drains_for.clone().into());
         let (admission_router, admission_synced) =
             wiring::admission_router(api.clone(), metrics.clone(), nodes.clone()).await?;
         let webhook_spec = nmo_webhook::ServerSpec::webhook(

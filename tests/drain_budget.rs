@@ -3,7 +3,9 @@
 //! once, three wait as `DrainQueued` with their positions, and the API server's audit log shows
 //! each node's evictions starting only after the maintenance two places ahead Succeeded, in
 //! creation order, across an operator restart mid-queue (a new leader computes the same queue).
-//! Its own cluster: the operator runs with a flag the other binaries' operators do not have.
+//! Then a node budget (`--max-parallel-drains-for`): storage nodes one at a time inside the
+//! cluster-wide two, a younger maintenance of another node passing the storage ones that wait.
+//! Its own cluster: the operator runs with flags the other binaries' operators do not have.
 
 mod common;
 
@@ -20,6 +22,8 @@ use serde_json::json;
 const LIMIT: Duration = Duration::from_secs(120);
 const MAINTENANCES: usize = 5;
 const SLOTS: usize = 2;
+/// The label of the nodes whose own budget is 1.
+const STORAGE_LABEL: &str = "nmo-budget-test/storage";
 
 struct Env {
     cluster: Cluster,
@@ -39,6 +43,9 @@ fn env() -> &'static Env {
         options
             .extra_args
             .push(format!("--max-parallel-drains={SLOTS}"));
+        options
+            .extra_args
+            .push(format!("--max-parallel-drains-for={STORAGE_LABEL}=1"));
         Env { cluster, options }
     })
 }
@@ -195,6 +202,76 @@ async fn max_parallel_drains_keeps_two_draining_in_creation_order_across_a_resta
             *w <= jiff::SignedDuration::from_secs(10),
             "a freed slot started the next maintenance only {w} later: {waits:?}"
         );
+    }
+
+    // A node budget: storage nodes one at a time, inside the cluster-wide two. In creation
+    // order s0 drains, s1 waits for the storage budget, w0 drains, s2 waits (both budgets full).
+    let group = unique("storage");
+    let nodes = worker_nodes(&env.cluster, &client, &group, 4).await;
+    for node in &nodes[..3] {
+        env.cluster
+            .kubectl_run(&["label", "node", node, &format!("{STORAGE_LABEL}=")], None)
+            .unwrap();
+    }
+    let order = [&nodes[0], &nodes[1], &nodes[3], &nodes[2]];
+    let mut budgets = Vec::new();
+    for (i, node) in order.iter().enumerate() {
+        bare_pod(&client, &ns, &format!("q{i}"), node, json!({})).await;
+        budgets.push(budget(&client, &ns, &format!("c{i}"), &format!("q{i}"), 0, 1).await);
+    }
+    let prefix = unique("nm-storage");
+    let names: Vec<String> = (0..4).map(|i| format!("{prefix}-{i}")).collect();
+    for (name, node) in names.iter().zip(order) {
+        nm::create(&client, name, node).await;
+    }
+    let storage_full = format!("--max-parallel-drains-for={STORAGE_LABEL}=1 is full");
+    for (k, expected) in [(1, "position 1 of 2"), (3, "position 2 of 2")] {
+        nm::wait_status(&client, &names[k], expected, LIMIT, |s| {
+            s.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "DrainQueued" && c.message.contains(expected))
+        })
+        .await;
+    }
+    let s1 = api.get(&names[1]).await.unwrap();
+    let message = queue_message(&s1).unwrap_or_default();
+    assert!(message.contains(&storage_full), "{message}");
+    for k in [0, 2] {
+        nm::wait_status(&client, &names[k], "held by its budget", LIMIT, |s| {
+            s.blockers
+                .iter()
+                .flatten()
+                .any(|b| b.reason == "PodDisruptionBudget")
+        })
+        .await;
+    }
+    budgets[0].delete("c0", &Default::default()).await.unwrap();
+    nm::wait_phase(&client, &names[0], MaintenancePhase::Succeeded, LIMIT).await;
+    nm::wait_status(
+        &client,
+        &names[1],
+        "the storage slot, its evictions started",
+        LIMIT,
+        |s| {
+            s.blockers
+                .iter()
+                .flatten()
+                .any(|b| b.reason == "PodDisruptionBudget")
+        },
+    )
+    .await;
+    let s2 = api.get(&names[3]).await.unwrap();
+    assert!(
+        queue_message(&s2).is_some(),
+        "s2 started with both budgets full"
+    );
+    for (k, name) in names.iter().enumerate().skip(1) {
+        budgets[k]
+            .delete(&format!("c{k}"), &Default::default())
+            .await
+            .unwrap();
+        nm::wait_phase(&client, name, MaintenancePhase::Succeeded, LIMIT).await;
     }
     drop(operator);
 }

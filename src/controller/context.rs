@@ -211,10 +211,11 @@ impl Context {
             .iter()
             .filter(|nm| crate::policy::resolve(nm, &self.policy).0.paused)
             .count();
-        let queued = self
-            .drain_budget
-            .as_ref()
-            .map_or(0, |b| active.len().saturating_sub(b.slots()));
+        let queued = self.drain_budget.as_ref().map_or(0, |b| {
+            active.len()
+                - super::queue::admitted(active.iter().copied(), &b.slots(), |n| b.budgets_of(n))
+                    .len()
+        });
         self.metrics.set_waiting(
             i64::try_from(queued).unwrap_or(i64::MAX),
             i64::try_from(paused).unwrap_or(i64::MAX),
@@ -229,7 +230,11 @@ impl Context {
             return;
         };
         let all = self.store.state();
-        for name in super::queue::admitted(all.iter().map(AsRef::as_ref), budget.slots()) {
+        let admitted =
+            super::queue::admitted(all.iter().map(AsRef::as_ref), &budget.slots(), |n| {
+                budget.budgets_of(n)
+            });
+        for name in admitted {
             if self.memory.of(&name).queued == Some(true) {
                 let _ = self.wake.unbounded_send(ObjectRef::new(&name));
             }
@@ -324,18 +329,45 @@ mod tests {
     }
 }
 
-/// The cluster-wide drain budget and what it is a share of.
+/// The drain budgets and what they are a share of.
 #[derive(Clone)]
 pub(crate) struct DrainBudget {
     /// `--max-parallel-drains`.
-    pub limit: crate::policy::DrainLimit,
-    /// The process's Node watch (a percentage is of the nodes it holds).
+    pub limit: Option<crate::policy::DrainLimit>,
+    /// `--max-parallel-drains-for`, in flag order.
+    pub per: Vec<crate::policy::NodeBudget>,
+    /// The process's Node watch (a percentage is of the nodes it holds, or selects), which
+    /// records the node budgets that select each node.
     pub nodes: crate::watch::nodes::NodeCache,
 }
 
 impl DrainBudget {
-    /// The slots now.
-    pub(crate) fn slots(&self) -> usize {
-        self.limit.slots(self.nodes.len())
+    /// The budgets' slots now.
+    pub(crate) fn slots(&self) -> super::queue::Slots {
+        super::queue::Slots {
+            all: self.limit.map(|l| {
+                (
+                    l.slots(self.nodes.len()),
+                    format!("--max-parallel-drains={l}"),
+                )
+            }),
+            per: self
+                .per
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    let selected = self.nodes.count(|e| e.budgets & (1 << i) != 0);
+                    (
+                        b.limit.slots(selected),
+                        format!("--max-parallel-drains-for={}={}", b.text, b.limit),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// The node budgets that select node `name` (a bit each); none for a node not cached.
+    pub(crate) fn budgets_of(&self, name: &str) -> u32 {
+        self.nodes.get(name).map_or(0, |e| e.budgets)
     }
 }

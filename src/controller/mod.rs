@@ -64,6 +64,8 @@ pub(crate) struct ControllerConfig {
     pub policy: crate::policy::Defaults,
     /// The cluster-wide drain budget (`--max-parallel-drains`; `None`: unlimited).
     pub max_parallel_drains: Option<crate::policy::DrainLimit>,
+    /// The node drain budgets (`--max-parallel-drains-for`).
+    pub max_parallel_drains_for: Vec<crate::policy::NodeBudget>,
 }
 
 impl From<&crate::config::Config> for ControllerConfig {
@@ -81,6 +83,7 @@ impl From<&crate::config::Config> for ControllerConfig {
                 on_timeout: config.on_timeout,
             },
             max_parallel_drains: config.max_parallel_drains,
+            max_parallel_drains_for: config.max_parallel_drains_for.clone(),
         }
     }
 }
@@ -203,8 +206,11 @@ fn context(
         nms_synced,
         memory,
         policy: config.policy,
-        drain_budget: config.max_parallel_drains.map(|limit| DrainBudget {
-            limit,
+        drain_budget: (config.max_parallel_drains.is_some()
+            || !config.max_parallel_drains_for.is_empty())
+        .then(|| DrainBudget {
+            limit: config.max_parallel_drains,
+            per: config.max_parallel_drains_for.clone(),
             nodes: nodes_cache,
         }),
         wake,

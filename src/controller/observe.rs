@@ -88,7 +88,8 @@ async fn maintenance(
             super::queue::place(
                 all.iter().map(AsRef::as_ref),
                 &nm.name_any(),
-                budget.slots(),
+                &budget.slots(),
+                |n| budget.budgets_of(n),
             )
         }),
         ..ObservedMaintenance::default()

@@ -10,20 +10,31 @@ use kube::ResourceExt;
 
 use crate::api::{MaintenancePhase, NodeMaintenance};
 
-/// Where one maintenance stands in the drain budget.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where one maintenance stands in the drain budgets.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Place {
-    /// It holds a slot: its drain runs.
+    /// It holds a slot of every budget that applies: its drain runs.
     Draining,
-    /// Its evictions wait: `position` (1-based) among the `queued`, behind `slots` draining.
+    /// Its evictions wait: `position` (1-based) among the `queued`.
     Queued {
         /// 1 for the next to start.
         position: usize,
         /// How many wait.
         queued: usize,
-        /// The slots (all taken).
-        slots: usize,
+        /// The first budget that is full for it (`--max-parallel-drains=2`).
+        full: String,
     },
+}
+
+/// The slots of the budgets now: `--max-parallel-drains` (`None`: unlimited) and each node
+/// budget's (`--max-parallel-drains-for`), with their names for the status.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Slots {
+    /// The cluster-wide budget's slots and its flag as given.
+    pub all: Option<(usize, String)>,
+    /// Each node budget's slots and its flag as given, in flag order (bit `i` of a node's
+    /// [`crate::watch::nodes::NodeEntry::budgets`]).
+    pub per: Vec<(usize, String)>,
 }
 
 /// Whether `nm` takes part in the budget: not being deleted, and neither Succeeded nor Failed
@@ -49,35 +60,78 @@ fn in_order<'a>(all: impl IntoIterator<Item = &'a NodeMaintenance>) -> Vec<&'a N
     active
 }
 
-/// The place of maintenance `name` among `all` with `slots` slots: the first `slots` active
-/// maintenances in queue order drain, the others wait. `None` when `name` is not active.
+/// The queue: the active maintenances in queue order, each admitted when every budget that
+/// applies to it (the cluster-wide one, and each node budget whose bit `budgets_of` its
+/// `spec.nodeName` has) still has a free slot, which it then takes; otherwise it waits, with the
+/// first budget that was full. A maintenance blocked by one node budget does not hold back a
+/// younger one of other nodes.
+fn queue<'a>(
+    all: impl IntoIterator<Item = &'a NodeMaintenance>,
+    slots: &Slots,
+    budgets_of: impl Fn(&str) -> u32,
+) -> Vec<(String, Option<String>)> {
+    let mut used_all = 0;
+    let mut used = vec![0usize; slots.per.len()];
+    let mut out = Vec::new();
+    for nm in in_order(all) {
+        let mask = budgets_of(&nm.spec.node_name);
+        let mine = || (0..slots.per.len()).filter(move |i| mask & (1 << i) != 0);
+        let full = match &slots.all {
+            Some((n, name)) if used_all >= *n => Some(name.clone()),
+            _ => mine()
+                .find(|&i| used[i] >= slots.per[i].0)
+                .map(|i| slots.per[i].1.clone()),
+        };
+        if full.is_none() {
+            used_all += 1;
+            for i in mine() {
+                used[i] += 1;
+            }
+        }
+        out.push((nm.name_any(), full));
+    }
+    out
+}
+
+/// The place of maintenance `name` among `all` under `slots` ([`queue`]); `None` when `name` is
+/// not active.
 pub(crate) fn place<'a>(
     all: impl IntoIterator<Item = &'a NodeMaintenance>,
     name: &str,
-    slots: usize,
+    slots: &Slots,
+    budgets_of: impl Fn(&str) -> u32,
 ) -> Option<Place> {
-    let order = in_order(all);
-    let index = order.iter().position(|nm| nm.name_any() == name)?;
-    Some(if index < slots {
-        Place::Draining
-    } else {
-        Place::Queued {
-            position: index - slots + 1,
-            queued: order.len() - slots,
-            slots,
+    let q = queue(all, slots, budgets_of);
+    let queued = q.iter().filter(|(_, full)| full.is_some()).count();
+    let mut position = 0;
+    for (n, full) in q {
+        if full.is_some() {
+            position += 1;
         }
-    })
+        if n == name {
+            return Some(match full {
+                None => Place::Draining,
+                Some(full) => Place::Queued {
+                    position,
+                    queued,
+                    full,
+                },
+            });
+        }
+    }
+    None
 }
 
-/// The names of the maintenances that hold a slot among `all` with `slots` slots.
+/// The names of the maintenances that hold their slots among `all` under `slots`.
 pub(crate) fn admitted<'a>(
     all: impl IntoIterator<Item = &'a NodeMaintenance>,
-    slots: usize,
+    slots: &Slots,
+    budgets_of: impl Fn(&str) -> u32,
 ) -> Vec<String> {
-    in_order(all)
+    queue(all, slots, budgets_of)
         .into_iter()
-        .take(slots)
-        .map(ResourceExt::name_any)
+        .filter(|(_, full)| full.is_none())
+        .map(|(n, _)| n)
         .collect()
 }
 
@@ -105,6 +159,13 @@ mod tests {
         nm
     }
 
+    fn slots(all: usize) -> Slots {
+        Slots {
+            all: Some((all, format!("--max-parallel-drains={all}"))),
+            per: Vec::new(),
+        }
+    }
+
     #[test]
     fn the_oldest_active_maintenances_drain_and_the_rest_wait_in_creation_order() {
         use MaintenancePhase::*;
@@ -117,33 +178,76 @@ mod tests {
             nm("c", 3, Some(Running)),
             nm("a", 2, Some(Running)),
         ];
+        let none = |_: &str| 0;
         // Active in order: a, b (created at 2, by name), c, d (at 3, by name), e.
-        assert_eq!(admitted(&all, 2), ["a", "b"]);
-        assert_eq!(place(&all, "b", 2), Some(Place::Draining));
+        assert_eq!(admitted(&all, &slots(2), none), ["a", "b"]);
+        assert_eq!(place(&all, "b", &slots(2), none), Some(Place::Draining));
         let queued = |position| {
             Some(Place::Queued {
                 position,
                 queued: 3,
-                slots: 2,
+                full: "--max-parallel-drains=2".into(),
             })
         };
-        assert_eq!(place(&all, "c", 2), queued(1));
-        assert_eq!(place(&all, "d", 2), queued(2));
-        assert_eq!(place(&all, "e", 2), queued(3));
-        assert_eq!(place(&all, "done", 2), None);
-        assert_eq!(place(&all, "failed", 2), None);
+        assert_eq!(place(&all, "c", &slots(2), none), queued(1));
+        assert_eq!(place(&all, "d", &slots(2), none), queued(2));
+        assert_eq!(place(&all, "e", &slots(2), none), queued(3));
+        assert_eq!(place(&all, "done", &slots(2), none), None);
+        assert_eq!(place(&all, "failed", &slots(2), none), None);
         // A slot frees (a Succeeds, b is being deleted): c and d start.
         let mut freed = all.clone();
         freed[6].status.as_mut().unwrap().phase = Some(Succeeded);
         freed[2].metadata.deletion_timestamp = freed[2].metadata.creation_timestamp.clone();
-        assert_eq!(admitted(&freed, 2), ["c", "d"]);
+        assert_eq!(admitted(&freed, &slots(2), none), ["c", "d"]);
         assert_eq!(
-            place(&freed, "e", 2),
+            place(&freed, "e", &slots(2), none),
             Some(Place::Queued {
                 position: 1,
                 queued: 1,
-                slots: 2
+                full: "--max-parallel-drains=2".into(),
             })
         );
+    }
+
+    #[test]
+    fn a_node_budget_holds_back_its_own_nodes_only() {
+        use MaintenancePhase::*;
+        // Storage nodes (bit 0) drain one at a time, everything three at a time.
+        let all = [
+            nm("s1", 1, Some(Running)),
+            nm("s2", 2, Some(Running)),
+            nm("w1", 3, Some(Running)),
+            nm("s3", 4, Some(Running)),
+            nm("w2", 5, Some(Running)),
+            nm("w3", 6, Some(Running)),
+        ];
+        let storage = |node: &str| u32::from(node.starts_with("node-s"));
+        let budgets = Slots {
+            all: Some((3, "--max-parallel-drains=3".into())),
+            per: vec![(1, "--max-parallel-drains-for=storage=1".into())],
+        };
+        assert_eq!(admitted(&all, &budgets, storage), ["s1", "w1", "w2"]);
+        assert_eq!(
+            place(&all, "s2", &budgets, storage),
+            Some(Place::Queued {
+                position: 1,
+                queued: 3,
+                full: "--max-parallel-drains-for=storage=1".into(),
+            })
+        );
+        assert_eq!(
+            place(&all, "w3", &budgets, storage),
+            Some(Place::Queued {
+                position: 3,
+                queued: 3,
+                full: "--max-parallel-drains=3".into(),
+            })
+        );
+        // Without the cluster-wide budget, only the storage nodes wait.
+        let per_only = Slots {
+            all: None,
+            ..budgets
+        };
+        assert_eq!(admitted(&all, &per_only, storage), ["s1", "w1", "w2", "w3"]);
     }
 }

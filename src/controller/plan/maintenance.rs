@@ -197,9 +197,9 @@ pub(super) fn plan_maintenance(
         };
         return with_memory(w.finish(step, Some(node), o.memory), memory, o.memory);
     }
-    let (status, events) = queued(&status, m.queue, memory.queued, generation, now);
+    let (status, events) = queued(&status, m.queue.as_ref(), memory.queued, generation, now);
     w.events(events, Some(node));
-    memory.queued = m.queue.map(|p| matches!(p, Place::Queued { .. }));
+    memory.queued = m.queue.as_ref().map(|p| matches!(p, Place::Queued { .. }));
     let waits = matches!(m.queue, Some(Place::Queued { .. }));
     if (drain_policy.paused || waits) && status.phase != Some(MaintenancePhase::Succeeded) {
         // Paused, or queued for a drain slot: the node, lease and label are enforced above; no

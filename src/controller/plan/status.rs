@@ -972,7 +972,7 @@ pub(crate) fn deadline(
 /// that prunes it). A maintenance that never waited keeps upstream's status.
 pub(crate) fn queued(
     status: &NodeMaintenanceStatus,
-    place: Option<super::super::queue::Place>,
+    place: Option<&super::super::queue::Place>,
     remembered: Option<bool>,
     generation: Option<i64>,
     now: jiff::Timestamp,
@@ -987,11 +987,11 @@ pub(crate) fn queued(
         Some(Place::Queued {
             position,
             queued,
-            slots,
+            full,
         }) => {
             let message = format!(
-                "waiting for a drain slot: position {position} of {queued}; {slots} maintenances \
-                 drain at once (--max-parallel-drains); the node is cordoned and tainted"
+                "waiting for a drain slot: position {position} of {queued}; {full} is full; the \
+                 node is cordoned and tainted"
             );
             if was != Some(true) {
                 events.push(PlannedEvent::normal(

@@ -1630,9 +1630,9 @@ fn a_queued_maintenance_is_entered_and_runs_no_round_until_a_slot_is_its() {
     let third = Place::Queued {
         position: 3,
         queued: 3,
-        slots: 2,
+        full: "--max-parallel-drains=2".into(),
     };
-    let waiting = plan(&observed(Some(third), &running, None), t(0));
+    let waiting = plan(&observed(Some(third.clone()), &running, None), t(0));
     assert!(matches!(waiting.then, Then::Requeue(_)), "no drain round");
     let s = waiting.status.clone().unwrap();
     let c = status::condition(&s, status::condition::DRAIN_QUEUED).unwrap();
@@ -1640,7 +1640,11 @@ fn a_queued_maintenance_is_entered_and_runs_no_round_until_a_slot_is_its() {
         (c.status.as_str(), c.reason.as_str()),
         ("True", "MaxParallelDrains")
     );
-    assert!(c.message.contains("position 3 of 3"), "{}", c.message);
+    assert!(
+        c.message.contains("position 3 of 3") && c.message.contains("--max-parallel-drains=2"),
+        "{}",
+        c.message
+    );
     assert_eq!(reasons(&events_of(&waiting)), ["DrainQueued"]);
     assert_eq!(
         waiting.remember,

@@ -103,6 +103,8 @@ pub(crate) struct NodeEntry {
     pub fingerprint: u64,
     /// The node carries [`crate::node::HOLDER_ANNOTATION`] (a NodeMaintenance's record).
     pub holder: bool,
+    /// Bit `i` set: the `i`-th node drain budget (`--max-parallel-drains-for`) selects the node.
+    pub budgets: u32,
 }
 
 impl NodeEntry {
@@ -122,6 +124,21 @@ impl NodeEntry {
                 .annotations
                 .as_ref()
                 .is_some_and(|a| a.contains_key(crate::node::HOLDER_ANNOTATION)),
+            budgets: 0,
+        }
+    }
+
+    /// The entry of `node` with the node drain budgets of `budgets` that select it.
+    fn with_budgets(node: &WatchedNode, budgets: &[crate::policy::NodeBudget]) -> Self {
+        let labels = node.metadata.labels.as_ref();
+        let mask = budgets
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.selects(labels))
+            .fold(0u32, |m, (i, _)| m | 1 << i);
+        Self {
+            budgets: mask,
+            ..Self::of(node)
         }
     }
 
@@ -163,6 +180,8 @@ pub(crate) struct NodeChange {
 
 struct Inner {
     nodes: RwLock<HashMap<Box<str>, NodeEntry>>,
+    /// The node drain budgets whose selectors each entry is matched against (at most 32).
+    budgets: Arc<[crate::policy::NodeBudget]>,
     subscribers: Mutex<Vec<mpsc::UnboundedSender<NodeChange>>>,
     synced: watch::Receiver<bool>,
 }
@@ -217,6 +236,11 @@ impl NodeCache {
         read(&self.0.nodes).len()
     }
 
+    /// Number of nodes cached that `keep` selects.
+    pub(crate) fn count(&self, keep: impl Fn(&NodeEntry) -> bool) -> usize {
+        read(&self.0.nodes).values().filter(|e| keep(e)).count()
+    }
+
     /// True once the first list completed; stays true through later relists (the cache serves
     /// its last state meanwhile).
     pub(crate) fn synced(&self) -> watch::Receiver<bool> {
@@ -248,11 +272,16 @@ impl NodeCache {
 
 /// Starts the Node watch on `client`: probes whether the API server streams initial lists,
 /// then watches, retrying after the shared watch back-off (`watch::relist`). Must
-/// run inside a tokio runtime.
-pub(crate) fn start(client: &Client) -> (NodeCache, NodeWatchTask) {
+/// run inside a tokio runtime. Each entry records which of `budgets` (at most 32) select its
+/// node ([`NodeEntry::budgets`]).
+pub(crate) fn start(
+    client: &Client,
+    budgets: Arc<[crate::policy::NodeBudget]>,
+) -> (NodeCache, NodeWatchTask) {
     let (synced_tx, synced) = watch::channel(false);
     let cache = NodeCache(Arc::new(Inner {
         nodes: RwLock::default(),
+        budgets,
         subscribers: Mutex::default(),
         synced,
     }));
@@ -296,7 +325,7 @@ async fn drive(client: Client, cache: NodeCache, synced: watch::Sender<bool>) {
             Ok(watcher::Event::Init) => listing = HashMap::new(),
             Ok(watcher::Event::InitApply(n)) => {
                 let name = n.metadata.name.clone().unwrap_or_default();
-                listing.insert(name.into(), NodeEntry::of(&n));
+                listing.insert(name.into(), NodeEntry::with_budgets(&n, &cache.0.budgets));
             }
             Ok(watcher::Event::InitDone) => {
                 listing.shrink_to_fit();
@@ -315,7 +344,7 @@ async fn drive(client: Client, cache: NodeCache, synced: watch::Sender<bool>) {
             }
             Ok(watcher::Event::Apply(n)) => {
                 let name = n.metadata.name.clone().unwrap_or_default();
-                let entry = NodeEntry::of(&n);
+                let entry = NodeEntry::with_budgets(&n, &cache.0.budgets);
                 let before = write(&cache.0.nodes).insert(name.as_str().into(), entry);
                 if before.map(|b| b.fingerprint) != Some(entry.fingerprint) {
                     cache.notify(NodeChange {
@@ -532,6 +561,7 @@ mod tests {
             ready: None,
             fingerprint,
             holder,
+            budgets: 0,
         };
         let old: HashMap<Box<str>, NodeEntry> = [
             ("same".into(), entry(1, false)),
