@@ -98,6 +98,43 @@ pub struct NodeMaintenanceSpec {
     /// wins over the operator's --on-timeout flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_timeout: Option<OnTimeout>,
+    /// Rules for the pods of this maintenance's node, the first whose selectors select a pod
+    /// applying to it (a pod's own nodemaintenance.medik8s.io/drain or cluster.x-k8s.io/drain
+    /// label wins over them). The annotation nodemaintenance.medik8s.io/drainRules (the same list
+    /// as JSON) wins over this field, which wins over the operator's --drain-rules flag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_rules: Option<Vec<DrainRule>>,
+}
+
+/// One drain rule (`spec.drainRules`), after Cluster API's MachineDrainRule.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainRule {
+    /// The pods it selects by their labels; absent: every pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    /// The pods it selects by their namespace's labels; absent: every namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    /// Drain (evict, in `order`), Skip (never evicted, reported as kept) or WaitCompleted
+    /// (never evicted; the drain waits until the pod finishes).
+    pub behavior: DrainBehavior,
+    /// The drain order of the pods it selects (Drain only): every pod of a lower order leaves
+    /// before one of a higher order is evicted; 0 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<i32>,
+}
+
+/// What a drain rule does with the pods it selects.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DrainBehavior {
+    /// Evicted, in the rule's order.
+    #[default]
+    Drain,
+    /// Never evicted; reported as kept.
+    Skip,
+    /// Never evicted; the drain waits until the pod finishes.
+    WaitCompleted,
 }
 
 /// What happens when a drain's deadline (`drainTimeout`) passes (`docs/drain-contract.md` §10).
@@ -333,7 +370,7 @@ pub const ADDED_STATUS_FIELDS: [&str; 6] = [
 
 /// The spec fields we add to upstream's schema (the drain knobs), which upstream's CRD prunes:
 /// there they are set by their annotations (`crate::policy`).
-pub const ADDED_SPEC_FIELDS: [&str; 3] = ["paused", "drainTimeout", "onTimeout"];
+pub const ADDED_SPEC_FIELDS: [&str; 4] = ["paused", "drainTimeout", "onTimeout", "drainRules"];
 
 /// The NodeMaintenance CRD as upstream NMO ships it, generated from our types minus what we add:
 /// the status fields of [`ADDED_STATUS_FIELDS`], the printer columns and the CEL rules. Used by

@@ -305,6 +305,16 @@ pub struct Config {
     /// within every budget that selects its node and within --max-parallel-drains.
     #[arg(long, value_name = "SELECTOR=N|PERCENT", value_parser = crate::policy::NodeBudget::parse)]
     pub max_parallel_drains_for: Vec<crate::policy::NodeBudget>,
+
+    /// Default of the `drainRules` knob: a JSON list of rules ({podSelector, namespaceSelector,
+    /// behavior: Drain, Skip or WaitCompleted, order}) for every maintenance that has none of its
+    /// own. None by default.
+    #[arg(long, value_name = "JSON", value_parser = parse_drain_rules)]
+    pub drain_rules: Option<Vec<crate::api::DrainRule>>,
+}
+
+fn parse_drain_rules(s: &str) -> Result<Vec<crate::api::DrainRule>, String> {
+    crate::policy::parse_rules(s).map_err(|accepted| format!("expected {accepted}"))
 }
 
 fn parse_drain_timeout(s: &str) -> Result<std::time::Duration, String> {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 
-use crate::api::{NodeMaintenance, OnTimeout};
+use crate::api::{DrainRule, NodeMaintenance, OnTimeout};
 
 /// Annotation of the `paused` knob: `"true"` or `"false"`.
 pub const PAUSED_ANNOTATION: &str = "nodemaintenance.medik8s.io/paused";
@@ -19,12 +19,24 @@ pub const PAUSED_ANNOTATION: &str = "nodemaintenance.medik8s.io/paused";
 pub const DRAIN_TIMEOUT_ANNOTATION: &str = "nodemaintenance.medik8s.io/drainTimeout";
 /// Annotation of the `onTimeout` knob: one of [`OnTimeout::ALL`].
 pub const ON_TIMEOUT_ANNOTATION: &str = "nodemaintenance.medik8s.io/onTimeout";
+/// Annotation of the `drainRules` knob: the rules as a JSON list ([`parse_rules`]).
+pub const DRAIN_RULES_ANNOTATION: &str = "nodemaintenance.medik8s.io/drainRules";
+const RULES_ACCEPTED: &str = "a JSON list of rules {podSelector, namespaceSelector, behavior: \
+                              Drain, Skip or WaitCompleted, order}";
+
+/// Parses drain rules given as JSON (the annotation and `--drain-rules`).
+///
+/// # Errors
+/// The accepted form, when `s` is not a JSON list of rules.
+pub fn parse_rules(s: &str) -> Result<Vec<DrainRule>, &'static str> {
+    serde_json::from_str(s).map_err(|_| RULES_ACCEPTED)
+}
 
 const DURATION_ACCEPTED: &str = "a positive duration such as 90s, 15m or 1h30m";
 const ON_TIMEOUT_ACCEPTED: &str = "Wait, Fail, SkipStuck, ForceDelete";
 
 /// The operator's defaults of the knobs (its flags).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Defaults {
     /// `--drain-paused`: every maintenance starts with its evictions paused.
     pub paused: bool,
@@ -32,10 +44,12 @@ pub struct Defaults {
     pub drain_timeout: Option<Duration>,
     /// `--on-timeout`: what happens at the deadline.
     pub on_timeout: OnTimeout,
+    /// `--drain-rules`: the rules of every maintenance that has none of its own.
+    pub drain_rules: Vec<DrainRule>,
 }
 
 /// The knobs of one maintenance, resolved.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct DrainPolicy {
     /// No new eviction is sent; cordon, taints, label and lease are kept (ours; Cluster API and
     /// kured pause by annotation too).
@@ -44,6 +58,9 @@ pub struct DrainPolicy {
     pub drain_timeout: Option<Duration>,
     /// What happens once it has passed.
     pub on_timeout: OnTimeout,
+    /// The rules for the node's pods, the first that selects a pod applying
+    /// ([`crate::drain::rules`]).
+    pub drain_rules: Vec<DrainRule>,
 }
 
 impl DrainPolicy {
@@ -174,10 +191,18 @@ pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> (DrainPolicy, Vec<I
         )
         .or(nm.spec.on_timeout)
         .unwrap_or(defaults.on_timeout);
+    let drain_rules = k
+        .annotation(
+            ("drainRules", DRAIN_RULES_ANNOTATION, RULES_ACCEPTED),
+            |v| parse_rules(v).ok(),
+        )
+        .or_else(|| nm.spec.drain_rules.clone())
+        .unwrap_or_else(|| defaults.drain_rules.clone());
     let policy = DrainPolicy {
         paused,
         drain_timeout,
         on_timeout,
+        drain_rules,
     };
     (policy, k.invalid)
 }
@@ -333,8 +358,8 @@ mod tests {
 
     #[test]
     fn the_annotation_wins_over_the_spec_and_the_spec_over_the_flag() {
-        let off = Defaults::default();
-        let on = Defaults {
+        let off = &Defaults::default();
+        let on = &Defaults {
             paused: true,
             ..Defaults::default()
         };
@@ -349,14 +374,14 @@ mod tests {
             (Some(true), Some("yes"), off, true, true),
             (None, Some("TRUE"), off, false, true),
         ] {
-            let (policy, invalid) = resolve(&nm(spec, annotation), &defaults);
+            let (policy, invalid) = resolve(&nm(spec, annotation), defaults);
             assert_eq!(
                 (policy.paused, !invalid.is_empty()),
                 (paused, refused),
                 "{spec:?} {annotation:?} {defaults:?}"
             );
         }
-        let (_, invalid) = resolve(&nm(None, Some("yes")), &off);
+        let (_, invalid) = resolve(&nm(None, Some("yes")), off);
         assert_eq!(
             invalid[0].to_string(),
             "nodemaintenance.medik8s.io/paused has the invalid value \"yes\" for the knob paused \
@@ -490,5 +515,44 @@ mod tests {
         for bad in ["storage", "=1", "storage=0", "a b=1", "pool=db,=2"] {
             assert!(NodeBudget::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn drain_rules_come_from_the_annotation_the_spec_or_the_flag_whole() {
+        use crate::api::DrainBehavior;
+        let rule = |behavior| DrainRule {
+            behavior,
+            ..DrainRule::default()
+        };
+        let defaults = Defaults {
+            drain_rules: vec![rule(DrainBehavior::Skip)],
+            ..Defaults::default()
+        };
+        let mut nm = nm(None, None);
+        assert_eq!(resolve(&nm, &defaults).0.drain_rules, defaults.drain_rules);
+        nm.spec.drain_rules = Some(vec![rule(DrainBehavior::WaitCompleted)]);
+        assert_eq!(
+            resolve(&nm, &defaults).0.drain_rules,
+            [rule(DrainBehavior::WaitCompleted)]
+        );
+        nm.annotations_mut().insert(
+            DRAIN_RULES_ANNOTATION.into(),
+            r#"[{"podSelector": {"matchLabels": {"app": "db"}}, "behavior": "Drain", "order": 2}]"#
+                .into(),
+        );
+        let (p, invalid) = resolve(&nm, &defaults);
+        assert!(invalid.is_empty());
+        assert_eq!((p.drain_rules.len(), p.drain_rules[0].order), (1, Some(2)));
+        nm.annotations_mut().insert(
+            DRAIN_RULES_ANNOTATION.into(),
+            r#"[{"behavior": "Evict"}]"#.into(),
+        );
+        let (p, invalid) = resolve(&nm, &defaults);
+        assert_eq!(
+            p.drain_rules,
+            [rule(DrainBehavior::WaitCompleted)],
+            "falls back to the spec"
+        );
+        assert!(invalid[0].to_string().contains("drainRules"), "{invalid:?}");
     }
 }

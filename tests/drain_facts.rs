@@ -712,7 +712,8 @@ async fn a_budget_held_drain_asks_through_one_pod_and_finishes_when_the_budget_a
 /// `docs/drain-contract.md` §1 ("A pod's own rule"): on one node, `app` pods with no label,
 /// `db` pods of drain order 2, a `job` pod labelled `wait-completed` and a `cache` pod labelled
 /// `skip`; once with this project's label, once with Cluster API's for `skip` and
-/// `wait-completed`. The API server's record shows every `app` eviction answered before the
+/// `wait-completed`, once with no label but the maintenance's `spec.drainRules` saying the same
+/// (the job's rule also selecting by its namespace's labels). The API server's record shows every `app` eviction answered before the
 /// first `db` eviction arrived; the job is never evicted, the maintenance stays Running with
 /// `WaitingForCompletion` until it finishes, then Succeeds; the skipped pod stays, named as
 /// kept.
@@ -723,6 +724,7 @@ async fn a_pods_drain_label_orders_skips_and_waits_for_it() {
     for (family, rule) in [
         ("ours", "nodemaintenance.medik8s.io/drain"),
         ("capi", "cluster.x-k8s.io/drain"),
+        ("rules", ""),
     ] {
         let group = unique(&format!("rules-{family}"));
         let node = worker_nodes(&env.cluster, &client, &group, 1)
@@ -730,12 +732,14 @@ async fn a_pods_drain_label_orders_skips_and_waits_for_it() {
             .remove(0);
         let ns = namespace(&client, "rules").await;
         let labels = |value: Option<(&str, &str)>| match value {
+            Some(_) if rule.is_empty() => json!({}),
             Some((k, v)) => json!({"metadata": {"labels": {k: v}}}),
             None => json!({}),
         };
         for i in 0..3 {
             bare_pod(&client, &ns, &format!("app-{i}"), &node, labels(None)).await;
-            let order = Some(("nodemaintenance.medik8s.io/drain", "2"));
+            let order =
+                Some(("nodemaintenance.medik8s.io/drain", "2")).filter(|_| !rule.is_empty());
             bare_pod(&client, &ns, &format!("db-{i}"), &node, labels(order)).await;
         }
         bare_pod(
@@ -751,7 +755,25 @@ async fn a_pods_drain_label_orders_skips_and_waits_for_it() {
         let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
 
         let name = unique("nm-rules");
-        nm::create(&client, &name, &node).await;
+        let mut maintenance = serde_json::to_value(nm::new(&name, &node, "e2e")).unwrap();
+        if rule.is_empty() {
+            maintenance["spec"]["drainRules"] = json!([
+                {"podSelector": {"matchExpressions": [
+                    {"key": "app", "operator": "In", "values": ["db-0", "db-1", "db-2"]}]},
+                 "behavior": "Drain", "order": 2},
+                {"podSelector": {"matchLabels": {"app": "job"}},
+                 "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                 "behavior": "WaitCompleted"},
+                {"podSelector": {"matchLabels": {"app": "cache"}}, "behavior": "Skip"},
+            ]);
+        }
+        Api::<node_maintenance_operator::api::NodeMaintenance>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(maintenance).unwrap(),
+            )
+            .await
+            .unwrap();
         let waiting = nm::wait_status(
             &client,
             &name,

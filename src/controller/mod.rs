@@ -81,6 +81,7 @@ impl From<&crate::config::Config> for ControllerConfig {
                 paused: config.drain_paused,
                 drain_timeout: config.drain_timeout,
                 on_timeout: config.on_timeout,
+                drain_rules: config.drain_rules.clone().unwrap_or_default(),
             },
             max_parallel_drains: config.max_parallel_drains,
             max_parallel_drains_for: config.max_parallel_drains_for.clone(),
@@ -205,7 +206,7 @@ fn context(
         store,
         nms_synced,
         memory,
-        policy: config.policy,
+        policy: config.policy.clone(),
         drain_budget: (config.max_parallel_drains.is_some()
             || !config.max_parallel_drains_for.is_empty())
         .then(|| DrainBudget {

@@ -45,7 +45,7 @@ pub(crate) async fn observe(nm: &NodeMaintenance, ctx: &Context) -> Result<Obser
         world,
         memory: ctx.memory.of(&name),
         schema: ctx.memory.schema(),
-        policy: ctx.policy,
+        policy: ctx.policy.clone(),
     })
 }
 
@@ -103,9 +103,10 @@ async fn maintenance(
             reason = %crate::bounds::truncate(reason, crate::bounds::MAX_REASON_ANNOTATION),
             "Applying maintenance mode"
         );
+        let rules = crate::policy::resolve(nm, &ctx.policy).0.drain_rules;
         let survey = ctx
             .drainer
-            .survey(&node_name)
+            .survey(&node_name, &rules)
             .await
             .map_err(Error::InitStatus)?;
         o.survey = Some(survey);

@@ -6,12 +6,12 @@
 //! Every decision is made by the pure functions of `pass.rs` and `mod.rs`; this module only
 //! carries them out.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
@@ -22,11 +22,12 @@ use super::budget::BudgetWatch;
 use super::deadline::PlannedDeletion;
 use super::pass::{self, DrainReport, PlannedEviction, Survey};
 use super::pod::{DrainPod, PodPage};
+use super::rules;
 use super::{
     Arrival, Disposition, DrainMemory, DrainOptions, EvictionOutcome, RetrySchedule, classify,
     classify_eviction, daemonset_owner, reason, result, selector_matches,
 };
-use crate::api::PodReference;
+use crate::api::{DrainRule, PodReference};
 use crate::metrics::Metrics;
 use crate::policy::DrainPolicy;
 
@@ -63,6 +64,14 @@ pub(crate) enum DrainError {
         /// Namespace of the DaemonSet.
         namespace: String,
         /// Name of the DaemonSet.
+        name: String,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// Reading the labels of a pod's namespace (a drain rule's namespace selector) failed.
+    #[error("failed to get namespace {name} for the drain rules: {source}")]
+    Namespace {
+        /// The namespace.
         name: String,
         /// The API error.
         source: kube::Error,
@@ -199,14 +208,18 @@ impl Drainer {
         Ok((pods, listed_at))
     }
 
-    /// Classifies each pod ([`classify`] with `arrival`), looking up each DaemonSet once.
+    /// Classifies each pod ([`classify`] with `arrival`, then the maintenance's drain `rules`,
+    /// [`rules::apply`]), looking up each DaemonSet once, and each pod namespace's labels once
+    /// when a rule has a namespace selector.
     async fn classified(
         &self,
         pods: Vec<DrainPod>,
         arrival: &Arrival,
+        drain_rules: &[DrainRule],
     ) -> Result<Vec<(DrainPod, Disposition)>, DrainError> {
         // UID of the DaemonSet found under each (namespace, name); `None` when not found.
         let mut daemonsets: HashMap<(String, String), Option<String>> = HashMap::new();
+        let mut namespaces: HashMap<String, BTreeMap<String, String>> = HashMap::new();
         let mut out = Vec::with_capacity(pods.len());
         for pod in pods {
             let exists = match daemonset_owner(&pod) {
@@ -236,9 +249,45 @@ impl Drainer {
                 }
             };
             let disposition = classify(&pod, exists.as_deref(), &self.options, arrival);
+            let disposition = if drain_rules.is_empty() {
+                disposition
+            } else {
+                let labels = if rules::need_namespaces(drain_rules) {
+                    Some(
+                        self.namespace_labels(&pod.metadata.namespace, &mut namespaces)
+                            .await?,
+                    )
+                } else {
+                    None
+                };
+                let rule = rules::matching(drain_rules, &pod, labels);
+                rules::apply(disposition, rule, &pod, &self.options)
+            };
             out.push((pod, disposition));
         }
         Ok(out)
+    }
+
+    /// The labels of namespace `name`, read once per round into `seen`.
+    async fn namespace_labels<'a>(
+        &self,
+        name: &str,
+        seen: &'a mut HashMap<String, BTreeMap<String, String>>,
+    ) -> Result<&'a BTreeMap<String, String>, DrainError> {
+        if !seen.contains_key(name) {
+            let api: Api<Namespace> = Api::all(self.client.clone());
+            let what = || format!("the GET of namespace {name}");
+            let labels = deadline(what, api.get_metadata_opt(name))
+                .await?
+                .map_err(|source| DrainError::Namespace {
+                    name: name.to_string(),
+                    source,
+                })?
+                .and_then(|n| n.metadata.labels)
+                .unwrap_or_default();
+            seen.insert(name.to_string(), labels);
+        }
+        Ok(&seen[name])
     }
 
     /// Counts the node's pods without evicting anything (status initialisation: `totalpods`,
@@ -246,10 +295,16 @@ impl Drainer {
     ///
     /// # Errors
     /// [`DrainError`] when the pod list or a DaemonSet lookup fails or hangs.
-    pub(crate) async fn survey(&self, node: &str) -> Result<Survey, DrainError> {
+    pub(crate) async fn survey(
+        &self,
+        node: &str,
+        drain_rules: &[DrainRule],
+    ) -> Result<Survey, DrainError> {
         let (pods, _) = self.list_pods(node).await?;
         Ok(pass::survey(
-            &self.classified(pods, &Arrival::default()).await?,
+            &self
+                .classified(pods, &Arrival::default(), drain_rules)
+                .await?,
         ))
     }
 
@@ -282,7 +337,7 @@ impl Drainer {
             started,
             first_listing: schedule.first_listing(started).cloned(),
         };
-        let pods = self.classified(pods, &arrival).await?;
+        let pods = self.classified(pods, &arrival, &policy.drain_rules).await?;
         // Decide (pure).
         let plan = pass::plan_pass(pods, &schedule, &budgets, policy, started, now, at);
         let evict = plan.evict.clone();

@@ -41,6 +41,7 @@ pub(crate) mod budget;
 pub(crate) mod deadline;
 pub(crate) mod pass;
 pub(crate) mod pod;
+pub(crate) mod rules;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -494,7 +495,7 @@ pub(crate) fn skipped_by_rule(pod: &PodReference, label: &str) -> PodBlocker {
         namespace: pod.namespace.clone(),
         name: pod.name.clone(),
         reason: reason::SKIPPED.to_string(),
-        message: Some(format!("not evicted: labelled {label}=skip")),
+        message: Some(format!("not evicted: {}", rules::says(label, "skip"))),
         ..PodBlocker::default()
     }
 }
@@ -506,7 +507,8 @@ pub(crate) fn waiting_for_completion(pod: &PodReference, label: &str) -> PodBloc
         name: pod.name.clone(),
         reason: reason::WAITING_FOR_COMPLETION.to_string(),
         message: Some(format!(
-            "labelled {label}=wait-completed: not evicted; the drain waits until it finishes"
+            "{}: not evicted; the drain waits until it finishes",
+            rules::says(label, "wait-completed")
         )),
         ..PodBlocker::default()
     }

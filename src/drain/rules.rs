@@ -1,0 +1,175 @@
+//! A maintenance's drain rules (`spec.drainRules`, `docs/drain-contract.md` §1 "A pod's own
+//! rule"), after Cluster API's MachineDrainRule: the first rule whose pod and namespace
+//! selectors select a pod says whether it is drained (in which order), skipped or waited for.
+//! A pod's own drain label wins ([`super::pod_rule`]). Pure: the round's classification asks
+//! [`apply`] per pod with the labels of the pod's namespace.
+
+use std::collections::BTreeMap;
+
+use super::pod::DrainPod;
+use super::{DRAIN_LABEL, Disposition, DrainOptions, PodRule, pod_rule, selector_matches, stage};
+use crate::api::{DrainBehavior, DrainRule};
+
+/// The label name the status shows for a pod a rule keeps or waits for (in place of the pod's
+/// own drain label).
+pub(crate) const DRAIN_RULES: &str = "spec.drainRules";
+
+/// Why a pod is kept or waited for, as status and events say it: `labelled <label>=<value>`
+/// for a pod's own label, `selected by spec.drainRules (<value>)` for a rule.
+pub(crate) fn says(label: &str, value: &str) -> String {
+    if label == DRAIN_RULES {
+        format!("selected by {DRAIN_RULES} ({value})")
+    } else {
+        format!("labelled {label}={value}")
+    }
+}
+
+/// The first of `rules` that selects `pod` in a namespace labelled `namespace_labels` (`None`:
+/// not read, which only rules without a namespace selector can match).
+pub(crate) fn matching<'a>(
+    rules: &'a [DrainRule],
+    pod: &DrainPod,
+    namespace_labels: Option<&BTreeMap<String, String>>,
+) -> Option<&'a DrainRule> {
+    rules.iter().find(|r| {
+        let pods = r
+            .pod_selector
+            .as_ref()
+            .is_none_or(|s| selector_matches(s, &pod.metadata.labels));
+        let namespaces = match (&r.namespace_selector, namespace_labels) {
+            (None, _) => true,
+            (Some(s), Some(labels)) => selector_matches(s, labels),
+            (Some(_), None) => false,
+        };
+        pods && namespaces
+    })
+}
+
+/// Whether any of `rules` needs the labels of the pods' namespaces.
+pub(crate) fn need_namespaces(rules: &[DrainRule]) -> bool {
+    rules.iter().any(|r| r.namespace_selector.is_some())
+}
+
+/// `disposition` (what [`super::classify`] decided for `pod`) with `rule` applied: a pod
+/// without a drain label of its own that is up for eviction (or a replacement, which `Skip` and
+/// `WaitCompleted` concern as well) is kept, waited for or given the rule's order. Anything else
+/// (DaemonSet, mirror, finished pods, a pod's own label) stays as decided.
+pub(crate) fn apply(
+    disposition: Disposition,
+    rule: Option<&DrainRule>,
+    pod: &DrainPod,
+    options: &DrainOptions,
+) -> Disposition {
+    let Some(rule) = rule else {
+        return disposition;
+    };
+    let own_label = pod_rule(&pod.metadata.labels).0 != PodRule::Drain(0)
+        || pod.metadata.labels.contains_key(DRAIN_LABEL);
+    if own_label {
+        return disposition;
+    }
+    match (disposition, rule.behavior) {
+        (Disposition::Evict { .. } | Disposition::KeepReplacement, DrainBehavior::Skip) => {
+            Disposition::SkipByRule { label: DRAIN_RULES }
+        }
+        (
+            Disposition::Evict { .. } | Disposition::KeepReplacement,
+            DrainBehavior::WaitCompleted,
+        ) => Disposition::WaitCompleted { label: DRAIN_RULES },
+        (Disposition::Evict { warnings, .. }, DrainBehavior::Drain) => Disposition::Evict {
+            warnings,
+            stage: stage(pod, options, rule.order.unwrap_or(0)),
+        },
+        (other, _) => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drain::Stage;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+    fn pod(labels: &[(&str, &str)]) -> DrainPod {
+        let mut p = DrainPod::default();
+        p.metadata.name = "p".into();
+        p.metadata.namespace = "ns".into();
+        p.metadata.labels = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        p
+    }
+
+    fn selector(k: &str, v: &str) -> Option<LabelSelector> {
+        Some(LabelSelector {
+            match_labels: Some([(k.to_string(), v.to_string())].into()),
+            ..LabelSelector::default()
+        })
+    }
+
+    fn evict() -> Disposition {
+        Disposition::Evict {
+            warnings: Vec::new(),
+            stage: Stage::Ordinary(0),
+        }
+    }
+
+    #[test]
+    fn the_first_matching_rule_applies_and_a_pods_own_label_wins() {
+        let rules = vec![
+            DrainRule {
+                pod_selector: selector("app", "db"),
+                behavior: DrainBehavior::Drain,
+                order: Some(2),
+                ..DrainRule::default()
+            },
+            DrainRule {
+                namespace_selector: selector("team", "batch"),
+                behavior: DrainBehavior::WaitCompleted,
+                ..DrainRule::default()
+            },
+            DrainRule {
+                pod_selector: selector("app", "cache"),
+                behavior: DrainBehavior::Skip,
+                ..DrainRule::default()
+            },
+        ];
+        let batch: BTreeMap<String, String> = [("team".to_string(), "batch".to_string())].into();
+        let opts = DrainOptions::default();
+        let decide = |p: &DrainPod, ns: Option<&BTreeMap<String, String>>| {
+            apply(evict(), matching(&rules, p, ns), p, &opts)
+        };
+        assert_eq!(
+            decide(&pod(&[("app", "db")]), Some(&batch)),
+            Disposition::Evict {
+                warnings: Vec::new(),
+                stage: Stage::Ordinary(2)
+            },
+            "the first rule wins over the namespace's"
+        );
+        assert_eq!(
+            decide(&pod(&[("app", "job")]), Some(&batch)),
+            Disposition::WaitCompleted { label: DRAIN_RULES }
+        );
+        assert_eq!(
+            decide(&pod(&[("app", "job")]), None),
+            evict(),
+            "a namespace selector needs the namespace's labels"
+        );
+        assert_eq!(
+            decide(&pod(&[("app", "cache")]), None),
+            Disposition::SkipByRule { label: DRAIN_RULES }
+        );
+        assert_eq!(
+            decide(&pod(&[("app", "cache"), (DRAIN_LABEL, "3")]), None),
+            evict(),
+            "the pod's own label (here its order, as classify decided it) wins"
+        );
+        assert_eq!(
+            apply(Disposition::SkipDaemonSet, rules.get(2), &pod(&[]), &opts),
+            Disposition::SkipDaemonSet
+        );
+        assert!(need_namespaces(&rules) && !need_namespaces(&rules[..1]));
+    }
+}
