@@ -73,11 +73,13 @@ pub struct Started {
 }
 
 /// Spawns `binary` as an operator (leader election off, `RUST_LOG=warn`) with the webhook pair
-/// in `cert_dir` and `kubeconfig`, and polls `/readyz` every 2 ms: the time to ready includes
-/// the process start, the certificate load and the initial lists of the watches.
+/// in `cert_dir` and `kubeconfig`, `args` appended to its flags, and polls `/readyz` every 2 ms:
+/// the time to ready includes the process start, the certificate load and the initial lists of
+/// the watches.
 ///
 /// # Errors
 /// The process cannot start, exits, or is not ready within `limit` (with its log tail).
+#[allow(clippy::too_many_arguments)]
 pub fn start_operator_timed(
     cluster: &Cluster,
     name: &str,
@@ -85,6 +87,7 @@ pub fn start_operator_timed(
     kubeconfig: &Path,
     cert_dir: &Path,
     env: &[(&str, &str)],
+    args: &[&str],
     limit: Duration,
 ) -> Result<Started, ClusterError> {
     let ports = free_ports(3)?;
@@ -97,6 +100,7 @@ pub fn start_operator_timed(
         format!("--health-probe-bind-address=127.0.0.1:{}", ports[2]),
         "--leader-elect=false".into(),
     ])
+    .args(args)
     .env("RUST_LOG", "warn");
     for (k, v) in env {
         cmd.env(k, v);
