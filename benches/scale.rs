@@ -48,7 +48,7 @@
 //!   to wait), then 489 big nodes. Figures:
 //!   - **first create -> all cordoned** (every target's `spec.unschedulable` as a Node watch
 //!     delivers it) and **-> 490 `DrainQueued=True` + 10 held** ("settled": each queued one's
-//!     message with its `position <p> of`, the ten Running with a `PodDisruptionBudget` blocker
+//!     message with its `position <p> in the queue`, the ten Running with a `PodDisruptionBudget` blocker
 //!     and not queued; the list polled every 500 ms); the time the creates took, informative.
 //!     How many queue messages name the final length (`of 490`) is printed in the progress.
 //!   - **API requests to enter one queued maintenance**: the operator's requests (audit log)
@@ -795,7 +795,7 @@ impl Bench {
                                     && queue_message(nm).is_none(),
                             );
                         } else if let Some(message) = queue_message(nm)
-                            && message.contains(&format!("position {} of ", i - SLOTS + 1))
+                            && message.contains(&format!("position {} in the queue", i - SLOTS + 1))
                         {
                             waiting += 1;
                             final_length +=

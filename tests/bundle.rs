@@ -274,7 +274,14 @@ fn csv_deployment_rbac_and_webhook_equal_the_kustomize_rendering() {
     };
     assert_eq!(
         paths("specDescriptors"),
-        ["drainRules", "drainTimeout", "nodeName", "onTimeout", "paused", "reason"]
+        [
+            "drainRules",
+            "drainTimeout",
+            "nodeName",
+            "onTimeout",
+            "paused",
+            "reason"
+        ]
     );
     let status = paths("statusDescriptors");
     for field in ["phase", "drainProgress", "lastError", "errorOnLeaseCount"] {

@@ -108,7 +108,7 @@ async fn max_parallel_drains_keeps_two_draining_in_creation_order_across_a_resta
     );
     for (k, name) in names.iter().enumerate().skip(SLOTS) {
         let position = k - SLOTS + 1;
-        let expected = format!("position {position} of {}", MAINTENANCES - SLOTS);
+        let expected = format!("position {position} in the queue");
         nm::wait_status(&client, name, &expected, LIMIT, |s| {
             s.conditions
                 .iter()
@@ -225,7 +225,10 @@ async fn max_parallel_drains_keeps_two_draining_in_creation_order_across_a_resta
         nm::create(&client, name, node).await;
     }
     let storage_full = format!("--max-parallel-drains-for={STORAGE_LABEL}=1 is full");
-    for (k, expected) in [(1, "position 1 of 2"), (3, "position 2 of 2")] {
+    for (k, expected) in [
+        (1, "position 1 in the queue"),
+        (3, "position 2 in the queue"),
+    ] {
         nm::wait_status(&client, &names[k], expected, LIMIT, |s| {
             s.conditions
                 .iter()

@@ -15,12 +15,10 @@ use crate::api::{MaintenancePhase, NodeMaintenance};
 pub(crate) enum Place {
     /// It holds a slot of every budget that applies: its drain runs.
     Draining,
-    /// Its evictions wait: `position` (1-based) among the `queued`.
+    /// Its evictions wait, `position` (1-based) in the queue.
     Queued {
         /// 1 for the next to start.
         position: usize,
-        /// How many wait.
-        queued: usize,
         /// The first budget that is full for it (`--max-parallel-drains=2`).
         full: String,
     },
@@ -102,7 +100,6 @@ pub(crate) fn place<'a>(
     budgets_of: impl Fn(&str) -> u32,
 ) -> Option<Place> {
     let q = queue(all, slots, budgets_of);
-    let queued = q.iter().filter(|(_, full)| full.is_some()).count();
     let mut position = 0;
     for (n, full) in q {
         if full.is_some() {
@@ -111,11 +108,7 @@ pub(crate) fn place<'a>(
         if n == name {
             return Some(match full {
                 None => Place::Draining,
-                Some(full) => Place::Queued {
-                    position,
-                    queued,
-                    full,
-                },
+                Some(full) => Place::Queued { position, full },
             });
         }
     }
@@ -185,7 +178,6 @@ mod tests {
         let queued = |position| {
             Some(Place::Queued {
                 position,
-                queued: 3,
                 full: "--max-parallel-drains=2".into(),
             })
         };
@@ -203,7 +195,6 @@ mod tests {
             place(&freed, "e", &slots(2), none),
             Some(Place::Queued {
                 position: 1,
-                queued: 1,
                 full: "--max-parallel-drains=2".into(),
             })
         );
@@ -231,7 +222,6 @@ mod tests {
             place(&all, "s2", &budgets, storage),
             Some(Place::Queued {
                 position: 1,
-                queued: 3,
                 full: "--max-parallel-drains-for=storage=1".into(),
             })
         );
@@ -239,7 +229,6 @@ mod tests {
             place(&all, "w3", &budgets, storage),
             Some(Place::Queued {
                 position: 3,
-                queued: 3,
                 full: "--max-parallel-drains=3".into(),
             })
         );

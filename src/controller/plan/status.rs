@@ -984,13 +984,11 @@ pub(crate) fn queued(
         .map(|c| c.status == "True")
         .or(remembered);
     match place {
-        Some(Place::Queued {
-            position,
-            queued,
-            full,
-        }) => {
+        Some(Place::Queued { position, full }) => {
+            // No queue length: it changes with every maintenance created behind this one, and
+            // each status write starts this maintenance's next pass, which would write again.
             let message = format!(
-                "waiting for a drain slot: position {position} of {queued}; {full} is full; the \
+                "waiting for a drain slot: position {position} in the queue; {full} is full; the \
                  node is cordoned and tainted"
             );
             if was != Some(true) {

@@ -1629,7 +1629,6 @@ fn a_queued_maintenance_is_entered_and_runs_no_round_until_a_slot_is_its() {
     };
     let third = Place::Queued {
         position: 3,
-        queued: 3,
         full: "--max-parallel-drains=2".into(),
     };
     let waiting = plan(&observed(Some(third.clone()), &running, None), t(0));
@@ -1641,7 +1640,8 @@ fn a_queued_maintenance_is_entered_and_runs_no_round_until_a_slot_is_its() {
         ("True", "MaxParallelDrains")
     );
     assert!(
-        c.message.contains("position 3 of 3") && c.message.contains("--max-parallel-drains=2"),
+        c.message.contains("position 3 in the queue")
+            && c.message.contains("--max-parallel-drains=2"),
         "{}",
         c.message
     );
