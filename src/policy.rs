@@ -27,9 +27,25 @@ const RULES_ACCEPTED: &str = "a JSON list of rules {podSelector, namespaceSelect
 /// Parses drain rules given as JSON (the annotation and `--drain-rules`).
 ///
 /// # Errors
-/// The accepted form, when `s` is not a JSON list of rules.
+/// The accepted form, when `s` is not a JSON list of rules or a selector in it cannot be
+/// evaluated ([`valid_rules`]).
 pub fn parse_rules(s: &str) -> Result<Vec<DrainRule>, &'static str> {
-    serde_json::from_str(s).map_err(|_| RULES_ACCEPTED)
+    serde_json::from_str(s)
+        .ok()
+        .filter(|r: &Vec<DrainRule>| valid_rules(r))
+        .ok_or(RULES_ACCEPTED)
+}
+
+/// Whether every selector of `rules` can be evaluated (known operators, values where they are
+/// needed): a rule that could not select anything would let the pods it was meant to keep be
+/// evicted.
+pub fn valid_rules(rules: &[DrainRule]) -> bool {
+    rules.iter().all(|r| {
+        [&r.pod_selector, &r.namespace_selector]
+            .into_iter()
+            .flatten()
+            .all(|s| kube::core::Selector::try_from(s.clone()).is_ok())
+    })
 }
 
 const DURATION_ACCEPTED: &str = "a positive duration such as 90s, 15m or 1h30m";
@@ -61,6 +77,10 @@ pub struct DrainPolicy {
     /// The rules for the node's pods, the first that selects a pod applying
     /// ([`crate::drain::rules`]).
     pub drain_rules: Vec<DrainRule>,
+    /// When the deadline counts from, filled in by the maintenance pass (not a knob; `None`
+    /// from [`resolve`]): the drain's start recorded on the node, or when a maintenance that
+    /// waited for a drain slot got one.
+    pub deadline_start: Option<jiff::Timestamp>,
 }
 
 impl DrainPolicy {
@@ -196,13 +216,21 @@ pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> (DrainPolicy, Vec<I
             ("drainRules", DRAIN_RULES_ANNOTATION, RULES_ACCEPTED),
             |v| parse_rules(v).ok(),
         )
-        .or_else(|| nm.spec.drain_rules.clone())
+        .or_else(|| {
+            let spec = ("drainRules", "spec.drainRules", RULES_ACCEPTED);
+            let rules = nm.spec.drain_rules.as_ref();
+            let text = rules.map(|r| serde_json::to_string(r).unwrap_or_default());
+            k.parse(spec, text.as_ref(), |_| {
+                rules.filter(|r| valid_rules(r)).cloned()
+            })
+        })
         .unwrap_or_else(|| defaults.drain_rules.clone());
     let policy = DrainPolicy {
         paused,
         drain_timeout,
         on_timeout,
         drain_rules,
+        deadline_start: None,
     };
     (policy, k.invalid)
 }
@@ -554,5 +582,21 @@ mod tests {
             "falls back to the spec"
         );
         assert!(invalid[0].to_string().contains("drainRules"), "{invalid:?}");
+    }
+
+    #[test]
+    fn a_rule_whose_selector_cannot_be_evaluated_is_refused() {
+        let bad = r#"[{"podSelector": {"matchExpressions": [{"key": "app", "operator": "in", "values": ["db"]}]}, "behavior": "Skip"}]"#;
+        assert!(parse_rules(bad).is_err());
+        let mut nm = nm(None, None);
+        nm.spec.drain_rules = Some(serde_json::from_str(bad).unwrap());
+        let (p, invalid) = resolve(&nm, &Defaults::default());
+        assert!(p.drain_rules.is_empty(), "the default applies");
+        assert!(
+            invalid[0]
+                .to_string()
+                .starts_with("spec.drainRules has the invalid value"),
+            "{invalid:?}"
+        );
     }
 }

@@ -300,13 +300,18 @@ impl Admission {
             ..SelfSubjectAccessReview::default()
         };
         let api: Api<SelfSubjectAccessReview> = Api::all(self.client.clone());
+        // The CREATE's own lookups may take LOOKUP_TIMEOUT (10 s) of the webhook's 15 s.
+        const PERMISSION_TIMEOUT: Duration = Duration::from_secs(4);
         let answer = tokio::time::timeout(
-            LOOKUP_TIMEOUT,
+            PERMISSION_TIMEOUT,
             api.create(&kube::api::PostParams::default(), &review),
         )
         .await
         .map_err(|_| {
-            Denial::PermissionLookup(format!("no answer within {} s", LOOKUP_TIMEOUT.as_secs()))
+            Denial::PermissionLookup(format!(
+                "no answer within {} s",
+                PERMISSION_TIMEOUT.as_secs()
+            ))
         })?
         .map_err(|e| Denial::PermissionLookup(e.to_string()))?;
         match answer.status {

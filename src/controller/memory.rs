@@ -29,9 +29,10 @@ pub(crate) struct Memory {
     /// Whether the last pass found the maintenance paused (`crate::policy`), for its one event
     /// on a CRD that prunes the `DrainPaused` condition (upstream's); `None` before the first.
     pub paused: Option<bool>,
-    /// Whether the last pass found the drain's deadline passed, for its one event on a CRD that
-    /// prunes the `Drained` condition.
-    pub deadline_announced: bool,
+    /// Whether the last pass found the drain's deadline passed (and so announced it), for its
+    /// one event; `None` before the first pass of this process, which then reads the `Drained`
+    /// condition's reason.
+    pub deadline_announced: Option<bool>,
     /// Whether the last pass found the maintenance queued for a drain slot (`super::queue`):
     /// the end of any pass wakes it once a slot is its; `None` before the first pass.
     pub queued: Option<bool>,
@@ -249,7 +250,7 @@ mod tests {
                 failures: 0,
                 lease_waits: 3,
                 paused: None,
-                deadline_announced: false,
+                deadline_announced: None,
                 queued: None,
             }),
         );

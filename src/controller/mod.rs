@@ -105,6 +105,11 @@ pub(crate) async fn run(
     ready: watch::Sender<bool>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
+    if config.max_parallel_drains.is_some() || !config.max_parallel_drains_for.is_empty() {
+        // The drain budgets count nodes and read which budgets select each: a reconcile before
+        // the Node watch has listed them would see none, and let every maintenance drain.
+        let _ = nodes.synced().wait_for(|v| *v).await;
+    }
     let nms: Api<NodeMaintenance> = Api::all(client.clone());
     let (store, writer) = reflector::store::<NodeMaintenance>();
     let (nms_synced_tx, nms_synced) = watch::channel(false);

@@ -91,15 +91,31 @@ fn queue<'a>(
     out
 }
 
-/// The place of maintenance `name` among `all` under `slots` ([`queue`]); `None` when `name` is
-/// not active.
+/// The place of maintenance `name` among `all` under `slots` ([`queue`]), with `name` taking part
+/// even while Failed (its pass is about to make it Running again: a node that came back, a
+/// deadline edited away), so that it never drains outside the budget; `None` when it is
+/// Succeeded, being deleted or not in `all`.
 pub(crate) fn place<'a>(
     all: impl IntoIterator<Item = &'a NodeMaintenance>,
     name: &str,
     slots: &Slots,
     budgets_of: impl Fn(&str) -> u32,
 ) -> Option<Place> {
-    let q = queue(all, slots, budgets_of);
+    let all: Vec<NodeMaintenance> = all
+        .into_iter()
+        .map(|nm| {
+            let failed = nm.status.as_ref().and_then(|s| s.phase) == Some(MaintenancePhase::Failed);
+            let mut nm = nm.clone();
+            if failed
+                && nm.name_any() == name
+                && let Some(s) = nm.status.as_mut()
+            {
+                s.phase = Some(MaintenancePhase::Running);
+            }
+            nm
+        })
+        .collect();
+    let q = queue(&all, slots, budgets_of);
     let mut position = 0;
     for (n, full) in q {
         if full.is_some() {
@@ -185,7 +201,9 @@ mod tests {
         assert_eq!(place(&all, "d", &slots(2), none), queued(2));
         assert_eq!(place(&all, "e", &slots(2), none), queued(3));
         assert_eq!(place(&all, "done", &slots(2), none), None);
-        assert_eq!(place(&all, "failed", &slots(2), none), None);
+        // A Failed one's own pass sees it take its place (created at 1, it would drain): it is
+        // about to be Running again, and must not drain outside the budget.
+        assert_eq!(place(&all, "failed", &slots(2), none), Some(Place::Draining));
         // A slot frees (a Succeeds, b is being deleted): c and d start.
         let mut freed = all.clone();
         freed[6].status.as_mut().unwrap().phase = Some(Succeeded);

@@ -12,6 +12,10 @@ use crate::api::{PodBlocker, PodReference};
 /// once while its containers may still run (kubectl's `--force`), which this knob never does.
 pub(crate) const FORCE_GRACE_FLOOR_SECONDS: i64 = 1;
 
+/// The wait before a failed forced DELETE is sent again (and announced again): a refusal such as
+/// a missing permission does not go away within a refusal's usual 5 s.
+pub(crate) const FORCE_DELETE_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// A DELETE the round sends (`onTimeout: ForceDelete`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PlannedDeletion {
@@ -89,7 +93,7 @@ pub(crate) fn force_deleted(pod: &PodReference, at: jiff::Timestamp, grace: i64)
         name: pod.name.clone(),
         reason: reason::FORCE_DELETED.to_string(),
         message: Some(format!(
-            "deleted at {at} with a grace period of {grace}s: the drain deadline passed \
+            "deleting since {at} with a grace period of {grace}s: the drain deadline passed \
              (onTimeout ForceDelete)"
         )),
         ..PodBlocker::default()
@@ -103,7 +107,8 @@ pub(crate) fn force_delete_failed(pod: &PodReference, error: &str) -> PodBlocker
         name: pod.name.clone(),
         reason: reason::FORCE_DELETE_FAILED.to_string(),
         message: Some(format!(
-            "the DELETE after the drain deadline failed: {error}; retried"
+            "the DELETE after the drain deadline failed: {error}; retried in {}s",
+            FORCE_DELETE_RETRY.as_secs()
         )),
         ..PodBlocker::default()
     }

@@ -681,7 +681,7 @@ impl RetrySchedule {
             uid.to_string(),
             RetryEntry {
                 node: node.to_string(),
-                due: now + EVICTION_RETRY_INTERVAL,
+                due: now + deadline::FORCE_DELETE_RETRY,
                 blocker: deadline::force_delete_failed(&pod, error),
                 error: Some(format!(
                     "error when deleting pod \"{}\" in namespace \"{}\": {error}",

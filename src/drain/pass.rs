@@ -162,7 +162,7 @@ pub(crate) struct PassPlan {
 /// namespace refused recently, is held by that cause without a request, and only one pod per
 /// cause is asked per retry interval; a budget that allows `k` has at most `k` pods asked.
 ///
-/// Once `policy`'s deadline has passed (`started` plus `drainTimeout`, by `now`), `SkipStuck`
+/// Once `policy`'s deadline has passed (its `deadline_start` plus `drainTimeout`, by `now`), `SkipStuck`
 /// keeps a terminating pod whose deletion is overdue, and `ForceDelete` deletes each evictable
 /// pod once, whatever its stage or budget ([`deadline`]); pods labelled `wait-completed` are
 /// still waited for.
@@ -175,8 +175,8 @@ pub(crate) fn plan_pass(
     now: jiff::Timestamp,
     at: Instant,
 ) -> PassPlan {
-    let overdue = policy.overdue(started, now);
-    let deadline_at = policy.deadline(started).unwrap_or(now);
+    let overdue = policy.overdue(policy.deadline_start, now);
+    let deadline_at = policy.deadline(policy.deadline_start).unwrap_or(now);
     let mut plan = PassPlan {
         total_pods: pods.len(),
         overdue,
@@ -247,7 +247,9 @@ pub(crate) fn plan_pass(
             }
         };
         plan.evictable.push(r.clone());
-        if overdue == Some(OnTimeout::ForceDelete) {
+        // The operator's own pod stays last even then: deleted once it is all that is left.
+        let own_pod_first = stage == super::Stage::OwnPod && first_stage != Some(stage);
+        if overdue == Some(OnTimeout::ForceDelete) && !own_pod_first {
             plan.listed.insert(uid.clone());
             if let Some(b) = schedule.forced(&uid) {
                 plan.pending.push(b.clone());
@@ -1445,6 +1447,7 @@ mod tests {
         let policy = |on_timeout| DrainPolicy {
             drain_timeout: Some(Duration::from_secs(90)),
             on_timeout,
+            deadline_start: Some(t(0)),
             ..DrainPolicy::default()
         };
         let budgets = Budgets::known([budget("pdb", "db", 0)]);
@@ -1549,7 +1552,7 @@ mod tests {
                 .count(),
             2
         );
-        // A failed DELETE holds the pod for the retry interval, then deletes it again.
+        // A failed DELETE holds the pod for a minute, then deletes it again.
         memory.force_answered("uid-db", "n", Some("forbidden"), at);
         let held = run(OnTimeout::ForceDelete, 96, &memory);
         assert!(held.delete.is_empty());
@@ -1560,8 +1563,8 @@ mod tests {
             &budgets,
             &policy(OnTimeout::ForceDelete),
             Some(t(0)),
-            t(101),
-            at + Duration::from_secs(6),
+            t(160),
+            at + Duration::from_secs(61),
         );
         assert_eq!(later.delete.len(), 1);
         // SkipStuck: the overdue deletion is kept; the budget-held pod is still asked (its probe).

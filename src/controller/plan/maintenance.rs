@@ -78,11 +78,13 @@ pub(super) fn plan_maintenance(
         }
         return w.finish(step, Some(node), o.memory);
     }
-    let (drain_policy, invalid) = crate::policy::resolve(nm, &o.policy);
+    let (mut drain_policy, invalid) = crate::policy::resolve(nm, &o.policy);
     // The deadline counts from the start recorded on the node when it was entered, by the API
-    // server's clock (a node not entered yet has no deadline); a maintenance it failed stays
+    // server's clock (a node not entered yet has no deadline), or from when a maintenance that
+    // waited for a drain slot got one (none while it waits); a maintenance it failed stays
     // Failed while the policy says so (an edit of the policy resumes it).
-    let overdue = drain_policy.overdue(node::drain_started(node), m.server_time.unwrap_or(now));
+    drain_policy.deadline_start = deadline_start(node, &status, m.queue.as_ref(), now);
+    let overdue = drain_policy.overdue(drain_policy.deadline_start, m.server_time.unwrap_or(now));
     let failing =
         overdue == Some(OnTimeout::Fail) && status.phase != Some(MaintenancePhase::Succeeded);
     let status = if failing {
@@ -181,13 +183,13 @@ pub(super) fn plan_maintenance(
     let (status, events) = deadline(
         &status,
         (&drain_policy, overdue),
-        drain_policy.deadline(node::drain_started(node)),
+        drain_policy.deadline(drain_policy.deadline_start),
         memory.deadline_announced,
         generation,
         now,
     );
     w.events(events, Some(node));
-    memory.deadline_announced = overdue.is_some();
+    memory.deadline_announced = Some(overdue.is_some());
     if failing {
         // Failed at the deadline: the node, lease and label are still enforced above; no round.
         let step = Step {
@@ -207,7 +209,7 @@ pub(super) fn plan_maintenance(
         // (`Context::wake_admitted`) starts the next pass; the lease is renewed on time, and a
         // deadline still passes (the pass at it applies onTimeout Fail).
         let until_deadline = drain_policy
-            .deadline(node::drain_started(node))
+            .deadline(drain_policy.deadline_start)
             .and_then(|d| Duration::try_from(d.duration_since(m.server_time.unwrap_or(now))).ok())
             .filter(|d| !d.is_zero());
         let step = Step {
@@ -244,6 +246,30 @@ pub(super) fn plan_maintenance(
         remember: remember(memory, o.memory),
         status: Some(status),
     }
+}
+
+/// When the drain's deadline counts from: the start recorded on `node` when it was entered,
+/// or, for a maintenance that waited for a drain slot, the moment it got one (`DrainQueued`
+/// turning False: now, when the last pass found it waiting and it holds a slot now); `None`
+/// while it waits or before the node was entered.
+fn deadline_start(
+    node: &Node,
+    status: &NodeMaintenanceStatus,
+    queue: Option<&Place>,
+    now: jiff::Timestamp,
+) -> Option<jiff::Timestamp> {
+    if matches!(queue, Some(Place::Queued { .. })) {
+        return None;
+    }
+    let entered = node::drain_started(node)?;
+    let dequeued = condition(status, condition::DRAIN_QUEUED).map(|c| {
+        if c.status == "True" {
+            now
+        } else {
+            c.last_transition_time.0
+        }
+    });
+    Some(dequeued.map_or(entered, |d| d.max(entered)))
 }
 
 fn remember(new: Memory, old: Memory) -> Remember {

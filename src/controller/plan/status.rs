@@ -888,7 +888,7 @@ pub(crate) fn deadline(
     status: &NodeMaintenanceStatus,
     (policy, overdue): (&crate::policy::DrainPolicy, Option<crate::api::OnTimeout>),
     deadline: Option<jiff::Timestamp>,
-    announced: bool,
+    announced: Option<bool>,
     generation: Option<i64>,
     now: jiff::Timestamp,
 ) -> (NodeMaintenanceStatus, Vec<PlannedEvent>) {
@@ -905,9 +905,13 @@ pub(crate) fn deadline(
         "the drain did not finish within its drainTimeout of {}s (deadline {at})",
         timeout.as_secs()
     );
-    let was = condition(status, condition::DRAINED)
-        .is_some_and(|c| c.reason == condition::DEADLINE_EXCEEDED);
-    if !(was || announced) && status.phase != Some(MaintenancePhase::Succeeded) {
+    // The drain round may set the reason first (its pod list came after the deadline): only a
+    // new process reads it, to not announce again what its predecessor did.
+    let said = announced.unwrap_or_else(|| {
+        condition(status, condition::DRAINED)
+            .is_some_and(|c| c.reason == condition::DEADLINE_EXCEEDED)
+    });
+    if !said && status.phase != Some(MaintenancePhase::Succeeded) {
         let then = match on_timeout {
             OnTimeout::Wait => "the drain goes on (onTimeout Wait)",
             OnTimeout::Fail => "the maintenance fails; the node stays cordoned (onTimeout Fail)",

@@ -1309,6 +1309,7 @@ fn lease_wait_comes_from_the_remembered_waits() {
     let held = plan(&observed(None, 4), t(2));
     let proceeding = Memory {
         paused: Some(false),
+        deadline_announced: Some(false),
         ..Memory::default()
     };
     assert_eq!(held.remember, Remember::Set(proceeding));
@@ -1592,7 +1593,7 @@ fn past_the_deadline_fail_fails_the_maintenance_and_keeps_the_node() {
     assert!(matches!(wait.then, Then::Drain(_)));
     assert_eq!(reasons(&events_of(&wait)), ["DrainDeadlineExceeded"]);
     let mut quiet = observed(Some(OnTimeout::Wait), &running, 91);
-    quiet.memory.deadline_announced = true;
+    quiet.memory.deadline_announced = Some(true);
     assert!(events_of(&plan(&quiet, t(91))).is_empty());
 }
 
@@ -1650,6 +1651,7 @@ fn a_queued_maintenance_is_entered_and_runs_no_round_until_a_slot_is_its() {
         waiting.remember,
         Remember::Set(Memory {
             paused: Some(false),
+            deadline_announced: Some(false),
             queued: Some(true),
             ..Memory::default()
         })
@@ -1663,4 +1665,62 @@ fn a_queued_maintenance_is_entered_and_runs_no_round_until_a_slot_is_its() {
     let free = plan(&observed(None, &running, None), t(0));
     assert!(matches!(free.then, Then::Drain(_)));
     assert!(status::condition(&free.status.unwrap(), status::condition::DRAIN_QUEUED).is_none());
+}
+
+/// `docs/drain-contract.md` §10: time spent waiting for a drain slot does not count toward the
+/// deadline: none while queued, and from the moment the slot was granted after.
+#[test]
+fn the_deadline_counts_from_the_drain_slot_not_from_the_queue() {
+    use crate::api::OnTimeout;
+    use crate::controller::queue::Place;
+    let mut node = entered_node();
+    node.annotations_mut().insert(
+        crate::api::DRAIN_STARTED_ANNOTATION.into(),
+        t(0).to_string(),
+    );
+    let observed = |queue: Option<Place>, old: &NodeMaintenanceStatus, at: i64| {
+        let mut o = nm("nm", "node01");
+        o.metadata.uid = Some("uid-nm".into());
+        o.metadata.generation = GEN;
+        o.status = Some(old.clone());
+        o.spec.drain_timeout = Some("90s".into());
+        o.spec.on_timeout = Some(OnTimeout::Fail);
+        Observed {
+            nm: o,
+            world: World::Maintenance(Box::new(ObservedMaintenance {
+                node: Some(node.clone()),
+                server_time: Some(t(at)),
+                holder_live: true,
+                queue,
+                ..ObservedMaintenance::default()
+            })),
+            memory: Memory::default(),
+            schema: StatusSchema::default(),
+            policy: Default::default(),
+        }
+    };
+    let running = NodeMaintenanceStatus {
+        phase: Some(MaintenancePhase::Running),
+        ..NodeMaintenanceStatus::default()
+    };
+    let waiting = Place::Queued {
+        position: 1,
+        full: "--max-parallel-drains=1".into(),
+    };
+    let queued = plan(&observed(Some(waiting), &running, 500), t(500));
+    let s = queued.status.clone().unwrap();
+    assert_eq!(
+        s.phase,
+        Some(MaintenancePhase::Running),
+        "no deadline while waiting"
+    );
+    // The slot is granted at t(500): the round runs; the deadline is t(590).
+    let granted = plan(&observed(Some(Place::Draining), &s, 500), t(500));
+    assert!(matches!(granted.then, Then::Drain(_)));
+    let s = granted.status.clone().unwrap();
+    assert_eq!(s.drain_deadline.clone().map(|d| d.0), Some(t(590)));
+    let later = plan(&observed(Some(Place::Draining), &s, 589), t(589));
+    assert!(matches!(later.then, Then::Drain(_)));
+    let failed = plan(&observed(Some(Place::Draining), &s, 590), t(590));
+    assert_eq!(failed.status.unwrap().phase, Some(MaintenancePhase::Failed));
 }
