@@ -203,7 +203,10 @@ mod tests {
         assert_eq!(place(&all, "done", &slots(2), none), None);
         // A Failed one's own pass sees it take its place (created at 1, it would drain): it is
         // about to be Running again, and must not drain outside the budget.
-        assert_eq!(place(&all, "failed", &slots(2), none), Some(Place::Draining));
+        assert_eq!(
+            place(&all, "failed", &slots(2), none),
+            Some(Place::Draining)
+        );
         // A slot frees (a Succeeds, b is being deleted): c and d start.
         let mut freed = all.clone();
         freed[6].status.as_mut().unwrap().phase = Some(Succeeded);

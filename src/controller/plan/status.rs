@@ -767,39 +767,26 @@ pub(crate) fn drained(
     }
     s.drain_start_time.get_or_insert_with(|| now_time(now));
     let requeue;
-    for b in &report.newly_skipped {
-        let note = format!(
-            "Pod {}/{} {}",
-            b.namespace,
-            b.name,
-            b.message.as_deref().unwrap_or(&b.reason)
-        );
-        events.push(
-            PlannedEvent::normal(
-                EventTarget::Maintenance,
-                (
-                    event::POD_SKIPPED,
-                    &crate::bounds::truncate(&note, crate::bounds::MAX_EVENT_NOTE),
-                ),
-            )
-            .about(b),
-        );
-    }
-    for b in &report.forced {
-        let note = format!(
-            "Pod {}/{} {}",
-            b.namespace,
-            b.name,
-            b.message.as_deref().unwrap_or(&b.reason)
-        );
-        events.push(
-            PlannedEvent::warning(
-                EventTarget::Maintenance,
-                event::POD_FORCE_DELETED,
-                crate::bounds::truncate(&note, crate::bounds::MAX_EVENT_NOTE),
-            )
-            .about(b),
-        );
+    let about_pods = [
+        (&report.newly_skipped, false, event::POD_SKIPPED),
+        (&report.forced, true, event::POD_FORCE_DELETED),
+    ];
+    for (pods, warning, reason) in about_pods {
+        for b in pods {
+            let note = format!(
+                "Pod {}/{} {}",
+                b.namespace,
+                b.name,
+                b.message.as_deref().unwrap_or(&b.reason)
+            );
+            let note = crate::bounds::truncate(&note, crate::bounds::MAX_EVENT_NOTE);
+            let e = if warning {
+                PlannedEvent::warning(EventTarget::Maintenance, reason, note)
+            } else {
+                PlannedEvent::normal(EventTarget::Maintenance, (reason, &note))
+            };
+            events.push(e.about(b));
+        }
     }
     if report.done() {
         if old.phase != Some(MaintenancePhase::Succeeded) {
