@@ -381,8 +381,15 @@ pub(crate) fn drained_plan(round: &DrainRound, report: &DrainReport, now: jiff::
         stored: round.stored.clone(),
         pruned: round.pruned.clone(),
     };
+    // Events about single pods first: the round has already recorded them as announced in the
+    // drain's memory, so a status write that finds the object changed (a pass woken by an
+    // eviction's answer may read the cache before our previous write reached it) must not take
+    // them with it. The phase's events follow the status they announce.
+    let (about_pods, phase): (Vec<_>, Vec<_>) =
+        step.events.into_iter().partition(|e| e.pod.is_some());
+    writes.events(about_pods, None);
     writes.status(&step.status);
-    writes.events(step.events, None);
+    writes.events(phase, None);
     Plan {
         writes: writes.list,
         then: Then::Requeue(step.requeue),

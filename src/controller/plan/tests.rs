@@ -1178,6 +1178,23 @@ fn blocked_pass_requeues_at_the_first_per_pod_retry_and_names_skipped_pods_once(
         "{}",
         drained_cond.message
     );
+    // The announcement is written before the status: a status write that conflicts ends the
+    // pass, and the drain's memory already counts the pod as announced.
+    let round = DrainRound {
+        node: "node01".into(),
+        status: s0.clone(),
+        stored: s0.clone(),
+        started: None,
+        policy: Default::default(),
+        generation: GEN,
+        pruned: Vec::new(),
+    };
+    let kinds: Vec<&str> = drained_plan(&round, &rep, t(1))
+        .writes
+        .iter()
+        .map(Write::kind)
+        .collect();
+    assert_eq!(kinds, ["PodNotEvicted", "status"]);
     // Announced already: no second event; a retry due at once is not a busy loop.
     rep.newly_skipped.clear();
     rep.retry_in = Some(Duration::ZERO);
