@@ -46,9 +46,21 @@ pub(crate) fn active(nm: &NodeMaintenance) -> bool {
         )
 }
 
-/// The active maintenances of `all` in queue order: creation time, then name.
-fn in_order<'a>(all: impl IntoIterator<Item = &'a NodeMaintenance>) -> Vec<&'a NodeMaintenance> {
-    let mut active: Vec<&NodeMaintenance> = all.into_iter().filter(|nm| active(nm)).collect();
+/// The active maintenances of `all` in queue order: creation time, then name. `me`, when given,
+/// takes part while Failed too ([`place`]).
+fn in_order<'a>(
+    all: impl IntoIterator<Item = &'a NodeMaintenance>,
+    me: Option<&str>,
+) -> Vec<&'a NodeMaintenance> {
+    let recovering = |nm: &NodeMaintenance| {
+        me.is_some_and(|me| nm.name_any() == me)
+            && nm.metadata.deletion_timestamp.is_none()
+            && nm.status.as_ref().and_then(|s| s.phase) == Some(MaintenancePhase::Failed)
+    };
+    let mut active: Vec<&NodeMaintenance> = all
+        .into_iter()
+        .filter(|nm| active(nm) || recovering(nm))
+        .collect();
     active.sort_by(|a, b| {
         let created = |nm: &NodeMaintenance| nm.metadata.creation_timestamp.as_ref().map(|t| t.0);
         created(a)
@@ -65,13 +77,14 @@ fn in_order<'a>(all: impl IntoIterator<Item = &'a NodeMaintenance>) -> Vec<&'a N
 /// younger one of other nodes.
 fn queue<'a>(
     all: impl IntoIterator<Item = &'a NodeMaintenance>,
+    me: Option<&str>,
     slots: &Slots,
     budgets_of: impl Fn(&str) -> u32,
 ) -> Vec<(String, Option<String>)> {
     let mut used_all = 0;
     let mut used = vec![0usize; slots.per.len()];
     let mut out = Vec::new();
-    for nm in in_order(all) {
+    for nm in in_order(all, me) {
         let mask = budgets_of(&nm.spec.node_name);
         let mine = || (0..slots.per.len()).filter(move |i| mask & (1 << i) != 0);
         let full = match &slots.all {
@@ -101,21 +114,7 @@ pub(crate) fn place<'a>(
     slots: &Slots,
     budgets_of: impl Fn(&str) -> u32,
 ) -> Option<Place> {
-    let all: Vec<NodeMaintenance> = all
-        .into_iter()
-        .map(|nm| {
-            let failed = nm.status.as_ref().and_then(|s| s.phase) == Some(MaintenancePhase::Failed);
-            let mut nm = nm.clone();
-            if failed
-                && nm.name_any() == name
-                && let Some(s) = nm.status.as_mut()
-            {
-                s.phase = Some(MaintenancePhase::Running);
-            }
-            nm
-        })
-        .collect();
-    let q = queue(&all, slots, budgets_of);
+    let q = queue(all, Some(name), slots, budgets_of);
     let mut position = 0;
     for (n, full) in q {
         if full.is_some() {
@@ -137,7 +136,7 @@ pub(crate) fn admitted<'a>(
     slots: &Slots,
     budgets_of: impl Fn(&str) -> u32,
 ) -> Vec<String> {
-    queue(all, slots, budgets_of)
+    queue(all, None, slots, budgets_of)
         .into_iter()
         .filter(|(_, full)| full.is_none())
         .map(|(n, _)| n)
