@@ -564,6 +564,54 @@ async fn a_tolerating_workload_is_evicted_once_and_its_replacement_kept() {
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
 
+/// `docs/drain-contract.md` §4: a drain of 300 pods that each take their grace period to go
+/// (kwok deletes them as a kubelet would) asks the API server once per pod. Answers arrive while
+/// later rounds list the node; a listing taken before a pod's eviction was accepted still shows it
+/// running, and asking it again would cost the API server a second eviction for nothing.
+#[tokio::test]
+async fn every_pod_of_a_big_drain_is_asked_once() {
+    use futures::StreamExt as _;
+    const PODS: usize = 300;
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("once");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "once").await;
+    futures::stream::iter(0..PODS)
+        .for_each_concurrent(16, |i| {
+            let (client, ns, node) = (&client, &ns, &node);
+            async move {
+                let grace = json!({"spec": {"terminationGracePeriodSeconds": 30}});
+                bare_pod(client, ns, &format!("p-{i:03}"), node, grace).await;
+            }
+        })
+        .await;
+    wait_all_running(&client, &ns, PODS).await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+
+    let name = unique("nm-once");
+    nm::create(&client, &name, &node).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let mut asked: std::collections::BTreeMap<String, Vec<u16>> = Default::default();
+    for e in audit.read().unwrap() {
+        if e.subresource == "eviction" && e.namespace == ns && e.stage == "ResponseComplete" {
+            asked.entry(e.name).or_default().push(e.code);
+        }
+    }
+    let twice: Vec<_> = asked.iter().filter(|(_, codes)| codes.len() > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "{} of {PODS} pods asked more than once ({} requests in all); the first: {:?}",
+        twice.len(),
+        asked.values().map(Vec::len).sum::<usize>(),
+        twice.iter().take(5).collect::<Vec<_>>()
+    );
+    assert_eq!(asked.len(), PODS, "every pod asked");
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
+
 /// `n` bare pods `held-NN` on `node` in `ns`, Running, under one PodDisruptionBudget `held`
 /// (`minAvailable: n`) whose status counts them all healthy and allows no disruption; returns
 /// the budgets of `ns`.

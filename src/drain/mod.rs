@@ -548,6 +548,10 @@ pub(crate) struct RetrySchedule {
     shared: HashMap<SharedCause, SharedEntry>,
     /// Pods deleted after the drain deadline, with their `ForceDeleted` blocker, by UID.
     forced: HashMap<String, (String, PodBlocker)>,
+    /// Pods whose eviction the API server accepted (or answered gone), with their node and the
+    /// answer's blocker, by UID: a listing that still shows one of them not terminating was taken
+    /// before that answer, so the pod is not asked again (`docs/drain-contract.md` §4).
+    accepted: HashMap<String, (String, Option<PodBlocker>)>,
 }
 
 /// The last refusal that named a cause many pods share ([`SharedCause`]): until `due`, the
@@ -714,6 +718,10 @@ impl RetrySchedule {
         self.in_flight.remove(uid);
         if let Some(o) = outcome {
             self.record(uid, node, o, now);
+            if o.result == result::EVICTED || o.result == result::GONE {
+                self.accepted
+                    .insert(uid.to_string(), (node.to_string(), o.blocker.clone()));
+            }
             if o.result == result::EVICTED
                 && let Some((awaits, cause)) = planned
             {
@@ -747,6 +755,13 @@ impl RetrySchedule {
             .retain(|uid, n| n != node || listed.contains(uid));
         self.forced
             .retain(|uid, (n, _)| n != node || listed.contains(uid));
+        self.accepted
+            .retain(|uid, (n, _)| n != node || listed.contains(uid));
+    }
+    /// Whether the eviction of `uid` was accepted (or answered gone), with the answer's blocker:
+    /// a listing that shows the pod not terminating predates the answer.
+    pub(crate) fn accepted(&self, uid: &str) -> Option<Option<&PodBlocker>> {
+        self.accepted.get(uid).map(|(_, b)| b.as_ref())
     }
     /// Time until the earliest retry due on `node`, `None` when none is scheduled.
     /// Retries already due are not counted: their pods are asked by the round that reads them,
@@ -772,6 +787,7 @@ impl RetrySchedule {
         self.entries.is_empty()
             && self.announced.is_empty()
             && self.in_flight.is_empty()
+            && self.accepted.is_empty()
             && self.first_listing.is_none()
             && self.awaited.is_empty()
             && self.shared.is_empty()

@@ -304,6 +304,13 @@ pub(crate) fn plan_pass(
             plan.pending.push(b);
             continue;
         }
+        if let Some(answer) = schedule.accepted(&uid) {
+            // Listed before the API server accepted its eviction: terminating since that answer.
+            plan.listed.insert(uid.clone());
+            plan.pending
+                .push(answer.cloned().unwrap_or_else(|| super::evicting(&r)));
+            continue;
+        }
         if Some(stage) > first_stage {
             let class = pod.spec.priority_class_name.as_deref();
             plan.pending.push(waiting_blocker(&r, stage, class));
@@ -788,6 +795,55 @@ mod tests {
         });
         crate::drain::tests::merge(&mut base, extra);
         pod(name, base)
+    }
+
+    #[test]
+    fn a_listing_taken_before_an_accepted_eviction_does_not_ask_the_pod_again() {
+        let at = Instant::now();
+        let mut memory = RetrySchedule::default();
+        let running = || vec![(pod("p", json!({})), ordinary())];
+        let round = |memory: &RetrySchedule, pods| {
+            plan_pass(
+                pods,
+                memory,
+                &Budgets::default(),
+                &DrainPolicy::default(),
+                None,
+                t(0),
+                at,
+            )
+        };
+        let plan = round(&memory, running());
+        assert_eq!(plan.evict.len(), 1);
+        memory.sent("uid-p");
+        // The answer arrives while the next round lists: its listing still shows the pod
+        // running, but the API server has already marked it for deletion.
+        let accepted = classify_eviction(&plan.evict[0].pod, Ok(()));
+        memory.answered("uid-p", "n", Some(&accepted), None, at);
+        let plan = round(&memory, running());
+        assert!(plan.evict.is_empty(), "asked again: {:?}", plan.evict);
+        assert_eq!(plan.pending[0].reason, reason::TERMINATING);
+        // Gone answers the same way.
+        let mut gone_memory = RetrySchedule::default();
+        let gone = crate::drain::tests::api_err(404, "pods \"p\" not found", &[]);
+        let first = round(&RetrySchedule::default(), running());
+        let gone = classify_eviction(&first.evict[0].pod, Err(&gone));
+        gone_memory.answered("uid-p", "n", Some(&gone), None, at);
+        assert!(round(&gone_memory, running()).evict.is_empty());
+        // Once a listing shows it terminating, or no more, the memory of the answer goes.
+        let terminating = || {
+            vec![(
+                pod(
+                    "p",
+                    json!({"metadata": {"deletionTimestamp": "2026-01-01T00:01:00Z"}}),
+                ),
+                ordinary(),
+            )]
+        };
+        let (_, settled) = settle("n", round(&memory, terminating()), &memory, at);
+        memory.apply("n", settled);
+        assert!(memory.accepted("uid-p").is_none());
+        assert!(memory.is_empty());
     }
 
     #[test]
