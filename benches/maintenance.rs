@@ -96,16 +96,26 @@ use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use nmo_devcluster::audit::{AuditCursor, RESPONSE_COMPLETE};
 use nmo_devcluster::fixtures::{self, Installed};
+use nmo_devcluster::measure::cpu_seconds;
 use nmo_devcluster::operator::{Operator, ServiceAccountRef};
 use nmo_devcluster::{Cluster, free_ports, http_get};
 use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
 use serde_json::json;
 
 /// Scenarios in the order they run.
-const SCENARIOS: [&str; 6] = ["drain200", "many", "api", "rss", "bigdrain", "budgetheld"];
+const SCENARIOS: [&str; 7] = [
+    "drain200",
+    "many",
+    "api",
+    "rss",
+    "bigdrain",
+    "budgetheld",
+    "drainrate",
+];
 /// The scenarios run when none is named (`bigdrain` takes longer than all of them; `budgetheld`
 /// needs the audit log, which the default run does not pay for).
 const DEFAULT_SCENARIOS: [&str; 4] = ["drain200", "many", "api", "rss"];
@@ -191,6 +201,7 @@ async fn main() -> Result<()> {
             "api" => bench.api().await?,
             "bigdrain" => bench.bigdrain().await?,
             "budgetheld" => bench.budgetheld().await?,
+            "drainrate" => bench.drainrate().await?,
             _ => bench.rss().await?,
         }
     }
@@ -998,6 +1009,213 @@ impl Bench {
         Ok(())
     }
 
+    /// A node's drain against the API server's own pace: for each size of [`rate_sizes`], the
+    /// floor (a bare client evicting the same kind of pods, at each of [`FLOOR_CONCURRENCY`]),
+    /// ours and (with `NMO_UPSTREAM_MANAGER`) upstream's, each on a fresh node of bare pods.
+    async fn drainrate(&mut self) -> Result<()> {
+        const S: &str = "drainrate";
+        let upstream = std::env::var_os("NMO_UPSTREAM_MANAGER").map(PathBuf::from);
+        for n in rate_sizes()? {
+            // The floor first, with no controller running: nothing else talks to the API server.
+            self.operator = None;
+            let mut best: Option<(f64, f64, usize, String)> = None;
+            for c in FLOOR_CONCURRENCY {
+                let ns = format!("{S}-f{n}-{c}");
+                self.namespace(&ns).await?;
+                let node = self.add_nodes(&format!("rf{n}c{c}"), 0..1).await?;
+                self.bare_pods_with(&ns, &node[0], n, "rate", None).await?;
+                let load = self.load_start(None).await?;
+                let (answered, gone) = self.bare_evictions(&node[0], c).await?;
+                let load = self.load_end(load, gone).await?;
+                self.progress(&format!(
+                    "floor, {n} pods, {c} in flight: all answered {answered:.2} s, all gone {gone:.2} s; {load}"
+                ));
+                if best.as_ref().is_none_or(|b| gone < b.1) {
+                    best = Some((answered, gone, c, load));
+                }
+                self.purge(&ns, &node).await?;
+            }
+            let (answered, floor, c, load) = best.expect("at least one concurrency");
+            self.row(
+                S,
+                &format!("floor: bare client evicts {n} pods -> all gone"),
+                format!("{floor:.2} s (best of {FLOOR_CONCURRENCY:?} in flight: {c}; all answered {answered:.2} s; {load})"),
+                "",
+            );
+            let mut runs: Vec<(&str, Option<PathBuf>)> = vec![("ours", None)];
+            if let Some(m) = &upstream {
+                runs.push(("upstream (Go)", Some(m.clone())));
+            }
+            let mut times = Vec::new();
+            for (who, manager) in runs {
+                let tag = if manager.is_some() { "u" } else { "o" };
+                let ns = format!("{S}-{tag}{n}");
+                self.namespace(&ns).await?;
+                let node = self.add_nodes(&format!("r{tag}{n}"), 0..1).await?;
+                self.bare_pods_with(&ns, &node[0], n, "rate", None).await?;
+                let child = self
+                    .fresh_manager(manager.as_deref(), &format!("op-drainrate-{n}"))
+                    .await?;
+                let pid = match &child {
+                    Some(c) => c.pid(),
+                    None => self.operator_pid(),
+                };
+                self.progress(&format!("{who}: draining {n} pods"));
+                let load = self.load_start(Some(pid)).await?;
+                let t = self.maintain(&node).await?[0];
+                let load = self.load_end(load, t).await?;
+                times.push(t);
+                self.row(
+                    S,
+                    &format!("{who}: {n} pods, create -> Succeeded"),
+                    format!("{t:.2} s ({:.2}x the floor; {load})", t / floor),
+                    if manager.is_none() {
+                        "<= 1.3x floor, <= 0.5x upstream"
+                    } else {
+                        ""
+                    },
+                );
+                self.end_maintenance(&node).await?;
+                drop(child);
+                self.purge(&ns, &node).await?;
+            }
+            if let [ours, up] = times[..] {
+                self.row(
+                    S,
+                    &format!("ours / upstream, {n} pods"),
+                    format!("{:.2}", ours / up),
+                    "<= 0.5",
+                );
+            }
+        }
+        self.operator = None;
+        Ok(())
+    }
+
+    /// What [`Bench::load_end`] needs: the CPU seconds so far of the control plane's processes
+    /// and of `pid` (the controller, if any), and the API server's request counters.
+    async fn load_start(&self, pid: Option<u32>) -> Result<Load> {
+        let mut pids = Vec::new();
+        for c in CONTROL_PLANE {
+            pids.push(self.cluster.component_pid(c)?);
+        }
+        let cpu = |p: &u32| cpu_seconds(*p).unwrap_or(0.0);
+        Ok(Load {
+            control_plane: pids.iter().map(cpu).sum(),
+            controller: pid.map(|p| (p, cpu(&p))),
+            pids,
+            requests: self.apiserver_requests().await?,
+        })
+    }
+
+    /// The load since `start`, over `seconds` of wall time, in one line: cores used by the
+    /// control plane and by the controller, and the API server's requests by kind (every
+    /// client's: the harness polls the NodeMaintenance list, and kwok deletes the pods).
+    async fn load_end(&self, start: Load, seconds: f64) -> Result<String> {
+        let cpu = |p: &u32| cpu_seconds(*p).unwrap_or(0.0);
+        let cp = start.pids.iter().map(cpu).sum::<f64>() - start.control_plane;
+        let requests = self.apiserver_requests().await?;
+        let mut delta: Vec<(String, f64)> = requests
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    v - start.requests.get(&k).copied().unwrap_or(0.0),
+                )
+            })
+            .filter(|(k, v)| *v >= 1.0 && !k.contains("leases") && !k.contains("events"))
+            .collect();
+        delta.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let mut line = format!("control plane {:.2} cores", cp / seconds);
+        if let Some((pid, before)) = start.controller {
+            let _ = write!(
+                line,
+                ", controller {:.2} cores",
+                (cpu(&pid) - before) / seconds
+            );
+        }
+        line.push_str("; requests");
+        for (k, v) in delta.iter().take(6) {
+            let _ = write!(line, " {k} {v:.0}");
+        }
+        Ok(line)
+    }
+
+    /// `apiserver_request_total` of the API server's `/metrics`, summed by
+    /// `<verb> <resource>[/<subresource>]`.
+    async fn apiserver_requests(&self) -> Result<BTreeMap<String, f64>> {
+        let text = self
+            .client
+            .request_text(http::Request::get("/metrics").body(Vec::new())?)
+            .await?;
+        let mut out = BTreeMap::new();
+        for line in text
+            .lines()
+            .filter(|l| l.starts_with("apiserver_request_total{"))
+        {
+            let Some((labels, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let label = |name: &str| {
+                labels
+                    .split(&format!("{name}=\""))
+                    .nth(1)
+                    .and_then(|r| r.split('"').next())
+                    .unwrap_or("")
+                    .to_string()
+            };
+            let (verb, resource, sub) = (label("verb"), label("resource"), label("subresource"));
+            let key = if sub.is_empty() {
+                format!("{verb} {resource}")
+            } else {
+                format!("{verb} {resource}/{sub}")
+            };
+            *out.entry(key).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+        }
+        Ok(out)
+    }
+
+    /// The floor of a drain: lists `node`'s pods once and evicts every one of them with
+    /// `in_flight` requests at once as the operator's ServiceAccount (no retries, no logic:
+    /// every eviction must be accepted), then polls every 100 ms until no pod is left on the
+    /// node. Returns the seconds from the list to the last answer and to no pod left.
+    async fn bare_evictions(&self, node: &str, in_flight: usize) -> Result<(f64, f64)> {
+        use futures::StreamExt as _;
+        let client = self.cluster.client_for(&self.sa_kubeconfig).await;
+        let all = Api::<Pod>::all(client.clone());
+        let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let t0 = Instant::now();
+        let pods = all.list(&on_node).await?.items;
+        let results: Vec<Result<(), kube::Error>> = futures::stream::iter(pods)
+            .map(|p| {
+                let api =
+                    Api::<Pod>::namespaced(client.clone(), &p.namespace().unwrap_or_default());
+                async move {
+                    api.evict(&p.name_any(), &Default::default())
+                        .await
+                        .map(|_| ())
+                }
+            })
+            .buffer_unordered(in_flight)
+            .collect()
+            .await;
+        let answered = t0.elapsed().as_secs_f64();
+        for r in results {
+            r?;
+        }
+        let probe = on_node.clone().limit(1);
+        loop {
+            if all.list(&probe).await?.items.is_empty() {
+                return Ok((answered, t0.elapsed().as_secs_f64()));
+            }
+            ensure!(
+                t0.elapsed() < LIMIT,
+                "pods of {node} not gone after {LIMIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Stops whatever controller runs and starts a fresh one: our operator named `name` when
     /// `manager` is `None`, else upstream's manager, whose process is returned (ours is kept in
     /// `self.operator`).
@@ -1021,21 +1239,38 @@ impl Bench {
     /// Creates `n` bare pause pods `<app>-<i>` labelled `app=<app>` on `node` in `ns` (32
     /// creates in flight, no grace period) and waits until they run.
     async fn bare_pods(&self, ns: &str, node: &str, n: usize, app: &str) -> Result<()> {
+        self.bare_pods_with(ns, node, n, app, Some(0)).await
+    }
+
+    /// [`Bench::bare_pods`] with `terminationGracePeriodSeconds` `grace` (`None`: the API
+    /// server's default, 30 s, so an eviction leaves the pod terminating until the kubelet, here
+    /// kwok, deletes it).
+    async fn bare_pods_with(
+        &self,
+        ns: &str,
+        node: &str,
+        n: usize,
+        app: &str,
+        grace: Option<i64>,
+    ) -> Result<()> {
         use futures::StreamExt as _;
         let pods = Api::<Pod>::namespaced(self.client.clone(), ns);
         self.progress(&format!("creating {n} bare pods on {node}"));
         let results: Vec<Result<(), kube::Error>> = futures::stream::iter(0..n)
             .map(|i| {
                 let pods = pods.clone();
-                let pod: Pod = serde_json::from_value(json!({
+                let mut pod: Pod = serde_json::from_value(json!({
                     "metadata": {"name": format!("{app}-{i:05}"), "labels": {"app": app}},
                     "spec": {
                         "nodeName": node,
-                        "terminationGracePeriodSeconds": 0,
                         "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]
                     }
                 }))
                 .expect("pod JSON");
+                pod.spec
+                    .as_mut()
+                    .expect("spec")
+                    .termination_grace_period_seconds = grace;
                 async move { pods.create(&PostParams::default(), &pod).await.map(|_| ()) }
             })
             .buffer_unordered(32)
@@ -1396,6 +1631,43 @@ fn budget_pods() -> Result<usize> {
             Ok(n)
         }
         Err(_) => Ok(2000),
+    }
+}
+
+/// The control plane's processes, whose CPU `drainrate` reports.
+const CONTROL_PLANE: [&str; 5] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+];
+
+/// CPU and request counters at the start of a measured drain ([`Bench::load_start`]).
+struct Load {
+    pids: Vec<u32>,
+    control_plane: f64,
+    controller: Option<(u32, f64)>,
+    requests: BTreeMap<String, f64>,
+}
+
+/// Evictions in flight at once that the floor of `drainrate` tries; the best is its figure.
+const FLOOR_CONCURRENCY: [usize; 3] = [32, 128, 512];
+
+/// Pod counts of `drainrate`'s nodes: `NMO_RATE_PODS` (comma-separated), else 200 and 3,000.
+fn rate_sizes() -> Result<Vec<usize>> {
+    match std::env::var("NMO_RATE_PODS") {
+        Ok(v) => v
+            .split(',')
+            .map(|s| {
+                s.trim()
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .with_context(|| format!("NMO_RATE_PODS={v:?}: {s:?} is not a pod count"))
+            })
+            .collect(),
+        Err(_) => Ok(vec![200, 3000]),
     }
 }
 
