@@ -26,8 +26,12 @@ pub(crate) async fn observe(nm: &NodeMaintenance, ctx: &Context) -> Result<Obser
             name: node_name,
         } => World::Deletion(Box::new(deletion(nm, ctx, node, node_name).await?)),
         Reads::Maintenance { node, survey } => {
-            learn_status_schema(&name, ctx).await;
-            World::Maintenance(Box::new(maintenance(ctx, node, survey, nm).await?))
+            // The schema's dry run (a process's first passes only) needs none of the other reads.
+            let (_, observed) = tokio::join!(
+                learn_status_schema(&name, ctx),
+                maintenance(ctx, node, survey, nm)
+            );
+            World::Maintenance(Box::new(observed?))
         }
         Reads::EnteredNode(entered) => {
             learn_status_schema(&name, ctx).await;
@@ -72,9 +76,9 @@ async fn learn_status_schema(name: &str, ctx: &Context) {
 
 /// The maintenance pass's reads of `node` (`None`: an invalid name, nothing is read), in the
 /// order the pass needs them: the pods when `survey` (the status is not initialised), the node
-/// (directly, not from a cache) with the API server's time of that answer ([`read_node`]),
-/// whether the node's recorded holder still exists, then the lease
-/// (and its namespace when there is none).
+/// (directly, not from a cache) with the API server's time of that answer ([`read_node`]) and,
+/// at the same time, the lease; whether the node's recorded holder still exists; the lease's
+/// namespace when there is no lease.
 async fn maintenance(
     ctx: &Context,
     node: Option<String>,
@@ -111,9 +115,12 @@ async fn maintenance(
             .map_err(Error::InitStatus)?;
         o.survey = Some(survey);
     }
-    let (node, server_time) = read_node(&ctx.nodes, &node_name)
-        .await
-        .map_err(Error::GetNode)?;
+    // Two independent reads at once: a pass waits for the slower, not for both in a row.
+    let (node, lease) = tokio::join!(
+        read_node(&ctx.nodes, &node_name),
+        ctx.leases.get(&node_name)
+    );
+    let (node, server_time) = node.map_err(Error::GetNode)?;
     o.node = node;
     o.server_time = server_time;
     let Some(node) = &o.node else {
@@ -124,7 +131,7 @@ async fn maintenance(
     if let Some(holder) = record.holder.as_deref() {
         o.holder_live = holder_is_live(ctx, holder, record.holder_uid.as_deref());
     }
-    o.lease = ctx.leases.get(&node_name).await?;
+    o.lease = lease?;
     if o.lease.is_none() {
         o.lease_namespace_missing = !ctx.leases.namespace_exists().await?;
     }

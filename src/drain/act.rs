@@ -6,7 +6,7 @@
 //! Every decision is made by the pure functions of `pass.rs` and `mod.rs`; this module only
 //! carries them out.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,7 @@ use tokio_util::task::TaskTracker;
 
 use super::budget::BudgetWatch;
 use super::deadline::PlannedDeletion;
+use super::gone::GoneWatches;
 use super::pass::{self, DrainReport, PlannedEviction, Survey};
 use super::pod::{DrainPod, PodPage};
 use super::rules;
@@ -115,6 +116,8 @@ pub(crate) struct Drainer {
     stopped: CancellationToken,
     /// The evictions sent on their own, awaited by [`Drainer::stop`].
     tasks: TaskTracker,
+    /// The watches of pods going on the nodes whose drain waits for them.
+    gone: GoneWatches,
 }
 
 async fn deadline<T>(
@@ -139,6 +142,7 @@ impl Drainer {
         budgets: BudgetWatch,
     ) -> Self {
         Self {
+            gone: GoneWatches::new(client.clone()),
             client,
             eviction_client,
             options,
@@ -347,6 +351,20 @@ impl Drainer {
         let evict = self.remember(node, settled, evict);
         for b in &report.newly_skipped {
             tracing::info!(pod = %format!("{}/{}", b.namespace, b.name), "not evicting a replacement pod that tolerates the maintenance taints");
+        }
+        // Only terminating pods to wait for: their deletion wakes the next round (`gone`).
+        let terminating: HashSet<String> = report
+            .pending
+            .iter()
+            .filter(|b| b.reason == reason::TERMINATING)
+            .map(|b| format!("{}/{}", b.namespace, b.name))
+            .collect();
+        let answers_due = report.pending.iter().any(|b| b.reason == reason::EVICTING);
+        if terminating.is_empty() || answers_due || report.blocked() {
+            self.gone.end(node);
+        } else {
+            self.gone
+                .await_pods(node, terminating, standing, &self.stopped);
         }
         for e in evict {
             self.send_on_its_own(node, e, standing.clone());

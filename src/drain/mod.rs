@@ -36,6 +36,7 @@
 //!   whatever triggers the next pass.
 
 mod act;
+mod gone;
 
 pub(crate) mod budget;
 pub(crate) mod deadline;
