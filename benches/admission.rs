@@ -7,7 +7,11 @@
 //! ```text
 //! cargo bench --bench admission
 //! BENCH_SECONDS=10 cargo bench --bench admission     # measured seconds per run (default 5)
+//! NMO_UPSTREAM_MANAGER=<manager> cargo bench --bench admission   # upstream's rows too
 //! ```
+//!
+//! Prerequisite of the outside client's rows: `wrk` on the `PATH` (Debian/Ubuntu:
+//! `apt-get install wrk`). Without it those rows are skipped with a note saying so.
 //!
 //! The operator is the release build of this package (`CARGO_BIN_EXE_node-maintenance-operator`)
 //! running as the ServiceAccount of `manifests/`, leader election off, its webhook registered
@@ -24,6 +28,14 @@
 //! - **UPDATE (finalizer)**: oldObject without, object with the finalizer.
 //!
 //! Each answer is checked (`allowed` as expected); requests/s count the checked answers. The
+//! same four requests are then sent by an **outside client**, as a user's API server is one: a
+//! separate load-generator process, `wrk -t1 -c4 --latency` (one thread, 4 keep-alive
+//! connections, HTTPS to the webhook port, a Lua script posting the AdmissionReview as
+//! `application/json`), 1 s warm-up (a run of its own), then `BENCH_SECONDS` measured. wrk
+//! cannot check bodies: its rows count what is not a 2xx as failed, and rely on the
+//! in-process rows just before them for the answers being right. Its latencies are wrk's own
+//! (write of the request to the parsed answer, µs resolution); `client CPU µs/req` is wrk's
+//! CPU (user + system) per answer, or the in-process driver's thread's. The
 //! p99 target is read at 4 connections (the API server's usual handful of keep-alive
 //! connections to a webhook); 16 shows the same under more concurrency. `op CPU µs/req` is the
 //! operator's CPU time (all threads, `/proc/<pid>/stat`) over the row's warm-up and measured
@@ -111,7 +123,9 @@ spec:
       app: fake-etcd-quorum-guard
 "#;
 /// Header of the request rows, ours and upstream's.
-const ROWS_HEADER: &str = "| operator | request | connections | requests/s | p50 ms | p99 ms | max ms | op CPU µs/req | failed |\n|---|---|---|---|---|---|---|---|---|";
+const ROWS_HEADER: &str = "| operator | client | request | connections | requests/s | p50 ms | p99 ms | max ms | op CPU µs/req | client CPU µs/req | failed |\n|---|---|---|---|---|---|---|---|---|---|---|";
+/// Connections of the outside client's rows: the API server's usual handful.
+const OUTSIDE_CONNECTIONS: usize = 4;
 
 fn node_name(i: usize) -> String {
     format!("bench-n-{i:04}")
@@ -406,25 +420,173 @@ async fn measure(
                 _ => "?".into(),
             };
             let row = format!(
-                "| {who} | {} | {connections} | {:.0} | {:.3} | {:.3} | {:.3} | {cpu_us} | {} |",
-                s.name, r.requests_per_second, r.p50_ms, r.p99_ms, r.max_ms, r.failed
+                "| {who} | in-process | {} | {connections} | {:.0} | {:.3} | {:.3} | {:.3} | {cpu_us} | {:.1} | {} |",
+                s.name,
+                r.requests_per_second,
+                r.p50_ms,
+                r.p99_ms,
+                r.max_ms,
+                r.client_cpu_us_per_request,
+                r.failed
             );
             progress(started, &row);
-            progress(
-                started,
-                &format!(
-                    "  client CPU {:.1} µs/req; load average {}",
-                    r.client_cpu_us_per_request,
-                    load_average()
-                ),
-            );
+            progress(started, &format!("  load average {}", load_average()));
             if let Some(f) = &r.first_failure {
                 progress(started, &format!("  first unexpected answer: {f}"));
             }
             writeln!(out, "{row}")?;
         }
     }
+    // The same requests from a separate process, as the API server sends them: the in-process
+    // rows above have checked the answers, wrk counts what is not a 2xx.
+    let Some(wrk) = wrk_version() else {
+        let note = "outside client not measured: wrk is not installed (Debian/Ubuntu: `apt-get install wrk`)";
+        progress(started, note);
+        writeln!(out, "\n{note}")?;
+        return Ok(());
+    };
+    for s in scenarios() {
+        let cpu_before = cpu_seconds(pid);
+        let r = wrk_run(port, &s.body, OUTSIDE_CONNECTIONS, seconds, started).await?;
+        let cpu_us = match (cpu_before, cpu_seconds(pid)) {
+            (Some(a), Some(b)) => format!("{:.1}", (b - a) * 1e6 / r.total.max(1) as f64),
+            _ => "?".into(),
+        };
+        let row = format!(
+            "| {who} | wrk | {} | {OUTSIDE_CONNECTIONS} | {:.0} | {:.3} | {:.3} | {:.3} | {cpu_us} | {:.1} | {} |",
+            s.name,
+            r.requests_per_second,
+            r.p50_ms,
+            r.p99_ms,
+            r.max_ms,
+            r.client_cpu_us_per_request,
+            r.failed
+        );
+        progress(started, &row);
+        progress(
+            started,
+            &format!("  {wrk}; load average {}", load_average()),
+        );
+        writeln!(out, "{row}")?;
+    }
     Ok(())
+}
+
+/// wrk's version line, `None` when wrk cannot be run.
+fn wrk_version() -> Option<String> {
+    // `wrk -v` prints its version and usage, and exits 1.
+    let out = std::process::Command::new("wrk").arg("-v").output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    Some(text.lines().next().unwrap_or("wrk").trim().to_string())
+}
+
+/// The wrk script of one row: every request a POST of `body` as JSON to the webhook path, and
+/// at the end one line of figures for [`parse_wrk`] (latencies in µs, duration in µs).
+fn wrk_script(body: &[u8]) -> String {
+    let body = String::from_utf8_lossy(body);
+    assert!(!body.contains("]==]"), "the body ends the Lua long string");
+    format!(
+        r#"wrk.method = "POST"
+wrk.path = "{WEBHOOK_PATH}"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = [==[{body}]==]
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("nmo-wrk requests=%d duration_us=%d non2xx=%d errors=%d p50_us=%d p99_us=%d max_us=%d\n",
+    summary.requests, summary.duration, e.status, e.connect + e.read + e.write + e.timeout,
+    latency:percentile(50), latency:percentile(99), latency.max))
+end
+"#
+    )
+}
+
+/// The figures of the `nmo-wrk` line [`wrk_script`] prints: answers, failures (not 2xx, or a
+/// socket error or timeout), and the report's rates and latencies.
+fn parse_wrk(output: &str) -> Option<nmo_devcluster::load::LoadReport> {
+    let line = output.lines().find(|l| l.starts_with("nmo-wrk "))?;
+    let field = |name: &str| -> Option<f64> {
+        line.split(' ')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))?
+            .parse()
+            .ok()
+    };
+    let requests = field("requests")?;
+    let failed = field("non2xx")? + field("errors")?;
+    let ok = (requests - field("non2xx")?).max(0.0);
+    Some(nmo_devcluster::load::LoadReport {
+        ok: ok as u64,
+        failed: failed as u64,
+        requests_per_second: ok / (field("duration_us")? / 1e6),
+        p50_ms: field("p50_us")? / 1e3,
+        p99_ms: field("p99_us")? / 1e3,
+        max_ms: field("max_us")? / 1e3,
+        first_failure: None,
+        total: requests as u64,
+        client_cpu_us_per_request: 0.0,
+    })
+}
+
+/// One outside-client row: wrk, one thread, `connections` keep-alive connections over TLS to
+/// the webhook on `port`, 1 s of warm-up (a run of its own, not counted), then `seconds`
+/// measured. `total` of the report counts the measured run's answers (the operator's CPU is
+/// read around that run only); the client's CPU is wrk's (user + system, all threads).
+async fn wrk_run(
+    port: u16,
+    body: &[u8],
+    connections: usize,
+    seconds: u64,
+    started: Instant,
+) -> Result<nmo_devcluster::load::LoadReport> {
+    let dir = tempfile::tempdir()?;
+    let script = dir.path().join("review.lua");
+    std::fs::write(&script, wrk_script(body))?;
+    let url = format!("https://127.0.0.1:{port}{WEBHOOK_PATH}");
+    let run = move |secs: u64| -> Result<(String, f64)> {
+        use std::io::Read as _;
+        let mut child = std::process::Command::new("wrk")
+            .args(["-t1", &format!("-c{connections}"), &format!("-d{secs}s")])
+            .arg("-s")
+            .arg(&script)
+            .arg("--latency")
+            .arg(&url)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .context("starting wrk")?;
+        let mut text = String::new();
+        child
+            .stdout
+            .take()
+            .context("wrk's stdout")?
+            .read_to_string(&mut text)?;
+        // Reaped here rather than by `Child::wait`, for its CPU time.
+        let mut status = 0;
+        // SAFETY: an all-zero rusage is a valid value to be overwritten.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `child` is our unreaped child; both pointers are to valid, writable values.
+        let reaped = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+        if reaped < 0 {
+            bail!("waiting for wrk: {}", std::io::Error::last_os_error());
+        }
+        if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+            bail!("wrk failed (wait status {status}): {text}");
+        }
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        Ok((text, secs(usage.ru_utime) + secs(usage.ru_stime)))
+    };
+    // The warm-up's figures are not used.
+    let _ = tokio::task::spawn_blocking({
+        let run = run.clone();
+        move || run(1)
+    })
+    .await??;
+    let (text, client_cpu) = tokio::task::spawn_blocking(move || run(seconds)).await??;
+    let mut report =
+        parse_wrk(&text).with_context(|| format!("no figures in wrk's output:\n{text}"))?;
+    report.client_cpu_us_per_request = client_cpu * 1e6 / report.total.max(1) as f64;
+    if report.failed > 0 {
+        progress(started, &format!("  wrk's report:\n{text}"));
+    }
+    Ok(report)
 }
 
 #[tokio::main]
