@@ -98,6 +98,9 @@ pub enum RunError {
     /// An essential task ended on its own.
     #[error("{0} stopped unexpectedly")]
     TaskEnded(&'static str),
+    /// The webhook's thread or runtime could not be started.
+    #[error("cannot start the admission thread: {0}")]
+    AdmissionThread(#[source] std::io::Error),
     /// A signal handler could not be installed.
     #[error("cannot install the {0} signal handler: {1}")]
     Signal(&'static str, #[source] std::io::Error),
@@ -525,9 +528,8 @@ impl Operator {
             },
             tls.clone(),
         )?;
-        let webhook = nmo_webhook::WebhookServer::serve(
+        let (webhook, webhook_done) = serve_webhook_on_own_thread(
             webhook_spec,
-            nmo_webhook::ServeTuning::default(),
             admission_router,
             root.clone().cancelled_owned(),
         )
@@ -551,7 +553,7 @@ impl Operator {
         let fatal = Fatal::default();
         let (synced, synced_rx) = watch::channel(false);
         let probe_state = ProbeState {
-            webhook: webhook.readiness(),
+            webhook,
             leader_election: config.leader_elect,
             is_leader: election.is_leader(),
             synced: synced_rx,
@@ -574,7 +576,7 @@ impl Operator {
             )
             .await?,
             essential(&root, &fatal, async move {
-                match webhook.wait().await {
+                match webhook_done.await {
                     Ok(()) => RunError::TaskEnded("the webhook server"),
                     Err(e) => RunError::Webhook(e),
                 }
@@ -701,6 +703,66 @@ fn essential(
             e => fatal.raise(&root, e),
         }
     })
+}
+
+/// Name of the webhook server's thread.
+pub(crate) const ADMISSION_THREAD: &str = "nmo-admission";
+
+/// Serves the webhook of `spec` with `router` (production timeouts) on a thread of its own, a
+/// single-threaded runtime that ends when the server does (after `shutdown`). Returns the
+/// server's readiness and a future of its end.
+///
+/// Every admission request then runs on that one thread, from TLS to the answer. On the
+/// process's runtime, whose workers are as many as the cores, the connections' tasks were
+/// handed between workers: a futex wake and a context switch per hand-over, a good part of the
+/// operator's CPU per request and a second runnable thread beside the API server's (the
+/// README's admission table, `cargo bench --bench admission`, has the figures before and
+/// after). A controller pass that holds a worker of the process's runtime no longer delays an
+/// answer either. One thread answers tens of thousands of requests a second; the API server
+/// sends a few.
+///
+/// # Errors
+/// [`RunError::AdmissionThread`] when the thread or its runtime cannot be started;
+/// [`RunError::Webhook`] when the server cannot start ([`nmo_webhook::WebhookServer::serve`]).
+async fn serve_webhook_on_own_thread(
+    spec: nmo_webhook::ServerSpec,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<
+    (
+        nmo_webhook::Readiness,
+        impl Future<Output = Result<(), nmo_webhook::ServeError>> + Send + 'static,
+    ),
+    RunError,
+> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(RunError::AdmissionThread)?;
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let (done_tx, done) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(ADMISSION_THREAD.into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let tuning = nmo_webhook::ServeTuning::default();
+                match nmo_webhook::WebhookServer::serve(spec, tuning, router, shutdown).await {
+                    Ok(server) => {
+                        let _ = started_tx.send(Ok(server.readiness()));
+                        let _ = done_tx.send(server.wait().await);
+                    }
+                    Err(e) => {
+                        let _ = started_tx.send(Err(e));
+                    }
+                }
+            });
+        })
+        .map_err(RunError::AdmissionThread)?;
+    let ended = || nmo_webhook::ServeError::Task("the admission thread ended".into());
+    let readiness = started.await.map_err(|_| RunError::Webhook(ended()))??;
+    Ok((readiness, async move {
+        done.await.unwrap_or_else(|_| Err(ended()))
+    }))
 }
 
 /// The seam to the admission handler.
