@@ -459,34 +459,43 @@ impl Drainer {
             };
             if slot.is_none() || this.stopped.is_cancelled() || !(standing.stands)() {
                 tracing::debug!(pod = %format!("{}/{}", e.pod.namespace, e.pod.name), "eviction not sent: the maintenance no longer stands");
-                this.answered(&node, &uid, None, None);
+                let _ = this.answered(&node, &uid, None, None);
                 return;
             }
             // Boxed: a task waiting for its slot then holds a pointer, not the request's whole
             // state machine (thousands of evictions may wait at once on a big node).
             let outcome = Box::pin(this.evict_once(&node, &e)).await;
             drop(slot);
-            this.answered(&node, &uid, Some(&outcome), Some((&e.awaits, &e.cause)));
-            (standing.wake)();
+            let last = this.answered(&node, &uid, Some(&outcome), Some((&e.awaits, &e.cause)));
+            // An acceptance changes no decision until its pod is gone, unless it ends a hold or
+            // awaits a replacement: the next pass (at most `REQUEUE_TERMINATING` later) counts
+            // it. Waking a pass per answer had a 3,000-pod node list its pods back to back.
+            if outcome.retry.is_some() || e.cause.is_some() || e.awaits.is_some() || last {
+                (standing.wake)();
+            }
         });
     }
 
     /// Records the answer to the eviction of `uid` on `node` (`None`: not sent), with what the
     /// round planned for it (the replacement it awaits and the budget it spends once accepted).
+    /// Returns whether no other eviction of `node` is in flight (the node's last answer).
     fn answered(
         &self,
         node: &str,
         uid: &str,
         outcome: Option<&EvictionOutcome>,
         planned: Option<(&Option<super::Awaited>, &Option<super::SharedCause>)>,
-    ) {
+    ) -> bool {
         let mut schedules = self.schedules();
-        if let Some(schedule) = schedules.get_mut(node) {
-            schedule.answered(uid, node, outcome, planned, Instant::now());
-            if schedule.is_empty() {
-                schedules.remove(node);
-            }
+        let Some(schedule) = schedules.get_mut(node) else {
+            return true;
+        };
+        schedule.answered(uid, node, outcome, planned, Instant::now());
+        let last = !schedule.any_in_flight();
+        if schedule.is_empty() {
+            schedules.remove(node);
         }
+        last
     }
 
     /// One eviction, classified and counted; a refusal by several budgets names them.

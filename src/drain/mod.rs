@@ -699,6 +699,10 @@ impl RetrySchedule {
     pub(crate) fn in_flight(&self, uid: &str) -> bool {
         self.in_flight.contains(uid)
     }
+    /// Whether some eviction of this node is in flight.
+    pub(crate) fn any_in_flight(&self) -> bool {
+        !self.in_flight.is_empty()
+    }
     /// Marks the eviction of `uid` as sent.
     pub(crate) fn sent(&mut self, uid: &str) {
         self.in_flight.insert(uid.to_string());
