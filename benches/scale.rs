@@ -6,7 +6,17 @@
 //! ```text
 //! cargo bench --bench scale                  # 18 -> 1,000 -> 5,000 nodes (about 10 min on 2 cores)
 //! BENCH_SCALE_NODES=2000 cargo bench --bench scale   # a smaller top size (at least 1,050)
+//! NMO_UPSTREAM_MANAGER=<manager> cargo bench --bench scale   # upstream's start and memory beside ours
+//! BENCH_SCALE_ONLY=start cargo bench --bench scale   # only start-to-ready and idle memory (about 4 min)
+//! BENCH_SCALE_RUST_LOG=debug cargo bench --bench scale   # keep the log of ours' last start per size
 //! ```
+//!
+//! `BENCH_SCALE_ONLY=start` builds the same cluster at the same sizes (work nodes and their pods
+//! included) but measures only start-to-ready and idle memory, ours and (with
+//! `NMO_UPSTREAM_MANAGER`) upstream's: no admission, no maintenances, no drain budget.
+//! `BENCH_SCALE_RUST_LOG=<filter>` runs ours' timed starts with that `RUST_LOG` (default `warn`)
+//! and copies each size's last start's log to `$CARGO_TARGET_DIR/bench-scale-<nodes>.log`: the
+//! timestamps of its start-up steps.
 //!
 //! The local control plane (`nmo-devcluster`) runs with an audit policy that records every
 //! request of the `system:serviceaccounts` group, which here only the operator is in (every
@@ -23,12 +33,21 @@
 //!
 //! # Figures, at 18, 1,000 and 5,000 nodes
 //!
-//! - **start-to-ready**: spawn of the process to `/readyz` 200 (webhook serving, NodeMaintenance
-//!   and Node watches listed), polled every 2 ms, median of 3 starts, once the control plane has
+//! - **start-to-ready**: spawn of the process to `/readyz` 200 (ours: the webhook serving with its
+//!   certificate and the admission caches listed, the Node watch's list not awaited;
+//!   `src/run.rs`, `readiness`), polled every 2 ms, median of [`STARTS`] starts, once the control plane has
 //!   settled after the nodes were created (its processes below 0.5 cores over a second, at most
 //!   60 s; the wait and the CPU are printed): right after thousands of creates kube-apiserver is
-//!   still busy sending them to its other watchers.
-//! - **idle RSS**: `VmRSS` 5 s after ready, nothing to do.
+//!   still busy sending them to its other watchers. With `NMO_UPSTREAM_MANAGER`, upstream's
+//!   manager is started the same number of times in the same run, alternating with ours (ours,
+//!   upstream, ours, ...), and timed the same way: spawn to its `/readyz` (on its
+//!   `--health-probe-bind-address`) answering 200. Upstream's `/readyz` is controller-runtime's
+//!   `healthz.Ping`, which answers 200 as soon as the probe server listens, before its caches
+//!   have listed anything; it runs as the admin (as `benches/admission.rs` runs it), leader
+//!   election off, its webhook on :9443 with a serving pair in a temporary directory
+//!   (`$TMPDIR/k8s-webhook-server/serving-certs`).
+//! - **idle RSS**: `VmRSS` 5 s after ready, nothing to do, and `VmHWM` then (the peak of the
+//!   start, the initial lists included); both of the last start, ours and upstream's.
 //! - **admission**: AdmissionReviews (CREATE of a NodeMaintenance for a Ready node) posted to the
 //!   operator's webhook over 8 TLS keep-alive connections for 5 s after a 1 s warm-up: p50, p99,
 //!   requests/s.
@@ -140,6 +159,8 @@ const CONTROL_PLANE: [&str; 5] = [
 /// CPU use (in cores, all of [`CONTROL_PLANE`] together, over one second) below which the
 /// control plane counts as settled.
 const QUIET_CORES: f64 = 0.5;
+/// Starts per size and process, of which the median start-to-ready is reported.
+const STARTS: usize = 3;
 
 struct Bench {
     cluster: Cluster,
@@ -150,6 +171,12 @@ struct Bench {
     big_nodes: usize,
     rows: Vec<(String, String, String)>,
     started: Instant,
+    /// `BENCH_SCALE_ONLY=start`: start-to-ready and idle memory only.
+    only_start: bool,
+    /// `NMO_UPSTREAM_MANAGER`: upstream's manager, started beside ours.
+    upstream: Option<PathBuf>,
+    /// `BENCH_SCALE_RUST_LOG`: `RUST_LOG` of ours' timed starts, whose logs are then kept.
+    rust_log: Option<String>,
 }
 
 #[tokio::main]
@@ -163,13 +190,25 @@ async fn main() -> Result<()> {
     if top < 1000 + WORK_NODES {
         bail!("BENCH_SCALE_NODES must be at least {}", 1000 + WORK_NODES);
     }
+    let only_start = match std::env::var("BENCH_SCALE_ONLY").ok().as_deref() {
+        None | Some("") => false,
+        Some("start") => true,
+        Some(other) => bail!("BENCH_SCALE_ONLY={other}: the only part known is `start`"),
+    };
     let mut b = Bench::new().await?;
+    b.only_start = only_start;
+    b.upstream = std::env::var_os("NMO_UPSTREAM_MANAGER").map(PathBuf::from);
+    b.rust_log = std::env::var("BENCH_SCALE_RUST_LOG")
+        .ok()
+        .filter(|v| !v.is_empty());
     let one = b.work_nodes(0..1).await?;
     b.pods(&one).await?;
     // 18 nodes: the control-plane node, one work node, 16 big ones.
     b.grow(16).await?;
     b.measure_idle("18 nodes").await?;
-    b.requests_per_maintenance("18 nodes", &one).await?;
+    if !only_start {
+        b.requests_per_maintenance("18 nodes", &one).await?;
+    }
     b.grow(1000 - 2 - b.big_nodes).await?;
     b.measure_idle("1000 nodes").await?;
     let work = b.work_nodes(1..WORK_NODES).await?;
@@ -177,20 +216,30 @@ async fn main() -> Result<()> {
     b.grow(top - 1 - WORK_NODES - b.big_nodes).await?;
     let label = format!("{top} nodes");
     b.measure_idle(&label).await?;
-    let mut all = one.clone();
-    all.extend(work);
-    b.requests_per_maintenance(&label, &all).await?;
-    b.queued_maintenances(&label).await?;
+    if !only_start {
+        let mut all = one.clone();
+        all.extend(work);
+        b.requests_per_maintenance(&label, &all).await?;
+        b.queued_maintenances(&label).await?;
+    }
 
     let report = b.report();
     print!("{report}");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/target")));
-    let out = target.join("bench-scale.txt");
+    let out = target_dir().join(if only_start {
+        "bench-scale-start.txt"
+    } else {
+        "bench-scale.txt"
+    });
     std::fs::write(&out, &report).with_context(|| format!("writing {}", out.display()))?;
     b.progress(&format!("done; table written to {}", out.display()));
     Ok(())
+}
+
+/// Where the tables and logs go: `$CARGO_TARGET_DIR`, else the crate's `target/`.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/target")))
 }
 
 /// A Node object as a kubelet registers it: about 9 KB of JSON.
@@ -323,6 +372,9 @@ impl Bench {
             big_nodes: 0,
             rows: Vec::new(),
             started,
+            only_start: false,
+            upstream: None,
+            rust_log: None,
         })
     }
 
@@ -477,7 +529,57 @@ impl Bench {
         )?)
     }
 
-    /// Start-to-ready (median of 3), idle RSS and admission figures of a fresh operator.
+    /// Starts upstream's manager (`NMO_UPSTREAM_MANAGER`) as `benches/admission.rs` runs it (as
+    /// the admin, leader election off, webhook on :9443 with the serving pair in a temporary
+    /// directory) and polls its `/readyz` every 2 ms, as [`start_operator_timed`] polls ours.
+    fn start_upstream(&self, manager: &std::path::Path, name: &str) -> Result<Started> {
+        let tmp = self.cluster.dir().join("upstream-tmp");
+        let certs = tmp.join("k8s-webhook-server/serving-certs");
+        if !certs.join("tls.key").exists() {
+            std::fs::create_dir_all(&certs)?;
+            let pair = self
+                .cluster
+                .ca()
+                .issue_server(&["localhost"], &[IpAddr::V4(Ipv4Addr::LOCALHOST)])?;
+            std::fs::write(certs.join("tls.crt"), &pair.cert_pem)?;
+            std::fs::write(certs.join("tls.key"), &pair.key_pem)?;
+        }
+        let ports = nmo_devcluster::free_ports(2)?;
+        let mut cmd = std::process::Command::new(manager);
+        cmd.args([
+            format!("--kubeconfig={}", self.cluster.kubeconfig().display()),
+            format!("--metrics-bind-address=127.0.0.1:{}", ports[0]),
+            format!("--health-probe-bind-address=127.0.0.1:{}", ports[1]),
+            "--leader-elect=false".into(),
+        ])
+        .env("TMPDIR", &tmp)
+        .env("OPERATOR_NAMESPACE", "node-maintenance-operator-system");
+        let t0 = Instant::now();
+        let mut child = self.cluster.spawn(name, cmd)?;
+        loop {
+            // Go answers in the request's protocol version.
+            if http_get(("127.0.0.1", ports[1]), "/readyz")
+                .is_some_and(|r| r.split(' ').nth(1) == Some("200"))
+            {
+                return Ok(Started {
+                    child,
+                    ready_after: t0.elapsed(),
+                    ports: [9443, ports[0], ports[1]],
+                });
+            }
+            if let Some(status) = child.exited() {
+                bail!("{name} exited ({status}):\n{}", child.log_tail(30));
+            }
+            if t0.elapsed() > Duration::from_secs(60) {
+                bail!("{name} not ready after 60 s:\n{}", child.log_tail(30));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Start-to-ready (median of [`STARTS`]) and idle memory of fresh operators, ours and
+    /// upstream's (with `NMO_UPSTREAM_MANAGER`), their starts alternating; then, unless
+    /// `BENCH_SCALE_ONLY=start`, admission on ours.
     async fn measure_idle(&mut self, size: &str) -> Result<()> {
         // Just after thousands of Node creates, kube-apiserver is still sending them to its
         // other watchers (scheduler, controller-manager, kwok) for seconds; a start measured
@@ -493,35 +595,102 @@ impl Bench {
             "{size}: control plane at {cores:.2} cores after waiting {:.0} s to settle",
             waited.as_secs_f64()
         ));
-        let mut ready = Vec::new();
-        let mut last = None;
-        for i in 0..3 {
-            let mut s =
-                tokio::task::block_in_place(|| self.start(&format!("op-{}-{i}", self.big_nodes)))?;
-            ready.push(s.ready_after.as_secs_f64() * 1000.0);
-            if i < 2 {
+        let env: Vec<(&str, &str)> = match &self.rust_log {
+            Some(filter) => vec![
+                ("POD_NAMESPACE", &self.account.namespace),
+                ("RUST_LOG", filter),
+            ],
+            None => vec![("POD_NAMESPACE", &self.account.namespace)],
+        };
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        let (mut last, mut last_upstream) = (None, None);
+        for i in 0..STARTS {
+            let name = format!("op-{}-{i}", self.big_nodes);
+            let mut s = tokio::task::block_in_place(|| {
+                Ok::<_, anyhow::Error>(start_operator_timed(
+                    &self.cluster,
+                    &name,
+                    OPERATOR_BIN.as_ref(),
+                    &self.kubeconfig,
+                    &self.cert_dir,
+                    &env,
+                    &[],
+                    Duration::from_secs(60),
+                )?)
+            })?;
+            ours.push(s.ready_after.as_secs_f64() * 1000.0);
+            if i + 1 < STARTS {
                 s.child.stop(Duration::from_secs(5));
             } else {
                 last = Some(s);
             }
+            if let Some(m) = self.upstream.clone() {
+                let name = format!("upstream-{}-{i}", self.big_nodes);
+                let mut u = tokio::task::block_in_place(|| self.start_upstream(&m, &name))?;
+                theirs.push(u.ready_after.as_secs_f64() * 1000.0);
+                if i + 1 < STARTS {
+                    u.child.stop(Duration::from_secs(5));
+                } else {
+                    last_upstream = Some(u);
+                }
+            }
         }
-        let mut op = last.expect("three starts");
-        ready.sort_by(f64::total_cmp);
+        let mut op = last.expect("STARTS > 0");
+        let median = |v: &[f64]| {
+            let mut v = v.to_vec();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let list = |v: &[f64]| {
+            v.iter()
+                .map(|ms| format!("{ms:.0}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut value = format!("ours {:.0} ms ({})", median(&ours), list(&ours));
+        if !theirs.is_empty() {
+            let _ = write!(
+                value,
+                "; upstream {:.0} ms ({}); ours / upstream {:.2}",
+                median(&theirs),
+                list(&theirs),
+                median(&ours) / median(&theirs)
+            );
+        }
         self.row(
             size,
-            "start-to-ready (median of 3)",
-            format!("{:.0} ms", ready[1]),
+            &format!("start-to-ready, median of {STARTS} (each start)"),
+            value,
         );
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let pid = op.child.pid();
-        let rss = proc_status(pid, "VmRSS").context("operator gone")? as f64 / MIB;
-        self.row(size, "idle RSS", format!("{rss:.1} MiB"));
-        let (p50, p99, rps, failed) = admission(&self.cluster, op.ports[0], "work-0").await?;
-        self.row(
-            size,
-            "admission (8 keep-alive connections)",
-            format!("p50 {p50:.2} ms, p99 {p99:.2} ms, {rps:.0} requests/s, {failed} failed"),
-        );
+        let memory = |pid: u32| -> Result<String> {
+            let rss = proc_status(pid, "VmRSS").context("process gone")? as f64 / MIB;
+            let hwm = proc_status(pid, "VmHWM").context("process gone")? as f64 / MIB;
+            Ok(format!("{rss:.1} MiB (peak {hwm:.1})"))
+        };
+        let mut value = format!("ours {}", memory(op.child.pid())?);
+        if let Some(mut u) = last_upstream {
+            let _ = write!(value, "; upstream {}", memory(u.child.pid())?);
+            u.child.stop(Duration::from_secs(5));
+        }
+        self.row(size, "idle RSS 5 s after ready (VmHWM)", value);
+        if self.rust_log.is_some() {
+            let out = target_dir().join(format!("bench-scale-{}.log", self.big_nodes));
+            std::fs::copy(op.child.log_path(), &out)
+                .with_context(|| format!("copying the log to {}", out.display()))?;
+            self.progress(&format!(
+                "{size}: ours' last start logged to {}",
+                out.display()
+            ));
+        }
+        if !self.only_start {
+            let (p50, p99, rps, failed) = admission(&self.cluster, op.ports[0], "work-0").await?;
+            self.row(
+                size,
+                "admission (8 keep-alive connections)",
+                format!("p50 {p50:.2} ms, p99 {p99:.2} ms, {rps:.0} requests/s, {failed} failed"),
+            );
+        }
         op.child.stop(Duration::from_secs(5));
         Ok(())
     }
