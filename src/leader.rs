@@ -362,11 +362,6 @@ pub(crate) struct LeaderElection {
 }
 
 impl LeaderElection {
-    /// A receiver that is `true` while this replica holds the Lease.
-    pub(crate) fn is_leader(&self) -> watch::Receiver<bool> {
-        self.leader.clone()
-    }
-
     /// The shared standing, for [`Leadership::may_write`] and [`Leadership::term`].
     pub(crate) fn leadership(&self) -> Arc<Leadership> {
         self.leadership.clone()

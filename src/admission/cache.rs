@@ -193,9 +193,20 @@ impl Drop for CacheTasks {
 }
 
 impl Caches {
-    /// The stripped Node `name`, if the cache has it.
+    /// The stripped Node `name`, if the Node cache has listed every node and has it; `None`
+    /// while it is still listing (read the node from the API server then: [`Caches::nodes_synced`]).
     pub(crate) fn node(&self, name: &str) -> Option<Arc<Node>> {
+        if !self.nodes_synced() {
+            return None;
+        }
         self.nodes.get(name).map(|e| Arc::new(e.to_node(name)))
+    }
+
+    /// Whether the process's Node watch has listed every node once. Until it has, no decision
+    /// reads it: the nodes a CREATE needs are read from the API server instead (`docs/design.md
+    /// §4`, "Readiness").
+    pub(crate) fn nodes_synced(&self) -> bool {
+        *self.nodes.synced().borrow()
     }
 
     /// Whether a cached NodeMaintenance targets `node`.
@@ -219,8 +230,11 @@ impl Caches {
         &self.quorum
     }
 
-    /// True once every cache has listed its objects; stays true through later reconnects (the
-    /// cache then serves its last state, as controller-runtime's informers do).
+    /// True once the NodeMaintenance cache and the quorum caches have listed their objects;
+    /// stays true through later reconnects (a cache then serves its last state, as
+    /// controller-runtime's informers do). The Node cache is not among them: its list grows with
+    /// the cluster, and until it is complete a CREATE reads its nodes live
+    /// ([`Caches::nodes_synced`]).
     pub(crate) fn synced(&self) -> watch::Receiver<bool> {
         self.synced.clone()
     }
@@ -244,7 +258,7 @@ pub(crate) enum NmEvent {
 /// Starts the caches of `platform` on `client` beside the process's Node watch `nodes`.
 /// `on_nm_event` runs after each NodeMaintenance event has been applied to the cache (the
 /// reservations end there). Returns the read handles and the tasks; [`Caches::synced`] turns
-/// true once all have listed, `nodes` included.
+/// true once all have listed, `nodes` excepted (it has [`Caches::nodes_synced`]).
 pub(crate) fn start(
     client: &Client,
     platform: Platform,
@@ -252,7 +266,7 @@ pub(crate) fn start(
     on_nm_event: impl Fn(NmEvent) + Send + Sync + 'static,
 ) -> (Caches, CacheTasks) {
     let mut tasks = Vec::new();
-    let mut synced = vec![nodes.synced()];
+    let mut synced = Vec::new();
 
     let (nms, t, s) = spawn_cache(
         "NodeMaintenances",
@@ -356,6 +370,15 @@ where
 {
     let (store, writer) = reflector::store();
     let (synced_tx, synced) = watch::channel(false);
+    // Lists are served from the API server's watch cache as it stands (`resourceVersion=0`),
+    // not after waiting for it to catch up with etcd: a consistent list of the quorum inputs
+    // took 40 to 50 ms where this one takes 3, and `/readyz` waits for these lists. What that
+    // waits for is the watch lag every later decision of these caches lives with anyway;
+    // admission is built for it (the reservations, and duplicates harmless across it:
+    // `docs/design.md §4`). kube sends `resourceVersion=0` only without a page size, and the
+    // API server answers such a list whole from its cache in any case.
+    let mut config = config.any_semantic();
+    config.page_size = None;
     let events = watcher(api, config)
         .backoff(crate::watch::relist::watch_backoff())
         .modify(strip)

@@ -117,20 +117,70 @@ impl Admission {
     }
 
     /// The stripped node: from the cache, or, when the cache does not have it (a node created a
-    /// moment ago), from one live GET. `None` when it does not exist.
+    /// moment ago, or the Node cache still listing), from one live GET. `None` when it does not
+    /// exist.
     async fn node(&self, name: &str) -> Result<Option<Arc<Node>>, Denial> {
         if let Some(node) = self.caches.node(name) {
             return Ok(Some(node));
         }
+        self.live_node(name)
+            .await
+            .map_err(|e| Denial::NodeLookup(e.to_string()))
+    }
+
+    /// Node `name` as the API server has it now, stripped; `None` when it does not exist.
+    async fn live_node(&self, name: &str) -> Result<Option<Arc<Node>>, kube::Error> {
         let nodes: Api<Node> = Api::all(self.client.clone());
-        match nodes.get_opt(name).await {
-            Ok(Some(mut node)) => {
-                cache::strip_node(&mut node);
-                Ok(Some(Arc::new(node)))
-            }
-            Ok(None) => Ok(None),
-            Err(e) => Err(Denial::NodeLookup(e.to_string())),
+        Ok(nodes.get_opt(name).await?.map(|mut node| {
+            cache::strip_node(&mut node);
+            Arc::new(node)
+        }))
+    }
+
+    /// While the Node cache is still listing: the nodes of the etcd members the quorum rule of
+    /// `node` reads, each by one live GET, all at once (at most one per etcd pod; none for a
+    /// worker that runs no etcd pod, or on OpenShift, whose rule reads no node). `None` once
+    /// the Node cache has listed: the rule then reads it.
+    async fn live_members(
+        &self,
+        node: &Node,
+    ) -> Result<Option<std::collections::HashMap<String, Option<Arc<Node>>>>, Denial> {
+        if self.caches.nodes_synced() {
+            return Ok(None);
         }
+        let QuorumStores::Kubernetes { etcd_pods, .. } = self.caches.quorum() else {
+            return Ok(None);
+        };
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let pods = etcd_pods.state();
+        let node_of = |p: &Arc<k8s_openapi::api::core::v1::Pod>| {
+            p.spec.as_ref().and_then(|s| s.node_name.clone())
+        };
+        if !is_control_plane(node) && !pods.iter().any(|p| node_of(p).as_deref() == Some(name)) {
+            return Ok(None);
+        }
+        let mut members: Vec<String> = pods
+            .iter()
+            .filter_map(node_of)
+            .filter(|m| m != name)
+            .collect();
+        members.sort();
+        members.dedup();
+        let read = members.into_iter().map(|m| async move {
+            let got = self.live_node(&m).await;
+            (m, got)
+        });
+        // The node itself was just read.
+        let mut nodes =
+            std::collections::HashMap::from([(name.to_string(), Some(Arc::new(node.clone())))]);
+        for (m, got) in futures::future::join_all(read).await {
+            let got = got.map_err(|e| Denial::QuorumLookup {
+                node: name.to_string(),
+                error: format!("could not get node {m}: {e}"),
+            })?;
+            nodes.insert(m, got);
+        }
+        Ok(Some(nodes))
     }
 
     /// Decides a CREATE; `Ok` carries the admission warnings (a quorum that was not checked, a
@@ -150,6 +200,8 @@ impl Admission {
         let Some(node) = self.node(node_name).await? else {
             return Err(Denial::NodeNotFound(node_name.to_string()));
         };
+        // Read before the reservations' lock, under which nothing awaits.
+        let live_members = self.live_members(&node).await?;
         let nm_name = nm.metadata.name.clone().unwrap_or_default();
 
         let mut reservations = lock(&self.reservations);
@@ -159,7 +211,7 @@ impl Admission {
         let quorum = if already_maintained {
             Quorum::Kept
         } else {
-            self.quorum(&node, &maintained)?
+            self.quorum(&node, live_members.as_ref(), &maintained)?
         };
         validate_create(
             nm,
@@ -193,8 +245,15 @@ impl Admission {
         Ok(warnings)
     }
 
-    /// The quorum rule of the platform over the cached inputs (no API call).
-    fn quorum(&self, node: &Node, maintained: &dyn Fn(&str) -> bool) -> Result<Quorum, Denial> {
+    /// The quorum rule of the platform over the cached inputs (no API call); the etcd members'
+    /// nodes from `live_members` when given ([`Admission::live_members`]), else from the Node
+    /// cache.
+    fn quorum(
+        &self,
+        node: &Node,
+        live_members: Option<&std::collections::HashMap<String, Option<Arc<Node>>>>,
+        maintained: &dyn Fn(&str) -> bool,
+    ) -> Result<Quorum, Denial> {
         let name = node.metadata.name.as_deref().unwrap_or_default();
         let control_plane = is_control_plane(node);
         let lookup = |error| Denial::QuorumLookup {
@@ -257,7 +316,12 @@ impl Admission {
                     .map_err(lookup)?;
                 let members = etcd_members(
                     &etcd_pods.state(),
-                    |n| self.caches.node(n).is_some_and(|n| node_ready(&n)),
+                    |n| match live_members {
+                        Some(live) => live
+                            .get(n)
+                            .is_some_and(|n| n.as_deref().is_some_and(node_ready)),
+                        None => self.caches.node(n).is_some_and(|n| node_ready(&n)),
+                    },
                     maintained,
                 );
                 let quorum = kubernetes_quorum(name, control_plane, &guards, &members);

@@ -93,8 +93,8 @@ impl From<&crate::config::Config> for ControllerConfig {
 ///
 /// `client` serves reads, watches and writes; `eviction_client` must be built with
 /// `default_retry = false` (a PodDisruptionBudget refusal must come back as a 429 at once).
-/// `nodes` is the process's Node watch, whose changes trigger reconciles. `ready` is set to
-/// true once the NodeMaintenance and Node watches have listed everything (readiness probe).
+/// `nodes` is the process's Node watch, whose changes trigger reconciles; with a drain budget,
+/// the controller first waits for its first list.
 /// Returns when shut down; watch errors are logged and retried with back-off.
 pub(crate) async fn run(
     client: Client,
@@ -102,7 +102,6 @@ pub(crate) async fn run(
     config: ControllerConfig,
     nodes: NodeCache,
     metrics: Arc<Metrics>,
-    ready: watch::Sender<bool>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     if config.max_parallel_drains.is_some() || !config.max_parallel_drains_for.is_empty() {
@@ -150,7 +149,7 @@ pub(crate) async fn run(
                 .concurrency(u16::try_from(config.concurrency).unwrap_or(u16::MAX)),
         )
         .graceful_shutdown_on(shutdown);
-    tokio::spawn(triggers::report_synced(nms_synced, nodes.synced(), ready));
+    tokio::spawn(triggers::report_synced(nms_synced));
     // Dropped with this future at the end of a leadership term: no eviction is sent after it.
     let _evictions = ctx.drainer.stop_on_drop();
     // Aborted with the controller, so it never writes after the controller stopped.

@@ -165,18 +165,12 @@ pub(super) fn budgets(
     })
 }
 
-/// Sets `ready` once both the NodeMaintenance watch (`nms_synced`) and the Node watch
-/// (`nodes_synced`) have listed everything (the readiness probe's `synced`).
-pub(super) async fn report_synced(
-    mut nms_synced: watch::Receiver<bool>,
-    mut nodes_synced: watch::Receiver<bool>,
-    ready: watch::Sender<bool>,
-) {
-    if nms_synced.wait_for(|v| *v).await.is_err() || nodes_synced.wait_for(|v| *v).await.is_err() {
-        return;
+/// Logs once the NodeMaintenance watch (`nms_synced`) has listed everything. Readiness does
+/// not wait for it (`crate::run::readiness`).
+pub(super) async fn report_synced(mut nms_synced: watch::Receiver<bool>) {
+    if nms_synced.wait_for(|v| *v).await.is_ok() {
+        tracing::info!("NodeMaintenance watch synced");
     }
-    tracing::info!("NodeMaintenance and Node watches synced");
-    ready.send_replace(true);
 }
 
 /// The nodes a NodeMaintenance concerns: `spec.nodeName` and the node it entered
