@@ -3,14 +3,16 @@
 //!
 //! Order of start-up, chosen so that every replica admits requests before anything else waits:
 //!
-//! 1. load the Kubernetes client configuration (no API call yet);
-//! 2. the TLS settings: the flags, else on OpenShift the cluster's TLS profile (read, then
-//!    watched: `crate::tls_profile`), else the defaults;
-//! 3. bind the probe and metrics listeners, check that the NodeMaintenance CRD is served, start
-//!    the process's one Node watch (`crate::watch::nodes`), the admission caches beside it, then
-//!    the webhook server (loads its certificate, binds `--webhook-bind-address`) — on every
-//!    replica, leader or not; `/readyz` does not wait for the Node watch's first list
-//!    ([`readiness`]);
+//! 1. load the Kubernetes client configuration (no API call yet), and start the process's one
+//!    Node watch (`crate::watch::nodes`), whose first list is the one step that grows with the
+//!    cluster, so that it overlaps everything after it;
+//! 2. bind the probe and metrics listeners;
+//! 3. at once: the TLS settings (the flags, else on OpenShift the cluster's TLS profile, read,
+//!    then watched: `crate::tls_profile`, else the defaults), the check that the NodeMaintenance
+//!    CRD is served, and the platform's discovery, after which the admission caches start beside
+//!    the Node watch; then the webhook server (loads its certificate, binds
+//!    `--webhook-bind-address`) — on every replica, leader or not; `/readyz` does not wait for
+//!    the Node watch's first list ([`readiness`]);
 //! 4. with `--leader-elect`, campaign for the Lease and wait until it is held;
 //! 5. run the controller, which subscribes to the same Node watch, until shutdown or loss of
 //!    leadership.
@@ -486,24 +488,30 @@ impl Operator {
         tracing::info!(api = %kube_cfg.cluster_url, "Kubernetes API");
         let api = Client::try_from(kube_cfg.clone()).map_err(RunError::Client)?;
         let metrics_client = api.clone();
-
-        let tls = crate::tls_profile::start(
-            api.clone(),
-            config.tls_settings().map(|m| {
-                crate::tls_profile::log_mapping("--tls-min-version/--tls-cipher-suites", &m);
-                m.policy
-            }),
-            root.clone(),
-        )
-        .await;
+        // First, so that the one list that grows with the cluster overlaps everything below.
+        let (nodes, node_watch) =
+            crate::watch::nodes::start(&api, config.max_parallel_drains_for.clone().into());
         let probe_listener =
             bind("health probe", config.health_probe_bind_address.socket()).await?;
         let metrics_listener = bind("metrics", config.metrics_bind_address.socket()).await?;
-        wiring::require_crd(&api).await?;
-        let (nodes, node_watch) =
-            crate::watch::nodes::start(&api, config.max_parallel_drains_for.clone().into());
-        let (admission_router, admission_synced) =
-            wiring::admission_router(api.clone(), metrics.clone(), nodes.clone()).await?;
+
+        // Independent API reads (the TLS profile's discovery, the CRD check, the platform's
+        // discovery before the admission caches start), at once rather than one round trip
+        // after the other.
+        let (tls, crd, admission) = tokio::join!(
+            crate::tls_profile::start(
+                api.clone(),
+                config.tls_settings().map(|m| {
+                    crate::tls_profile::log_mapping("--tls-min-version/--tls-cipher-suites", &m);
+                    m.policy
+                }),
+                root.clone(),
+            ),
+            wiring::require_crd(&api),
+            wiring::admission_router(api.clone(), metrics.clone(), nodes.clone()),
+        );
+        crd?;
+        let (admission_router, admission_synced) = admission?;
         let webhook_spec = nmo_webhook::ServerSpec::webhook(
             &nmo_webhook::TlsOptions {
                 cert_dir: config.webhook_cert_path.clone(),
