@@ -352,7 +352,8 @@ impl Drainer {
         for b in &report.newly_skipped {
             tracing::info!(pod = %format!("{}/{}", b.namespace, b.name), "not evicting a replacement pod that tolerates the maintenance taints");
         }
-        // Only terminating pods to wait for: their deletion wakes the next round (`gone`).
+        // Terminating pods and no answer due: their deletion wakes the next round (`gone`), also
+        // when other pods wait for them (a later drain order) or for a retry.
         let terminating: HashSet<String> = report
             .pending
             .iter()
@@ -360,7 +361,7 @@ impl Drainer {
             .map(|b| format!("{}/{}", b.namespace, b.name))
             .collect();
         let answers_due = report.pending.iter().any(|b| b.reason == reason::EVICTING);
-        if terminating.is_empty() || answers_due || report.blocked() {
+        if terminating.is_empty() || answers_due {
             self.gone.end(node);
         } else {
             self.gone

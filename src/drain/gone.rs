@@ -1,15 +1,16 @@
-//! Pods going: once a node's drain only waits for evicted pods to terminate (no eviction in
-//! flight, nothing refused), a metadata watch of the pods bound to that node wakes the
-//! maintenance's next pass as soon as the API server has reported every one of them deleted, so
-//! the round that finds the node empty runs then instead of at the next requeue
-//! (`docs/drain-contract.md` §4). The watch only wakes; every decision stays with the round,
-//! which lists the node's pods as before.
+//! Pods going: once a node's drain waits for evicted pods to terminate and for no eviction's
+//! answer, a metadata watch of the pods bound to that node wakes the maintenance's next pass as
+//! soon as the API server has reported every one of them deleted, so the round that finds them
+//! gone runs then instead of at the next requeue (`docs/drain-contract.md` §4). The watch only
+//! wakes; every decision stays with the round, which lists the node's pods as before.
 //!
-//! One watch per node at most. It is started by a round that finds only terminating pods, told
-//! by each such round which pods it waits for, and ended by a round that finds anything else,
-//! when the maintenance no longer stands (checked on each event), or when the controller stops.
-//! While evictions are answered it does not run: each answer wakes a pass anyway, and the API
-//! server would otherwise send it every update of every pod on the node.
+//! One watch per node at most. It is started by a round that finds terminating pods and no
+//! eviction in flight, told by each such round which pods it waits for (the pods of a later
+//! drain order, or those a refusal holds, are then asked by the round it wakes), and ended by a
+//! round that finds no terminating pod or an eviction in flight, when the maintenance no longer
+//! stands (checked on each event), or when the controller stops. While evictions are answered it
+//! does not run: the node's last answer wakes a pass anyway, and the API server would otherwise
+//! send it every update of every pod on the node.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
