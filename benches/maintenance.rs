@@ -118,7 +118,7 @@ use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use nmo_devcluster::audit::{AuditCursor, RESPONSE_COMPLETE};
 use nmo_devcluster::fixtures::{self, Installed};
-use nmo_devcluster::measure::cpu_seconds;
+use nmo_devcluster::measure::{CONTROL_PLANE, cpu_seconds};
 use nmo_devcluster::operator::{Operator, ServiceAccountRef};
 use nmo_devcluster::{Cluster, free_ports, http_get};
 use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
@@ -1707,15 +1707,6 @@ fn budget_pods() -> Result<usize> {
         Err(_) => Ok(2000),
     }
 }
-
-/// The control plane's processes, whose CPU `drainrate` reports.
-const CONTROL_PLANE: [&str; 5] = [
-    "etcd",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "kwok",
-];
 
 /// CPU and request counters at the start of a measured drain ([`Bench::load_start`]).
 struct Load {

@@ -124,7 +124,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchPara
 use nmo_devcluster::audit::{AuditCursor, AuditEvent, requests_policy};
 use nmo_devcluster::fixtures::{Installed, bench_cluster};
 use nmo_devcluster::measure::{
-    Started, cpu_seconds, proc_status, start_operator_timed, wait_until_quiet,
+    CONTROL_PLANE, Started, cpu_seconds, proc_status, start_operator_timed, wait_until_quiet,
 };
 use nmo_devcluster::operator::{self, ServiceAccountRef, WEBHOOK_PATH};
 use nmo_devcluster::{Cluster, http_get};
@@ -148,14 +148,6 @@ const QUEUE_NS: &str = "scale-queue";
 const FREE_POD: &str = "free";
 /// How long the queued steady state is measured.
 const WINDOW: Duration = Duration::from_secs(30);
-/// The control plane's processes, whose CPU use must settle before start-to-ready is measured.
-const CONTROL_PLANE: [&str; 5] = [
-    "etcd",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "kwok",
-];
 /// CPU use (in cores, all of [`CONTROL_PLANE`] together, over one second) below which the
 /// control plane counts as settled.
 const QUIET_CORES: f64 = 0.5;

@@ -33,6 +33,16 @@ pub fn open_sockets(pid: u32) -> Option<usize> {
     )
 }
 
+/// The control plane's processes by component name ([`crate::Cluster::component_pid`]): what
+/// the benches wait to settle and whose CPU they report.
+pub const CONTROL_PLANE: [&str; 5] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+];
+
 /// CPU time (user + system, every thread) of process `pid` so far, in seconds; `None` when the
 /// process is gone.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
