@@ -6,7 +6,7 @@
 //! Every decision is made by the pure functions of `pass.rs` and `mod.rs`; this module only
 //! carries them out.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -352,20 +352,9 @@ impl Drainer {
         for b in &report.newly_skipped {
             tracing::info!(pod = %format!("{}/{}", b.namespace, b.name), "not evicting a replacement pod that tolerates the maintenance taints");
         }
-        // Terminating pods and no answer due: their deletion wakes the next round (`gone`), also
-        // when other pods wait for them (a later drain order) or for a retry.
-        let terminating: HashSet<String> = report
-            .pending
-            .iter()
-            .filter(|b| b.reason == reason::TERMINATING)
-            .map(|b| format!("{}/{}", b.namespace, b.name))
-            .collect();
-        let answers_due = report.pending.iter().any(|b| b.reason == reason::EVICTING);
-        if terminating.is_empty() || answers_due {
-            self.gone.end(node);
-        } else {
-            self.gone
-                .await_pods(node, terminating, standing, &self.stopped);
+        match report.awaiting_deletion() {
+            Some(pods) => self.gone.await_pods(node, pods, standing, &self.stopped),
+            None => self.gone.end(node),
         }
         for e in evict {
             self.send_on_its_own(node, e, standing.clone());

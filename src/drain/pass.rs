@@ -80,6 +80,22 @@ impl DrainReport {
     pub(crate) fn blocked(&self) -> bool {
         self.pending.iter().any(|b| !waits_only(&b.reason))
     }
+    /// The pods (`namespace/name`) whose deletion should wake the next round (`drain::gone`):
+    /// the terminating ones, when there are some and no eviction's answer is due (each answer
+    /// wakes a pass itself); also when other pods wait for them (a later drain order) or for a
+    /// retry. `None`: no such watch.
+    pub(crate) fn awaiting_deletion(&self) -> Option<HashSet<String>> {
+        if self.pending.iter().any(|b| b.reason == reason::EVICTING) {
+            return None;
+        }
+        let pods: HashSet<String> = self
+            .pending
+            .iter()
+            .filter(|b| b.reason == reason::TERMINATING)
+            .map(|b| format!("{}/{}", b.namespace, b.name))
+            .collect();
+        (!pods.is_empty()).then_some(pods)
+    }
     /// The aggregated lastError of this round, `None` when nothing failed.
     pub(crate) fn last_error(&self) -> Option<String> {
         aggregate_errors(&self.errors)
@@ -795,6 +811,32 @@ mod tests {
         });
         crate::drain::tests::merge(&mut base, extra);
         pod(name, base)
+    }
+
+    #[test]
+    fn only_terminating_pods_with_no_answer_due_are_awaited_by_the_pods_going_watch() {
+        let b = |name: &str, reason: &str| PodBlocker {
+            namespace: "ns".into(),
+            name: name.into(),
+            reason: reason.into(),
+            ..PodBlocker::default()
+        };
+        let report = |pending| DrainReport {
+            pending,
+            ..DrainReport::default()
+        };
+        assert_eq!(report(vec![]).awaiting_deletion(), None);
+        let waiting = report(vec![
+            b("a", reason::TERMINATING),
+            b("db", reason::DRAIN_ORDER),
+        ]);
+        assert_eq!(
+            waiting.awaiting_deletion(),
+            Some(HashSet::from(["ns/a".to_string()]))
+        );
+        let answering = report(vec![b("a", reason::TERMINATING), b("b", reason::EVICTING)]);
+        assert_eq!(answering.awaiting_deletion(), None);
+        assert_eq!(report(vec![b("p", reason::PDB)]).awaiting_deletion(), None);
     }
 
     #[test]
