@@ -395,7 +395,7 @@ impl LeaderElection {
 /// deadline, so one renewal cannot hang past the point where the term must end.
 ///
 /// # Errors
-/// As `kube::Client::try_from`.
+/// As [`crate::client::builder`].
 pub(crate) fn lease_client(mut config: kube::Config) -> Result<Client, kube::Error> {
     let t = Some(Duration::from_secs(3));
     config.default_retry = false;
@@ -403,7 +403,7 @@ pub(crate) fn lease_client(mut config: kube::Config) -> Result<Client, kube::Err
     config.read_timeout = t;
     config.write_timeout = t;
     config.reset_reader_on_write = true;
-    Client::try_from(config)
+    crate::client::client(config)
 }
 
 /// Starts campaigning for the Lease `namespace/135b1886.medik8s.io` as `identity`.

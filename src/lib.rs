@@ -15,6 +15,8 @@ pub mod api;
 pub(crate) mod bounds;
 pub mod bundle;
 pub mod chart;
+/// The Kubernetes clients: kube's stack with `TCP_NODELAY`.
+pub(crate) mod client;
 pub mod config;
 pub(crate) mod controller;
 pub(crate) mod drain;

@@ -218,13 +218,16 @@ async fn serves_apiservers(client: &Client) -> bool {
 /// The TLS settings as the process starts, and the watch that keeps them current on OpenShift.
 ///
 /// With `from_flags`, that policy is used and nothing is watched. Otherwise, when the cluster
-/// serves `apiservers.config.openshift.io`, the profile of `cluster` is read once (up to 5 s, so
-/// the servers never start with settings the cluster forbids when the API answers) and then
-/// watched until `stop`: every change is applied by the servers to new handshakes. On plain
-/// Kubernetes nothing is watched and no permission on that group is needed.
+/// serves `apiservers.config.openshift.io` (`openshift`: the start-up group discovery lists
+/// `config.openshift.io/v1`; then one resource discovery confirms `apiservers`), the profile of
+/// `cluster` is read once (up to 5 s, so the servers never start with settings the cluster
+/// forbids when the API answers) and then watched until `stop`: every change is applied by the
+/// servers to new handshakes. On plain Kubernetes no request is sent, nothing is watched and no
+/// permission on that group is needed.
 pub(crate) async fn start(
     client: Client,
     from_flags: Option<TlsPolicy>,
+    openshift: bool,
     stop: CancellationToken,
 ) -> watch::Receiver<TlsPolicy> {
     if let Some(policy) = from_flags {
@@ -237,7 +240,7 @@ pub(crate) async fn start(
         });
         return rx;
     }
-    if !serves_apiservers(&client).await {
+    if !(openshift && serves_apiservers(&client).await) {
         tracing::info!(
             "no OpenShift APIServer configuration (config.openshift.io/v1 apiservers) on this cluster; TLS settings are the defaults"
         );

@@ -21,5 +21,6 @@ mod rules;
 mod webhook;
 
 pub use platform::AdmissionError;
+pub(crate) use platform::{Platform, detect_platform};
 pub use webhook::WEBHOOK_PATH;
 pub(crate) use webhook::{Admission, router};

@@ -14,7 +14,7 @@ pub(crate) enum Platform {
     Kubernetes,
 }
 
-/// Errors of starting admission (`Admission::start`): only the platform detection can fail.
+/// Errors of starting admission: only the platform detection ([`detect_platform`]) can fail.
 #[derive(Debug, thiserror::Error)]
 pub enum AdmissionError {
     /// API discovery failed; upstream treats this as fatal at startup.

@@ -10,7 +10,7 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 
 use super::cache::{self, CacheTasks, Caches, NmEvent, QuorumStores};
-use super::platform::{AdmissionError, Platform, detect_platform};
+use super::platform::Platform;
 use super::quorum::{
     GUARD_BUDGET_NAMES, GuardBudget, GuardPod, Quorum, budget_selects_pods, disruptions_allowed,
     etcd_members, guard_pod, is_control_plane, kubernetes_quorum, node_ready,
@@ -44,25 +44,11 @@ pub(crate) struct Admission {
 }
 
 impl Admission {
-    /// Detects the platform ([`detect_platform`]) and starts the caches beside the process's
-    /// Node watch `nodes` ([`Admission::with_platform`]). The returned validator answers CREATEs
-    /// once [`Admission::synced`] reads true (until then a CREATE waits for it, up to
-    /// [`LOOKUP_TIMEOUT`]).
-    ///
-    /// # Errors
-    /// [`AdmissionError::Discovery`] when discovery fails.
-    pub(crate) async fn start(
-        client: Client,
-        metrics: Arc<Metrics>,
-        nodes: NodeCache,
-    ) -> Result<Self, AdmissionError> {
-        let platform = detect_platform(&client).await?;
-        Ok(Self::with_platform(client, metrics, platform, nodes))
-    }
-
-    /// Starts the caches for a known platform (no discovery call). Must run inside a tokio
-    /// runtime; the caches' watches stop when the validator is dropped (`nodes`, the process's,
-    /// runs on).
+    /// Starts the caches beside the process's Node watch `nodes`, for the platform detected at
+    /// start-up ([`detect_platform`](super::detect_platform)). Must run inside a tokio runtime; the caches' watches stop
+    /// when the validator is dropped (`nodes`, the process's, runs on). The returned validator
+    /// answers CREATEs once [`Admission::synced`] reads true (until then a CREATE waits for it,
+    /// up to [`LOOKUP_TIMEOUT`]).
     pub(crate) fn with_platform(
         client: Client,
         metrics: Arc<Metrics>,
