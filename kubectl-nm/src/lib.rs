@@ -8,7 +8,8 @@
 //!   healthy pods the budget needs and has, and when the drain is due;
 //! - `stop <node> [--wait] [--timeout <duration>]` deletes the node's NodeMaintenances and, with
 //!   `--wait`, returns once they are gone and the node is schedulable;
-//! - `list` prints every NodeMaintenance.
+//! - `list` prints every NodeMaintenance;
+//! - `preflight <node>` says that it needs the operator's `stage` knob, which is not there yet.
 //!
 //! Exit status: [`EXIT_OK`], [`EXIT_ERROR`], [`EXIT_TIMEOUT`] (the blocker table is printed),
 //! [`EXIT_REFUSED`] (the API server, i.e. its admission webhook, refused the NodeMaintenance).
@@ -89,6 +90,12 @@ enum Command {
     },
     /// List NodeMaintenances.
     List,
+    /// Show what would block a node's drain without touching it (needs the operator's `stage`
+    /// knob, which it does not have yet).
+    Preflight {
+        /// The node.
+        node: String,
+    },
 }
 
 /// Parses a Go-style duration (`60s`, `5m`, `1h30m`) as kubectl's `--timeout` takes it.
@@ -152,6 +159,15 @@ async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, Fa
 }
 
 async fn execute(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
+    if let Command::Preflight { node } = &cli.command {
+        return Err(Failure(
+            EXIT_ERROR,
+            format!(
+                "error: preflight of node {node} needs the operator's `stage` knob \
+                 (stage: Preflight), which this version does not have"
+            ),
+        ));
+    }
     let client = client(cli.kubeconfig.as_deref()).await?;
     let nms: Api<NodeMaintenance> = Api::all(client.clone());
     match cli.command {
@@ -242,6 +258,7 @@ async fn execute(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
             }
             Ok(())
         }
+        Command::Preflight { .. } => unreachable!("answered above"),
         Command::List => {
             let list = nms.list(&ListParams::default()).await?.items;
             let mut rows =
@@ -517,5 +534,10 @@ mod tests {
             err.starts_with("error:") && err.contains("--reason"),
             "{err}"
         );
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = run(["kubectl-nm", "preflight", "n1"], &mut out, &mut err).await;
+        assert_eq!(code, EXIT_ERROR);
+        let err = String::from_utf8(err).unwrap();
+        assert!(err.contains("`stage` knob"), "{err}");
     }
 }
