@@ -11,7 +11,7 @@
 //! | etcd pods (Kubernetes) | `kube-system`, `component=etcd` | name, `spec.nodeName`, `Ready` status |
 //! | guard budgets (both) | `openshift-etcd` | name, selector, `disruptionsAllowed` |
 //! | guard pods (both) | `openshift-etcd` | name, labels, `spec.nodeName`, `Ready` status |
-//! | budgets | all | name, namespace, generation, selector, `observedGeneration`, `disruptionsAllowed`, `desiredHealthy`, `currentHealthy` |
+//! | budgets | all | name, namespace, generation, selector, `observedGeneration`, `disruptionsAllowed`, `desiredHealthy`, `currentHealthy`, `expectedPods` |
 
 use std::sync::Arc;
 
@@ -148,6 +148,7 @@ pub(crate) fn strip_budget(pdb: &mut PodDisruptionBudget) {
         disruptions_allowed: s.disruptions_allowed,
         desired_healthy: s.desired_healthy,
         current_healthy: s.current_healthy,
+        expected_pods: s.expected_pods,
         ..Default::default()
     });
     *pdb = PodDisruptionBudget {
@@ -253,12 +254,20 @@ impl Caches {
             .is_some_and(|nm| nm.spec.node_name == node)
     }
 
-    /// The cluster's PodDisruptionBudgets that allow no disruption now (and select pods). Empty
-    /// until the budget watch has listed: the warning they feed is advice, so it never waits.
+    /// The cluster's PodDisruptionBudgets that allow no disruption now and count pods
+    /// (`status.expectedPods` > 0: one that covers no pod, such as upstream's fake etcd guard,
+    /// holds no drain). Empty until the budget watch has listed: the warning they feed is
+    /// advice, so it never waits.
     pub(crate) fn blocking_budgets(&self) -> Vec<crate::drain::Budget> {
         self.budgets
             .state()
             .iter()
+            .filter(|pdb| {
+                pdb.status
+                    .as_ref()
+                    .and_then(|s| s.expected_pods)
+                    .is_some_and(|n| n > 0)
+            })
             .map(|pdb| crate::drain::Budget::of(pdb))
             .filter(|b| b.allowed == 0 && b.selector.is_some())
             .collect()

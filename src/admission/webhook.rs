@@ -184,7 +184,7 @@ impl Admission {
     }
 
     /// The warnings of [`super::budgets::warnings`] for `node`: none, without a request, while
-    /// no budget of the cluster allows no disruption; else from one list of the node's pods
+    /// no budget of the cluster that counts pods allows no disruption; else from one list of the node's pods
     /// (served from the API server's watch cache). A failed list costs the warning only.
     async fn budget_warnings(&self, node: &str) -> Vec<String> {
         let blocking = self.caches.blocking_budgets();
