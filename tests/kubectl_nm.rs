@@ -1,7 +1,8 @@
 //! `kubectl nm` (the `kubectl-nm` workspace member, run in-process through `kubectl_nm::run`,
 //! the binary's whole body) against the real control plane and the operator: `start --wait`
 //! times out with exit 2 and a blocker row naming the budget while a budget blocks the drain, and
-//! exits 0 once nothing does; `stop --wait` returns once the node is schedulable; `why` and
+//! exits 0 once nothing does, printing the webhook's warning about the budget as kubectl
+//! would; `stop --wait` returns once the node is schedulable; `why` and
 //! `list` describe the maintenance; a NodeMaintenance the webhook refuses exits 3.
 
 mod common;
@@ -49,6 +50,33 @@ async fn start_wait_times_out_naming_the_budget_and_succeeds_without_it() {
     let pdbs = budget(&client, &ns, "db-guard", "db", 0, 2).await;
     let node = nodes[0].as_str();
     let name = format!("nm-{node}");
+    // The webhook warns of the budget once its cache has it: a server-side dry run (which
+    // creates nothing) says when.
+    let warning = format!("PodDisruptionBudget {ns}/db-guard allows no disruption now");
+    wait_for("the webhook's budget warning", LIMIT, || async {
+        let manifest = format!(
+            "apiVersion: nodemaintenance.medik8s.io/v1beta1\nkind: NodeMaintenance\n\
+             metadata:\n  name: {name}\nspec:\n  nodeName: {node}\n"
+        );
+        let mut child = cluster
+            .kubectl()
+            .args(["create", "--dry-run=server", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(manifest.as_bytes())
+            .unwrap();
+        let stderr = String::from_utf8(child.wait_with_output().unwrap().stderr).unwrap();
+        stderr.contains(&warning).then_some(()).ok_or(stderr)
+    })
+    .await;
 
     let (code, out, err) = kubectl_nm(
         cluster,
@@ -68,6 +96,10 @@ async fn start_wait_times_out_naming_the_budget_and_succeeds_without_it() {
     assert!(
         out.contains(&format!("nodemaintenance/{name} created")),
         "{out}"
+    );
+    assert!(
+        out.contains(&format!("Warning: {warning}")),
+        "start prints the webhook's warnings:\n{out}"
     );
     let row = out
         .lines()

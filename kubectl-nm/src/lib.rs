@@ -187,15 +187,8 @@ async fn execute(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
                     ..Default::default()
                 },
             );
-            match nms.create(&PostParams::default(), &nm).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) => {
-                    return Err(Failure(
-                        EXIT_REFUSED,
-                        format!("Error from server ({}): {}", s.reason, s.message),
-                    ));
-                }
-                Err(e) => return Err(e.into()),
+            for warning in create(&client, &nm).await? {
+                let _ = writeln!(out, "Warning: {warning}");
             }
             let _ = writeln!(out, "nodemaintenance/{name} created");
             if wait {
@@ -278,6 +271,62 @@ async fn execute(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+/// Creates `nm` and returns the admission warnings of the answer (its `Warning` headers, which
+/// kube's typed API drops), as kubectl prints them; [`EXIT_REFUSED`] with kubectl's
+/// `Error from server (<reason>): <message>` when the API server refuses it.
+async fn create(client: &kube::Client, nm: &NodeMaintenance) -> Result<Vec<String>, Failure> {
+    use kube::Resource;
+    let body = serde_json::to_vec(nm).map_err(|e| Failure(EXIT_ERROR, format!("error: {e}")))?;
+    let request = kube::core::Request::new(NodeMaintenance::url_path(&(), None))
+        .create(&PostParams::default(), body)
+        .map_err(|e| Failure(EXIT_ERROR, format!("error: {e}")))?
+        .map(kube::client::Body::from);
+    let response = client.send(request).await?;
+    let warnings: Vec<String> = response
+        .headers()
+        .get_all(http::header::WARNING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(warning_text)
+        .collect();
+    let ok = response.status().is_success();
+    let bytes = response.into_body().collect_bytes().await?;
+    if ok {
+        return Ok(warnings);
+    }
+    Err(match serde_json::from_slice::<kube::core::Status>(&bytes) {
+        Ok(s) => Failure(
+            EXIT_REFUSED,
+            format!("Error from server ({}): {}", s.reason, s.message),
+        ),
+        Err(_) => Failure(
+            EXIT_ERROR,
+            format!("error: {}", String::from_utf8_lossy(&bytes)),
+        ),
+    })
+}
+
+/// The text of a `Warning` header as the API server writes it (RFC 7234: `299 - "<text>"`, `"`
+/// and `\` escaped); the header as it is when it has another shape.
+fn warning_text(header: &str) -> String {
+    let Some(quoted) = header
+        .strip_prefix("299 - \"")
+        .and_then(|r| r.strip_suffix('"'))
+    else {
+        return header.to_string();
+    };
+    let mut text = String::with_capacity(quoted.len());
+    let mut chars = quoted.chars();
+    while let Some(c) = chars.next() {
+        text.push(if c == '\\' {
+            chars.next().unwrap_or(c)
+        } else {
+            c
+        });
+    }
+    text
 }
 
 /// The NodeMaintenance named `target`, else those whose `spec.nodeName` is `target`.
@@ -485,6 +534,15 @@ fn table<const N: usize>(rows: &[[String; N]]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn warning_headers_read_as_kubectl_prints_them() {
+        assert_eq!(
+            warning_text(r#"299 - "budget \"db\" holds, see C:\\x""#),
+            r#"budget "db" holds, see C:\x"#
+        );
+        assert_eq!(warning_text("199 other"), "199 other");
+    }
 
     #[test]
     fn timeouts_parse_as_kubectl_writes_them() {
