@@ -24,6 +24,9 @@
 //!   and the remaining Services (metrics) are shipped as plain bundle manifests, and so are the
 //!   monitoring objects (PrometheusRule, ServiceMonitor, the dashboard ConfigMap) and bindings
 //!   for other accounts (Prometheus' metrics reader).
+//! - The uncordon-warning ValidatingAdmissionPolicy and its binding are not shipped: a
+//!   registry+v1 bundle carries only a fixed list of kinds, and these are not among them
+//!   (docs/compat.md §2).
 //! - The file-based catalog (`catalog/`) is rendered from the same CSV ([`catalog`]).
 
 use std::collections::BTreeMap;

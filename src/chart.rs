@@ -1,6 +1,7 @@
 //! Renders the Helm chart (`charts/node-maintenance-operator/`) from the kustomize renderings of
 //! `manifests/` and its overlays, so the chart and the kustomize install cannot drift apart:
-//! with default values the chart renders exactly `kubectl kustomize manifests/`, and each value
+//! with default values the chart renders exactly `kubectl kustomize manifests/` plus the webhook's
+//! serving pair, which the chart makes itself when cert-manager is off, and each value
 //! switches on what the matching overlay adds (`tests/chart.rs` runs the real `helm template`
 //! against every rendering). `src/bin/chartgen.rs` writes the files; see `docs/compat.md §11`.
 //!
@@ -14,8 +15,12 @@
 //!   metrics), `forceDelete.enabled` (`overlays/force-delete`).
 //! - Fields that an overlay patches are templated in place: the Deployment's args and ports and
 //!   the metrics Service's ports (metrics mode), the webhook configuration's annotations
-//!   (cert-manager). `image`, `replicas` and `leaderElection.enabled` template the Deployment,
+//!   (cert-manager). The uncordon-warning ValidatingAdmissionPolicy and its binding render only
+//!   on Kubernetes 1.30 and later, where that API is served. `image`, `replicas` and `leaderElection.enabled` template the Deployment,
 //!   and `namespace` replaces the operator namespace everywhere.
+//! - With `certManager.enabled` false (the default) the webhook configuration's template also
+//!   renders the serving Secret the Deployment mounts, with a pair the chart generates, and its
+//!   CA as the `caBundle` (`generated_pair_template`).
 //! - `{{`/`}}` in the manifests (Prometheus and Grafana templates) are escaped for Helm.
 
 use std::collections::BTreeMap;
@@ -29,6 +34,10 @@ pub const CHART_DIR: &str = "charts/node-maintenance-operator";
 
 /// The operator namespace of `manifests/`, which the `namespace` value replaces.
 const NAMESPACE: &str = "node-maintenance-operator-system";
+
+/// The condition under which the chart renders the ValidatingAdmissionPolicy and its binding:
+/// a server that serves `admissionregistration.k8s.io/v1` policies (GA in Kubernetes 1.30).
+const VAP_SERVED: &str = "semverCompare \">=1.30.0-0\" .Capabilities.KubeVersion.Version";
 
 /// The kustomize renderings the chart is made of (each the output of `kubectl kustomize <dir>`).
 #[derive(Debug, Clone)]
@@ -247,15 +256,96 @@ fn service_template(plain: &Value, secure: &Value) -> Result<String, BundleError
     })
 }
 
+/// Annotation on the chart's generated serving Secret: when its certificate expires (RFC 3339,
+/// UTC), so that `helm upgrade` keeps the pair until [`RENEW_BEFORE`] of that and replaces it
+/// then (sprig cannot read a certificate's dates).
+const CERT_NOT_AFTER_ANNOTATION: &str = "nodemaintenance.medik8s.io/webhook-cert-not-after";
+/// Days the chart's serving certificate (and its CA) are valid.
+const CERT_DAYS: u32 = 365;
+/// How long before expiry `helm upgrade` replaces the chart's serving pair (a Go duration).
+const RENEW_BEFORE: &str = "720h";
+
+/// With `certManager.enabled` false, the webhook's serving pair in Secret `secret` (keys
+/// `tls.crt`, `tls.key`, `ca.crt`, as cert-manager writes them) made by the chart itself: a CA and
+/// a certificate for `<service>.<namespace>.svc[.cluster.local]` from sprig's genCA and
+/// genSignedCert, kept across `helm upgrade` (`lookup`) until [`RENEW_BEFORE`] of its expiry.
+/// Sets `$caBundle` (base64), which the webhook configuration in the same file reads.
+fn generated_pair_template(secret: &str, service: &str) -> String {
+    format!(
+        r#"{{{{- $caBundle := "" }}}}
+{{{{- if not .Values.certManager.enabled }}}}
+{{{{- $host := printf "{service}.%s.svc" .Values.namespace }}}}
+{{{{- $existing := lookup "v1" "Secret" .Values.namespace "{secret}" }}}}
+{{{{- $notAfter := dig "metadata" "annotations" "{CERT_NOT_AFTER_ANNOTATION}" "" $existing }}}}
+{{{{- $renewBy := dateInZone "2006-01-02T15:04:05Z" (now | dateModify "+{RENEW_BEFORE}") "UTC" }}}}
+{{{{- $crt := "" }}}}
+{{{{- $key := "" }}}}
+{{{{- if and $notAfter (lt $renewBy $notAfter) (hasKey (dig "data" dict $existing) "ca.crt") }}}}
+{{{{- $crt = index $existing.data "tls.crt" }}}}
+{{{{- $key = index $existing.data "tls.key" }}}}
+{{{{- $caBundle = index $existing.data "ca.crt" }}}}
+{{{{- else }}}}
+{{{{- $ca := genCA "node-maintenance-operator-webhook-ca" {CERT_DAYS} }}}}
+{{{{- $pair := genSignedCert $host nil (list $host (printf "%s.cluster.local" $host)) {CERT_DAYS} $ca }}}}
+{{{{- $crt = $pair.Cert | b64enc }}}}
+{{{{- $key = $pair.Key | b64enc }}}}
+{{{{- $caBundle = $ca.Cert | b64enc }}}}
+{{{{- $notAfter = dateInZone "2006-01-02T15:04:05Z" (now | dateModify "+{hours}h") "UTC" }}}}
+{{{{- end }}}}
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {secret}
+  namespace: {{{{ .Values.namespace }}}}
+  labels:
+    node-maintenance-operator: ""
+  annotations:
+    {CERT_NOT_AFTER_ANNOTATION}: {{{{ $notAfter | quote }}}}
+type: kubernetes.io/tls
+data:
+  tls.crt: {{{{ $crt }}}}
+  tls.key: {{{{ $key }}}}
+  ca.crt: {{{{ $caBundle }}}}
+---
+{{{{- end }}}}
+"#,
+        hours = CERT_DAYS * 24,
+    )
+}
+
 /// The webhook configuration, with the annotations cert-manager's overlay adds under
-/// `certManager.enabled`.
-fn webhook_template(plain: &Value, cert_manager: &Value) -> Result<String, BundleError> {
+/// `certManager.enabled`, and otherwise the chart's own serving pair in Secret `secret`
+/// ([`generated_pair_template`]) with its CA as every webhook's `caBundle`.
+fn webhook_template(
+    plain: &Value,
+    cert_manager: &Value,
+    secret: &str,
+) -> Result<String, BundleError> {
     if plain["metadata"].get("annotations").is_some() {
         return Err(shape("the webhook configuration already has annotations"));
     }
     let annotations = &cert_manager["metadata"]["annotations"];
     let mut d = plain.clone();
     d["metadata"]["annotations"] = json!("__NMO_ANNOTATIONS__");
+    let webhooks = d["webhooks"]
+        .as_array_mut()
+        .ok_or_else(|| shape("the webhook configuration has no webhooks"))?;
+    let mut services = std::collections::BTreeSet::new();
+    for w in webhooks.iter_mut() {
+        let config = &mut w["clientConfig"];
+        if config.get("caBundle").is_some() {
+            return Err(shape("the webhook configuration already has a caBundle"));
+        }
+        services.insert(
+            config["service"]["name"]
+                .as_str()
+                .ok_or_else(|| shape("a webhook is not served by a Service"))?
+                .to_string(),
+        );
+        config["caBundle"] = json!("__NMO_CA_BUNDLE__");
+    }
+    let [service] = <[String; 1]>::try_from(services.into_iter().collect::<Vec<_>>())
+        .map_err(|found| shape(format!("webhooks served by several Services: {found:?}")))?;
     let text = escape_helm(&to_yaml(&d));
     let line = text
         .lines()
@@ -266,12 +356,30 @@ fn webhook_template(plain: &Value, cert_manager: &Value) -> Result<String, Bundl
         .lines()
         .map(|l| format!("{indent}  {l}\n"))
         .collect();
-    Ok(text.replacen(
+    let mut text = text.replacen(
         &format!("{line}\n"),
         &format!(
             "{indent}{{{{- if .Values.certManager.enabled }}}}\n{indent}annotations:\n{inner}{indent}{{{{- end }}}}\n"
         ),
         1,
+    );
+    while let Some(line) = text
+        .lines()
+        .find(|l| l.trim() == "caBundle: __NMO_CA_BUNDLE__")
+        .map(str::to_string)
+    {
+        let indent = &line[..line.len() - line.trim_start().len()];
+        text = text.replacen(
+            &format!("{line}\n"),
+            &format!(
+                "{indent}{{{{- if not .Values.certManager.enabled }}}}\n{indent}caBundle: {{{{ $caBundle }}}}\n{indent}{{{{- end }}}}\n"
+            ),
+            1,
+        );
+    }
+    Ok(format!(
+        "{}{text}",
+        generated_pair_template(secret, &service)
     ))
 }
 
@@ -299,7 +407,7 @@ fn values_yaml(image: &str) -> String {
     let (repo, tag) = image.rsplit_once(':').unwrap_or((image, "latest"));
     format!(
         "# Values of the node-maintenance-operator chart. With these defaults the chart renders exactly
-# `kubectl kustomize manifests/` (tests/chart.rs).
+# `kubectl kustomize manifests/`, plus the webhook's serving pair (tests/chart.rs).
 
 # The operator's namespace (created by the chart; pass the same to `helm install -n`).
 namespace: {NAMESPACE}
@@ -324,7 +432,9 @@ metrics:
 
 certManager:
   # Have cert-manager issue the webhook's serving pair and inject its caBundle
-  # (manifests/overlays/cert-manager). Off: create Secret webhook-server-cert yourself.
+  # (manifests/overlays/cert-manager). Off: the chart makes a CA and a serving pair itself
+  # (Secret webhook-server-cert) and injects the caBundle; `helm upgrade` keeps them until 30
+  # days before they expire (after a year), then replaces both.
   enabled: false
 
 monitoring:
@@ -386,6 +496,19 @@ pub fn render(r: &Renderings, version: &str) -> Result<Vec<BundleFile>, BundleEr
         Ok(())
     };
     let mut image = String::new();
+    // The Secret the Deployment mounts as its webhook serving pair.
+    let serving_secret = d
+        .iter()
+        .find(|(k, _)| k.0 == "Deployment")
+        .and_then(|(_, dep)| {
+            dep["spec"]["template"]["spec"]["volumes"]
+                .as_array()?
+                .iter()
+                .find(|v| v["name"] == "cert")?["secret"]["secretName"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .ok_or_else(|| shape("the Deployment mounts no Secret as volume `cert`"))?;
     for (k, doc) in &d {
         let other = |set: &BTreeMap<Key, Value>| set.get(k).cloned();
         let body = match k.0.as_str() {
@@ -405,10 +528,15 @@ pub fn render(r: &Renderings, version: &str) -> Result<Vec<BundleFile>, BundleEr
                     other(&s).ok_or_else(|| shape("secure rendering lacks the Deployment"))?;
                 deployment_template(doc, &secure)?
             }
+            // admissionregistration.k8s.io/v1 policies exist from Kubernetes 1.30 on; the chart
+            // supports older servers, which simply go without the warning.
+            "ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding" => {
+                wrapped(VAP_SERVED, &escape_helm(&to_yaml(doc)))
+            }
             "ValidatingWebhookConfiguration" => {
                 let cm =
                     other(&c).ok_or_else(|| shape("cert-manager rendering lacks the webhook"))?;
-                webhook_template(doc, &cm)?
+                webhook_template(doc, &cm, &serving_secret)?
             }
             _ => match other(&s) {
                 Some(secure) if &secure != doc => {

@@ -514,3 +514,50 @@ async fn a_node_created_a_moment_ago_is_admitted() {
         nm::wait_gone(&client, &name, LIMIT).await;
     }
 }
+
+/// A budget that allows no disruption over pods on the node: `kubectl create --dry-run=server`
+/// prints a warning naming the budget, the healthy pods it needs and has, and the pods, and
+/// creates nothing; a node whose pods no such budget covers gets no such warning.
+#[tokio::test]
+async fn create_warns_of_a_budget_that_will_hold_the_drain() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("pdbwarn");
+    let nodes = worker_nodes(env.cluster, &client, &group, 2).await;
+    let ns = namespace(&client, "pdbwarn").await;
+    env.cluster
+        .kubectl_run(&["cordon", &nodes[1]], None)
+        .unwrap();
+    deployment(&client, &ns, "db", &group, 2, 0).await;
+    wait_running(&client, &ns, "db", 2, LIMIT).await;
+    env.cluster
+        .kubectl_run(&["uncordon", &nodes[1]], None)
+        .unwrap();
+    budget(&client, &ns, "db-guard", "db", 0, 2).await;
+
+    let name = unique("nm-pdbwarn");
+    let want = format!(
+        "PodDisruptionBudget {ns}/db-guard allows no disruption now (needs 2 healthy pods, has 2): \
+         the drain of node {} will wait to evict {ns}/db-",
+        nodes[0]
+    );
+    // The webhook's budget cache follows the API server's watch: retry the dry run until it
+    // shows the budget.
+    wait_for("the budget warning", LIMIT, || async {
+        let stderr = kubectl_create_warned(env.cluster, &name, &nodes[0], &["--dry-run=server"])?;
+        if stderr.contains(&format!("Warning: {want}")) {
+            Ok(())
+        } else {
+            Err(stderr)
+        }
+    })
+    .await;
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    assert!(
+        nms.get_opt(&name).await.unwrap().is_none(),
+        "a dry run created the NodeMaintenance"
+    );
+    let stderr =
+        kubectl_create_warned(env.cluster, &name, &nodes[1], &["--dry-run=server"]).unwrap();
+    assert!(!stderr.contains("PodDisruptionBudget"), "{stderr}");
+}

@@ -163,12 +163,51 @@ fn chart_files_are_what_chartgen_renders() {
     }
 }
 
-/// Default values: exactly `kubectl kustomize manifests/`. Each value: exactly its overlay
-/// (plus the CRD, which the overlays leave to `manifests/crd.yaml`).
+/// The Secret the Deployment mounts as the webhook's serving pair.
+const SERVING_SECRET: &str = "webhook-server-cert";
+
+/// Takes the chart's generated serving pair out of a default rendering: the Secret, and the
+/// `caBundle` of every webhook, after checking that each webhook trusts the Secret's CA. What
+/// remains is what kustomize renders.
+fn without_generated_pair(mut got: Objects) -> Objects {
+    let key = (
+        "Secret".to_string(),
+        "node-maintenance-operator-system".to_string(),
+        SERVING_SECRET.to_string(),
+    );
+    let secret = got
+        .remove(&key)
+        .expect("the chart renders the serving Secret");
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    let data = &secret["data"];
+    for k in ["tls.crt", "tls.key", "ca.crt"] {
+        assert!(
+            data[k].as_str().is_some_and(|v| v.len() > 100),
+            "{k}: {data}"
+        );
+    }
+    let vwc = got
+        .iter_mut()
+        .find(|(k, _)| k.0 == "ValidatingWebhookConfiguration")
+        .unwrap()
+        .1;
+    for w in vwc["webhooks"].as_array_mut().unwrap() {
+        let config = w["clientConfig"].as_object_mut().unwrap();
+        assert_eq!(config.remove("caBundle").as_ref(), Some(&data["ca.crt"]));
+    }
+    got
+}
+
+/// Default values: exactly `kubectl kustomize manifests/` and the generated serving pair. Each
+/// value: exactly its overlay (plus the CRD, which the overlays leave to `manifests/crd.yaml`).
 #[test]
 fn the_chart_renders_what_kustomize_renders() {
     let default = objects(&kustomize("manifests"));
-    assert_same("default values", &template(&[]), &default);
+    assert_same(
+        "default values",
+        &without_generated_pair(template(&[])),
+        &default,
+    );
     let crd: Objects = default
         .iter()
         .filter(|(k, _)| k.0 == "CustomResourceDefinition")
@@ -199,7 +238,12 @@ fn the_chart_renders_what_kustomize_renders() {
     ] {
         let mut want = objects(&kustomize(dir));
         want.extend(crd.clone());
-        assert_same(dir, &template(sets), &want);
+        let got = if sets.contains(&"certManager.enabled=true") {
+            template(sets)
+        } else {
+            without_generated_pair(template(sets))
+        };
+        assert_same(dir, &got, &want);
     }
 
     // The other values reach the Deployment.
@@ -401,4 +445,231 @@ fn the_chart_installs_on_the_control_plane_in_a_server_side_dry_run() {
             );
         }
     }
+}
+
+/// Reads Secret `name` of `ns`: its `data`, base64-decoded.
+fn secret_data(cluster: &Cluster, ns: &str, name: &str) -> BTreeMap<String, Vec<u8>> {
+    use base64::Engine;
+    let out = cluster
+        .kubectl_run(&["get", "secret", "-n", ns, name, "-o", "json"], None)
+        .unwrap_or_else(|e| panic!("Secret {ns}/{name}: {e}"));
+    let secret: Value = serde_json::from_str(&out).unwrap();
+    secret["data"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| {
+            let b = base64::engine::general_purpose::STANDARD
+                .decode(v.as_str().unwrap())
+                .unwrap();
+            (k.clone(), b)
+        })
+        .collect()
+}
+
+/// kubectl create of a NodeMaintenance `name` for `node`: Ok(stdout) or Err(stderr).
+fn create_nm(cluster: &Cluster, name: &str, node: &str) -> Result<String, String> {
+    let nm = format!(
+        "apiVersion: nodemaintenance.medik8s.io/v1beta1\nkind: NodeMaintenance\nmetadata:\n  name: {name}\nspec:\n  nodeName: {node}\n  reason: chart e2e\n"
+    );
+    cluster
+        .kubectl_run(&["create", "-f", "-"], Some(&nm))
+        .map_err(|e| e.to_string())
+}
+
+/// Polls `check` every 500 ms for up to `limit`; panics with `what` and the last thing seen.
+fn wait_until<T>(
+    what: &str,
+    limit: std::time::Duration,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        match check() {
+            Ok(v) => return v,
+            Err(seen) if std::time::Instant::now() > deadline => {
+                panic!("timed out after {limit:?} waiting for {what}; last seen: {seen}")
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(500)),
+        }
+    }
+}
+
+/// `helm install` with default values (cert-manager off) on the local control plane gives a
+/// working webhook: the chart's own serving pair, its CA injected as the `caBundle`, and
+/// nothing made by hand. The operator image cannot run here, so the operator binary runs
+/// locally as the chart's ServiceAccount, serving the Secret's pair on 127.0.0.1:443, and the
+/// webhook Service is pointed at it (ExternalName `localhost`; the API server still verifies
+/// the certificate for `<service>.<namespace>.svc`). A NodeMaintenance of a node that does not
+/// exist is refused by the webhook, a valid one Succeeds; `helm upgrade` keeps the same pair and
+/// the webhook keeps working; an upgrade within 30 days of the pair's expiry replaces it, with
+/// the new CA as the `caBundle`, and the operator (which reloads its certificate files) serves
+/// the new pair.
+#[test]
+fn helm_install_alone_gives_a_working_webhook() {
+    const NS: &str = "node-maintenance-operator-system";
+    const LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+    let cluster = Cluster::start(nmo_devcluster::Options {
+        workers: 1,
+        control_planes: 0,
+        audit_policy: None,
+    })
+    .unwrap_or_else(|e| panic!("the local control plane did not start: {e}"));
+    let node = cluster.nodes()[0].clone();
+    let kubeconfig = cluster.kubeconfig().display().to_string();
+    let path = chart_path();
+    let (ok, out, err) = helm(&["install", "nmo", &path, "--kubeconfig", &kubeconfig]);
+    assert!(ok, "helm install:\n{out}{err}");
+    let pair = secret_data(&cluster, NS, SERVING_SECRET);
+
+    let cert_dir = cluster.dir().join("chart-operator-certs");
+    std::fs::create_dir_all(&cert_dir).unwrap();
+    for k in ["tls.crt", "tls.key"] {
+        std::fs::write(cert_dir.join(k), &pair[k]).unwrap();
+    }
+    cluster
+        .kubectl_run(
+            &[
+                "patch",
+                "service",
+                "-n",
+                NS,
+                "node-maintenance-operator-webhook-service",
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"type":"ExternalName","externalName":"localhost","clusterIP":null,"clusterIPs":null,"selector":null}}"#,
+            ],
+            None,
+        )
+        .unwrap_or_else(|e| panic!("pointing the webhook Service at loopback: {e}"));
+    let account = nmo_devcluster::operator::ServiceAccountRef {
+        namespace: NS.into(),
+        name: "node-maintenance-operator-controller-manager".into(),
+    };
+    let sa_kubeconfig =
+        nmo_devcluster::operator::service_account_kubeconfig(&cluster, &account).unwrap();
+    let ports = nmo_devcluster::free_ports(2).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_node-maintenance-operator"));
+    cmd.args([
+        format!("--kubeconfig={}", sa_kubeconfig.display()),
+        format!("--webhook-cert-path={}", cert_dir.display()),
+        "--webhook-cert-name=tls.crt".into(),
+        "--webhook-cert-key=tls.key".into(),
+        // The port the chart's webhook configuration names on the Service.
+        "--webhook-bind-address=127.0.0.1:443".into(),
+        format!("--metrics-bind-address=127.0.0.1:{}", ports[0]),
+        format!("--health-probe-bind-address=127.0.0.1:{}", ports[1]),
+        "--leader-elect=false".into(),
+    ])
+    .env("POD_NAMESPACE", NS);
+    let operator = cluster.spawn("chart-operator", cmd).unwrap();
+    let log = cluster.dir().join("chart-operator.log");
+    let log_tail = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_until("the operator ready", LIMIT, || {
+        nmo_devcluster::http_get(("127.0.0.1", ports[1]), "/readyz")
+            .filter(|r| r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200"))
+            .ok_or_else(log_tail)
+    });
+
+    let refused = |name: &str| {
+        let typo = format!("{node}-typo");
+        wait_until(
+            "the webhook refusing a typo'd node",
+            LIMIT,
+            || match create_nm(&cluster, name, &typo) {
+                Ok(out) => Err(format!("admitted: {out}")),
+                Err(e) if e.contains(&format!("no node with name {typo} found")) => Ok(()),
+                Err(e) => Err(e),
+            },
+        )
+    };
+    let succeeds = |name: &str| {
+        create_nm(&cluster, name, &node).unwrap_or_else(|e| panic!("creating {name}: {e}"));
+        wait_until(&format!("{name} Succeeded"), LIMIT, || {
+            let phase = cluster
+                .kubectl_run(
+                    &[
+                        "get",
+                        "nodemaintenance",
+                        name,
+                        "-o",
+                        "jsonpath={.status.phase}",
+                    ],
+                    None,
+                )
+                .map_err(|e| e.to_string())?;
+            (phase == "Succeeded")
+                .then_some(())
+                .ok_or_else(|| format!("phase {phase:?}; operator log:\n{}", log_tail()))
+        });
+        cluster
+            .kubectl_run(&["delete", "nodemaintenance", name, "--wait=true"], None)
+            .unwrap_or_else(|e| panic!("deleting {name}: {e}"));
+    };
+    refused("chart-typo");
+    succeeds("chart-valid");
+
+    let (ok, out, err) = helm(&["upgrade", "nmo", &path, "--kubeconfig", &kubeconfig]);
+    assert!(ok, "helm upgrade:\n{out}{err}");
+    assert_eq!(
+        secret_data(&cluster, NS, SERVING_SECRET),
+        pair,
+        "helm upgrade replaced a serving pair far from expiry"
+    );
+    refused("chart-typo-after-upgrade");
+    succeeds("chart-valid-after-upgrade");
+
+    // Within 30 days of its expiry, an upgrade replaces the pair and injects the new CA.
+    let soon = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::from_hours(24))
+        .unwrap()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    cluster
+        .kubectl_run(
+            &[
+                "annotate",
+                "secret",
+                "-n",
+                NS,
+                SERVING_SECRET,
+                "--overwrite",
+                &format!("nodemaintenance.medik8s.io/webhook-cert-not-after={soon}"),
+            ],
+            None,
+        )
+        .unwrap();
+    let (ok, out, err) = helm(&["upgrade", "nmo", &path, "--kubeconfig", &kubeconfig]);
+    assert!(ok, "helm upgrade:\n{out}{err}");
+    let renewed = secret_data(&cluster, NS, SERVING_SECRET);
+    assert_ne!(
+        renewed["tls.crt"], pair["tls.crt"],
+        "a pair close to expiry was kept"
+    );
+    assert_ne!(renewed["ca.crt"], pair["ca.crt"]);
+    let ca_bundle = cluster
+        .kubectl_run(
+            &[
+                "get",
+                "validatingwebhookconfiguration",
+                "node-maintenance-operator-validating-webhook-configuration",
+                "-o",
+                "jsonpath={.webhooks[0].clientConfig.caBundle}",
+            ],
+            None,
+        )
+        .unwrap();
+    use base64::Engine;
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(ca_bundle.trim())
+            .unwrap(),
+        renewed["ca.crt"],
+        "the caBundle is the new CA"
+    );
+    for k in ["tls.crt", "tls.key"] {
+        std::fs::write(cert_dir.join(k), &renewed[k]).unwrap();
+    }
+    refused("chart-typo-after-renewal");
+    drop(operator);
 }

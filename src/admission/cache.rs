@@ -11,6 +11,7 @@
 //! | etcd pods (Kubernetes) | `kube-system`, `component=etcd` | name, `spec.nodeName`, `Ready` status |
 //! | guard budgets (both) | `openshift-etcd` | name, selector, `disruptionsAllowed` |
 //! | guard pods (both) | `openshift-etcd` | name, labels, `spec.nodeName`, `Ready` status |
+//! | budgets | all | name, namespace, generation, selector, `observedGeneration`, `disruptionsAllowed`, `desiredHealthy`, `currentHealthy`, `expectedPods` |
 
 use std::sync::Arc;
 
@@ -138,6 +139,33 @@ pub(crate) fn strip_pdb(pdb: &mut PodDisruptionBudget) {
     };
 }
 
+/// Keeps what [`crate::drain::Budget::of`] reads of a PodDisruptionBudget, for the CREATE
+/// warning about budgets that allow no disruption (`super::budgets`).
+pub(crate) fn strip_budget(pdb: &mut PodDisruptionBudget) {
+    let selector = pdb.spec.as_mut().and_then(|s| s.selector.take());
+    let status = pdb.status.take().map(|s| PodDisruptionBudgetStatus {
+        observed_generation: s.observed_generation,
+        disruptions_allowed: s.disruptions_allowed,
+        desired_healthy: s.desired_healthy,
+        current_healthy: s.current_healthy,
+        expected_pods: s.expected_pods,
+        ..Default::default()
+    });
+    *pdb = PodDisruptionBudget {
+        metadata: ObjectMeta {
+            name: pdb.metadata.name.take(),
+            namespace: pdb.metadata.namespace.take(),
+            generation: pdb.metadata.generation,
+            ..ObjectMeta::default()
+        },
+        spec: Some(k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec {
+            selector,
+            ..Default::default()
+        }),
+        status,
+    };
+}
+
 fn ready_condition_status<'a>(
     mut conditions: impl Iterator<Item = (&'a str, &'a str)>,
 ) -> Option<String> {
@@ -174,6 +202,7 @@ pub(crate) enum QuorumStores {
 pub(crate) struct Caches {
     nodes: NodeCache,
     nms: Store<NodeMaintenance>,
+    budgets: Store<PodDisruptionBudget>,
     quorum: QuorumStores,
     synced: watch::Receiver<bool>,
 }
@@ -223,6 +252,25 @@ impl Caches {
         self.nms
             .get(&ObjectRef::new(name))
             .is_some_and(|nm| nm.spec.node_name == node)
+    }
+
+    /// The cluster's PodDisruptionBudgets that allow no disruption now and count pods
+    /// (`status.expectedPods` > 0: one that covers no pod, such as upstream's fake etcd guard,
+    /// holds no drain). Empty until the budget watch has listed: the warning they feed is
+    /// advice, so it never waits.
+    pub(crate) fn blocking_budgets(&self) -> Vec<crate::drain::Budget> {
+        self.budgets
+            .state()
+            .iter()
+            .filter(|pdb| {
+                pdb.status
+                    .as_ref()
+                    .and_then(|s| s.expected_pods)
+                    .is_some_and(|n| n > 0)
+            })
+            .map(|pdb| crate::drain::Budget::of(pdb))
+            .filter(|b| b.allowed == 0 && b.selector.is_some())
+            .collect()
     }
 
     /// The quorum inputs.
@@ -288,6 +336,17 @@ pub(crate) fn start(
     tasks.push(t);
     synced.push(s);
 
+    // Not among the caches `synced` waits for: the budget warning is advice, and a CREATE never
+    // waits for it.
+    let (budgets_all, t, _) = spawn_cache(
+        "PodDisruptionBudgets",
+        Api::<PodDisruptionBudget>::all(client.clone()),
+        watcher::Config::default(),
+        strip_budget,
+        |_| {},
+    );
+    tasks.push(t);
+
     // The guard budget is honoured on every platform (`docs/drain-contract.md` §9).
     let (budgets, t, s) = spawn_cache(
         "etcd guard budgets",
@@ -341,6 +400,7 @@ pub(crate) fn start(
         Caches {
             nodes,
             nms,
+            budgets: budgets_all,
             quorum,
             synced: all_synced,
         },

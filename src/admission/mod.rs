@@ -10,9 +10,11 @@
 //!
 //! Units: `rules` (the pure CREATE/UPDATE decisions and denial texts), `quorum` (the etcd quorum
 //! rules), `platform` (OpenShift or not, detected once), `reservations` (admitted CREATEs not yet
-//! cached), `cache` (the stripped reflectors, beside the process's Node watch) and `webhook` (the
+//! cached), `budgets` (the CREATE warning about budgets that hold the drain), `cache` (the
+//! stripped reflectors, beside the process's Node watch) and `webhook` (the
 //! decision over the caches and the [`nmo_webhook`] adapter, [`router`]).
 
+mod budgets;
 mod cache;
 mod platform;
 mod quorum;

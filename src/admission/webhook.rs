@@ -169,8 +169,32 @@ impl Admission {
         Ok(Some(nodes))
     }
 
-    /// Decides a CREATE; `Ok` carries the admission warnings (a quorum that was not checked, a
-    /// node name the maintenance will fail on).
+    /// The warnings of [`super::budgets::warnings`] for `node`: none, without a request, while
+    /// no budget of the cluster that counts pods allows no disruption; else from one list of the node's pods
+    /// (served from the API server's watch cache). A failed list costs the warning only.
+    async fn budget_warnings(&self, node: &str) -> Vec<String> {
+        let blocking = self.caches.blocking_budgets();
+        if blocking.is_empty() {
+            return Vec::new();
+        }
+        let pods = Api::<k8s_openapi::api::core::v1::Pod>::all(self.client.clone())
+            .list(
+                &kube::api::ListParams::default()
+                    .fields(&format!("spec.nodeName={node}"))
+                    .match_any(),
+            )
+            .await;
+        match pods {
+            Ok(pods) => super::budgets::warnings(node, &blocking, &pods.items),
+            Err(error) => {
+                tracing::info!(%node, %error, "no budget warning: listing the node's pods failed");
+                Vec::new()
+            }
+        }
+    }
+
+    /// Decides a CREATE; `Ok` carries the admission warnings (a quorum that was not checked,
+    /// budgets that will hold the drain, a node name the maintenance will fail on).
     async fn admit_create(
         &self,
         nm: &NodeMaintenance,
@@ -188,6 +212,7 @@ impl Admission {
         };
         // Read before the reservations' lock, under which nothing awaits.
         let live_members = self.live_members(&node).await?;
+        let budget_warnings = self.budget_warnings(node_name).await;
         let nm_name = nm.metadata.name.clone().unwrap_or_default();
 
         let mut reservations = lock(&self.reservations);
@@ -212,6 +237,7 @@ impl Admission {
             tracing::info!(node = %node_name, warning = why, "admitted without an etcd quorum check");
             warnings.push(why.to_string());
         }
+        warnings.extend(budget_warnings);
         if let Some(why) = crate::lease::lease_name_error(node_name) {
             warnings.push(format!(
                 "this maintenance will fail without changing the node: {}",

@@ -106,6 +106,9 @@ pub struct AuditEvent {
     pub stage: String,
     /// The request's audit ID: the events of one request at its different stages share it.
     pub audit_id: String,
+    /// The event's annotations: e.g. a ValidatingAdmissionPolicy bound with the `Audit` action
+    /// records its failed validations under `validation.policy.admission.k8s.io/validation_failure`.
+    pub annotations: std::collections::BTreeMap<String, String>,
 }
 
 impl AuditEvent {
@@ -140,6 +143,8 @@ struct Wire {
     stage: String,
     #[serde(default, rename = "auditID")]
     audit_id: String,
+    #[serde(default)]
+    annotations: std::collections::BTreeMap<String, String>,
 }
 
 /// The parts of a request object (level Request) the readers use: a binding's pod uid and node.
@@ -263,6 +268,7 @@ impl AuditCursor {
                 target: w.request_object.target.name,
                 stage: w.stage,
                 audit_id: w.audit_id,
+                annotations: w.annotations,
             })
             .collect())
     }

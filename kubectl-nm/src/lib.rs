@@ -1,0 +1,601 @@
+//! `kubectl nm`, a kubectl plugin for NodeMaintenances (installed as `kubectl-nm` on the PATH,
+//! or with krew from `kubectl-nm/krew/nm.yaml`):
+//!
+//! - `start <node> --reason <text> [--name <nm>] [--wait] [--timeout <duration>]` creates a
+//!   NodeMaintenance and, with `--wait`, prints each change of its phase and blockers until it
+//!   Succeeds;
+//! - `why <node|nm>` prints what keeps pods on the node: a table of pod, reason, budget, the
+//!   healthy pods the budget needs and has, and when the drain is due;
+//! - `stop <node> [--wait] [--timeout <duration>]` deletes the node's NodeMaintenances and, with
+//!   `--wait`, returns once they are gone and the node is schedulable;
+//! - `list` prints every NodeMaintenance;
+//! - `preflight <node>` says that it needs the operator's `stage` knob, which is not there yet.
+//!
+//! Exit status: [`EXIT_OK`], [`EXIT_ERROR`], [`EXIT_TIMEOUT`] (the blocker table is printed),
+//! [`EXIT_REFUSED`] (the API server, i.e. its admission webhook, refused the NodeMaintenance).
+//! Errors are one `error: ...` line on stderr, as kubectl's; a refusal is kubectl's
+//! `Error from server (<reason>): <message>`.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use node_maintenance_operator::api::{
+    MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus, PodBlocker,
+};
+
+/// Done: the maintenance Succeeded, or the node is back.
+pub const EXIT_OK: u8 = 0;
+/// Any error (bad arguments, API errors, a Failed maintenance).
+pub const EXIT_ERROR: u8 = 1;
+/// `--timeout` passed before the wait was over.
+pub const EXIT_TIMEOUT: u8 = 2;
+/// The API server refused to create the NodeMaintenance (its admission webhook said no).
+pub const EXIT_REFUSED: u8 = 3;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kubectl nm",
+    bin_name = "kubectl nm",
+    about = "Start, watch, explain and stop node maintenance (NodeMaintenance objects).",
+    after_help = "Exit status: 0 done, 1 error, 2 timed out (blockers printed), 3 refused at admission."
+)]
+struct Cli {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster).
+    #[arg(long, global = true)]
+    kubeconfig: Option<std::path::PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Put a node into maintenance: cordon, taint and drain it.
+    Start {
+        /// The node.
+        node: String,
+        /// Why (spec.reason, shown on the node).
+        #[arg(long)]
+        reason: String,
+        /// Name of the NodeMaintenance (default: nm-<node>).
+        #[arg(long)]
+        name: Option<String>,
+        /// Wait until the maintenance Succeeds, printing its progress and blockers.
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits, e.g. 60s, 5m, 1h30m.
+        #[arg(long, default_value = "10m", value_parser = parse_timeout)]
+        timeout: Duration,
+    },
+    /// Explain what keeps a node's maintenance from finishing.
+    Why {
+        /// A node, or the name of a NodeMaintenance.
+        target: String,
+    },
+    /// End a node's maintenance: delete its NodeMaintenances (the node is restored).
+    Stop {
+        /// The node.
+        node: String,
+        /// Wait until the NodeMaintenances are gone and the node is schedulable.
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits, e.g. 60s, 5m.
+        #[arg(long, default_value = "10m", value_parser = parse_timeout)]
+        timeout: Duration,
+    },
+    /// List NodeMaintenances.
+    List,
+    /// Show what would block a node's drain without touching it (needs the operator's `stage`
+    /// knob, which it does not have yet).
+    Preflight {
+        /// The node.
+        node: String,
+    },
+}
+
+/// Parses a Go-style duration (`60s`, `5m`, `1h30m`) as kubectl's `--timeout` takes it.
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let d: jiff::SignedDuration = s
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?} (e.g. 60s, 5m, 1h30m)"))?;
+    Duration::try_from(d).map_err(|_| format!("invalid duration {s:?}: negative"))
+}
+
+/// An outcome other than success: the exit status and the line for stderr.
+struct Failure(u8, String);
+
+impl From<kube::Error> for Failure {
+    fn from(e: kube::Error) -> Self {
+        Failure(EXIT_ERROR, format!("error: {e}"))
+    }
+}
+
+/// Runs `kubectl nm` with `args` (the program name first), writing its output to `out` and its
+/// errors to `err`; returns the exit status.
+pub async fn run(
+    args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> u8 {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = write!(out, "{}", e.render());
+                return EXIT_OK;
+            }
+            let _ = write!(err, "{}", e.render());
+            return EXIT_ERROR;
+        }
+    };
+    match execute(cli, out).await {
+        Ok(()) => EXIT_OK,
+        Err(Failure(code, line)) => {
+            let _ = writeln!(err, "{line}");
+            code
+        }
+    }
+}
+
+async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, Failure> {
+    let bad = |e: &dyn std::fmt::Display| Failure(EXIT_ERROR, format!("error: {e}"));
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| Failure(EXIT_ERROR, format!("error: {}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(file, &Default::default())
+                .await
+                .map_err(|e| bad(&e))?
+        }
+        None => kube::Config::infer().await.map_err(|e| bad(&e))?,
+    };
+    kube::Client::try_from(config).map_err(Into::into)
+}
+
+async fn execute(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
+    if let Command::Preflight { node } = &cli.command {
+        return Err(Failure(
+            EXIT_ERROR,
+            format!(
+                "error: preflight of node {node} needs the operator's `stage` knob \
+                 (stage: Preflight), which this version does not have"
+            ),
+        ));
+    }
+    let client = client(cli.kubeconfig.as_deref()).await?;
+    let nms: Api<NodeMaintenance> = Api::all(client.clone());
+    match cli.command {
+        Command::Start {
+            node,
+            reason,
+            name,
+            wait,
+            timeout,
+        } => {
+            let name = name.unwrap_or_else(|| format!("nm-{node}"));
+            let nm = NodeMaintenance::new(
+                &name,
+                node_maintenance_operator::api::NodeMaintenanceSpec {
+                    node_name: node.clone(),
+                    reason: Some(reason),
+                    ..Default::default()
+                },
+            );
+            for warning in create(&client, &nm).await? {
+                let _ = writeln!(out, "Warning: {warning}");
+            }
+            let _ = writeln!(out, "nodemaintenance/{name} created");
+            if wait {
+                wait_succeeded(&nms, &name, timeout, out).await?;
+            }
+            Ok(())
+        }
+        Command::Why { target } => {
+            let found = for_target(&nms, &target).await?;
+            if found.is_empty() {
+                return Err(Failure(
+                    EXIT_ERROR,
+                    format!("error: no NodeMaintenance named {target} or for node {target}"),
+                ));
+            }
+            for nm in &found {
+                let status = nm.status.clone().unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "nodemaintenance/{} (node {}): {}",
+                    nm.metadata.name.as_deref().unwrap_or_default(),
+                    nm.spec.node_name,
+                    summary(&status)
+                );
+                let _ = write!(out, "{}", blocker_table(&status));
+            }
+            Ok(())
+        }
+        Command::Stop {
+            node,
+            wait,
+            timeout,
+        } => {
+            let found: Vec<NodeMaintenance> = nms
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .filter(|nm| nm.spec.node_name == node)
+                .collect();
+            if found.is_empty() {
+                return Err(Failure(
+                    EXIT_ERROR,
+                    format!("error: no NodeMaintenance for node {node}"),
+                ));
+            }
+            for nm in &found {
+                let name = nm.metadata.name.clone().unwrap_or_default();
+                match nms.delete(&name, &DeleteParams::default()).await {
+                    // Gone already: what stop wants.
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+                let _ = writeln!(out, "nodemaintenance/{name} deleted");
+            }
+            if wait {
+                wait_restored(&client, &nms, &node, timeout).await?;
+                let _ = writeln!(out, "node/{node} schedulable");
+            }
+            Ok(())
+        }
+        Command::Preflight { .. } => unreachable!("answered above"),
+        Command::List => {
+            let list = nms.list(&ListParams::default()).await?.items;
+            let mut rows =
+                vec![["NAME", "NODE", "PHASE", "DRAIN", "PENDING", "REASON"].map(String::from)];
+            for nm in &list {
+                let s = nm.status.clone().unwrap_or_default();
+                rows.push([
+                    nm.metadata.name.clone().unwrap_or_default(),
+                    nm.spec.node_name.clone(),
+                    s.phase.map_or("-".into(), |p| p.to_string()),
+                    s.drain_progress.map_or("-".into(), |p| format!("{p}%")),
+                    s.pending_pods.as_ref().map_or(0, Vec::len).to_string(),
+                    nm.spec.reason.clone().unwrap_or_default(),
+                ]);
+            }
+            let _ = write!(out, "{}", table(&rows));
+            Ok(())
+        }
+    }
+}
+
+/// Creates `nm` and returns the admission warnings of the answer (its `Warning` headers, which
+/// kube's typed API drops), as kubectl prints them; [`EXIT_REFUSED`] with kubectl's
+/// `Error from server (<reason>): <message>` when the API server refuses it.
+async fn create(client: &kube::Client, nm: &NodeMaintenance) -> Result<Vec<String>, Failure> {
+    use kube::Resource;
+    let body = serde_json::to_vec(nm).map_err(|e| Failure(EXIT_ERROR, format!("error: {e}")))?;
+    let request = kube::core::Request::new(NodeMaintenance::url_path(&(), None))
+        .create(&PostParams::default(), body)
+        .map_err(|e| Failure(EXIT_ERROR, format!("error: {e}")))?
+        .map(kube::client::Body::from);
+    let response = client.send(request).await?;
+    let warnings: Vec<String> = response
+        .headers()
+        .get_all(http::header::WARNING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(warning_text)
+        .collect();
+    let ok = response.status().is_success();
+    let bytes = response.into_body().collect_bytes().await?;
+    if ok {
+        return Ok(warnings);
+    }
+    Err(match serde_json::from_slice::<kube::core::Status>(&bytes) {
+        Ok(s) => Failure(
+            EXIT_REFUSED,
+            format!("Error from server ({}): {}", s.reason, s.message),
+        ),
+        Err(_) => Failure(
+            EXIT_ERROR,
+            format!("error: {}", String::from_utf8_lossy(&bytes)),
+        ),
+    })
+}
+
+/// The text of a `Warning` header as the API server writes it (RFC 7234: `299 - "<text>"`, `"`
+/// and `\` escaped); the header as it is when it has another shape.
+fn warning_text(header: &str) -> String {
+    let Some(quoted) = header
+        .strip_prefix("299 - \"")
+        .and_then(|r| r.strip_suffix('"'))
+    else {
+        return header.to_string();
+    };
+    let mut text = String::with_capacity(quoted.len());
+    let mut chars = quoted.chars();
+    while let Some(c) = chars.next() {
+        text.push(if c == '\\' {
+            chars.next().unwrap_or(c)
+        } else {
+            c
+        });
+    }
+    text
+}
+
+/// The NodeMaintenance named `target`, else those whose `spec.nodeName` is `target`.
+async fn for_target(
+    nms: &Api<NodeMaintenance>,
+    target: &str,
+) -> Result<Vec<NodeMaintenance>, Failure> {
+    if let Some(nm) = nms.get_opt(target).await? {
+        return Ok(vec![nm]);
+    }
+    Ok(nms
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|nm| nm.spec.node_name == target)
+        .collect())
+}
+
+/// Watches NodeMaintenance `name`, printing each new summary and blocker table, until it
+/// Succeeds (Ok), Fails, is deleted, or `timeout` passes ([`EXIT_TIMEOUT`], the last blocker
+/// table printed).
+async fn wait_succeeded(
+    nms: &Api<NodeMaintenance>,
+    name: &str,
+    timeout: Duration,
+    out: &mut dyn Write,
+) -> Result<(), Failure> {
+    let mut last = NodeMaintenanceStatus::default();
+    let mut printed = String::new();
+    let watch = async {
+        let mut stream = watcher(
+            nms.clone(),
+            watcher::Config::default().fields(&format!("metadata.name={name}")),
+        )
+        .default_backoff()
+        .touched_objects()
+        .boxed();
+        while let Some(nm) = stream.try_next().await.map_err(|e| {
+            Failure(
+                EXIT_ERROR,
+                format!("error: watching nodemaintenance/{name}: {e}"),
+            )
+        })? {
+            let status = nm.status.clone().unwrap_or_default();
+            let text = format!("{}\n{}", summary(&status), blocker_table(&status));
+            if text != printed {
+                let _ = write!(out, "nodemaintenance/{name}: {text}");
+                printed = text;
+            }
+            last = status.clone();
+            match status.phase {
+                Some(MaintenancePhase::Succeeded) => return Ok(()),
+                Some(MaintenancePhase::Failed) => {
+                    return Err(Failure(
+                        EXIT_ERROR,
+                        format!(
+                            "error: nodemaintenance/{name} Failed: {}",
+                            status.last_error.unwrap_or_default()
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Err(Failure(
+            EXIT_ERROR,
+            format!("error: the watch of nodemaintenance/{name} ended"),
+        ))
+    };
+    match tokio::time::timeout(timeout, watch).await {
+        Ok(r) => r,
+        Err(_) => {
+            let _ = write!(out, "{}", blocker_table(&last));
+            Err(Failure(
+                EXIT_TIMEOUT,
+                format!(
+                    "error: timed out after {} waiting for nodemaintenance/{name} to succeed",
+                    jiff::SignedDuration::try_from(timeout)
+                        .map_or_else(|_| format!("{timeout:?}"), |d| format!("{d:#}"))
+                ),
+            ))
+        }
+    }
+}
+
+/// Waits until no NodeMaintenance names `node` and the node is schedulable, re-reading both on
+/// every change of either (a watch of each).
+async fn wait_restored(
+    client: &kube::Client,
+    nms: &Api<NodeMaintenance>,
+    node: &str,
+    timeout: Duration,
+) -> Result<(), Failure> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let changes = futures::stream::select(
+        watcher(
+            nodes.clone(),
+            watcher::Config::default().fields(&format!("metadata.name={node}")),
+        )
+        .default_backoff()
+        .map_ok(|_| ())
+        .boxed(),
+        watcher(nms.clone(), watcher::Config::default())
+            .default_backoff()
+            .map_ok(|_| ())
+            .boxed(),
+    );
+    let wait = async {
+        let mut changes = std::pin::pin!(changes);
+        while changes
+            .try_next()
+            .await
+            .map_err(|e| Failure(EXIT_ERROR, format!("error: watching node/{node}: {e}")))?
+            .is_some()
+        {
+            let held = nms
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .any(|nm| nm.spec.node_name == node);
+            let cordoned = nodes
+                .get(node)
+                .await?
+                .spec
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false);
+            if !held && !cordoned {
+                return Ok(());
+            }
+        }
+        Err(Failure(EXIT_ERROR, "error: the watch ended".into()))
+    };
+    tokio::time::timeout(timeout, wait)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Failure(
+                EXIT_TIMEOUT,
+                format!("error: timed out waiting for node/{node} to be schedulable"),
+            ))
+        })
+}
+
+/// One line: phase, drain progress, pods pending, the deadline and what happens then.
+fn summary(s: &NodeMaintenanceStatus) -> String {
+    let mut parts = vec![s.phase.map_or("Pending".into(), |p| p.to_string())];
+    if let Some(p) = s.drain_progress {
+        parts.push(format!("drain {p}%"));
+    }
+    if let Some(p) = &s.pending_pods {
+        parts.push(format!("{} pods pending", p.len()));
+    }
+    if let Some(e) = &s.last_error {
+        parts.push(format!("last error: {e}"));
+    }
+    parts.join(", ")
+}
+
+/// The blockers as a table (POD, REASON, BUDGET, NEEDS, HAS, DUE), DUE being the drain's
+/// deadline and what happens then (`onTimeout`); "no blockers" when there are none.
+fn blocker_table(s: &NodeMaintenanceStatus) -> String {
+    let blockers: &[PodBlocker] = s.blockers.as_deref().unwrap_or_default();
+    if blockers.is_empty() {
+        return "no blockers\n".into();
+    }
+    let due = match (&s.drain_deadline, &s.on_timeout) {
+        (Some(t), Some(o)) => format!("{} ({o:?})", t.0),
+        (Some(t), None) => t.0.to_string(),
+        _ => "-".into(),
+    };
+    let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    let mut rows = vec![["POD", "REASON", "BUDGET", "NEEDS", "HAS", "DUE"].map(String::from)];
+    for b in blockers {
+        rows.push([
+            format!("{}/{}", b.namespace, b.name),
+            b.reason.clone(),
+            dash(b.pod_disruption_budget.clone()),
+            dash(b.desired_healthy.map(|v| v.to_string())),
+            dash(b.current_healthy.map(|v| v.to_string())),
+            due.clone(),
+        ]);
+    }
+    table(&rows)
+}
+
+/// Rows as kubectl prints tables: columns left-aligned, three spaces apart.
+fn table<const N: usize>(rows: &[[String; N]]) -> String {
+    let widths: Vec<usize> = (0..N)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(line.join("   ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warning_headers_read_as_kubectl_prints_them() {
+        assert_eq!(
+            warning_text(r#"299 - "budget \"db\" holds, see C:\\x""#),
+            r#"budget "db" holds, see C:\x"#
+        );
+        assert_eq!(warning_text("199 other"), "199 other");
+    }
+
+    #[test]
+    fn timeouts_parse_as_kubectl_writes_them() {
+        assert_eq!(parse_timeout("60s"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_timeout("1h30m"), Ok(Duration::from_secs(5400)));
+        assert!(parse_timeout("soon").is_err());
+    }
+
+    #[test]
+    fn the_blocker_table_names_the_budget_and_what_it_needs_and_has() {
+        let status: NodeMaintenanceStatus = serde_json::from_value(serde_json::json!({
+            "blockers": [{"namespace": "ns", "name": "web-1", "reason": "PodDisruptionBudget",
+                          "podDisruptionBudget": "web", "desiredHealthy": 2, "currentHealthy": 2},
+                         {"namespace": "ns", "name": "db-0", "reason": "Terminating"}],
+            "drainDeadline": "2026-01-01T00:00:00Z", "onTimeout": "Fail"
+        }))
+        .unwrap();
+        assert_eq!(
+            blocker_table(&status),
+            "POD        REASON                BUDGET   NEEDS   HAS   DUE\n\
+             ns/web-1   PodDisruptionBudget   web      2       2     2026-01-01T00:00:00Z (Fail)\n\
+             ns/db-0    Terminating           -        -       -     2026-01-01T00:00:00Z (Fail)\n"
+        );
+        assert_eq!(
+            blocker_table(&NodeMaintenanceStatus::default()),
+            "no blockers\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn help_and_bad_arguments_answer_as_kubectl_does() {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        assert_eq!(
+            run(["kubectl-nm", "--help"], &mut out, &mut err).await,
+            EXIT_OK
+        );
+        let help = String::from_utf8(out).unwrap();
+        assert!(help.contains("Usage: kubectl nm"), "{help}");
+        for sub in ["start", "why", "stop", "list"] {
+            assert!(help.contains(sub), "{sub} missing:\n{help}");
+        }
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = run(["kubectl-nm", "start", "n1"], &mut out, &mut err).await;
+        assert_eq!(code, EXIT_ERROR);
+        let err = String::from_utf8(err).unwrap();
+        assert!(
+            err.starts_with("error:") && err.contains("--reason"),
+            "{err}"
+        );
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = run(["kubectl-nm", "preflight", "n1"], &mut out, &mut err).await;
+        assert_eq!(code, EXIT_ERROR);
+        let err = String::from_utf8(err).unwrap();
+        assert!(err.contains("`stage` knob"), "{err}");
+    }
+}
