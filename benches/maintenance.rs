@@ -89,8 +89,9 @@
 //!   and one of 3,000 bare pods (`NMO_RATE_PODS` for other sizes), each pod with the default
 //!   grace period of 30 s, so an eviction leaves it terminating until kwok deletes it as a
 //!   kubelet would. First the **floor**, with no controller running: a bare client (the
-//!   operator's ServiceAccount, no logic, no retries) lists the node's pods once and evicts them
-//!   all with 32, 128 and then 512 requests in flight, each on a fresh node of as many pods, and
+//!   operator's ServiceAccount and client stack, no logic, no retries) lists the node's pods
+//!   once and evicts them all with 32, 128 and then 512 requests in flight, each on a fresh
+//!   node of as many pods, and
 //!   the best time from the list to no pod left (polled every 100 ms) is the floor. Then ours
 //!   and (with `NMO_UPSTREAM_MANAGER`) upstream's, each a fresh process on a fresh node: create
 //!   of the NodeMaintenance to phase `Succeeded` (polled every 100 ms). Nodes of up to 500 pods
@@ -1255,7 +1256,11 @@ impl Bench {
     /// node. Returns the seconds from the list to the last answer and to no pod left.
     async fn bare_evictions(&self, node: &str, in_flight: usize) -> Result<(f64, f64)> {
         use futures::StreamExt as _;
-        let client = self.cluster.client_for(&self.sa_kubeconfig).await;
+        // The operator's own client stack (TCP_NODELAY), so the floor is no slower than ours
+        // for want of a socket option.
+        let kc = kube::config::Kubeconfig::read_from(&self.sa_kubeconfig)?;
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+        let client = node_maintenance_operator::client::client(config)?;
         let all = Api::<Pod>::all(client.clone());
         let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
         let t0 = Instant::now();

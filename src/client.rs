@@ -25,7 +25,7 @@ use tower::util::BoxService;
 use tower::{BoxError, ServiceBuilder, ServiceExt as _};
 
 /// kube's boxed client service ([`kube::client::ClientBuilder`]'s `GenericService`).
-pub(crate) type Service = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
+pub type Service = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
 
 /// A client builder for `config` with kube's layers (base URI, kube's 429/503 retry when
 /// `config.default_retry`, authentication, extra headers, kube's connect/read/write timeouts)
@@ -33,7 +33,7 @@ pub(crate) type Service = BoxService<Request<Body>, Response<Box<DynBody>>, BoxE
 ///
 /// # Errors
 /// kube's: unreadable TLS material or credentials in `config` (`kube::Error`).
-pub(crate) fn builder(config: kube::Config) -> Result<ClientBuilder<Service>, kube::Error> {
+pub fn builder(config: kube::Config) -> Result<ClientBuilder<Service>, kube::Error> {
     if config.proxy_url.is_some() {
         return ClientBuilder::try_from(config);
     }
@@ -73,6 +73,6 @@ pub(crate) fn builder(config: kube::Config) -> Result<ClientBuilder<Service>, ku
 ///
 /// # Errors
 /// As [`builder`].
-pub(crate) fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
     Ok(builder(config)?.build())
 }

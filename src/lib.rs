@@ -15,8 +15,9 @@ pub mod api;
 pub(crate) mod bounds;
 pub mod bundle;
 pub mod chart;
-/// The Kubernetes clients: kube's stack with `TCP_NODELAY`.
-pub(crate) mod client;
+/// The Kubernetes clients: kube's stack with `TCP_NODELAY` (public for the benchmarks' bare
+/// clients, which must be no slower than the operator's).
+pub mod client;
 pub mod config;
 pub(crate) mod controller;
 pub(crate) mod drain;
