@@ -295,7 +295,9 @@ pub struct PodBlocker {
     /// `MultiplePodDisruptionBudgets` (the API server refuses to evict a pod that several budgets
     /// select), `NamespaceTerminating`, `Terminating` (evicted, waiting for the pod to go),
     /// `StuckTerminating` (terminating for longer than its grace period plus a margin),
-    /// `TooManyRequests` (another 429, e.g. KubeVirt migrating the VM) or `EvictionError`.
+    /// `Evacuating` (a responder such as KubeVirt is moving the workload away: a live migration,
+    /// progress, not an error), `NotMigratable` (KubeVirt: the VMI must live-migrate and cannot),
+    /// `TooManyRequests` (another 429) or `EvictionError`.
     pub reason: String,
     /// The API server's or our own words about it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -499,7 +499,7 @@ impl Drainer {
                 pod.name
             );
         }
-        let mut outcome = classify_eviction(pod, answer.as_ref().map(|_| ()));
+        let mut outcome = classify_eviction(pod, e.in_progress, answer.as_ref().map(|_| ()));
         if outcome.result != result::EVICTED && outcome.result != result::GONE {
             tracing::info!(error = %outcome.error.as_deref().unwrap_or_default(), "eviction refused");
         }

@@ -77,6 +77,9 @@ pub(crate) mod event {
     pub(crate) const DEADLINE_EXCEEDED: &str = "DrainDeadlineExceeded";
     /// Warning, on the NodeMaintenance, per pod deleted after the deadline (`ForceDelete`).
     pub(crate) const POD_FORCE_DELETED: &str = "PodForceDeleted";
+    /// Warning, once per pod: KubeVirt refuses to evict the launcher pod of a VMI that must
+    /// live-migrate and cannot (the note names the VMI, in KubeVirt's words).
+    pub(crate) const POD_NOT_MIGRATABLE: &str = "PodNotMigratable";
     /// Normal, on the NodeMaintenance, when it starts waiting for a drain slot (ours).
     pub(crate) const QUEUED: &str = "DrainQueued";
     /// Normal, on the NodeMaintenance, when a drain slot is its after it waited (ours).
@@ -770,6 +773,11 @@ pub(crate) fn drained(
     let about_pods = [
         (&report.newly_skipped, false, event::POD_SKIPPED),
         (&report.forced, true, event::POD_FORCE_DELETED),
+        (
+            &report.newly_not_migratable,
+            true,
+            event::POD_NOT_MIGRATABLE,
+        ),
     ];
     for (pods, warning, reason) in about_pods {
         for b in pods {
@@ -832,6 +840,7 @@ pub(crate) fn drained(
             false,
             match (report.overdue, blocked) {
                 (Some(_), _) => condition::DEADLINE_EXCEEDED,
+                (None, true) if report.only_evacuating() => "PodsEvacuating",
                 (None, true) => "EvictionBlocked",
                 (None, false) => "PodsTerminating",
             },
