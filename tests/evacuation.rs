@@ -28,6 +28,46 @@ const MIGRATION_TIME: &str = "15s";
 /// The label of the namespaces whose evictions the stand-in answers.
 const NAMESPACE_LABEL: &str = "e2e-kubevirt";
 
+/// The cluster with KubeVirt's CRDs, `manifests/overlays/kubevirt` installed, and one operator
+/// started after both (it discovers KubeVirt at start).
+fn env() -> &'static OperatorEnv {
+    static ENV: std::sync::OnceLock<OperatorEnv> = std::sync::OnceLock::new();
+    ENV.get_or_init(|| {
+        let cluster = Cluster::shared();
+        let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/kubevirt-crds.yaml");
+        cluster
+            .kubectl_run(&["apply", "-f", &crds.display().to_string()], None)
+            .unwrap();
+        cluster
+            .kubectl_run(
+                &[
+                    "wait",
+                    "--for=condition=Established",
+                    "--timeout=60s",
+                    "crd/virtualmachineinstances.kubevirt.io",
+                    "crd/virtualmachineinstancemigrations.kubevirt.io",
+                ],
+                None,
+            )
+            .unwrap();
+        let installed = installed(cluster);
+        nmo_devcluster::operator::install_manifests(
+            cluster,
+            &manifests_dir().join("overlays/kubevirt"),
+        )
+        .unwrap();
+        let opts = installed.options("operator");
+        let operator = fixtures::start_registered(cluster, &opts)
+            .unwrap_or_else(|e| panic!("operator did not start: {e}"));
+        OperatorEnv {
+            cluster,
+            operator: std::sync::Mutex::new(operator),
+            installed,
+        }
+    })
+}
+
 /// The stand-in process, started once per test binary, with its webhook registered.
 struct Standin {
     _child: std::sync::Mutex<nmo_devcluster::process::Child>,
@@ -37,7 +77,7 @@ async fn standin() -> &'static Standin {
     static STANDIN: tokio::sync::OnceCell<Standin> = tokio::sync::OnceCell::const_new();
     STANDIN
         .get_or_init(|| async {
-            let cluster = operator_env().cluster;
+            let cluster = env().cluster;
             let out = std::process::Command::new("bash")
                 .arg(
                     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -51,23 +91,6 @@ async fn standin() -> &'static Standin {
                 String::from_utf8_lossy(&out.stderr)
             );
             let bin = String::from_utf8(out.stdout).unwrap().trim().to_string();
-            let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/kubevirt-crds.yaml");
-            cluster
-                .kubectl_run(&["apply", "-f", &crds.display().to_string()], None)
-                .unwrap();
-            cluster
-                .kubectl_run(
-                    &[
-                        "wait",
-                        "--for=condition=Established",
-                        "--timeout=60s",
-                        "crd/virtualmachineinstances.kubevirt.io",
-                        "crd/virtualmachineinstancemigrations.kubevirt.io",
-                    ],
-                    None,
-                )
-                .unwrap();
             let ca = nmo_certs::Ca::new("kubevirt-standin-ca").unwrap();
             let pair = ca
                 .issue_server(&[], &["127.0.0.1".parse().unwrap()])
@@ -132,8 +155,7 @@ async fn standin() -> &'static Standin {
 
 /// The stand-in's log: one JSON line per admission and step.
 fn log() -> String {
-    std::fs::read_to_string(operator_env().cluster.dir().join("kubevirt-standin.log"))
-        .unwrap_or_default()
+    std::fs::read_to_string(env().cluster.dir().join("kubevirt-standin.log")).unwrap_or_default()
 }
 
 /// The stand-in's answers to evictions of `ns/pod`.
@@ -230,7 +252,7 @@ async fn gone(client: &kube::Client, ns: &str, pod: &str) {
 
 #[tokio::test]
 async fn a_migrating_vm_is_progress_and_one_that_cannot_migrate_blocks_with_one_warning() {
-    let env = operator_env();
+    let env = env();
     standin().await;
     let client = env.cluster.client().await;
     let node = worker_nodes(env.cluster, &client, "evac-vm", 1)
@@ -289,6 +311,39 @@ async fn a_migrating_vm_is_progress_and_one_that_cannot_migrate_blocks_with_one_
         .await
         .unwrap();
     assert_eq!(migrations.items.len(), 1, "one migration for vm-a");
+    // The blocker names the VMI and its migration, as the migration controller moves it on;
+    // the status counts the migration in flight, and `kubectl get nm -o wide` shows it.
+    let migration = migrations.items[0].metadata.name.clone().unwrap();
+    let seen = nm::wait_status(&client, &nm, "the migration in the blocker", LIMIT, |s| {
+        s.blockers.iter().flatten().any(|b| {
+            b.name == migrating
+                && b.virtual_machine_instance.as_deref() == Some("vm-a")
+                && b.migration.as_deref() == Some(migration.as_str())
+                && b.migration_phase.as_deref() == Some("Running")
+                && b.migration_start_time.is_some()
+        })
+    })
+    .await;
+    assert_eq!(seen.status.as_ref().unwrap().evacuating_pods, Some(1));
+    let wide = env
+        .cluster
+        .kubectl_run(&["get", "nm", &nm, "-o", "wide"], None)
+        .unwrap();
+    // Columns are aligned; other cells (lastError) hold spaces.
+    let mut lines = wide.lines();
+    let at = lines.next().unwrap().find("MIGRATING").expect(&wide);
+    let row = lines.next().unwrap();
+    assert_eq!(row.get(at..).map(str::trim), Some("1"), "{wide}");
+    // The pinned VM's blocker names no migration.
+    let pinned_blocker = seen
+        .status
+        .unwrap()
+        .blockers
+        .unwrap()
+        .into_iter()
+        .find(|b| b.name == pinned)
+        .unwrap();
+    assert_eq!(pinned_blocker.migration, None);
 
     // The migrating VM leaves; the maintenance stays Running on the other one.
     gone(&client, &ns, &migrating).await;
@@ -303,7 +358,12 @@ async fn a_migrating_vm_is_progress_and_one_that_cannot_migrate_blocks_with_one_
         },
     )
     .await;
-    assert_eq!(after.status.unwrap().phase, Some(MaintenancePhase::Running));
+    let after = after.status.unwrap();
+    assert_eq!(after.phase, Some(MaintenancePhase::Running));
+    assert_eq!(
+        after.evacuating_pods, None,
+        "no migration in flight any more"
+    );
     // Asked about the pinned VM several times meanwhile; one Warning, naming the VMI.
     let refusals = admissions(&ns, &pinned)
         .into_iter()
@@ -332,7 +392,7 @@ async fn a_migrating_vm_is_progress_and_one_that_cannot_migrate_blocks_with_one_
 
 #[tokio::test]
 async fn a_request_evict_only_pod_is_evacuating_until_it_leaves() {
-    let env = operator_env();
+    let env = env();
     standin().await;
     let client = env.cluster.client().await;
     let node = worker_nodes(env.cluster, &client, "evac-only", 1)

@@ -40,8 +40,10 @@ mod gone;
 
 pub(crate) mod budget;
 pub(crate) mod deadline;
+pub(crate) mod migration;
 pub(crate) mod pass;
 pub(crate) mod pod;
+pub(crate) mod requester;
 pub(crate) mod rules;
 
 use std::collections::{HashMap, HashSet};

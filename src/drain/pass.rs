@@ -163,6 +163,9 @@ pub(crate) struct PassPlan {
     pub kept_uids: Vec<String>,
     /// The pods held by a `NotMigratable` refusal, by UID, for their one Warning.
     pub not_migratable: Vec<(String, PodBlocker)>,
+    /// The VMI of each evictable virt-launcher pod, by the pod's namespace and name
+    /// ([`show_migrations`]).
+    pub launchers: HashMap<(String, String), String>,
     /// The evictions to send now, namespaces taking turns ([`fair_order`]).
     pub evict: Vec<PlannedEviction>,
     /// UIDs whose retry entries stay (listed, up for eviction or kept).
@@ -278,6 +281,10 @@ pub(crate) fn plan_pass(
             }
         };
         plan.evictable.push(r.clone());
+        if let Some(vmi) = super::migration::launcher_of(&pod) {
+            let key = (r.namespace.clone(), r.name.clone());
+            plan.launchers.insert(key, vmi.to_string());
+        }
         // The operator's own pod stays last even then: deleted once it is all that is left.
         let own_pod_first = stage == super::Stage::OwnPod && first_stage != Some(stage);
         if overdue == Some(OnTimeout::ForceDelete) && !own_pod_first {
@@ -363,7 +370,7 @@ pub(crate) fn plan_pass(
         let cause = match gate.admit(&pod) {
             Admit::Ask(cause) => cause,
             Admit::Hold(b, error) => {
-                plan.pending.push(b);
+                plan.pending.push(*b);
                 plan.errors.extend(error);
                 continue;
             }
@@ -393,13 +400,24 @@ pub(crate) fn plan_pass(
     plan
 }
 
+/// Shows in each `Evacuating` blocker of a virt-launcher pod its VMI and the VMI's newest
+/// migration ([`super::migration::show`]).
+pub(crate) fn show_migrations(plan: &mut PassPlan, migrations: &super::migration::Migrations) {
+    for b in &mut plan.pending {
+        let key = (b.namespace.clone(), b.name.clone());
+        if let Some(vmi) = plan.launchers.get(&key) {
+            super::migration::show(b, vmi, migrations);
+        }
+    }
+}
+
 /// Whether a pod that is up for eviction is asked in this round.
 #[derive(Debug)]
 enum Admit {
     /// Ask it; the budget that covers it, if one does.
     Ask(Option<SharedCause>),
     /// Hold it without a request: its blocker and lastError text.
-    Hold(PodBlocker, Option<String>),
+    Hold(Box<PodBlocker>, Option<String>),
 }
 
 /// The causes many pods share, as one round spends them: each budget's evictions it would
@@ -457,7 +475,7 @@ impl<'a> Gate<'a> {
             && (e.due > self.at || !self.probed.insert(namespace))
         {
             let (b, error) = e.for_pod(&r);
-            return Admit::Hold(b, error);
+            return Admit::Hold(Box::new(b), error);
         }
         let Some(budget) = self.budget(pod) else {
             return Admit::Ask(None);
@@ -479,9 +497,9 @@ impl<'a> Gate<'a> {
         match self.schedule.last_shared(&cause) {
             Some(e) => {
                 let (b, error) = e.for_pod(&r);
-                Admit::Hold(b, error)
+                Admit::Hold(Box::new(b), error)
             }
-            None => Admit::Hold(held_by(budget, &r), None),
+            None => Admit::Hold(Box::new(held_by(budget, &r)), None),
         }
     }
 }
@@ -503,6 +521,7 @@ fn held_by(budget: &Budget, pod: &PodReference) -> PodBlocker {
         pod_disruption_budget: Some(budget.name.clone()),
         desired_healthy: budget.desired,
         current_healthy: budget.current,
+        ..PodBlocker::default()
     }
 }
 

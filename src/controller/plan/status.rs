@@ -808,6 +808,7 @@ pub(crate) fn drained(
         s.pending_pods = None;
         s.pending_pods_refs = None;
         s.blockers = None;
+        s.evacuating_pods = None;
         s.last_error = None;
         set_condition(
             &mut s,
@@ -832,6 +833,12 @@ pub(crate) fn drained(
         s.pending_pods = non_empty(names(&refs));
         s.pending_pods_refs = non_empty(refs);
         s.blockers = non_empty(blockers);
+        let evacuating = report
+            .pending
+            .iter()
+            .filter(|b| b.reason == drain::reason::EVACUATING)
+            .count();
+        s.evacuating_pods = (evacuating > 0).then(|| count(evacuating));
         s.last_error = report.last_error();
         let blocked = report.blocked();
         set_condition(
