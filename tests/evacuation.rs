@@ -193,6 +193,18 @@ fn vmi_api(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
 /// A running VMI `name` on `node` with eviction strategy `LiveMigrate`, live-migratable or not,
 /// and its launcher pod (`virt-launcher-<name>`, controlled by it). Returns the pod's name.
 async fn vm(client: &kube::Client, ns: &str, name: &str, node: &str, migratable: bool) -> String {
+    vm_taking(client, ns, name, node, migratable, MIGRATION_TIME).await
+}
+
+/// [`vm`] whose migration takes `migration_time` (a Go duration).
+async fn vm_taking(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    migratable: bool,
+    migration_time: &str,
+) -> String {
     let api = vmi_api(client, ns);
     let vmi: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
@@ -222,6 +234,7 @@ async fn vm(client: &kube::Client, ns: &str, name: &str, node: &str, migratable:
         node,
         json!({"metadata": {
             "labels": {"kubevirt.io": "virt-launcher"},
+            "annotations": {"e2e.medik8s.io/migration-time": migration_time},
             "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
                                  "name": name, "uid": vmi.metadata.uid.unwrap(),
                                  "controller": true, "blockOwnerDeletion": true}]
@@ -444,5 +457,30 @@ async fn a_request_evict_only_pod_is_evacuating_until_it_leaves() {
     }
     let asked = admissions(&ns, pod);
     assert_eq!(asked.len(), 1, "{asked:?}");
+    nm::delete_and_wait_restored(&client, &nm, &node).await;
+}
+
+#[tokio::test]
+async fn a_migration_its_responder_reports_in_progress_is_asked_once_however_long_it_takes() {
+    let env = env();
+    standin().await;
+    let client = env.cluster.client().await;
+    let node = worker_nodes(env.cluster, &client, "evac-long", 1)
+        .await
+        .remove(0);
+    let ns = kubevirt_namespace(&client, "evac-long").await;
+    // Longer than the evacuation's retry (30 s): the launcher carries the in-progress
+    // annotation meanwhile, so it is not asked again.
+    let pod = vm_taking(&client, &ns, "vm-long", &node, true, "45s").await;
+    let nm = unique("evac-long");
+    nm::create(&client, &nm, &node).await;
+    nm::wait_status(&client, &nm, "the pod Evacuating", LIMIT, |s| {
+        blocker_reason(s, &pod).as_deref() == Some("Evacuating")
+    })
+    .await;
+    let done = nm::wait_phase(&client, &nm, MaintenancePhase::Succeeded, LIMIT).await;
+    assert_eq!(done.status.unwrap().last_error, None);
+    let asked = admissions(&ns, &pod);
+    assert_eq!(asked.len(), 1, "asked once in 45 s of migration: {asked:?}");
     nm::delete_and_wait_restored(&client, &nm, &node).await;
 }

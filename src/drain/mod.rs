@@ -84,9 +84,10 @@ pub(crate) const EVICTION_RETRY_INTERVAL: Duration = Duration::from_secs(5);
 /// ([`Answer::Evacuating`]): 30 s. Asking again only confirms what the first answer said
 /// (KubeVirt answers `Evacuation in progress: ...` while `status.evacuationNodeName` is set, and
 /// its evacuation controller retries a failed migration by itself); the pod leaving is noticed
-/// by the pods-going watch and the round's listing, not by asking. The retry only bounds how
-/// long an evacuation someone else withdrew goes unnoticed. Six times upstream's interval: a
-/// node of 50 migrating VMs costs 1.7 requests per second, not 10. Ours.
+/// by the round's listing, not by asking. The retry only bounds how long an evacuation someone
+/// else withdrew goes unnoticed; while the pod carries [`EVICTION_IN_PROGRESS_ANNOTATION`] (its
+/// responder's word that the evacuation goes on; KubeVirt derives it from the VMI's evacuation)
+/// it is not asked again at all, as the descheduler does. Ours.
 pub(crate) const EVACUATION_RETRY_INTERVAL: Duration = Duration::from_secs(30);
 /// Pod annotation a responder sets once it has taken over a pod's eviction (the descheduler's
 /// `EvictionsInBackground` contract; KubeVirt sets it on an evacuating virt-launcher pod).
@@ -650,6 +651,10 @@ impl RetrySchedule {
             .get(uid)
             .filter(|e| e.due > now)
             .map(|e| (&e.blocker, e.error.as_deref()))
+    }
+    /// The blocker of the last refusal of pod `uid`, due or not.
+    pub(crate) fn last_refusal(&self, uid: &str) -> Option<&PodBlocker> {
+        self.entries.get(uid).map(|e| &e.blocker)
     }
     /// Records the outcome of an eviction of pod `uid` on `node`: a refusal (a blocker other than
     /// `Terminating`) schedules the next try one interval after `now`; anything else clears it.

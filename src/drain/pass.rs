@@ -367,6 +367,17 @@ pub(crate) fn plan_pass(
             plan.errors.extend(error.map(str::to_string));
             continue;
         }
+        // Its responder still says the evacuation is in progress (the annotation, the
+        // descheduler's contract): not asked again, whatever the retry says; 50 migrating VMs
+        // then cost the node's listing, not 50 refusals per retry.
+        if pod.metadata.marks.eviction_in_progress
+            && let Some(b) = schedule
+                .last_refusal(&uid)
+                .filter(|b| b.reason == reason::EVACUATING)
+        {
+            plan.pending.push(b.clone());
+            continue;
+        }
         let cause = match gate.admit(&pod) {
             Admit::Ask(cause) => cause,
             Admit::Hold(b, error) => {
@@ -1554,9 +1565,19 @@ mod tests {
         let (_, rep, settled) = run(&memory, true, 7);
         assert!(rep.newly_not_migratable.is_empty(), "one Warning per pod");
         memory.apply("n", settled);
-        // The evacuation's retry: asked again, carrying the responder's annotation now.
-        let (asked, ..) = run(&memory, true, 30);
-        assert!(asked.contains(&("migrating".into(), true)), "{asked:?}");
+        // Past the evacuation's retry: while the pod carries the responder's in-progress
+        // annotation, it is not asked again (still Evacuating); without it, it is.
+        let (asked, rep30, _) = run(&memory, true, 30);
+        assert!(
+            asked.iter().all(|(name, _)| name != "migrating"),
+            "{asked:?}"
+        );
+        assert_eq!(
+            reasons(&rep30)[0],
+            ("migrating".into(), reason::EVACUATING.into())
+        );
+        let (asked, ..) = run(&memory, false, 30);
+        assert!(asked.contains(&("migrating".into(), false)), "{asked:?}");
         // Once only evacuations are left, the condition says so.
         let only = DrainReport {
             pending: vec![rep.pending[0].clone()],

@@ -40,6 +40,8 @@ import (
 const (
 	evictOnly  = "descheduler.alpha.kubernetes.io/request-evict-only"
 	inProgress = "descheduler.alpha.kubernetes.io/eviction-in-progress"
+	// A pod's own migration time (a Go duration), overriding --migration-time.
+	migrationTime = "e2e.medik8s.io/migration-time"
 )
 
 var (
@@ -52,6 +54,14 @@ type standin struct {
 	dyn   dynamic.Interface
 	delay time.Duration
 	mu    sync.Mutex
+}
+
+// delayFor is how long the migration (or evacuation) of pod takes.
+func (s *standin) delayFor(pod *corev1.Pod) time.Duration {
+	if d, err := time.ParseDuration(pod.Annotations[migrationTime]); err == nil {
+		return d
+	}
+	return s.delay
 }
 
 func say(event string, fields map[string]any) {
@@ -172,7 +182,7 @@ func (s *standin) migrate(pod *corev1.Pod, vmi string) {
 	setPhase("Scheduling")
 	s.markInProgress(ctx, pod, "kubevirt")
 	setPhase("Running")
-	time.Sleep(s.delay)
+	time.Sleep(s.delayFor(pod))
 	setPhase("Succeeded")
 	patch := `{"status":{"evacuationNodeName":null,"nodeName":"migrated"}}`
 	if _, err := s.dyn.Resource(vmis).Namespace(pod.Namespace).Patch(ctx, vmi, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
@@ -191,7 +201,7 @@ func (s *standin) evictOnly(ctx context.Context, pod *corev1.Pod, dryRun bool) *
 		s.markInProgress(ctx, pod, "standin")
 		say("evacuation", map[string]any{"pod": pod.Namespace + "/" + pod.Name, "node": pod.Spec.NodeName})
 		go func() {
-			time.Sleep(s.delay)
+			time.Sleep(s.delayFor(pod))
 			s.remove(context.Background(), pod.DeepCopy())
 		}()
 	}
