@@ -71,7 +71,8 @@ pub const DRAIN_STARTED_ANNOTATION: &str = "nodemaintenance.medik8s.io/drain-sta
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".spec.reason","priority":1,"description":"Why the node is in maintenance"}"#,
     printcolumn = r#"{"name":"LastError","type":"string","jsonPath":".status.lastError","priority":1,"description":"The latest error, cleared on success"}"#,
     printcolumn = r#"{"name":"Deadline","type":"string","jsonPath":".status.drainDeadline","priority":1,"description":"When the drain's deadline passes (drainTimeout)"}"#,
-    printcolumn = r#"{"name":"OnTimeout","type":"string","jsonPath":".status.onTimeout","priority":1,"description":"What happens at the deadline"}"#
+    printcolumn = r#"{"name":"OnTimeout","type":"string","jsonPath":".status.onTimeout","priority":1,"description":"What happens at the deadline"}"#,
+    printcolumn = r#"{"name":"Migrating","type":"integer","jsonPath":".status.evacuatingPods","priority":1,"description":"Pending pods whose responder moves them away (KubeVirt live migrations)"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodeMaintenanceSpec {
@@ -252,6 +253,10 @@ pub struct NodeMaintenanceStatus {
     /// needs and has), another eviction error, or a pod that is still terminating.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blockers: Option<Vec<PodBlocker>>,
+    /// How many pending pods are `Evacuating` (live migrations in flight, for KubeVirt); unset
+    /// when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evacuating_pods: Option<i32>,
     /// When the drain started; kept across operator restarts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_start_time: Option<Time>,
@@ -295,7 +300,9 @@ pub struct PodBlocker {
     /// `MultiplePodDisruptionBudgets` (the API server refuses to evict a pod that several budgets
     /// select), `NamespaceTerminating`, `Terminating` (evicted, waiting for the pod to go),
     /// `StuckTerminating` (terminating for longer than its grace period plus a margin),
-    /// `TooManyRequests` (another 429, e.g. KubeVirt migrating the VM) or `EvictionError`.
+    /// `Evacuating` (a responder such as KubeVirt is moving the workload away: a live migration,
+    /// progress, not an error), `NotMigratable` (KubeVirt: the VMI must live-migrate and cannot),
+    /// `TooManyRequests` (another 429) or `EvictionError`.
     pub reason: String,
     /// The API server's or our own words about it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -309,6 +316,18 @@ pub struct PodBlocker {
     /// Healthy pods the budget has, from the 429's cause.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_healthy: Option<i32>,
+    /// The KubeVirt VirtualMachineInstance an `Evacuating` virt-launcher pod runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtual_machine_instance: Option<String>,
+    /// The VMI's newest VirtualMachineInstanceMigration (label `kubevirt.io/vmi-name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration: Option<String>,
+    /// That migration's `status.phase`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_phase: Option<String>,
+    /// That migration's start (`status.migrationState.startTimestamp`, RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_start_time: Option<String>,
 }
 
 /// Why a `spec.nodeName` cannot name a Node. Displays as a clause for a sentence about the name
@@ -359,8 +378,9 @@ pub fn validate_node_name(name: &str) -> Result<(), NodeNameError> {
 /// The status fields we add to upstream's schema. A CRD installed by upstream (e.g. owned by
 /// OLM) lacks them and the API server prunes them from every write, so correctness must never
 /// depend on reading them back (docs/compat.md §1, docs/design.md §1).
-pub const ADDED_STATUS_FIELDS: [&str; 6] = [
+pub const ADDED_STATUS_FIELDS: [&str; 7] = [
     "blockers",
+    "evacuatingPods",
     "conditions",
     "drainStartTime",
     "drainDeadline",

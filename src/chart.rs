@@ -12,7 +12,8 @@
 //! - Objects that an overlay adds are wrapped in the value that selects it: `metrics.mode:
 //!   secure` (`overlays/metrics-secure`), `certManager.enabled` (`overlays/cert-manager`),
 //!   `monitoring.enabled` (`overlays/monitoring`, or `overlays/monitoring/secure` with secure
-//!   metrics), `forceDelete.enabled` (`overlays/force-delete`).
+//!   metrics), `forceDelete.enabled` (`overlays/force-delete`), `kubevirt.enabled`
+//!   (`overlays/kubevirt`).
 //! - Fields that an overlay patches are templated in place: the Deployment's args and ports and
 //!   the metrics Service's ports (metrics mode), the webhook configuration's annotations
 //!   (cert-manager). The uncordon-warning ValidatingAdmissionPolicy and its binding render only
@@ -54,17 +55,20 @@ pub struct Renderings {
     pub monitoring_secure: String,
     /// `manifests/overlays/force-delete`.
     pub force_delete: String,
+    /// `manifests/overlays/kubevirt`.
+    pub kubevirt: String,
 }
 
 impl Renderings {
     /// The overlay directories, in field order, relative to the repository root.
-    pub const DIRS: [&'static str; 6] = [
+    pub const DIRS: [&'static str; 7] = [
         "manifests",
         "manifests/overlays/metrics-secure",
         "manifests/overlays/cert-manager",
         "manifests/overlays/monitoring",
         "manifests/overlays/monitoring/secure",
         "manifests/overlays/force-delete",
+        "manifests/overlays/kubevirt",
     ];
 
     /// Builds the renderings with `kustomize(dir)` for each of [`Self::DIRS`].
@@ -79,6 +83,7 @@ impl Renderings {
             monitoring: kustomize(Self::DIRS[3])?,
             monitoring_secure: kustomize(Self::DIRS[4])?,
             force_delete: kustomize(Self::DIRS[5])?,
+            kubevirt: kustomize(Self::DIRS[6])?,
         })
     }
 }
@@ -447,6 +452,11 @@ forceDelete:
   # Let the operator delete pods (manifests/overlays/force-delete), which onTimeout ForceDelete
   # needs; without it the webhook refuses a NodeMaintenance that asks for ForceDelete.
   enabled: false
+
+kubevirt:
+  # Let the operator read KubeVirt's VMIs and migrations (manifests/overlays/kubevirt), to show
+  # the migration behind each evacuating virt-launcher pod; only useful where KubeVirt runs.
+  enabled: false
 "
     )
 }
@@ -455,7 +465,7 @@ const VALUES_SCHEMA: &str = r#"{
   "$schema": "http://json-schema.org/draft-07/schema#",
   "type": "object",
   "additionalProperties": false,
-  "required": ["namespace", "image", "replicas", "leaderElection", "metrics", "certManager", "monitoring", "forceDelete"],
+  "required": ["namespace", "image", "replicas", "leaderElection", "metrics", "certManager", "monitoring", "forceDelete", "kubevirt"],
   "properties": {
     "namespace": {"type": "string", "minLength": 1},
     "image": {
@@ -469,7 +479,8 @@ const VALUES_SCHEMA: &str = r#"{
     "metrics": {"type": "object", "additionalProperties": false, "properties": {"mode": {"enum": ["plain", "secure"]}}},
     "certManager": {"type": "object", "additionalProperties": false, "properties": {"enabled": {"type": "boolean"}}},
     "monitoring": {"type": "object", "additionalProperties": false, "properties": {"enabled": {"type": "boolean"}}},
-    "forceDelete": {"type": "object", "additionalProperties": false, "properties": {"enabled": {"type": "boolean"}}}
+    "forceDelete": {"type": "object", "additionalProperties": false, "properties": {"enabled": {"type": "boolean"}}},
+    "kubevirt": {"type": "object", "additionalProperties": false, "properties": {"enabled": {"type": "boolean"}}}
   }
 }
 "#;
@@ -487,6 +498,7 @@ pub fn render(r: &Renderings, version: &str) -> Result<Vec<BundleFile>, BundleEr
     let m = by_key(&r.monitoring)?;
     let ms = by_key(&r.monitoring_secure)?;
     let f = by_key(&r.force_delete)?;
+    let kv = by_key(&r.kubevirt)?;
     let mut files: BTreeMap<String, String> = BTreeMap::new();
     let mut add = |doc: &Value, body: String| -> Result<(), BundleError> {
         let path = object_file(doc);
@@ -553,6 +565,7 @@ pub fn render(r: &Renderings, version: &str) -> Result<Vec<BundleFile>, BundleEr
             ("cert-manager", &c),
             ("monitoring", &m),
             ("force-delete", &f),
+            ("kubevirt", &kv),
         ] {
             if k.0 != "ValidatingWebhookConfiguration" && set.get(k) != Some(doc) {
                 return Err(shape(format!("the {name} overlay changes {k:?}")));
@@ -582,6 +595,12 @@ pub fn render(r: &Renderings, version: &str) -> Result<Vec<BundleFile>, BundleEr
         add(
             doc,
             wrapped(".Values.forceDelete.enabled", &escape_helm(&to_yaml(doc))),
+        )?;
+    }
+    for (_, doc) in kv.iter().filter(|(k, _)| !d.contains_key(*k)) {
+        add(
+            doc,
+            wrapped(".Values.kubevirt.enabled", &escape_helm(&to_yaml(doc))),
         )?;
     }
     // Monitoring objects: the same in both metrics modes, or one per mode (the ServiceMonitor).

@@ -141,8 +141,13 @@ label_values! {
         Terminating,
         /// Terminating for longer than its grace period plus a margin.
         StuckTerminating,
-        /// Another 429 (e.g. KubeVirt migrating the VM).
+        /// Another 429.
         TooManyRequests,
+        /// A responder (KubeVirt, the descheduler's contract) is evacuating the pod: a live
+        /// migration in flight.
+        Evacuating,
+        /// KubeVirt refuses: the VMI must live-migrate and cannot.
+        NotMigratable,
         /// Any other eviction error.
         EvictionError,
         /// Labelled `wait-completed`: the drain waits until the pod finishes.

@@ -235,6 +235,10 @@ fn the_chart_renders_what_kustomize_renders() {
             &["forceDelete.enabled=true"][..],
             "manifests/overlays/force-delete",
         ),
+        (
+            &["kubevirt.enabled=true"][..],
+            "manifests/overlays/kubevirt",
+        ),
     ] {
         let mut want = objects(&kustomize(dir));
         want.extend(crd.clone());

@@ -880,3 +880,28 @@ async fn a_refused_pod_is_asked_once_per_retry_interval() {
     assert_eq!(s.phase, Some(MaintenancePhase::Running));
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
+
+/// Without KubeVirt (`docs/drain-contract.md` §4a): the controller starts without watching or
+/// asking for its migrations, and its log says nothing about KubeVirt above debug.
+#[tokio::test]
+async fn without_kubevirt_nothing_is_watched_and_nothing_is_logged() {
+    let env = env();
+    let log = wait_for("the controller started", LIMIT, || async {
+        let log = env.operator.lock().unwrap().log();
+        if log.contains("starting NodeMaintenance controller") {
+            Ok(log)
+        } else {
+            Err(log.lines().last().unwrap_or_default().to_string())
+        }
+    })
+    .await;
+    let about: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            let l = l.to_lowercase();
+            (l.contains("kubevirt") || l.contains("virtualmachineinstancemigration"))
+                && !l.contains("no kubevirt")
+        })
+        .collect();
+    assert!(about.is_empty(), "{about:#?}");
+}

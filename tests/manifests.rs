@@ -424,6 +424,7 @@ fn every_shipped_pod_spec_passes_restricted_v2() {
         "manifests/overlays/monitoring/secure",
         "manifests/overlays/network-policy",
         "manifests/overlays/force-delete",
+        "manifests/overlays/kubevirt",
     ] {
         for d in kustomize(dir) {
             if d["kind"].as_str() == Some("Deployment") {
@@ -451,10 +452,10 @@ fn every_shipped_pod_spec_passes_restricted_v2() {
             d["spec"]["template"]["spec"].clone(),
         ));
     }
-    // Every Deployment of the base, the six overlays and the bundle.
+    // Every Deployment of the base, the seven overlays and the bundle.
     assert_eq!(
         specs.len(),
-        8,
+        9,
         "{:?}",
         specs.iter().map(|s| &s.0).collect::<Vec<_>>()
     );

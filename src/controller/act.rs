@@ -563,7 +563,10 @@ mod tests {
                 crate::drain::DrainOptions::default(),
                 Arc::new(crate::metrics::Metrics::new()),
                 Default::default(),
-                crate::drain::BudgetWatch::none(),
+                (
+                    crate::drain::BudgetWatch::none(),
+                    crate::drain::migration::MigrationWatch::none(),
+                ),
             ),
             leases: crate::lease::NodeLeases::new(client.clone(), "medik8s-leases".into()),
             recorder: Recorder::new(

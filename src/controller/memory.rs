@@ -206,6 +206,7 @@ impl StatusSchema {
             eviction_pods: Some(0),
             error_on_lease_count: Some(0),
             blockers: Some(Vec::new()),
+            evacuating_pods: Some(0),
             drain_start_time: Some(time.clone()),
             drain_deadline: Some(time),
             on_timeout: Some(crate::api::OnTimeout::Wait),
@@ -234,7 +235,7 @@ mod tests {
         assert!(schema.has_unknown(&probe));
         schema.learn(&probe, Some(&probe));
         assert!(!schema.has_unknown(&probe));
-        assert_eq!(field_names(&probe).len(), 15);
+        assert_eq!(field_names(&probe).len(), 16);
     }
 
     #[test]

@@ -124,6 +124,17 @@ pub(crate) async fn run(
     // Aborted with the controller: the budgets are read only by its drain rounds.
     let (budgets, watch_budgets, relaxed) = crate::drain::BudgetWatch::start(client.clone());
     let budget_watch = tokio::spawn(watch_budgets);
+    let (migrations, watch_migrations) =
+        crate::drain::migration::MigrationWatch::start(client.clone()).await;
+    let migration_watch = watch_migrations.map(tokio::spawn);
+    match crate::drain::requester::discover(&client).await {
+        Some(gv) => {
+            tracing::info!(group_version = %gv, "the API server serves EvictionRequest (KEP-4563); the drain still asks the Eviction API (docs/design.md §2b)")
+        }
+        None => tracing::debug!(
+            "no EvictionRequest API (KEP-4563) on this cluster; the drain asks the Eviction API"
+        ),
+    }
     let (ctx, woken) = context(
         client,
         eviction_client,
@@ -131,7 +142,7 @@ pub(crate) async fn run(
         nms,
         metrics,
         (store.clone(), nms_synced.clone()),
-        (budgets, nodes.clone()),
+        (budgets, migrations, nodes.clone()),
     );
     let controller = Controller::for_stream(nm_triggers, store.clone())
         .reconcile_on(woken)
@@ -164,6 +175,9 @@ pub(crate) async fn run(
         .await;
     sweeper.abort();
     budget_watch.abort();
+    if let Some(w) = migration_watch {
+        w.abort();
+    }
     // No eviction is sent once the controller stopped, and those sent are answered first.
     ctx.drainer.stop().await;
     tracing::info!("NodeMaintenance controller stopped");
@@ -178,7 +192,11 @@ fn context(
     nms: Api<NodeMaintenance>,
     metrics: Arc<Metrics>,
     (store, nms_synced): (Store<NodeMaintenance>, watch::Receiver<bool>),
-    (budgets, nodes_cache): (crate::drain::BudgetWatch, NodeCache),
+    (budgets, migrations, nodes_cache): (
+        crate::drain::BudgetWatch,
+        crate::drain::migration::MigrationWatch,
+        NodeCache,
+    ),
 ) -> (
     Arc<Context>,
     futures::channel::mpsc::UnboundedReceiver<reflector::ObjectRef<NodeMaintenance>>,
@@ -195,7 +213,7 @@ fn context(
             config.drain.clone(),
             metrics.clone(),
             memory.drain(),
-            budgets,
+            (budgets, migrations),
         ),
         leases: NodeLeases::new(client.clone(), config.lease_namespace.clone()),
         recorder: Recorder::new(

@@ -21,6 +21,7 @@ use tokio_util::task::TaskTracker;
 use super::budget::BudgetWatch;
 use super::deadline::PlannedDeletion;
 use super::gone::GoneWatches;
+use super::migration::MigrationWatch;
 use super::pass::{self, DrainReport, PlannedEviction, Survey};
 use super::pod::{DrainPod, PodPage};
 use super::rules;
@@ -109,6 +110,8 @@ pub(crate) struct Drainer {
     retries: DrainMemory,
     /// The PodDisruptionBudgets, read into every round.
     budgets: BudgetWatch,
+    /// KubeVirt's migrations, read into every round (inert without KubeVirt).
+    migrations: MigrationWatch,
     pages: Arc<tokio::sync::Semaphore>,
     slots: Arc<tokio::sync::Semaphore>,
     metrics: Arc<Metrics>,
@@ -132,14 +135,14 @@ async fn deadline<T>(
 impl Drainer {
     /// A drainer; `eviction_client` must have `default_retry = false`. Answers are counted in
     /// `metrics`; `retries` is the drain's part of the controller's memory, `budgets` the
-    /// watch of PodDisruptionBudgets.
+    /// watch of PodDisruptionBudgets, `migrations` that of KubeVirt's migrations.
     pub(crate) fn new(
         client: Client,
         eviction_client: Client,
         options: DrainOptions,
         metrics: Arc<Metrics>,
         retries: DrainMemory,
-        budgets: BudgetWatch,
+        (budgets, migrations): (BudgetWatch, MigrationWatch),
     ) -> Self {
         Self {
             gone: GoneWatches::new(client.clone()),
@@ -148,6 +151,7 @@ impl Drainer {
             options,
             retries,
             budgets,
+            migrations,
             pages: Arc::new(tokio::sync::Semaphore::new(LIST_PAGES_IN_FLIGHT)),
             slots: Arc::new(tokio::sync::Semaphore::new(EVICTION_PARALLELISM)),
             metrics,
@@ -343,7 +347,8 @@ impl Drainer {
         };
         let pods = self.classified(pods, &arrival, &policy.drain_rules).await?;
         // Decide (pure).
-        let plan = pass::plan_pass(pods, &schedule, &budgets, policy, started, now, at);
+        let mut plan = pass::plan_pass(pods, &schedule, &budgets, policy, started, now, at);
+        pass::show_migrations(&mut plan, &self.migrations.read());
         let evict = plan.evict.clone();
         let delete = plan.delete.clone();
         let (report, settled) = pass::settle(node, plan, &schedule, Instant::now());
@@ -499,7 +504,7 @@ impl Drainer {
                 pod.name
             );
         }
-        let mut outcome = classify_eviction(pod, answer.as_ref().map(|_| ()));
+        let mut outcome = classify_eviction(pod, e.in_progress, answer.as_ref().map(|_| ()));
         if outcome.result != result::EVICTED && outcome.result != result::GONE {
             tracing::info!(error = %outcome.error.as_deref().unwrap_or_default(), "eviction refused");
         }

@@ -40,8 +40,10 @@ mod gone;
 
 pub(crate) mod budget;
 pub(crate) mod deadline;
+pub(crate) mod migration;
 pub(crate) mod pass;
 pub(crate) mod pod;
+pub(crate) mod requester;
 pub(crate) mod rules;
 
 use std::collections::{HashMap, HashSet};
@@ -78,6 +80,34 @@ pub(crate) const STUCK_TERMINATING_MARGIN: Duration = Duration::from_secs(60);
 /// Shortest time between two eviction requests for the same pod after one was refused
 /// (upstream's `waitDurationOnDrainError`). Kept per pod UID in memory, not in the status.
 pub(crate) const EVICTION_RETRY_INTERVAL: Duration = Duration::from_secs(5);
+/// Shortest time between two eviction requests for a pod whose responder is evacuating it
+/// ([`Answer::Evacuating`]): 30 s. Asking again only confirms what the first answer said
+/// (KubeVirt answers `Evacuation in progress: ...` while `status.evacuationNodeName` is set, and
+/// its evacuation controller retries a failed migration by itself); the pod leaving is noticed
+/// by the round's listing, not by asking. The retry only bounds how long an evacuation someone
+/// else withdrew goes unnoticed; while the pod carries [`EVICTION_IN_PROGRESS_ANNOTATION`] (its
+/// responder's word that the evacuation goes on; KubeVirt derives it from the VMI's evacuation)
+/// it is not asked again at all, as the descheduler does. Ours.
+pub(crate) const EVACUATION_RETRY_INTERVAL: Duration = Duration::from_secs(30);
+/// Pod annotation a responder sets once it has taken over a pod's eviction (the descheduler's
+/// `EvictionsInBackground` contract; KubeVirt sets it on an evacuating virt-launcher pod).
+pub(crate) const EVICTION_IN_PROGRESS_ANNOTATION: &str =
+    "descheduler.alpha.kubernetes.io/eviction-in-progress";
+/// Pod annotation of a pod whose eviction a responder intercepts and carries out in the
+/// background (the descheduler's contract; informational here: the answer decides).
+pub(crate) const REQUEST_EVICT_ONLY_ANNOTATION: &str =
+    "descheduler.alpha.kubernetes.io/request-evict-only";
+/// What a 429 says when its responder has started an evacuation: the descheduler's test for
+/// an eviction in background, and the stem of KubeVirt's virt-api answers
+/// (`Eviction triggered evacuation of VMI "<ns>/<vmi>"`, then
+/// `Evacuation in progress: Eviction triggered evacuation of VMI "<ns>/<vmi>"`; KubeVirt's
+/// `pod-eviction-admitter.go`).
+pub(crate) const EVACUATION_TRIGGERED: &str = "Eviction triggered evacuation";
+/// What KubeVirt's virt-api answers (429) for the launcher pod of a VMI whose eviction strategy
+/// is `LiveMigrate` and that cannot migrate:
+/// `VMI <vmi> is configured with an eviction strategy but is not live-migratable`.
+pub(crate) const NOT_LIVE_MIGRATABLE: &str =
+    "is configured with an eviction strategy but is not live-migratable";
 /// Priority from which a pod is system-critical: the value of `system-cluster-critical`
 /// (`system-node-critical` is 2 000 001 000). Only the two built-in classes and other `system-`
 /// classes can reach it (user PriorityClasses are capped at 1 000 000 000); the kubelet's graceful
@@ -100,8 +130,16 @@ pub(crate) mod reason {
     pub(crate) const TERMINATING: &str = "Terminating";
     /// Still on the node more than [`super::STUCK_TERMINATING_MARGIN`] after its deletion was due.
     pub(crate) const STUCK_TERMINATING: &str = "StuckTerminating";
-    /// Another 429, e.g. KubeVirt live-migrating the VM behind a virt-launcher pod.
+    /// Another 429 (a webhook's rate limit, a responder's refusal of its own).
     pub(crate) const TOO_MANY_REQUESTS: &str = "TooManyRequests";
+    /// A responder is moving the pod's workload away (a 429 saying
+    /// [`super::EVACUATION_TRIGGERED`], or a 429 for a pod carrying
+    /// [`super::EVICTION_IN_PROGRESS_ANNOTATION`]): progress, not an error; the pod goes once
+    /// its workload has left (KubeVirt: once the VM has live-migrated).
+    pub(crate) const EVACUATING: &str = "Evacuating";
+    /// KubeVirt refuses: the VMI must live-migrate to leave and cannot
+    /// ([`super::NOT_LIVE_MIGRATABLE`]). A hard blocker until the VM is stopped or changed.
+    pub(crate) const NOT_MIGRATABLE: &str = "NotMigratable";
     /// Any other eviction failure.
     pub(crate) const EVICTION_ERROR: &str = "EvictionError";
     /// The eviction was sent and the API server has not answered yet (an admission webhook on
@@ -423,7 +461,7 @@ pub(crate) fn classify(
         // kubectl with --force evicts the orphan and warns with the NotFound error text.
         warnings.push(format!("daemonsets.apps \"{}\" not found", ds.name));
     }
-    if pod.metadata.mirror {
+    if pod.metadata.marks.mirror {
         return Disposition::SkipMirror;
     }
     if pod.is_terminal() {
@@ -543,6 +581,8 @@ pub(crate) fn skipped_entry(pod: &PodReference) -> PodBlocker {
 pub(crate) struct RetrySchedule {
     entries: HashMap<String, RetryEntry>,
     announced: HashMap<String, String>,
+    /// Pods already named in a `NotMigratable` Warning, with their node, by UID.
+    warned: HashMap<String, String>,
     in_flight: HashSet<String>,
     first_listing: Option<(i64, HashSet<String>)>,
     awaited: HashMap<String, Awaited>,
@@ -611,6 +651,10 @@ impl RetrySchedule {
             .get(uid)
             .filter(|e| e.due > now)
             .map(|e| (&e.blocker, e.error.as_deref()))
+    }
+    /// The blocker of the last refusal of pod `uid`, due or not.
+    pub(crate) fn last_refusal(&self, uid: &str) -> Option<&PodBlocker> {
+        self.entries.get(uid).map(|e| &e.blocker)
     }
     /// Records the outcome of an eviction of pod `uid` on `node`: a refusal (a blocker other than
     /// `Terminating`) schedules the next try one interval after `now`; anything else clears it.
@@ -758,6 +802,8 @@ impl RetrySchedule {
             .retain(|uid, e| e.node != node || listed.contains(uid));
         self.announced
             .retain(|uid, n| n != node || listed.contains(uid));
+        self.warned
+            .retain(|uid, n| n != node || listed.contains(uid));
         self.forced
             .retain(|uid, (n, _)| n != node || listed.contains(uid));
         self.accepted
@@ -791,6 +837,7 @@ impl RetrySchedule {
     pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
             && self.announced.is_empty()
+            && self.warned.is_empty()
             && self.in_flight.is_empty()
             && self.accepted.is_empty()
             && self.first_listing.is_none()
@@ -806,6 +853,9 @@ impl RetrySchedule {
         self.retain(node, &settled.listed);
         for uid in &settled.kept {
             self.announce(uid, node);
+        }
+        for uid in &settled.warned {
+            self.warn(uid, node);
         }
         for (uid, b) in settled.forced {
             self.entries.remove(&uid);
@@ -826,6 +876,12 @@ impl RetrySchedule {
     /// Whether skipped pod `uid` is reported for the first time (for its one event).
     pub(crate) fn announce(&mut self, uid: &str, node: &str) -> bool {
         self.announced
+            .insert(uid.to_string(), node.to_string())
+            .is_none()
+    }
+    /// Whether not-migratable pod `uid` is reported for the first time (for its one Warning).
+    pub(crate) fn warn(&mut self, uid: &str, node: &str) -> bool {
+        self.warned
             .insert(uid.to_string(), node.to_string())
             .is_none()
     }
@@ -864,7 +920,12 @@ pub(crate) enum Answer {
     Gone,
     /// 429 with a `DisruptionBudget` cause.
     Budget,
-    /// Another 429 (KubeVirt's evacuation, a webhook's rate limit).
+    /// A 429 that says its responder is evacuating the pod ([`EVACUATION_TRIGGERED`]), or any
+    /// other 429 for a pod carrying [`EVICTION_IN_PROGRESS_ANNOTATION`].
+    Evacuating,
+    /// KubeVirt's 429 for a VMI that must live-migrate and cannot ([`NOT_LIVE_MIGRATABLE`]).
+    NotMigratable,
+    /// Another 429 (a webhook's rate limit).
     TooManyRequests,
     /// 500 "This pod has more than one PodDisruptionBudget".
     MultipleBudgets,
@@ -891,7 +952,8 @@ pub(crate) struct Meaning {
 
 /// The answer table (`docs/drain-contract.md` §4): answer → blocker reason, retry interval,
 /// error or not, shared or not. Every decision about an answer reads it; the retry interval is
-/// upstream's `waitDurationOnDrainError` (5 s) for every refusal.
+/// upstream's `waitDurationOnDrainError` (5 s) for every refusal but an evacuation's
+/// ([`EVACUATION_RETRY_INTERVAL`]), which is progress, not an error (§4a).
 pub(crate) const fn meaning(answer: Answer) -> Meaning {
     const fn refused(
         result: crate::metrics::EvictionResult,
@@ -922,6 +984,14 @@ pub(crate) const fn meaning(answer: Answer) -> Meaning {
             shared: false,
         },
         Answer::Budget => refused(result::BLOCKED_PDB, reason::PDB, true),
+        Answer::Evacuating => Meaning {
+            result: result::TOO_MANY_REQUESTS,
+            reason: Some(reason::EVACUATING),
+            retry: Some(EVACUATION_RETRY_INTERVAL),
+            error: false,
+            shared: false,
+        },
+        Answer::NotMigratable => refused(result::TOO_MANY_REQUESTS, reason::NOT_MIGRATABLE, false),
         Answer::TooManyRequests => {
             refused(result::TOO_MANY_REQUESTS, reason::TOO_MANY_REQUESTS, false)
         }
@@ -977,10 +1047,13 @@ pub(crate) fn parse_pdb_cause(message: &str) -> Option<(String, Option<i32>, Opt
 }
 
 /// Which row of the answer table an answer is: 2xx evicted, 404 gone, 409 from the UID
-/// precondition gone, 429 with a `DisruptionBudget` cause a budget, other 429s too many
-/// requests, 500 "more than one PodDisruptionBudget" multiple budgets, 403 with a
-/// `NamespaceTerminating` cause namespace terminating, anything else an error.
-pub(crate) fn answer_of(answer: Result<(), &kube::Error>) -> Answer {
+/// precondition gone, 429 with a `DisruptionBudget` cause a budget, a 429 saying
+/// [`EVACUATION_TRIGGERED`] evacuating, one saying [`NOT_LIVE_MIGRATABLE`] not migratable, any
+/// other 429 evacuating when the pod carries the in-progress annotation (`in_progress`: its
+/// responder has taken over) and too many requests otherwise, 500 "more than one
+/// PodDisruptionBudget" multiple budgets, 403 with a `NamespaceTerminating` cause namespace
+/// terminating, anything else an error.
+pub(crate) fn answer_of(answer: Result<(), &kube::Error>, in_progress: bool) -> Answer {
     let Err(err) = answer else {
         return Answer::Evicted;
     };
@@ -991,6 +1064,9 @@ pub(crate) fn answer_of(answer: Result<(), &kube::Error>) -> Answer {
         _ if status.is_not_found() => Answer::Gone,
         _ if status.is_conflict() && status.message.contains("Precondition failed") => Answer::Gone,
         429 if cause(status, "DisruptionBudget").is_some() => Answer::Budget,
+        429 if status.message.contains(EVACUATION_TRIGGERED) => Answer::Evacuating,
+        429 if status.message.contains(NOT_LIVE_MIGRATABLE) => Answer::NotMigratable,
+        429 if in_progress => Answer::Evacuating,
         429 => Answer::TooManyRequests,
         500 if status.message.contains("more than one PodDisruptionBudget") => {
             Answer::MultipleBudgets
@@ -1002,13 +1078,15 @@ pub(crate) fn answer_of(answer: Result<(), &kube::Error>) -> Answer {
 
 /// Classifies the answer to an eviction of `pod` through the answer table ([`meaning`]): the
 /// blocker with the API server's text (a budget's name and healthy counts parsed from its
-/// cause), upstream's lastError text, the retry and the shared cause. Never retries: the next
-/// pass does.
+/// cause), upstream's lastError text (none for an evacuation), the retry and the shared cause.
+/// `in_progress`: the pod carried [`EVICTION_IN_PROGRESS_ANNOTATION`] when the round listed it.
+/// Never retries: the next pass does.
 pub(crate) fn classify_eviction(
     pod: &PodReference,
+    in_progress: bool,
     answer: Result<(), &kube::Error>,
 ) -> EvictionOutcome {
-    let kind = answer_of(answer);
+    let kind = answer_of(answer, in_progress);
     let row = meaning(kind);
     let api_error = answer.err().map(error_text);
     let status = match answer {
@@ -1023,7 +1101,11 @@ pub(crate) fn classify_eviction(
             cause(s, "DisruptionBudget").unwrap_or_default()
         ),
         (
-            Answer::TooManyRequests | Answer::MultipleBudgets | Answer::NamespaceTerminating,
+            Answer::TooManyRequests
+            | Answer::Evacuating
+            | Answer::NotMigratable
+            | Answer::MultipleBudgets
+            | Answer::NamespaceTerminating,
             Some(s),
         ) => s.message.clone(),
         _ => api_error.clone().unwrap_or_default(),

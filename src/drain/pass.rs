@@ -56,6 +56,9 @@ pub(crate) struct DrainReport {
     pub skipped: Vec<PodBlocker>,
     /// The part of `skipped` reported for the first time by this process (one event each).
     pub newly_skipped: Vec<PodBlocker>,
+    /// The `NotMigratable` pods of `pending` reported for the first time by this process (one
+    /// Warning event each, not one per retry).
+    pub newly_not_migratable: Vec<PodBlocker>,
     /// Time until the earliest per-pod eviction retry on this node; the next round is not useful
     /// before then (`None`: no refused eviction waits).
     pub retry_in: Option<Duration>,
@@ -79,6 +82,14 @@ impl DrainReport {
     /// (at the retry) rather than soon (1 s).
     pub(crate) fn blocked(&self) -> bool {
         self.pending.iter().any(|b| !waits_only(&b.reason))
+    }
+    /// Every pending pod that blocks is `Evacuating`: the drain waits for responders'
+    /// migrations, nothing refuses it.
+    pub(crate) fn only_evacuating(&self) -> bool {
+        self.pending
+            .iter()
+            .filter(|b| !waits_only(&b.reason))
+            .all(|b| b.reason == reason::EVACUATING)
     }
     /// The pods (`namespace/name`) whose deletion should wake the next round (`drain::gone`):
     /// the terminating ones, when there are some and no eviction's answer is due (each answer
@@ -130,6 +141,8 @@ pub(crate) struct PlannedEviction {
     pub awaits: Option<Awaited>,
     /// The budget that covers the pod, whose hold an accepted eviction ends.
     pub cause: Option<SharedCause>,
+    /// The pod carried the eviction-in-progress annotation when listed (its answer's row).
+    pub in_progress: bool,
 }
 
 /// The round's decision before any eviction is sent.
@@ -148,6 +161,11 @@ pub(crate) struct PassPlan {
     pub kept: Vec<PodBlocker>,
     /// The UIDs of kept pods, for their one announcement.
     pub kept_uids: Vec<String>,
+    /// The pods held by a `NotMigratable` refusal, by UID, for their one Warning.
+    pub not_migratable: Vec<(String, PodBlocker)>,
+    /// The VMI of each evictable virt-launcher pod, by the pod's namespace and name
+    /// ([`show_migrations`]).
+    pub launchers: HashMap<(String, String), String>,
     /// The evictions to send now, namespaces taking turns ([`fair_order`]).
     pub evict: Vec<PlannedEviction>,
     /// UIDs whose retry entries stay (listed, up for eviction or kept).
@@ -263,6 +281,10 @@ pub(crate) fn plan_pass(
             }
         };
         plan.evictable.push(r.clone());
+        if let Some(vmi) = super::migration::launcher_of(&pod) {
+            let key = (r.namespace.clone(), r.name.clone());
+            plan.launchers.insert(key, vmi.to_string());
+        }
         // The operator's own pod stays last even then: deleted once it is all that is left.
         let own_pod_first = stage == super::Stage::OwnPod && first_stage != Some(stage);
         if overdue == Some(OnTimeout::ForceDelete) && !own_pod_first {
@@ -338,14 +360,28 @@ pub(crate) fn plan_pass(
             continue;
         }
         if let Some((b, error)) = schedule.held(&uid, at) {
+            if b.reason == reason::NOT_MIGRATABLE {
+                plan.not_migratable.push((uid.clone(), b.clone()));
+            }
             plan.pending.push(b.clone());
             plan.errors.extend(error.map(str::to_string));
+            continue;
+        }
+        // Its responder still says the evacuation is in progress (the annotation, the
+        // descheduler's contract): not asked again, whatever the retry says; 50 migrating VMs
+        // then cost the node's listing, not 50 refusals per retry.
+        if pod.metadata.marks.eviction_in_progress
+            && let Some(b) = schedule
+                .last_refusal(&uid)
+                .filter(|b| b.reason == reason::EVACUATING)
+        {
+            plan.pending.push(b.clone());
             continue;
         }
         let cause = match gate.admit(&pod) {
             Admit::Ask(cause) => cause,
             Admit::Hold(b, error) => {
-                plan.pending.push(b);
+                plan.pending.push(*b);
                 plan.errors.extend(error);
                 continue;
             }
@@ -367,11 +403,23 @@ pub(crate) fn plan_pass(
             labels: pod.metadata.labels,
             awaits,
             cause,
+            in_progress: pod.metadata.marks.eviction_in_progress,
         });
     }
     plan.evict = fair_order(std::mem::take(&mut plan.evict));
     await_replacements(&mut plan, schedule, &live, now);
     plan
+}
+
+/// Shows in each `Evacuating` blocker of a virt-launcher pod its VMI and the VMI's newest
+/// migration ([`super::migration::show`]).
+pub(crate) fn show_migrations(plan: &mut PassPlan, migrations: &super::migration::Migrations) {
+    for b in &mut plan.pending {
+        let key = (b.namespace.clone(), b.name.clone());
+        if let Some(vmi) = plan.launchers.get(&key) {
+            super::migration::show(b, vmi, migrations);
+        }
+    }
 }
 
 /// Whether a pod that is up for eviction is asked in this round.
@@ -380,7 +428,7 @@ enum Admit {
     /// Ask it; the budget that covers it, if one does.
     Ask(Option<SharedCause>),
     /// Hold it without a request: its blocker and lastError text.
-    Hold(PodBlocker, Option<String>),
+    Hold(Box<PodBlocker>, Option<String>),
 }
 
 /// The causes many pods share, as one round spends them: each budget's evictions it would
@@ -438,7 +486,7 @@ impl<'a> Gate<'a> {
             && (e.due > self.at || !self.probed.insert(namespace))
         {
             let (b, error) = e.for_pod(&r);
-            return Admit::Hold(b, error);
+            return Admit::Hold(Box::new(b), error);
         }
         let Some(budget) = self.budget(pod) else {
             return Admit::Ask(None);
@@ -460,9 +508,9 @@ impl<'a> Gate<'a> {
         match self.schedule.last_shared(&cause) {
             Some(e) => {
                 let (b, error) = e.for_pod(&r);
-                Admit::Hold(b, error)
+                Admit::Hold(Box::new(b), error)
             }
-            None => Admit::Hold(held_by(budget, &r), None),
+            None => Admit::Hold(Box::new(held_by(budget, &r)), None),
         }
     }
 }
@@ -484,6 +532,7 @@ fn held_by(budget: &Budget, pod: &PodReference) -> PodBlocker {
         pod_disruption_budget: Some(budget.name.clone()),
         desired_healthy: budget.desired,
         current_healthy: budget.current,
+        ..PodBlocker::default()
     }
 }
 
@@ -554,6 +603,8 @@ pub(crate) struct Settled {
     pub listed: HashSet<String>,
     /// UIDs of the kept pods (announced from now on).
     pub kept: Vec<String>,
+    /// UIDs of the `NotMigratable` pods (warned about from now on).
+    pub warned: Vec<String>,
     /// The first listing to record, if any.
     pub first_listing: Option<(i64, HashSet<String>)>,
     /// The replacements awaited.
@@ -585,18 +636,30 @@ pub(crate) fn settle(
         .filter(|uid| probe.announce(uid, node))
         .cloned()
         .collect();
+    let newly_not_migratable: Vec<PodBlocker> = plan
+        .not_migratable
+        .iter()
+        .filter(|(uid, _)| probe.warn(uid, node))
+        .map(|(_, b)| b.clone())
+        .collect();
     let retry_in = probe.next_due(node, answered);
     let sending: Vec<PodBlocker> = plan.evict.iter().map(|e| super::evicting(&e.pod)).collect();
     let settled = Settled {
         listed: plan.listed.clone(),
         kept: plan.kept_uids.clone(),
+        warned: plan
+            .not_migratable
+            .iter()
+            .map(|(uid, _)| uid.clone())
+            .collect(),
         first_listing: plan.first_listing.clone(),
         awaited: plan.awaited.clone(),
         read_awaited: schedule.awaited().keys().cloned().collect(),
         done: false,
         forced: plan.forced.clone(),
     };
-    let report = report(plan, sending, &newly_kept, retry_in);
+    let mut report = report(plan, sending, &newly_kept, retry_in);
+    report.newly_not_migratable = newly_not_migratable;
     let done = report.done();
     (report, Settled { done, ..settled })
 }
@@ -860,7 +923,7 @@ mod tests {
         memory.sent("uid-p");
         // The answer arrives while the next round lists: its listing still shows the pod
         // running, but the API server has already marked it for deletion.
-        let accepted = classify_eviction(&plan.evict[0].pod, Ok(()));
+        let accepted = classify_eviction(&plan.evict[0].pod, false, Ok(()));
         memory.answered("uid-p", "n", Some(&accepted), None, at);
         let plan = round(&memory, running());
         assert!(plan.evict.is_empty(), "asked again: {:?}", plan.evict);
@@ -869,7 +932,7 @@ mod tests {
         let mut gone_memory = RetrySchedule::default();
         let gone = crate::drain::tests::api_err(404, "pods \"p\" not found", &[]);
         let first = round(&RetrySchedule::default(), running());
-        let gone = classify_eviction(&first.evict[0].pod, Err(&gone));
+        let gone = classify_eviction(&first.evict[0].pod, false, Err(&gone));
         gone_memory.answered("uid-p", "n", Some(&gone), None, at);
         assert!(round(&gone_memory, running()).evict.is_empty());
         // Once a listing shows it terminating, or no more, the memory of the answer goes.
@@ -936,6 +999,7 @@ mod tests {
             )
             .evict[0]
                 .pod,
+            false,
             Err(&e),
         );
         memory.answered("uid-slow", "n", Some(&refused), None, at);
@@ -1069,7 +1133,7 @@ mod tests {
         let (_, settled) = settle("n", plan, &memory, at);
         memory.apply("n", settled);
         memory.sent("uid-quick");
-        let accepted = classify_eviction(&e.pod, Ok(()));
+        let accepted = classify_eviction(&e.pod, false, Ok(()));
         memory.answered(
             "uid-quick",
             "n",
@@ -1337,7 +1401,7 @@ mod tests {
         );
         let uid = e.uid.as_deref().unwrap();
         memory.sent(uid);
-        let accepted = classify_eviction(&e.pod, Ok(()));
+        let accepted = classify_eviction(&e.pod, false, Ok(()));
         memory.answered(
             uid,
             "n",
@@ -1389,6 +1453,140 @@ mod tests {
     }
 
     #[test]
+    fn an_evacuation_is_progress_asked_at_its_own_pace_and_a_vm_that_cannot_migrate_is_warned_once()
+    {
+        let at = Instant::now();
+        let marked = json!({"metadata": {"annotations": {
+            (crate::drain::EVICTION_IN_PROGRESS_ANNOTATION): "kubevirt"}}});
+        let pods = |in_progress: bool| {
+            let extra = if in_progress {
+                marked.clone()
+            } else {
+                json!({})
+            };
+            vec![
+                (pod("migrating", extra), ordinary()),
+                (pod("pinned", json!({})), ordinary()),
+            ]
+        };
+        let run = |memory: &RetrySchedule, in_progress: bool, secs: u64| {
+            let plan = plan_pass(
+                pods(in_progress),
+                memory,
+                &Budgets::default(),
+                &DrainPolicy::default(),
+                None,
+                t(secs as i64),
+                at + Duration::from_secs(secs),
+            );
+            let asked: Vec<(String, bool)> = plan
+                .evict
+                .iter()
+                .map(|e| (e.pod.name.clone(), e.in_progress))
+                .collect();
+            let (rep, settled) = settle("n", plan, memory, at + Duration::from_secs(secs));
+            (asked, rep, settled)
+        };
+        let mut memory = RetrySchedule::default();
+        let (asked, ..) = run(&memory, false, 0);
+        assert_eq!(
+            asked,
+            vec![("migrating".into(), false), ("pinned".into(), false)]
+        );
+        let evacuating = crate::drain::tests::api_err(
+            429,
+            "admission webhook \"virt-launcher-eviction-interceptor.kubevirt.io\" denied the request: Eviction triggered evacuation of VMI \"ns/vm-a\"",
+            &[],
+        );
+        let pinned = crate::drain::tests::api_err(
+            429,
+            "admission webhook \"virt-launcher-eviction-interceptor.kubevirt.io\" denied the request: VMI vm-b is configured with an eviction strategy but is not live-migratable",
+            &[],
+        );
+        for (uid, name, e) in [
+            ("uid-migrating", "migrating", &evacuating),
+            ("uid-pinned", "pinned", &pinned),
+        ] {
+            memory.sent(uid);
+            let o = classify_eviction(&pod(name, json!({})).reference(), false, Err(e));
+            memory.answered(uid, "n", Some(&o), None, at);
+        }
+        let reasons = |rep: &DrainReport| -> Vec<(String, String)> {
+            rep.pending
+                .iter()
+                .map(|b| (b.name.clone(), b.reason.clone()))
+                .collect()
+        };
+        // The next round: both held; the VM that cannot migrate is warned about, once, and is
+        // the only error; the condition is not "only evacuating".
+        let (asked, rep, settled) = run(&memory, true, 1);
+        assert!(asked.is_empty());
+        assert_eq!(
+            reasons(&rep),
+            vec![
+                ("migrating".into(), reason::EVACUATING.into()),
+                ("pinned".into(), reason::NOT_MIGRATABLE.into())
+            ]
+        );
+        assert_eq!(rep.newly_not_migratable.len(), 1);
+        assert!(
+            rep.newly_not_migratable[0]
+                .message
+                .as_deref()
+                .unwrap()
+                .contains("VMI vm-b")
+        );
+        let error = rep.last_error().unwrap();
+        assert!(
+            error.contains("pods/\"pinned\"") && !error.contains("migrating"),
+            "{error}"
+        );
+        assert!(rep.blocked() && !rep.only_evacuating());
+        memory.apply("n", settled);
+        // Past the upstream interval: only the VM that cannot migrate is asked again; no second
+        // Warning while it stays refused.
+        let (asked, rep, settled) = run(&memory, true, 6);
+        assert_eq!(asked, vec![("pinned".into(), false)]);
+        assert_eq!(
+            rep.retry_in,
+            Some(Duration::from_secs(24)),
+            "the evacuation's retry"
+        );
+        memory.apply("n", settled);
+        memory.sent("uid-pinned");
+        let o = classify_eviction(&pod("pinned", json!({})).reference(), false, Err(&pinned));
+        memory.answered(
+            "uid-pinned",
+            "n",
+            Some(&o),
+            None,
+            at + Duration::from_secs(6),
+        );
+        let (_, rep, settled) = run(&memory, true, 7);
+        assert!(rep.newly_not_migratable.is_empty(), "one Warning per pod");
+        memory.apply("n", settled);
+        // Past the evacuation's retry: while the pod carries the responder's in-progress
+        // annotation, it is not asked again (still Evacuating); without it, it is.
+        let (asked, rep30, _) = run(&memory, true, 30);
+        assert!(
+            asked.iter().all(|(name, _)| name != "migrating"),
+            "{asked:?}"
+        );
+        assert_eq!(
+            reasons(&rep30)[0],
+            ("migrating".into(), reason::EVACUATING.into())
+        );
+        let (asked, ..) = run(&memory, false, 30);
+        assert!(asked.contains(&("migrating".into(), false)), "{asked:?}");
+        // Once only evacuations are left, the condition says so.
+        let only = DrainReport {
+            pending: vec![rep.pending[0].clone()],
+            ..DrainReport::default()
+        };
+        assert!(only.blocked() && only.only_evacuating());
+    }
+
+    #[test]
     fn a_terminating_namespace_is_asked_through_one_pod_per_retry() {
         let at = Instant::now();
         let pods = || app_pods("web", 4);
@@ -1398,7 +1596,7 @@ mod tests {
             "pods \"web-0\" is forbidden: unable to create new content in namespace ns because it is being terminated",
             &[("NamespaceTerminating", "namespace ns is being terminated")],
         );
-        let refused = classify_eviction(&pods()[0].0.reference(), Err(&e));
+        let refused = classify_eviction(&pods()[0].0.reference(), false, Err(&e));
         assert_eq!(
             refused.shared,
             Some(SharedCause::NamespaceTerminating {

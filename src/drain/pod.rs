@@ -3,7 +3,7 @@
 //! (a kubelet-size pod is about 11 KB of JSON, and several times that as a `k8s_openapi` `Pod`).
 //!
 //! Everything else in the JSON (container specs, managed fields, status details, annotations
-//! other than the mirror marker, volumes other than whether one is an emptyDir) is skipped by the
+//! other than the three the drain reads ([`PodMarks`]), volumes other than whether one is an emptyDir) is skipped by the
 //! deserializer without being kept (`serde::de::IgnoredAny`).
 
 use std::collections::BTreeMap;
@@ -55,19 +55,27 @@ pub(crate) struct PodMeta {
     /// `metadata.labels` (PodDisruptionBudget selectors are matched against them).
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
-    /// Whether `metadata.annotations` has [`super::MIRROR_ANNOTATION`]; no annotation is kept.
-    #[serde(
-        default,
-        rename = "annotations",
-        deserialize_with = "has_mirror_annotation"
-    )]
-    pub mirror: bool,
+    /// Which of the annotations the drain reads `metadata.annotations` has; no annotation is
+    /// kept.
+    #[serde(default, rename = "annotations", deserialize_with = "marks")]
+    pub marks: PodMarks,
     /// `metadata.ownerReferences`, without `blockOwnerDeletion`.
     #[serde(default)]
     pub owner_references: Vec<OwnerRef>,
     /// `metadata.finalizers` (named in a stuck pod's message).
     #[serde(default)]
     pub finalizers: Vec<String>,
+}
+
+/// The annotations the drain reads, by presence (their values do not matter).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PodMarks {
+    /// [`super::MIRROR_ANNOTATION`]: a static pod's mirror.
+    pub mirror: bool,
+    /// [`super::EVICTION_IN_PROGRESS_ANNOTATION`]: a responder is evacuating the pod.
+    pub eviction_in_progress: bool,
+    /// [`super::REQUEST_EVICT_ONLY_ANNOTATION`]: a responder carries out its eviction.
+    pub request_evict_only: bool,
 }
 
 /// An owner reference as the drain reads it.
@@ -163,29 +171,34 @@ pub(crate) struct PageMeta {
     pub continue_: Option<String>,
 }
 
-fn has_mirror_annotation<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+fn marks<'de, D: serde::Deserializer<'de>>(d: D) -> Result<PodMarks, D::Error> {
     struct V;
     impl<'de> Visitor<'de> for V {
-        type Value = bool;
+        type Value = PodMarks;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
             f.write_str("a map of annotations or null")
         }
-        fn visit_unit<E>(self) -> Result<bool, E> {
-            Ok(false)
+        fn visit_unit<E>(self) -> Result<PodMarks, E> {
+            Ok(PodMarks::default())
         }
-        fn visit_none<E>(self) -> Result<bool, E> {
-            Ok(false)
+        fn visit_none<E>(self) -> Result<PodMarks, E> {
+            Ok(PodMarks::default())
         }
-        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<PodMarks, D::Error> {
             d.deserialize_map(V)
         }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
-            let mut found = false;
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PodMarks, A::Error> {
+            let mut marks = PodMarks::default();
             while let Some(key) = map.next_key::<String>()? {
-                found |= key == super::MIRROR_ANNOTATION;
+                match key.as_str() {
+                    super::MIRROR_ANNOTATION => marks.mirror = true,
+                    super::EVICTION_IN_PROGRESS_ANNOTATION => marks.eviction_in_progress = true,
+                    super::REQUEST_EVICT_ONLY_ANNOTATION => marks.request_evict_only = true,
+                    _ => {}
+                }
                 map.next_value::<IgnoredAny>()?;
             }
-            Ok(found)
+            Ok(marks)
         }
     }
     d.deserialize_option(V)
@@ -237,7 +250,8 @@ mod tests {
                 "creationTimestamp": "2026-01-01T00:00:00Z",
                 "labels": {"app": "web"},
                 "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}",
-                                "kubernetes.io/config.mirror": "x"},
+                                "kubernetes.io/config.mirror": "x",
+                                "descheduler.alpha.kubernetes.io/eviction-in-progress": "kubevirt"},
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
                                      "uid": "rs", "controller": true, "blockOwnerDeletion": true}],
                 "managedFields": [{"manager": "kube-controller-manager"}]
@@ -252,7 +266,8 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(p.reference().name, "web-1");
-        assert!(p.metadata.mirror && p.spec.empty_dir);
+        assert!(p.metadata.marks.mirror && p.spec.empty_dir);
+        assert!(p.metadata.marks.eviction_in_progress && !p.metadata.marks.request_evict_only);
         assert_eq!(
             p.controller_ref().map(|o| o.kind.as_str()),
             Some("ReplicaSet")
@@ -264,7 +279,11 @@ mod tests {
             "spec": {"volumes": null}
         }))
         .unwrap();
-        assert!(!bare.metadata.mirror && !bare.spec.empty_dir && bare.controller_ref().is_none());
+        assert!(
+            bare.metadata.marks == PodMarks::default()
+                && !bare.spec.empty_dir
+                && bare.controller_ref().is_none()
+        );
         let page: PodPage = serde_json::from_value(json!({
             "kind": "PodList", "metadata": {"continue": "abc", "resourceVersion": "1"},
             "items": [{"metadata": {"name": "x"}}]

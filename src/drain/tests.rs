@@ -26,7 +26,7 @@ pub(crate) fn pdb_refusal(name: &str) -> EvictionOutcome {
             "The disruption budget b needs 1 healthy pods and has 1 currently",
         )],
     );
-    classify_eviction(&r(name), Err(&e))
+    classify_eviction(&r(name), false, Err(&e))
 }
 /// The drain's view of a full pod, as the list would give it.
 fn slim(p: &Pod) -> DrainPod {
@@ -414,7 +414,7 @@ fn a_refused_pod_is_not_asked_again_before_its_retry_is_due() {
             "The disruption budget b needs 1 healthy pods and has 1 currently",
         )],
     );
-    let refused = classify_eviction(&r("p"), Err(&e));
+    let refused = classify_eviction(&r("p"), false, Err(&e));
     s.record("uid-p", "n1", &refused, t0);
     let (b, err) = s.held("uid-p", t0 + Duration::from_millis(100)).unwrap();
     assert_eq!(b.reason, reason::PDB);
@@ -430,7 +430,12 @@ fn a_refused_pod_is_not_asked_again_before_its_retry_is_due() {
     assert!(s.held("uid-p", t0).is_none());
     // An accepted eviction clears the schedule.
     s.record("uid-p", "n1", &refused, t0);
-    s.record("uid-p", "n1", &classify_eviction(&r("p"), Ok(())), t0);
+    s.record(
+        "uid-p",
+        "n1",
+        &classify_eviction(&r("p"), false, Ok(())),
+        t0,
+    );
     assert!(s.held("uid-p", t0).is_none());
     // Skipped pods are announced once per UID.
     assert!(s.announce("uid-t", "n1"));
@@ -439,7 +444,7 @@ fn a_refused_pod_is_not_asked_again_before_its_retry_is_due() {
 
 #[test]
 fn accepted_eviction_leaves_the_pod_pending_as_terminating() {
-    let o = classify_eviction(&r("p"), Ok(()));
+    let o = classify_eviction(&r("p"), false, Ok(()));
     assert_eq!(o.result, result::EVICTED);
     assert_eq!(o.blocker.unwrap().reason, reason::TERMINATING);
     assert_eq!(o.error, None);
@@ -448,14 +453,17 @@ fn accepted_eviction_leaves_the_pod_pending_as_terminating() {
 #[test]
 fn not_found_and_failed_uid_precondition_mean_gone() {
     let e = api_err(404, "pods \"p\" not found", &[]);
-    let o = classify_eviction(&r("p"), Err(&e));
+    let o = classify_eviction(&r("p"), false, Err(&e));
     assert_eq!((o.result, o.blocker, o.error), (result::GONE, None, None));
     let e = api_err(
         409,
         "Operation cannot be fulfilled on Pod \"p\": Precondition failed: UID in precondition: a, UID in object meta: b",
         &[],
     );
-    assert_eq!(classify_eviction(&r("p"), Err(&e)).result, result::GONE);
+    assert_eq!(
+        classify_eviction(&r("p"), false, Err(&e)).result,
+        result::GONE
+    );
 }
 
 #[test]
@@ -468,7 +476,7 @@ fn pdb_refusal_names_the_budget_and_its_healthy_counts() {
             "The disruption budget web-pdb needs 2 healthy pods and has 2 currently",
         )],
     );
-    let o = classify_eviction(&r("web-1"), Err(&e));
+    let o = classify_eviction(&r("web-1"), false, Err(&e));
     assert_eq!(o.result, result::BLOCKED_PDB);
     let b = o.blocker.unwrap();
     assert_eq!(b.reason, reason::PDB);
@@ -498,16 +506,133 @@ fn pdb_cause_forms_without_counts_still_name_the_budget() {
 }
 
 #[test]
-fn other_429s_are_too_many_requests() {
-    let e = api_err(429, "Eviction triggered evacuation of VMI \"ns/vm\"", &[]);
-    let o = classify_eviction(&r("virt-launcher"), Err(&e));
-    assert_eq!(o.result, result::TOO_MANY_REQUESTS);
-    let b = o.blocker.unwrap();
-    assert_eq!(b.reason, reason::TOO_MANY_REQUESTS);
-    assert_eq!(
-        b.message.as_deref(),
-        Some("Eviction triggered evacuation of VMI \"ns/vm\"")
+fn evacuations_are_progress_a_vm_that_cannot_migrate_blocks_other_429s_are_too_many_requests() {
+    // KubeVirt's virt-api texts (pod-eviction-admitter.go) as the API server wraps a webhook's
+    // denial, the descheduler's contract, and a webhook's rate limit. (answer, pod carries the
+    // in-progress annotation) -> (reason, retry, counts as error?)
+    let webhook = |text: &str| {
+        format!(
+            "admission webhook \"virt-launcher-eviction-interceptor.kubevirt.io\" denied the request: {text}"
+        )
+    };
+    let cases: [(String, bool, &str, Duration, bool); 7] = [
+        (
+            webhook("Eviction triggered evacuation of VMI \"ns/vm\""),
+            false,
+            reason::EVACUATING,
+            EVACUATION_RETRY_INTERVAL,
+            false,
+        ),
+        (
+            webhook("Evacuation in progress: Eviction triggered evacuation of VMI \"ns/vm\""),
+            false,
+            reason::EVACUATING,
+            EVACUATION_RETRY_INTERVAL,
+            false,
+        ),
+        (
+            "Eviction triggered evacuation of pod ns/p".into(),
+            false,
+            reason::EVACUATING,
+            EVACUATION_RETRY_INTERVAL,
+            false,
+        ),
+        (
+            webhook("VMI vm is configured with an eviction strategy but is not live-migratable"),
+            false,
+            reason::NOT_MIGRATABLE,
+            EVICTION_RETRY_INTERVAL,
+            true,
+        ),
+        // A responder that took the pod over (the annotation) answers as it likes.
+        (
+            "rate limited".into(),
+            true,
+            reason::EVACUATING,
+            EVACUATION_RETRY_INTERVAL,
+            false,
+        ),
+        (
+            "rate limited".into(),
+            false,
+            reason::TOO_MANY_REQUESTS,
+            EVICTION_RETRY_INTERVAL,
+            true,
+        ),
+        // The not-migratable text wins over the annotation: the VM cannot leave.
+        (
+            webhook("VMI vm is configured with an eviction strategy but is not live-migratable"),
+            true,
+            reason::NOT_MIGRATABLE,
+            EVICTION_RETRY_INTERVAL,
+            true,
+        ),
+    ];
+    for (text, in_progress, reason, retry, error) in cases {
+        let e = api_err(429, &text, &[]);
+        let o = classify_eviction(&r("virt-launcher"), in_progress, Err(&e));
+        let b = o.blocker.as_ref().unwrap();
+        assert_eq!(
+            (
+                b.reason.as_str(),
+                o.retry,
+                o.error.is_some(),
+                o.api_error.is_some()
+            ),
+            (reason, Some(retry), error, error),
+            "{text} (in progress: {in_progress})"
+        );
+        assert_eq!(b.message.as_deref(), Some(text.as_str()));
+        assert_eq!(o.result, result::TOO_MANY_REQUESTS, "counted as a 429");
+        assert!(o.shared.is_none());
+    }
+    // A budget's 429 stays a budget's, whatever the pod carries.
+    let e = api_err(
+        429,
+        "Cannot evict pod as it would violate the pod's disruption budget.",
+        &[(
+            "DisruptionBudget",
+            "The disruption budget b needs 1 healthy pods and has 1 currently",
+        )],
     );
+    assert_eq!(
+        classify_eviction(&r("p"), true, Err(&e))
+            .blocker
+            .unwrap()
+            .reason,
+        reason::PDB
+    );
+    // The annotation changes nothing but a 429's row.
+    assert_eq!(
+        classify_eviction(&r("p"), true, Ok(()))
+            .blocker
+            .unwrap()
+            .reason,
+        reason::TERMINATING
+    );
+    let e = api_err(500, "boom", &[]);
+    assert_eq!(
+        classify_eviction(&r("p"), true, Err(&e))
+            .blocker
+            .unwrap()
+            .reason,
+        reason::EVICTION_ERROR
+    );
+    // The table itself: an evacuation is the one refusal that is no error.
+    let refusals = [
+        Answer::Budget,
+        Answer::Evacuating,
+        Answer::NotMigratable,
+        Answer::TooManyRequests,
+        Answer::MultipleBudgets,
+        Answer::NamespaceTerminating,
+        Answer::Error,
+    ];
+    let no_error: Vec<Answer> = refusals
+        .into_iter()
+        .filter(|a| !meaning(*a).error)
+        .collect();
+    assert_eq!(no_error, vec![Answer::Evacuating]);
 }
 
 #[test]
@@ -518,7 +643,10 @@ fn multiple_budgets_namespace_terminating_and_other_errors() {
         &[],
     );
     assert_eq!(
-        classify_eviction(&r("p"), Err(&e)).blocker.unwrap().reason,
+        classify_eviction(&r("p"), false, Err(&e))
+            .blocker
+            .unwrap()
+            .reason,
         reason::MULTIPLE_PDBS
     );
     let e = api_err(
@@ -527,11 +655,14 @@ fn multiple_budgets_namespace_terminating_and_other_errors() {
         &[("NamespaceTerminating", "ns")],
     );
     assert_eq!(
-        classify_eviction(&r("p"), Err(&e)).blocker.unwrap().reason,
+        classify_eviction(&r("p"), false, Err(&e))
+            .blocker
+            .unwrap()
+            .reason,
         reason::NAMESPACE_TERMINATING
     );
     let e = api_err(403, "pdb disruptions allowed is negative", &[]);
-    let o = classify_eviction(&r("p"), Err(&e));
+    let o = classify_eviction(&r("p"), false, Err(&e));
     assert_eq!(o.result, result::ERROR);
     assert_eq!(o.blocker.unwrap().reason, reason::EVICTION_ERROR);
     assert_eq!(
@@ -625,11 +756,16 @@ fn report_is_blocked_only_by_something_other_than_termination() {
     let mut rep = DrainReport::default();
     assert!(rep.done() && !rep.blocked());
     rep.pending
-        .push(classify_eviction(&r("p"), Ok(())).blocker.unwrap());
+        .push(classify_eviction(&r("p"), false, Ok(())).blocker.unwrap());
     assert!(!rep.done() && !rep.blocked());
+    // An evacuation paces the next round as a refusal does (its retry, not 1 s).
+    let e = api_err(429, "Eviction triggered evacuation of VMI \"ns/vm\"", &[]);
+    rep.pending
+        .push(classify_eviction(&r("vm"), false, Err(&e)).blocker.unwrap());
+    assert!(rep.blocked());
     let e = api_err(429, "x", &[]);
     rep.pending
-        .push(classify_eviction(&r("q"), Err(&e)).blocker.unwrap());
+        .push(classify_eviction(&r("q"), false, Err(&e)).blocker.unwrap());
     assert!(rep.blocked());
     let mut waiting = DrainReport::default();
     waiting

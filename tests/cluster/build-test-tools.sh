@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds every Go test tool into the versioned cache under $HOME, one after the other, and
-# prints how long each took (0 s when cached): client-go's elector (tests/leader.rs),
+# prints how long each took (0 s when cached): client-go's elector (tests/leader.rs), the
+# KubeVirt stand-in (tests/evacuation.rs),
 # operator-framework's validators (tests/bundle.rs), opm (`opm validate catalog/`,
 # tests/bundle.rs), helm (tests/chart.rs) and promtool (tests/monitoring.rs). The tests build a
 # missing tool on demand as well; this step only puts the builds in one place and shows their
@@ -12,7 +13,7 @@
 #   tests/cluster/build-test-tools.sh
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-tools=(go-elector olm-validate helm)
+tools=(go-elector kubevirt-standin olm-validate helm)
 if [[ -n "${NMO_LONG_TOOLS:-}" ]]; then
   tools+=(opm promtool)
 else

@@ -27,7 +27,7 @@ pub(crate) fn needs_write(
 
 /// Every status field's JSON name, for explicit nulls in a merge patch (kept in step with
 /// `NodeMaintenanceStatus` by a unit test).
-pub(super) const STATUS_FIELDS: [&str; 15] = [
+pub(super) const STATUS_FIELDS: [&str; 16] = [
     "phase",
     "drainProgress",
     "lastUpdate",
@@ -38,6 +38,7 @@ pub(super) const STATUS_FIELDS: [&str; 15] = [
     "evictionPods",
     "errorOnLeaseCount",
     "blockers",
+    "evacuatingPods",
     "drainStartTime",
     "drainDeadline",
     "onTimeout",

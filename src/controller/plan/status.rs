@@ -77,6 +77,9 @@ pub(crate) mod event {
     pub(crate) const DEADLINE_EXCEEDED: &str = "DrainDeadlineExceeded";
     /// Warning, on the NodeMaintenance, per pod deleted after the deadline (`ForceDelete`).
     pub(crate) const POD_FORCE_DELETED: &str = "PodForceDeleted";
+    /// Warning, once per pod: KubeVirt refuses to evict the launcher pod of a VMI that must
+    /// live-migrate and cannot (the note names the VMI, in KubeVirt's words).
+    pub(crate) const POD_NOT_MIGRATABLE: &str = "PodNotMigratable";
     /// Normal, on the NodeMaintenance, when it starts waiting for a drain slot (ours).
     pub(crate) const QUEUED: &str = "DrainQueued";
     /// Normal, on the NodeMaintenance, when a drain slot is its after it waited (ours).
@@ -770,6 +773,11 @@ pub(crate) fn drained(
     let about_pods = [
         (&report.newly_skipped, false, event::POD_SKIPPED),
         (&report.forced, true, event::POD_FORCE_DELETED),
+        (
+            &report.newly_not_migratable,
+            true,
+            event::POD_NOT_MIGRATABLE,
+        ),
     ];
     for (pods, warning, reason) in about_pods {
         for b in pods {
@@ -800,6 +808,7 @@ pub(crate) fn drained(
         s.pending_pods = None;
         s.pending_pods_refs = None;
         s.blockers = None;
+        s.evacuating_pods = None;
         s.last_error = None;
         set_condition(
             &mut s,
@@ -824,6 +833,12 @@ pub(crate) fn drained(
         s.pending_pods = non_empty(names(&refs));
         s.pending_pods_refs = non_empty(refs);
         s.blockers = non_empty(blockers);
+        let evacuating = report
+            .pending
+            .iter()
+            .filter(|b| b.reason == drain::reason::EVACUATING)
+            .count();
+        s.evacuating_pods = (evacuating > 0).then(|| count(evacuating));
         s.last_error = report.last_error();
         let blocked = report.blocked();
         set_condition(
@@ -832,6 +847,7 @@ pub(crate) fn drained(
             false,
             match (report.overdue, blocked) {
                 (Some(_), _) => condition::DEADLINE_EXCEEDED,
+                (None, true) if report.only_evacuating() => "PodsEvacuating",
                 (None, true) => "EvictionBlocked",
                 (None, false) => "PodsTerminating",
             },

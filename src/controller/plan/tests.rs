@@ -1400,6 +1400,7 @@ fn status_patch_nulls_every_cleared_field() {
         eviction_pods: Some(1),
         error_on_lease_count: Some(1),
         blockers: Some(vec![]),
+        evacuating_pods: Some(1),
         drain_start_time: Some(now_time(t(0))),
         drain_deadline: Some(now_time(t(0))),
         on_timeout: Some(crate::api::OnTimeout::Wait),

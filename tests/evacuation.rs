@@ -1,0 +1,486 @@
+//! Evacuation-aware drain, end to end (`docs/drain-contract.md` §4a): KubeVirt's answers to the
+//! eviction of a virt-launcher pod, and the descheduler's `request-evict-only` contract, read as
+//! progress or as a hard blocker, against the real API server.
+//!
+//! No hypervisor: KubeVirt's `VirtualMachineInstance` and `VirtualMachineInstanceMigration` CRDs
+//! (`tests/fixtures/kubevirt-crds.yaml`) and a stand-in (`tests/cluster/kubevirt-standin`, Go,
+//! client-go) that is registered as a validating webhook on `pods/eviction` and answers as
+//! virt-api's pod eviction admitter does (its texts, 429, the VMI's `status.evacuationNodeName`),
+//! creates the migration, and deletes the launcher pod once the "migration" is over.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenanceStatus};
+use serde_json::json;
+
+const LIMIT: Duration = Duration::from_secs(120);
+/// How long the stand-in's migration (or evacuation) takes before the pod is deleted: long
+/// enough for several passes (and several refusals of the pod that cannot migrate) to happen
+/// meanwhile, short of the evacuation's 30 s retry.
+const MIGRATION_TIME: &str = "15s";
+/// The label of the namespaces whose evictions the stand-in answers.
+const NAMESPACE_LABEL: &str = "e2e-kubevirt";
+
+/// The cluster with KubeVirt's CRDs, `manifests/overlays/kubevirt` installed, and one operator
+/// started after both (it discovers KubeVirt at start).
+fn env() -> &'static OperatorEnv {
+    static ENV: std::sync::OnceLock<OperatorEnv> = std::sync::OnceLock::new();
+    ENV.get_or_init(|| {
+        let cluster = Cluster::shared();
+        let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/kubevirt-crds.yaml");
+        cluster
+            .kubectl_run(&["apply", "-f", &crds.display().to_string()], None)
+            .unwrap();
+        cluster
+            .kubectl_run(
+                &[
+                    "wait",
+                    "--for=condition=Established",
+                    "--timeout=60s",
+                    "crd/virtualmachineinstances.kubevirt.io",
+                    "crd/virtualmachineinstancemigrations.kubevirt.io",
+                ],
+                None,
+            )
+            .unwrap();
+        let installed = installed(cluster);
+        nmo_devcluster::operator::install_manifests(
+            cluster,
+            &manifests_dir().join("overlays/kubevirt"),
+        )
+        .unwrap();
+        let opts = installed.options("operator");
+        let operator = fixtures::start_registered(cluster, &opts)
+            .unwrap_or_else(|e| panic!("operator did not start: {e}"));
+        OperatorEnv {
+            cluster,
+            operator: std::sync::Mutex::new(operator),
+            installed,
+        }
+    })
+}
+
+/// The stand-in process, started once per test binary, with its webhook registered.
+struct Standin {
+    _child: std::sync::Mutex<nmo_devcluster::process::Child>,
+}
+
+async fn standin() -> &'static Standin {
+    static STANDIN: tokio::sync::OnceCell<Standin> = tokio::sync::OnceCell::const_new();
+    STANDIN
+        .get_or_init(|| async {
+            let cluster = env().cluster;
+            let out = std::process::Command::new("bash")
+                .arg(
+                    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("tests/cluster/build-kubevirt-standin.sh"),
+                )
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "building the KubeVirt stand-in: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let bin = String::from_utf8(out.stdout).unwrap().trim().to_string();
+            let ca = nmo_certs::Ca::new("kubevirt-standin-ca").unwrap();
+            let pair = ca
+                .issue_server(&[], &["127.0.0.1".parse().unwrap()])
+                .unwrap();
+            let dir = cluster.dir().join("kubevirt-standin");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("tls.crt"), &pair.cert_pem).unwrap();
+            std::fs::write(dir.join("tls.key"), &pair.key_pem).unwrap();
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let mut cmd = std::process::Command::new(bin);
+            cmd.arg(format!("--kubeconfig={}", cluster.kubeconfig().display()))
+                .arg(format!("--addr=127.0.0.1:{port}"))
+                .arg(format!("--cert={}", dir.join("tls.crt").display()))
+                .arg(format!("--key={}", dir.join("tls.key").display()))
+                .arg(format!("--migration-time={MIGRATION_TIME}"));
+            let child = cluster.spawn("kubevirt-standin", cmd).unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the stand-in did not listen: {}",
+                    log()
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            {
+                use base64::Engine;
+                let client = cluster.client().await;
+                let config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+                "metadata": {"name": "kubevirt-standin"},
+                "webhooks": [{
+                    "name": "virt-launcher-eviction-interceptor.kubevirt.io",
+                    "clientConfig": {
+                        "url": format!("https://127.0.0.1:{port}/evict"),
+                        "caBundle": base64::engine::general_purpose::STANDARD.encode(ca.cert_pem()),
+                    },
+                    "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                               "resources": ["pods/eviction"], "scope": "Namespaced"}],
+                    "namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: "on"}},
+                    "failurePolicy": "Fail",
+                    "sideEffects": "NoneOnDryRun",
+                    "timeoutSeconds": 10,
+                    "admissionReviewVersions": ["v1"]
+                }]
+            }))
+            .unwrap();
+                Api::<ValidatingWebhookConfiguration>::all(client)
+                    .create(&PostParams::default(), &config)
+                    .await
+                    .unwrap();
+            }
+            Standin {
+                _child: std::sync::Mutex::new(child),
+            }
+        })
+        .await
+}
+
+/// The stand-in's log: one JSON line per admission and step.
+fn log() -> String {
+    std::fs::read_to_string(env().cluster.dir().join("kubevirt-standin.log")).unwrap_or_default()
+}
+
+/// The stand-in's answers to evictions of `ns/pod`.
+fn admissions(ns: &str, pod: &str) -> Vec<serde_json::Value> {
+    log()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == "admission" && v["pod"] == format!("{ns}/{pod}"))
+        .collect()
+}
+
+/// A namespace whose evictions the stand-in answers.
+async fn kubevirt_namespace(client: &kube::Client, prefix: &str) -> String {
+    let ns = namespace(client, prefix).await;
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {NAMESPACE_LABEL: "on"}}})),
+        )
+        .await
+        .unwrap();
+    ns
+}
+
+fn vmi_api(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "kubevirt.io",
+        "v1",
+        "VirtualMachineInstance",
+    ));
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// A running VMI `name` on `node` with eviction strategy `LiveMigrate`, live-migratable or not,
+/// and its launcher pod (`virt-launcher-<name>`, controlled by it). Returns the pod's name.
+async fn vm(client: &kube::Client, ns: &str, name: &str, node: &str, migratable: bool) -> String {
+    vm_taking(client, ns, name, node, migratable, MIGRATION_TIME).await
+}
+
+/// [`vm`] whose migration takes `migration_time` (a Go duration).
+async fn vm_taking(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    migratable: bool,
+    migration_time: &str,
+) -> String {
+    let api = vmi_api(client, ns);
+    let vmi: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+        "metadata": {"name": name},
+        "spec": {"evictionStrategy": "LiveMigrate", "domain": {"devices": {}}}
+    }))
+    .unwrap();
+    let vmi = api.create(&PostParams::default(), &vmi).await.unwrap();
+    let condition = if migratable {
+        json!({"type": "LiveMigratable", "status": "True"})
+    } else {
+        json!({"type": "LiveMigratable", "status": "False", "reason": "DisksNotLiveMigratable"})
+    };
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"nodeName": node, "phase": "Running",
+                                        "conditions": [condition]}})),
+    )
+    .await
+    .unwrap();
+    let pod = format!("virt-launcher-{name}");
+    bare_pod(
+        client,
+        ns,
+        &pod,
+        node,
+        json!({"metadata": {
+            "labels": {"kubevirt.io": "virt-launcher"},
+            "annotations": {"e2e.medik8s.io/migration-time": migration_time},
+            "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                                 "name": name, "uid": vmi.metadata.uid.unwrap(),
+                                 "controller": true, "blockOwnerDeletion": true}]
+        }}),
+    )
+    .await;
+    pod
+}
+
+fn blocker_reason(s: &NodeMaintenanceStatus, pod: &str) -> Option<String> {
+    s.blockers
+        .iter()
+        .flatten()
+        .find(|b| b.name == pod)
+        .map(|b| b.reason.clone())
+}
+
+async fn gone(client: &kube::Client, ns: &str, pod: &str) {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    wait_for(&format!("pod {ns}/{pod} gone"), LIMIT, || async {
+        match pods.get_opt(pod).await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(p) => Err(format!("{:?}", p.metadata.annotations)),
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_migrating_vm_is_progress_and_one_that_cannot_migrate_blocks_with_one_warning() {
+    let env = env();
+    standin().await;
+    let client = env.cluster.client().await;
+    let node = worker_nodes(env.cluster, &client, "evac-vm", 1)
+        .await
+        .remove(0);
+    let ns = kubevirt_namespace(&client, "evac-vm").await;
+    let migrating = vm(&client, &ns, "vm-a", &node, true).await;
+    let pinned = vm(&client, &ns, "vm-b", &node, false).await;
+    let nm = unique("evac-vm");
+    nm::create(&client, &nm, &node).await;
+
+    // Both shown, each for what it is; only the VM that cannot migrate is an error.
+    let seen = nm::wait_status(
+        &client,
+        &nm,
+        "Evacuating and NotMigratable blockers",
+        LIMIT,
+        |s| {
+            blocker_reason(s, &migrating).as_deref() == Some("Evacuating")
+                && blocker_reason(s, &pinned).as_deref() == Some("NotMigratable")
+        },
+    )
+    .await;
+    let status = seen.status.unwrap();
+    let last_error = status.last_error.clone().unwrap_or_default();
+    assert!(
+        last_error.contains(&pinned) && !last_error.contains(&migrating),
+        "lastError names the VM that cannot migrate and not the migrating one: {last_error}"
+    );
+    let evacuating = status
+        .blockers
+        .iter()
+        .flatten()
+        .find(|b| b.name == migrating)
+        .unwrap();
+    assert!(
+        evacuating
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains(&format!(
+                "Eviction triggered evacuation of VMI \"{ns}/vm-a\""
+            )),
+        "{evacuating:?}"
+    );
+    // The stand-in marked the VMI and started its migration, as KubeVirt does.
+    let vmi = vmi_api(&client, &ns).get("vm-a").await.unwrap();
+    assert_eq!(vmi.data["status"]["evacuationNodeName"], json!(node));
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "kubevirt.io",
+        "v1",
+        "VirtualMachineInstanceMigration",
+    ));
+    let migrations = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &ar)
+        .list(&ListParams::default().labels("kubevirt.io/vmi-name=vm-a"))
+        .await
+        .unwrap();
+    assert_eq!(migrations.items.len(), 1, "one migration for vm-a");
+    // The blocker names the VMI and its migration, as the migration controller moves it on;
+    // the status counts the migration in flight, and `kubectl get nm -o wide` shows it.
+    let migration = migrations.items[0].metadata.name.clone().unwrap();
+    let seen = nm::wait_status(&client, &nm, "the migration in the blocker", LIMIT, |s| {
+        s.blockers.iter().flatten().any(|b| {
+            b.name == migrating
+                && b.virtual_machine_instance.as_deref() == Some("vm-a")
+                && b.migration.as_deref() == Some(migration.as_str())
+                && b.migration_phase.as_deref() == Some("Running")
+                && b.migration_start_time.is_some()
+        })
+    })
+    .await;
+    assert_eq!(seen.status.as_ref().unwrap().evacuating_pods, Some(1));
+    let wide = env
+        .cluster
+        .kubectl_run(&["get", "nm", &nm, "-o", "wide"], None)
+        .unwrap();
+    // Columns are aligned; other cells (lastError) hold spaces.
+    let mut lines = wide.lines();
+    let at = lines.next().unwrap().find("MIGRATING").expect(&wide);
+    let row = lines.next().unwrap();
+    assert_eq!(row.get(at..).map(str::trim), Some("1"), "{wide}");
+    // The pinned VM's blocker names no migration.
+    let pinned_blocker = seen
+        .status
+        .unwrap()
+        .blockers
+        .unwrap()
+        .into_iter()
+        .find(|b| b.name == pinned)
+        .unwrap();
+    assert_eq!(pinned_blocker.migration, None);
+
+    // The migrating VM leaves; the maintenance stays Running on the other one.
+    gone(&client, &ns, &migrating).await;
+    let after = nm::wait_status(
+        &client,
+        &nm,
+        "only the VM that cannot migrate pending",
+        LIMIT,
+        |s| {
+            s.pending_pods.as_deref() == Some(std::slice::from_ref(&pinned))
+                && blocker_reason(s, &pinned).as_deref() == Some("NotMigratable")
+        },
+    )
+    .await;
+    let after = after.status.unwrap();
+    assert_eq!(after.phase, Some(MaintenancePhase::Running));
+    assert_eq!(
+        after.evacuating_pods, None,
+        "no migration in flight any more"
+    );
+    // Asked about the pinned VM several times meanwhile; one Warning, naming the VMI.
+    let refusals = admissions(&ns, &pinned)
+        .into_iter()
+        .filter(|a| a["allowed"] == false)
+        .count();
+    assert!(refusals >= 2, "the pinned VM was asked again: {}", log());
+    let warnings: Vec<_> = nm::event_summary(&client, &nm)
+        .await
+        .into_iter()
+        .filter(|e| e.1 == "PodNotMigratable")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let (kind, _, message, count) = &warnings[0];
+    assert_eq!((kind.as_str(), *count), ("Warning", 1), "{message}");
+    assert!(
+        message.contains(
+            "VMI vm-b is configured with an eviction strategy but is not live-migratable"
+        ),
+        "{message}"
+    );
+    // An evacuation is asked once: its retry (30 s) is longer than the migration.
+    let asked = admissions(&ns, &migrating);
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    nm::delete_and_wait_restored(&client, &nm, &node).await;
+}
+
+#[tokio::test]
+async fn a_request_evict_only_pod_is_evacuating_until_it_leaves() {
+    let env = env();
+    standin().await;
+    let client = env.cluster.client().await;
+    let node = worker_nodes(env.cluster, &client, "evac-only", 1)
+        .await
+        .remove(0);
+    let ns = kubevirt_namespace(&client, "evac-only").await;
+    let pod = "moved-by-responder";
+    bare_pod(
+        &client,
+        &ns,
+        pod,
+        &node,
+        json!({"metadata": {"annotations": {
+            "descheduler.alpha.kubernetes.io/request-evict-only": ""}}}),
+    )
+    .await;
+    let nm = unique("evac-only");
+    nm::create(&client, &nm, &node).await;
+    let seen = nm::wait_status(&client, &nm, "the pod Evacuating", LIMIT, |s| {
+        blocker_reason(s, pod).as_deref() == Some("Evacuating")
+    })
+    .await;
+    assert_eq!(seen.status.as_ref().unwrap().last_error, None);
+    // Evacuating, never an error, until it has left; then the maintenance succeeds.
+    let api = Api::<node_maintenance_operator::api::NodeMaintenance>::all(client.clone());
+    let done = wait_for(
+        "the pod gone and the maintenance Succeeded",
+        LIMIT,
+        || async {
+            let s = api
+                .get(&nm)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            if s.last_error.is_some() || blocker_reason(&s, pod).is_some_and(|r| r != "Evacuating")
+            {
+                return Ok(Err(format!("{s:?}")));
+            }
+            if s.phase == Some(MaintenancePhase::Succeeded) {
+                return Ok(Ok(()));
+            }
+            Err(format!("{s:?}"))
+        },
+    )
+    .await;
+    if let Err(s) = done {
+        panic!("the evacuating pod was shown as something else: {s}");
+    }
+    let asked = admissions(&ns, pod);
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    nm::delete_and_wait_restored(&client, &nm, &node).await;
+}
+
+#[tokio::test]
+async fn a_migration_its_responder_reports_in_progress_is_asked_once_however_long_it_takes() {
+    let env = env();
+    standin().await;
+    let client = env.cluster.client().await;
+    let node = worker_nodes(env.cluster, &client, "evac-long", 1)
+        .await
+        .remove(0);
+    let ns = kubevirt_namespace(&client, "evac-long").await;
+    // Longer than the evacuation's retry (30 s): the launcher carries the in-progress
+    // annotation meanwhile, so it is not asked again.
+    let pod = vm_taking(&client, &ns, "vm-long", &node, true, "45s").await;
+    let nm = unique("evac-long");
+    nm::create(&client, &nm, &node).await;
+    nm::wait_status(&client, &nm, "the pod Evacuating", LIMIT, |s| {
+        blocker_reason(s, &pod).as_deref() == Some("Evacuating")
+    })
+    .await;
+    let done = nm::wait_phase(&client, &nm, MaintenancePhase::Succeeded, LIMIT).await;
+    assert_eq!(done.status.unwrap().last_error, None);
+    let asked = admissions(&ns, &pod);
+    assert_eq!(asked.len(), 1, "asked once in 45 s of migration: {asked:?}");
+    nm::delete_and_wait_restored(&client, &nm, &node).await;
+}
