@@ -293,6 +293,12 @@ pub struct Config {
     #[arg(long, value_enum, default_value = "Wait", value_name = "ACTION")]
     pub on_timeout: crate::api::OnTimeout,
 
+    /// Default of the `stage` knob: Preflight, Idle, Cordon or Drain (how far every maintenance
+    /// goes until its spec.stage or the annotation nodemaintenance.medik8s.io/stage says
+    /// otherwise). Drain by default, as upstream.
+    #[arg(long, value_enum, default_value = "Drain", value_name = "STAGE")]
+    pub stage: crate::api::Stage,
+
     /// The cluster-wide drain budget: at most this many maintenances evict at once (a number,
     /// or a percentage of the nodes such as 10%); the others are cordoned and tainted at once
     /// and their evictions wait in creation order. Unlimited by default, as upstream.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 
-use crate::api::{DrainRule, NodeMaintenance, OnTimeout};
+use crate::api::{DrainRule, NodeMaintenance, OnTimeout, Stage};
 
 /// Annotation of the `paused` knob: `"true"` or `"false"`.
 pub const PAUSED_ANNOTATION: &str = "nodemaintenance.medik8s.io/paused";
@@ -21,6 +21,8 @@ pub const DRAIN_TIMEOUT_ANNOTATION: &str = "nodemaintenance.medik8s.io/drainTime
 pub const ON_TIMEOUT_ANNOTATION: &str = "nodemaintenance.medik8s.io/onTimeout";
 /// Annotation of the `drainRules` knob: the rules as a JSON list ([`parse_rules`]).
 pub const DRAIN_RULES_ANNOTATION: &str = "nodemaintenance.medik8s.io/drainRules";
+/// Annotation of the `stage` knob: one of [`Stage::ALL`].
+pub const STAGE_ANNOTATION: &str = "nodemaintenance.medik8s.io/stage";
 const RULES_ACCEPTED: &str = "a JSON list of rules {podSelector, namespaceSelector, behavior: \
                               Drain, Skip or WaitCompleted, order}";
 
@@ -50,6 +52,7 @@ pub fn valid_rules(rules: &[DrainRule]) -> bool {
 
 const DURATION_ACCEPTED: &str = "a positive duration such as 90s, 15m or 1h30m";
 const ON_TIMEOUT_ACCEPTED: &str = "Wait, Fail, SkipStuck, ForceDelete";
+const STAGE_ACCEPTED: &str = "Preflight, Idle, Cordon, Drain";
 
 /// The operator's defaults of the knobs (its flags).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -62,6 +65,8 @@ pub struct Defaults {
     pub on_timeout: OnTimeout,
     /// `--drain-rules`: the rules of every maintenance that has none of its own.
     pub drain_rules: Vec<DrainRule>,
+    /// `--stage`: how far every maintenance goes.
+    pub stage: Stage,
 }
 
 /// The knobs of one maintenance, resolved.
@@ -77,6 +82,8 @@ pub struct DrainPolicy {
     /// The rules for the node's pods, the first that selects a pod applying
     /// ([`crate::drain::rules`]).
     pub drain_rules: Vec<DrainRule>,
+    /// How far the maintenance goes: which steps its passes run.
+    pub stage: Stage,
     /// When the deadline counts from, filled in by the maintenance pass (not a knob; `None`
     /// from [`resolve`]): the drain's start recorded on the node, or when a maintenance that
     /// waited for a drain slot got one.
@@ -130,6 +137,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, &'static str> {
         .filter(|d| d.is_positive())
         .and_then(|d| Duration::try_from(d).ok())
         .ok_or(DURATION_ACCEPTED)
+}
+
+fn stage(s: &str) -> Option<Stage> {
+    Stage::ALL
+        .iter()
+        .find(|(_, name)| *name == s)
+        .map(|(v, _)| *v)
 }
 
 fn on_timeout(s: &str) -> Option<OnTimeout> {
@@ -225,14 +239,25 @@ pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> (DrainPolicy, Vec<I
             })
         })
         .unwrap_or_else(|| defaults.drain_rules.clone());
+    let stage = k
+        .annotation(("stage", STAGE_ANNOTATION, STAGE_ACCEPTED), stage)
+        .or(nm.spec.stage)
+        .unwrap_or(defaults.stage);
     let policy = DrainPolicy {
         paused,
         drain_timeout,
         on_timeout,
         drain_rules,
+        stage,
         deadline_start: None,
     };
     (policy, k.invalid)
+}
+
+/// Whether `nm` goes as far as the drain (its `stage` under `defaults` is Drain): only those
+/// take part in the drain budgets, so a maintenance kept Idle or Cordon holds no slot.
+pub fn drains(nm: &NodeMaintenance, defaults: &Defaults) -> bool {
+    resolve(nm, defaults).0.stage == Stage::Drain
 }
 
 /// A drain budget: a number of maintenances, or a percentage of the cluster's nodes.

@@ -205,7 +205,7 @@ impl Context {
         let active: Vec<&NodeMaintenance> = all
             .iter()
             .map(AsRef::as_ref)
-            .filter(|nm| super::queue::active(nm))
+            .filter(|nm| super::queue::active(nm) && crate::policy::drains(nm, &self.policy))
             .collect();
         let paused = active
             .iter()
@@ -230,10 +230,11 @@ impl Context {
             return;
         };
         let all = self.store.state();
-        let admitted =
-            super::queue::admitted(all.iter().map(AsRef::as_ref), &budget.slots(), |n| {
-                budget.budgets_of(n)
-            });
+        let drains = all
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|nm| crate::policy::drains(nm, &self.policy));
+        let admitted = super::queue::admitted(drains, &budget.slots(), |n| budget.budgets_of(n));
         for name in admitted {
             if self.memory.of(&name).queued == Some(true) {
                 let _ = self.wake.unbounded_send(ObjectRef::new(&name));
