@@ -540,8 +540,11 @@ impl Drainer {
         for (pod, _) in classified.iter().filter(|(_, d)| d.drains()) {
             let reference = pod.reference();
             let uid = pod.metadata.uid.as_deref();
-            let answer = self.eviction(&reference, uid, true).await;
-            if let Some(b) = classify_eviction(&reference, answer.as_ref().map(|_| ())).blocker {
+            // An admitted dry run is a pod that would go: no blocker.
+            let Err(refusal) = self.eviction(&reference, uid, true).await else {
+                continue;
+            };
+            if let Some(b) = classify_eviction(&reference, Err(&refusal)).blocker {
                 blockers.push(b);
             }
         }
