@@ -112,10 +112,21 @@ pub struct NodeMaintenanceSpec {
     /// --stage flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<Stage>,
+    /// While true, the operator writes the Node lifecycle conditions MaintenancePlanned,
+    /// MaintenanceInProgress, DrainInProgress and Drained on the node's status (all False with
+    /// reason MaintenanceEnded at the end). The annotation nodemaintenance.medik8s.io/nodeConditions
+    /// ("true" or "false") wins over this field, which wins over the operator's --node-conditions
+    /// flag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_conditions: Option<bool>,
 }
 
-/// How far a maintenance goes (KEP-4212's stages; `docs/design.md` §1, "Stages").
-// Spelled as the variant in the CRD, the annotation and the flag.
+/// How far the maintenance goes: Preflight (only status.blockers, from dry-run evictions),
+/// Idle (nothing on the node is touched, no lease), Cordon (lease, cordon, taints and label; no
+/// eviction) or Drain (the default). Moving back restores the node and keeps the object. The
+/// annotation nodemaintenance.medik8s.io/stage wins over spec.stage, which wins over --stage.
+// KEP-4212's stages (docs/design.md §1, "Stages"). Spelled as the variant in the CRD, the
+// annotation and the flag.
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, clap::ValueEnum,
 )]

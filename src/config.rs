@@ -299,6 +299,13 @@ pub struct Config {
     #[arg(long, value_enum, default_value = "Drain", value_name = "STAGE")]
     pub stage: crate::api::Stage,
 
+    /// Default of the `nodeConditions` knob: every maintenance writes the Node lifecycle
+    /// conditions (MaintenancePlanned, MaintenanceInProgress, DrainInProgress, Drained) on its
+    /// node's status. Off by default: upstream writes no node status.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", value_name = "BOOL")]
+    pub node_conditions: bool,
+
     /// The cluster-wide drain budget: at most this many maintenances evict at once (a number,
     /// or a percentage of the nodes such as 10%); the others are cordoned and tainted at once
     /// and their evictions wait in creation order. Unlimited by default, as upstream.

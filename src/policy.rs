@@ -21,6 +21,8 @@ pub const DRAIN_TIMEOUT_ANNOTATION: &str = "nodemaintenance.medik8s.io/drainTime
 pub const ON_TIMEOUT_ANNOTATION: &str = "nodemaintenance.medik8s.io/onTimeout";
 /// Annotation of the `drainRules` knob: the rules as a JSON list ([`parse_rules`]).
 pub const DRAIN_RULES_ANNOTATION: &str = "nodemaintenance.medik8s.io/drainRules";
+/// Annotation of the `nodeConditions` knob: `"true"` or `"false"`.
+pub const NODE_CONDITIONS_ANNOTATION: &str = "nodemaintenance.medik8s.io/nodeConditions";
 /// Annotation of the `stage` knob: one of [`Stage::ALL`].
 pub const STAGE_ANNOTATION: &str = "nodemaintenance.medik8s.io/stage";
 const RULES_ACCEPTED: &str = "a JSON list of rules {podSelector, namespaceSelector, behavior: \
@@ -67,6 +69,8 @@ pub struct Defaults {
     pub drain_rules: Vec<DrainRule>,
     /// `--stage`: how far every maintenance goes.
     pub stage: Stage,
+    /// `--node-conditions`: every maintenance writes the Node lifecycle conditions.
+    pub node_conditions: bool,
 }
 
 /// The knobs of one maintenance, resolved.
@@ -84,6 +88,8 @@ pub struct DrainPolicy {
     pub drain_rules: Vec<DrainRule>,
     /// How far the maintenance goes: which steps its passes run.
     pub stage: Stage,
+    /// Whether it writes the Node lifecycle conditions (`crate::node::conditions`).
+    pub node_conditions: bool,
     /// When the deadline counts from, filled in by the maintenance pass (not a knob; `None`
     /// from [`resolve`]): the drain's start recorded on the node, or when a maintenance that
     /// waited for a drain slot got one.
@@ -243,8 +249,16 @@ pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> (DrainPolicy, Vec<I
         .annotation(("stage", STAGE_ANNOTATION, STAGE_ACCEPTED), stage)
         .or(nm.spec.stage)
         .unwrap_or(defaults.stage);
+    let node_conditions = k
+        .annotation(
+            ("nodeConditions", NODE_CONDITIONS_ANNOTATION, "true, false"),
+            boolean,
+        )
+        .or(nm.spec.node_conditions)
+        .unwrap_or(defaults.node_conditions);
     let policy = DrainPolicy {
         paused,
+        node_conditions,
         drain_timeout,
         on_timeout,
         drain_rules,

@@ -277,10 +277,12 @@ fn csv_deployment_rbac_and_webhook_equal_the_kustomize_rendering() {
         [
             "drainRules",
             "drainTimeout",
+            "nodeConditions",
             "nodeName",
             "onTimeout",
             "paused",
-            "reason"
+            "reason",
+            "stage"
         ]
     );
     let status = paths("statusDescriptors");

@@ -261,3 +261,193 @@ async fn idle_cordon_drain_in_order_and_back_from_cordon_to_idle_restores_the_no
 
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
+
+/// `(status, reason, message)` of the node's condition `type_`.
+async fn node_condition(
+    client: &kube::Client,
+    node: &str,
+    type_: &str,
+) -> Option<(String, String, String)> {
+    let n = Api::<Node>::all(client.clone()).get(node).await.unwrap();
+    n.status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| {
+            (
+                c.status,
+                c.reason.unwrap_or_default(),
+                c.message.unwrap_or_default(),
+            )
+        })
+}
+
+/// Waits until the node's lifecycle conditions are `want` (`(type, status, reason)` each), every
+/// message naming `nm`.
+async fn wait_node_conditions(
+    client: &kube::Client,
+    node: &str,
+    nm: &str,
+    want: [(&str, &str, &str); 4],
+) {
+    wait_for(
+        &format!("node {node} conditions {want:?}"),
+        LIMIT,
+        || async {
+            let mut seen = Vec::new();
+            for (type_, status, reason) in want {
+                let c = node_condition(client, node, type_).await;
+                let ok = c.as_ref().is_some_and(|(s, r, m)| {
+                    s == status && r == reason && *m == format!("NodeMaintenance {nm}")
+                });
+                if !ok {
+                    seen.push(format!("{type_}: {c:?}"));
+                }
+            }
+            if seen.is_empty() {
+                Ok(())
+            } else {
+                Err(seen.join("; "))
+            }
+        },
+    )
+    .await;
+}
+
+/// A kubelet's heartbeat: `Ready`'s `lastHeartbeatTime` set to `at`, as the kubelet patches it.
+async fn heartbeat(client: &kube::Client, node: &str, at: &str) {
+    Api::<Node>::all(client.clone())
+        .patch_status(
+            node,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"status": {"conditions": [
+                {"type": "Ready", "status": "True", "lastHeartbeatTime": at}
+            ]}})),
+        )
+        .await
+        .unwrap();
+}
+
+async fn ready_heartbeat(client: &kube::Client, node: &str) -> Option<String> {
+    let n = Api::<Node>::all(client.clone()).get(node).await.unwrap();
+    n.status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == "Ready")?
+        .last_heartbeat_time
+        .map(|t| t.0.to_string())
+}
+
+#[tokio::test]
+async fn node_lifecycle_conditions_follow_the_stages_end_false_and_leave_the_kubelets_alone() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("lc");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "lc").await;
+    bare_pod(&client, &ns, "web", &node, json!({})).await;
+    wait_running(&client, &ns, "web", 1, LIMIT).await;
+    let name = unique("nm-lc");
+    let mut nm = nm::new(&name, &node, "e2e node conditions");
+    nm.spec.stage = Some(node_maintenance_operator::api::Stage::Idle);
+    nm.metadata.annotations = Some(
+        [(
+            "nodemaintenance.medik8s.io/nodeConditions".to_string(),
+            "true".to_string(),
+        )]
+        .into(),
+    );
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &nm)
+        .await
+        .unwrap();
+
+    wait_node_conditions(
+        &client,
+        &node,
+        &name,
+        [
+            ("MaintenancePlanned", "True", "Idle"),
+            ("MaintenanceInProgress", "False", "NotStarted"),
+            ("DrainInProgress", "False", "NotDraining"),
+            ("Drained", "False", "NotDrained"),
+        ],
+    )
+    .await;
+    // The kubelet keeps writing its own conditions; ours are merged by type beside them.
+    heartbeat(&client, &node, "2030-01-01T00:00:01Z").await;
+    set_stage(&client, &name, "Cordon").await;
+    wait_node_conditions(
+        &client,
+        &node,
+        &name,
+        [
+            ("MaintenancePlanned", "True", "Cordon"),
+            ("MaintenanceInProgress", "True", "NodeCordoned"),
+            ("DrainInProgress", "False", "NotDraining"),
+            ("Drained", "False", "NotDrained"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        ready_heartbeat(&client, &node).await.as_deref(),
+        Some("2030-01-01T00:00:01Z")
+    );
+    heartbeat(&client, &node, "2030-01-01T00:00:02Z").await;
+    set_stage(&client, &name, "Drain").await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    wait_node_conditions(
+        &client,
+        &node,
+        &name,
+        [
+            ("MaintenancePlanned", "True", "Drain"),
+            ("MaintenanceInProgress", "True", "NodeCordoned"),
+            ("DrainInProgress", "False", "Drained"),
+            ("Drained", "True", "Drained"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        ready_heartbeat(&client, &node).await.as_deref(),
+        Some("2030-01-01T00:00:02Z")
+    );
+    heartbeat(&client, &node, "2030-01-01T00:00:03Z").await;
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+    let ended = ("MaintenanceEnded", "False");
+    wait_node_conditions(
+        &client,
+        &node,
+        &name,
+        [
+            ("MaintenancePlanned", ended.1, ended.0),
+            ("MaintenanceInProgress", ended.1, ended.0),
+            ("DrainInProgress", ended.1, ended.0),
+            ("Drained", ended.1, ended.0),
+        ],
+    )
+    .await;
+    let ready = node_condition(&client, &node, "Ready").await.unwrap();
+    assert_eq!(
+        ready.0, "True",
+        "the kubelet's Ready was touched: {ready:?}"
+    );
+    assert_eq!(
+        ready_heartbeat(&client, &node).await.as_deref(),
+        Some("2030-01-01T00:00:03Z")
+    );
+    // Only our four types are our field manager's.
+    let n = Api::<Node>::all(client.clone()).get(&node).await.unwrap();
+    let ours = n
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.manager.as_deref() == Some("node-maintenance-operator-conditions"))
+        .map(|m| serde_json::to_string(&m.fields_v1).unwrap())
+        .collect::<String>();
+    assert!(ours.contains("MaintenancePlanned"), "{ours}");
+    assert!(!ours.contains("\\\"Ready\\\""), "{ours}");
+}

@@ -249,6 +249,22 @@ async fn send(ctx: &Context, nm: &mut NodeMaintenance, write: Write) -> Result<S
                 ctx.metrics.lease_lost();
             }
         }
+        Write::NodeConditions { name, patch } => {
+            let params = PatchParams {
+                field_manager: Some(crate::node::conditions::FIELD_MANAGER.into()),
+                ..PatchParams::default()
+            };
+            match ctx
+                .nodes
+                .patch_status(&name, &params, &Patch::Strategic(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) if stops(&e).is_some() => return Ok(Sent::Stopped(stops(&e).unwrap_or(""))),
+                Err(e) => return Err(Error::Node(NodeError::Patch(e))),
+            }
+        }
         Write::LeaseNamespace => {
             let namespace = Namespace {
                 metadata: kube::api::ObjectMeta {

@@ -83,6 +83,7 @@ impl From<&crate::config::Config> for ControllerConfig {
                 on_timeout: config.on_timeout,
                 drain_rules: config.drain_rules.clone().unwrap_or_default(),
                 stage: config.stage,
+                node_conditions: config.node_conditions,
             },
             max_parallel_drains: config.max_parallel_drains,
             max_parallel_drains_for: config.max_parallel_drains_for.clone(),

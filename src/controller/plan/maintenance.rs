@@ -115,6 +115,7 @@ impl<'a> Pass<'a> {
             PassStep::Lease => self.lease(),
             PassStep::Enter => self.enter(),
             PassStep::Record => self.record(),
+            PassStep::NodeConditions => self.node_conditions(),
             PassStep::Policy => self.policy(),
             PassStep::Deadline => self.deadline(),
             PassStep::Queue => self.queue(),
@@ -387,6 +388,30 @@ impl<'a> Pass<'a> {
         );
         self.status = status;
         self.w.events(events, self.node);
+        Flow::Continue(())
+    }
+
+    fn node_conditions(&mut self) -> Flow {
+        use crate::node::conditions::{self, Lifecycle};
+        let Some(node) = self.node else {
+            return Flow::Continue(());
+        };
+        let p = &self.drain_policy;
+        // A knob turned off ends what it wrote; a node without them needs nothing.
+        let wanted = p.node_conditions.then(|| {
+            let held = steps(p.stage).contains(&PassStep::Enter);
+            let succeeded = self.status.phase == Some(MaintenancePhase::Succeeded);
+            Lifecycle::of(p.stage, held, succeeded)
+        });
+        let ours = conditions::named(node) == Some(self.name.as_str());
+        if (wanted.is_some() || ours)
+            && let Some(patch) = conditions::patch(node, &self.name, wanted, self.now)
+        {
+            self.w.push(Write::NodeConditions {
+                name: self.node_name().to_owned(),
+                patch,
+            });
+        }
         Flow::Continue(())
     }
 

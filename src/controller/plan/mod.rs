@@ -361,7 +361,7 @@ impl Writes {
 pub(crate) fn plan(o: &Observed, now: jiff::Timestamp) -> Plan {
     let (add_finalizer, e) = entry_with_finalizer(&o.nm);
     let mut plan = match (&o.world, e) {
-        (World::Deletion(d), Entry::Cleanup) => deletion::plan_deletion(d),
+        (World::Deletion(d), Entry::Cleanup) => deletion::plan_deletion(d, now),
         (World::Maintenance(m), Entry::Maintain) => maintenance::plan_maintenance(o, m, None, now),
         (World::Maintenance(m), Entry::InvalidNodeName(why)) => {
             maintenance::plan_maintenance(o, m, Some(&why), now)

@@ -284,3 +284,71 @@ fn preflight_touches_nothing_and_asks_with_a_dry_run() {
     let same = preflight_plan(&stored, &[blocker], t(160));
     assert_eq!(kinds(&same), Vec::<&str>::new());
 }
+
+#[test]
+fn node_conditions_are_written_on_transitions_only_when_the_knob_asks() {
+    let conditions_of = |p: &Plan| {
+        p.writes
+            .iter()
+            .filter_map(|w| match w {
+                Write::NodeConditions { patch, .. } => Some(patch.clone()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    // Off (the default): no node status write.
+    let p = plan_of(nm(Some(Stage::Idle), None), free_node(), None, Stage::Drain);
+    assert!(conditions_of(&p).is_empty());
+    // On: Idle says planned, not in progress; after the node, before the status.
+    let mut on = nm(Some(Stage::Idle), None);
+    on.spec.node_conditions = Some(true);
+    let p = plan_of(on.clone(), free_node(), None, Stage::Drain);
+    assert_eq!(kinds(&p), ["node conditions", "status"]);
+    let patch = &conditions_of(&p)[0];
+    let said: Vec<String> = patch["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| format!("{}={} {}", c["type"], c["status"], c["reason"]))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            r#""MaintenancePlanned"="True" "Idle""#,
+            r#""MaintenanceInProgress"="False" "NotStarted""#,
+            r#""DrainInProgress"="False" "NotDraining""#,
+            r#""Drained"="False" "NotDrained""#,
+        ]
+    );
+    assert_eq!(
+        patch["status"]["conditions"][0]["message"],
+        "NodeMaintenance nm"
+    );
+    // Already said: nothing again.
+    let mut node = free_node();
+    node.status = Some(serde_json::from_value(patch["status"].clone()).unwrap());
+    let p = plan_of(on.clone(), node.clone(), None, Stage::Drain);
+    assert!(conditions_of(&p).is_empty());
+    // The deletion ends them: all False, MaintenanceEnded.
+    let deletion = ObservedDeletion {
+        name: "nm".into(),
+        uid: Some("uid-nm".into()),
+        node_name: "node01".into(),
+        node: Some(node),
+        successor: None,
+        started: true,
+        lease: None,
+        finalizers: vec![FINALIZER.into()],
+        replaced: false,
+    };
+    let p = deletion::plan_deletion(&deletion, t(200));
+    let ended = conditions_of(&p);
+    assert_eq!(ended.len(), 1);
+    assert!(
+        ended[0]["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["status"] == "False" && c["reason"] == "MaintenanceEnded")
+    );
+}

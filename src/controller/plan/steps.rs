@@ -30,6 +30,8 @@ pub(crate) enum PassStep {
     Enter,
     /// The entered node is recorded on the NodeMaintenance; re-applied marks are announced.
     Record,
+    /// The Node lifecycle conditions (the `nodeConditions` knob), written on transitions.
+    NodeConditions,
     /// The drain policy's conditions (paused, refused knob values).
     Policy,
     /// The drain's deadline; once passed with `onTimeout: Fail` the pass ends Failed.
@@ -52,6 +54,7 @@ pub(crate) const DRAIN_STEPS: &[PassStep] = &[
     PassStep::Lease,
     PassStep::Enter,
     PassStep::Record,
+    PassStep::NodeConditions,
     PassStep::Policy,
     PassStep::Deadline,
     PassStep::Queue,
@@ -68,6 +71,7 @@ pub(crate) const CORDON_STEPS: &[PassStep] = &[
     PassStep::Lease,
     PassStep::Enter,
     PassStep::Record,
+    PassStep::NodeConditions,
     PassStep::Policy,
 ];
 
@@ -79,6 +83,7 @@ pub(crate) const IDLE_STEPS: &[PassStep] = &[
     PassStep::NodePresent,
     PassStep::Stage,
     PassStep::Release,
+    PassStep::NodeConditions,
     PassStep::Policy,
 ];
 
@@ -90,6 +95,7 @@ pub(crate) const PREFLIGHT_STEPS: &[PassStep] = &[
     PassStep::NodePresent,
     PassStep::Stage,
     PassStep::Release,
+    PassStep::NodeConditions,
     PassStep::Policy,
     PassStep::Blockers,
 ];
@@ -119,6 +125,7 @@ mod tests {
         PassStep::Lease,
         PassStep::Enter,
         PassStep::Record,
+        PassStep::NodeConditions,
         PassStep::Policy,
         PassStep::Deadline,
         PassStep::Queue,
