@@ -119,6 +119,12 @@ pub struct NodeMaintenanceSpec {
     /// flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_conditions: Option<bool>,
+    /// When the maintenance window opens (RFC 3339, e.g. "2030-01-02T03:00:00Z"): until then,
+    /// by the API server's clock, the maintenance stays Idle (nothing on the node is touched,
+    /// no lease; the Stage condition's reason is MaintenanceWindow), then goes on to its stage.
+    /// The annotation nodemaintenance.medik8s.io/startAt wins over this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<String>,
 }
 
 /// How far the maintenance goes: Preflight (only status.blockers, from dry-run evictions),

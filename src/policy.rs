@@ -23,6 +23,8 @@ pub const ON_TIMEOUT_ANNOTATION: &str = "nodemaintenance.medik8s.io/onTimeout";
 pub const DRAIN_RULES_ANNOTATION: &str = "nodemaintenance.medik8s.io/drainRules";
 /// Annotation of the `nodeConditions` knob: `"true"` or `"false"`.
 pub const NODE_CONDITIONS_ANNOTATION: &str = "nodemaintenance.medik8s.io/nodeConditions";
+/// Annotation of the `startAt` knob: an RFC 3339 time.
+pub const START_AT_ANNOTATION: &str = "nodemaintenance.medik8s.io/startAt";
 /// Annotation of the `stage` knob: one of [`Stage::ALL`].
 pub const STAGE_ANNOTATION: &str = "nodemaintenance.medik8s.io/stage";
 const RULES_ACCEPTED: &str = "a JSON list of rules {podSelector, namespaceSelector, behavior: \
@@ -55,6 +57,7 @@ pub fn valid_rules(rules: &[DrainRule]) -> bool {
 const DURATION_ACCEPTED: &str = "a positive duration such as 90s, 15m or 1h30m";
 const ON_TIMEOUT_ACCEPTED: &str = "Wait, Fail, SkipStuck, ForceDelete";
 const STAGE_ACCEPTED: &str = "Preflight, Idle, Cordon, Drain";
+const START_AT_ACCEPTED: &str = "an RFC 3339 time such as 2030-01-02T03:00:00Z";
 
 /// The operator's defaults of the knobs (its flags).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -90,6 +93,9 @@ pub struct DrainPolicy {
     pub stage: Stage,
     /// Whether it writes the Node lifecycle conditions (`crate::node::conditions`).
     pub node_conditions: bool,
+    /// When its maintenance window opens (`None`: at once). No flag: a cluster-wide start time
+    /// is no default.
+    pub start_at: Option<jiff::Timestamp>,
     /// When the deadline counts from, filled in by the maintenance pass (not a knob; `None`
     /// from [`resolve`]): the drain's start recorded on the node, or when a maintenance that
     /// waited for a drain slot got one.
@@ -256,9 +262,17 @@ pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> (DrainPolicy, Vec<I
         )
         .or(nm.spec.node_conditions)
         .unwrap_or(defaults.node_conditions);
+    let time = |v: &str| v.trim().parse::<jiff::Timestamp>().ok();
+    let start_at = k
+        .annotation(("startAt", START_AT_ANNOTATION, START_AT_ACCEPTED), time)
+        .or_else(|| {
+            let spec = ("startAt", "spec.startAt", START_AT_ACCEPTED);
+            k.parse(spec, nm.spec.start_at.as_ref(), time)
+        });
     let policy = DrainPolicy {
         paused,
         node_conditions,
+        start_at,
         drain_timeout,
         on_timeout,
         drain_rules,
@@ -268,10 +282,12 @@ pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> (DrainPolicy, Vec<I
     (policy, k.invalid)
 }
 
-/// Whether `nm` goes as far as the drain (its `stage` under `defaults` is Drain): only those
-/// take part in the drain budgets, so a maintenance kept Idle or Cordon holds no slot.
-pub fn drains(nm: &NodeMaintenance, defaults: &Defaults) -> bool {
-    resolve(nm, defaults).0.stage == Stage::Drain
+/// Whether `nm` goes as far as the drain at `now` (its `stage` under `defaults` is Drain and
+/// its window, `startAt`, is open): only those take part in the drain budgets, so a maintenance
+/// kept Idle or Cordon, or waiting for its window, holds no slot.
+pub fn drains(nm: &NodeMaintenance, defaults: &Defaults, now: jiff::Timestamp) -> bool {
+    let policy = resolve(nm, defaults).0;
+    policy.stage == Stage::Drain && policy.start_at.is_none_or(|t| t <= now)
 }
 
 /// A drain budget: a number of maintenances, or a percentage of the cluster's nodes.

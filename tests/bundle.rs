@@ -282,7 +282,8 @@ fn csv_deployment_rbac_and_webhook_equal_the_kustomize_rendering() {
             "onTimeout",
             "paused",
             "reason",
-            "stage"
+            "stage",
+            "startAt"
         ]
     );
     let status = paths("statusDescriptors");

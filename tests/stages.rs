@@ -451,3 +451,51 @@ async fn node_lifecycle_conditions_follow_the_stages_end_false_and_leave_the_kub
     assert!(ours.contains("MaintenancePlanned"), "{ours}");
     assert!(!ours.contains("\\\"Ready\\\""), "{ours}");
 }
+
+#[tokio::test]
+async fn a_maintenance_waits_idle_for_its_window_then_cordons_and_drains() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("win");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "win").await;
+    bare_pod(&client, &ns, "web", &node, json!({})).await;
+    wait_running(&client, &ns, "web", 1, LIMIT).await;
+    let name = unique("nm-win");
+    let opens = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 20).unwrap();
+    let mut nm = nm::new(&name, &node, "e2e window");
+    nm.spec.start_at = Some(opens.to_string());
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &nm)
+        .await
+        .unwrap();
+
+    wait_stage(&client, &name, "MaintenanceWindow").await;
+    // Seen before the window opened: the node untouched, no lease, the pod there.
+    assert!(
+        jiff::Timestamp::now() < opens,
+        "the window opened too soon to tell"
+    );
+    node::restored(&client, &node).await.unwrap();
+    assert!(lease(&client, &node).await.is_none());
+    assert!(live_pod(&client, &ns, "web").await.is_some());
+
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let n = Api::<Node>::all(client.clone()).get(&node).await.unwrap();
+    let started: jiff::Timestamp = n
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .get("nodemaintenance.medik8s.io/drain-started")
+        .expect("the drain's start on the node")
+        .parse()
+        .unwrap();
+    assert!(
+        started >= opens,
+        "entered at {started}, before the window opened at {opens}"
+    );
+    assert!(live_pod(&client, &ns, "web").await.is_none());
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}

@@ -202,10 +202,11 @@ impl Context {
         ) {
             self.metrics.set_maintenances(phase, count);
         }
+        let now = jiff::Timestamp::now();
         let active: Vec<&NodeMaintenance> = all
             .iter()
             .map(AsRef::as_ref)
-            .filter(|nm| super::queue::active(nm) && crate::policy::drains(nm, &self.policy))
+            .filter(|nm| super::queue::active(nm) && crate::policy::drains(nm, &self.policy, now))
             .collect();
         let paused = active
             .iter()
@@ -233,7 +234,7 @@ impl Context {
         let drains = all
             .iter()
             .map(AsRef::as_ref)
-            .filter(|nm| crate::policy::drains(nm, &self.policy));
+            .filter(|nm| crate::policy::drains(nm, &self.policy, jiff::Timestamp::now()));
         let admitted = super::queue::admitted(drains, &budget.slots(), |n| budget.budgets_of(n));
         for name in admitted {
             if self.memory.of(&name).queued == Some(true) {

@@ -92,7 +92,7 @@ async fn maintenance(
             super::queue::place(
                 all.iter()
                     .map(AsRef::as_ref)
-                    .filter(|nm| crate::policy::drains(nm, &ctx.policy)),
+                    .filter(|nm| crate::policy::drains(nm, &ctx.policy, jiff::Timestamp::now())),
                 &nm.name_any(),
                 &budget.slots(),
                 |n| budget.budgets_of(n),

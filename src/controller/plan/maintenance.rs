@@ -17,7 +17,7 @@ use kube::ResourceExt;
 use super::*;
 use crate::api::{
     DRAIN_STARTED_ANNOTATION, ENTERED_NODE_ANNOTATION, ENTERED_NODE_PROVIDER_ID_ANNOTATION,
-    ENTERED_NODE_UID_ANNOTATION, MaintenancePhase, OnTimeout,
+    ENTERED_NODE_UID_ANNOTATION, MaintenancePhase, OnTimeout, Stage,
 };
 use crate::controller::queue::Place;
 use crate::lease::{self, LeaseRequest};
@@ -46,7 +46,12 @@ pub(super) fn plan_maintenance(
             return plan;
         }
     }
-    pass.hold(REQUEUE_SUCCEEDED)
+    // Back when the window opens (a second late: the API server's clock counts whole seconds).
+    let opens = pass.window.and_then(|t| {
+        let until = t.duration_since(pass.server_now()) + jiff::SignedDuration::from_secs(1);
+        Duration::try_from(until).ok()
+    });
+    pass.hold(opens.map_or(REQUEUE_SUCCEEDED, |d| d.min(REQUEUE_SUCCEEDED)))
 }
 
 /// One maintenance pass being planned: what it observed, and what its steps decided so far.
@@ -72,6 +77,9 @@ struct Pass<'a> {
     started: Option<jiff::Timestamp>,
     /// What had drifted on the node and was re-applied.
     repaired: Vec<&'static str>,
+    /// The maintenance waits Idle for its window, which opens then (`startAt`, by the API
+    /// server's clock).
+    window: Option<jiff::Timestamp>,
 }
 
 type Flow = ControlFlow<Plan>;
@@ -84,7 +92,15 @@ impl<'a> Pass<'a> {
         now: jiff::Timestamp,
     ) -> Self {
         let old = o.nm.status.clone().unwrap_or_default();
-        let (drain_policy, refused) = crate::policy::resolve(&o.nm, &o.policy);
+        let (mut drain_policy, refused) = crate::policy::resolve(&o.nm, &o.policy);
+        // A stage that would touch the node waits Idle until its window opens.
+        let window = drain_policy
+            .start_at
+            .filter(|t| *t > m.server_time.unwrap_or(now))
+            .filter(|_| matches!(drain_policy.stage, Stage::Cordon | Stage::Drain));
+        if window.is_some() {
+            drain_policy.stage = Stage::Idle;
+        }
         Pass {
             o,
             m,
@@ -101,6 +117,7 @@ impl<'a> Pass<'a> {
             failing: false,
             started: None,
             repaired: Vec::new(),
+            window,
         }
     }
 
@@ -251,7 +268,13 @@ impl<'a> Pass<'a> {
 
     fn stage(&mut self) -> Flow {
         let stage = self.drain_policy.stage;
-        self.status = staged(&self.status, stage, self.generation(), self.now);
+        self.status = staged(
+            &self.status,
+            stage,
+            self.window,
+            self.generation(),
+            self.now,
+        );
         Flow::Continue(())
     }
 
@@ -401,7 +424,11 @@ impl<'a> Pass<'a> {
         let wanted = p.node_conditions.then(|| {
             let held = steps(p.stage).contains(&PassStep::Enter);
             let succeeded = self.status.phase == Some(MaintenancePhase::Succeeded);
-            Lifecycle::of(p.stage, held, succeeded)
+            let mut l = Lifecycle::of(p.stage, held, succeeded);
+            if self.window.is_some() {
+                l.planned.1 = condition::MAINTENANCE_WINDOW;
+            }
+            l
         });
         let ours = conditions::named(node) == Some(self.name.as_str());
         if (wanted.is_some() || ours)

@@ -4,6 +4,7 @@ use super::*;
 use crate::api::{MaintenancePhase, NodeMaintenanceSpec, PodBlocker, Stage};
 use k8s_openapi::api::coordination::v1::LeaseSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use std::time::Duration;
 
 fn t(s: i64) -> jiff::Timestamp {
     jiff::Timestamp::from_second(1_800_000_000 + s).unwrap()
@@ -350,5 +351,43 @@ fn node_conditions_are_written_on_transitions_only_when_the_knob_asks() {
             .unwrap()
             .iter()
             .all(|c| c["status"] == "False" && c["reason"] == "MaintenanceEnded")
+    );
+}
+
+#[test]
+fn before_its_window_a_maintenance_waits_idle_and_comes_back_when_it_opens() {
+    let at = |s: i64| {
+        let mut nm = nm(None, None);
+        nm.spec.start_at = Some(t(s).to_string());
+        nm
+    };
+    // t(100) is the pass's time: 30 s ahead, nothing on the node, back a second after it opens.
+    let p = plan_of(at(130), free_node(), None, Stage::Drain);
+    assert_eq!(kinds(&p), ["status"]);
+    assert_eq!(stage_condition(&p), is("True", "MaintenanceWindow"));
+    assert_eq!(
+        p.then,
+        Then::Requeue(Requeue::After(Duration::from_secs(31)))
+    );
+    // Open (the start is now): today's pass.
+    let p = plan_of(at(100), free_node(), None, Stage::Drain);
+    assert!(matches!(p.then, Then::Drain(_)));
+    // The window keeps a Cordon from cordoning, not a Preflight from asking.
+    let mut cordon = at(130);
+    cordon.spec.stage = Some(Stage::Cordon);
+    let p = plan_of(cordon, free_node(), None, Stage::Drain);
+    assert_eq!(kinds(&p), ["status"]);
+    let mut preflight = at(130);
+    preflight.spec.stage = Some(Stage::Preflight);
+    let p = plan_of(preflight, free_node(), None, Stage::Drain);
+    assert!(matches!(p.then, Then::Preflight(_)));
+    // A value that is no time is refused (the status says why) and no window applies.
+    let mut bad = nm(None, None);
+    bad.spec.start_at = Some("tomorrow".into());
+    let p = plan_of(bad, free_node(), None, Stage::Drain);
+    assert!(matches!(p.then, Then::Drain(_)));
+    assert_eq!(
+        cond(&p, condition::DRAIN_POLICY_VALID),
+        is("False", "InvalidValue")
     );
 }

@@ -45,6 +45,8 @@ pub(crate) mod condition {
     /// Reason of `Cordoned=False` and `LeaseHeld=False` once a stage short of Cordon released
     /// the node and the lease.
     pub(crate) const RELEASED: &str = "Released";
+    /// Reason of `Stage` while the maintenance waits for its window (`startAt`).
+    pub(crate) const MAINTENANCE_WINDOW: &str = "MaintenanceWindow";
 }
 
 /// Upstream's event reasons and exact messages (docs/compat.md §4), plus ours.
@@ -1127,15 +1129,42 @@ pub(crate) fn policy(
 /// phase Running (the maintenance is in force, it just goes no further); one that had Succeeded
 /// or Failed is Running again, so moving on to Drain drains again. A maintenance failed for
 /// good ([`is_terminal`]) stays Failed.
+///
+/// `window`: the maintenance waits Idle for its window to open then (`startAt`): reason
+/// [`condition::MAINTENANCE_WINDOW`].
 pub(crate) fn staged(
     status: &NodeMaintenanceStatus,
     stage: crate::api::Stage,
+    window: Option<jiff::Timestamp>,
     generation: Option<i64>,
     now: jiff::Timestamp,
 ) -> NodeMaintenanceStatus {
     use crate::api::Stage;
     let mut s = status.clone();
     if stage == Stage::Drain && condition(status, condition::STAGE).is_none() {
+        return s;
+    }
+    if let Some(opens) = window {
+        let message = format!(
+            "idle until the maintenance window opens at {opens} (startAt): nothing on the node \
+             is touched and no lease is held"
+        );
+        let reason = condition::MAINTENANCE_WINDOW;
+        set_condition(
+            &mut s,
+            condition::STAGE,
+            true,
+            reason,
+            message,
+            generation,
+            now,
+        );
+        if !is_terminal(&s) {
+            s.phase = Some(MaintenancePhase::Running);
+        }
+        if *status != s {
+            touch(&mut s, generation, now);
+        }
         return s;
     }
     let message = match stage {
