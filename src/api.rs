@@ -125,6 +125,12 @@ pub struct NodeMaintenanceSpec {
     /// The annotation nodemaintenance.medik8s.io/startAt wins over this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_at: Option<String>,
+    /// How long a Succeeded maintenance stays (a duration such as "30s", "12h"): then the
+    /// operator deletes the NodeMaintenance (event MaintenanceExpired) and the node is restored
+    /// as on any delete. The annotation nodemaintenance.medik8s.io/expireAfter wins over this
+    /// field, which wins over the operator's --expire-after flag. Unset: it stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expire_after: Option<String>,
 }
 
 /// How far the maintenance goes: Preflight (only status.blockers, from dry-run evictions),

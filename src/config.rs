@@ -306,6 +306,12 @@ pub struct Config {
           default_missing_value = "true", value_name = "BOOL")]
     pub node_conditions: bool,
 
+    /// Default of the `expireAfter` knob: how long a Succeeded maintenance stays before the
+    /// operator deletes it (30s, 12h), restoring the node. Unset by default: it stays, as
+    /// upstream.
+    #[arg(long, value_name = "DURATION", value_parser = parse_drain_timeout)]
+    pub expire_after: Option<std::time::Duration>,
+
     /// The cluster-wide drain budget: at most this many maintenances evict at once (a number,
     /// or a percentage of the nodes such as 10%); the others are cordoned and tainted at once
     /// and their evictions wait in creation order. Unlimited by default, as upstream.

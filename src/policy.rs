@@ -25,6 +25,8 @@ pub const DRAIN_RULES_ANNOTATION: &str = "nodemaintenance.medik8s.io/drainRules"
 pub const NODE_CONDITIONS_ANNOTATION: &str = "nodemaintenance.medik8s.io/nodeConditions";
 /// Annotation of the `startAt` knob: an RFC 3339 time.
 pub const START_AT_ANNOTATION: &str = "nodemaintenance.medik8s.io/startAt";
+/// Annotation of the `expireAfter` knob: a duration ([`parse_duration`]).
+pub const EXPIRE_AFTER_ANNOTATION: &str = "nodemaintenance.medik8s.io/expireAfter";
 /// Annotation of the `stage` knob: one of [`Stage::ALL`].
 pub const STAGE_ANNOTATION: &str = "nodemaintenance.medik8s.io/stage";
 const RULES_ACCEPTED: &str = "a JSON list of rules {podSelector, namespaceSelector, behavior: \
@@ -74,6 +76,8 @@ pub struct Defaults {
     pub stage: Stage,
     /// `--node-conditions`: every maintenance writes the Node lifecycle conditions.
     pub node_conditions: bool,
+    /// `--expire-after`: how long every Succeeded maintenance stays (`None`: for ever).
+    pub expire_after: Option<Duration>,
 }
 
 /// The knobs of one maintenance, resolved.
@@ -96,6 +100,8 @@ pub struct DrainPolicy {
     /// When its maintenance window opens (`None`: at once). No flag: a cluster-wide start time
     /// is no default.
     pub start_at: Option<jiff::Timestamp>,
+    /// How long it stays once Succeeded before the operator deletes it (`None`: for ever).
+    pub expire_after: Option<Duration>,
     /// When the deadline counts from, filled in by the maintenance pass (not a knob; `None`
     /// from [`resolve`]): the drain's start recorded on the node, or when a maintenance that
     /// waited for a drain slot got one.
@@ -269,10 +275,19 @@ pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> (DrainPolicy, Vec<I
             let spec = ("startAt", "spec.startAt", START_AT_ACCEPTED);
             k.parse(spec, nm.spec.start_at.as_ref(), time)
         });
+    let expire = ("expireAfter", EXPIRE_AFTER_ANNOTATION, DURATION_ACCEPTED);
+    let expire_after = k
+        .annotation(expire, duration)
+        .or_else(|| {
+            let spec = ("expireAfter", "spec.expireAfter", DURATION_ACCEPTED);
+            k.parse(spec, nm.spec.expire_after.as_ref(), duration)
+        })
+        .or(defaults.expire_after);
     let policy = DrainPolicy {
         paused,
         node_conditions,
         start_at,
+        expire_after,
         drain_timeout,
         on_timeout,
         drain_rules,

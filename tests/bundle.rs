@@ -277,6 +277,7 @@ fn csv_deployment_rbac_and_webhook_equal_the_kustomize_rendering() {
         [
             "drainRules",
             "drainTimeout",
+            "expireAfter",
             "nodeConditions",
             "nodeName",
             "onTimeout",

@@ -499,3 +499,42 @@ async fn a_maintenance_waits_idle_for_its_window_then_cordons_and_drains() {
     assert!(live_pod(&client, &ns, "web").await.is_none());
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
+
+#[tokio::test]
+async fn an_expired_maintenance_deletes_itself_and_the_node_is_restored() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("exp");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let name = unique("nm-exp");
+    let mut nm = nm::new(&name, &node, "e2e expiry");
+    nm.spec.expire_after = Some("10s".into());
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &nm)
+        .await
+        .unwrap();
+    let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let succeeded = done
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .find(|c| c.type_ == "Drained" && c.status == "True")
+        .map(|c| c.last_transition_time.0)
+        .expect("Drained=True");
+    node::in_maintenance(&client, &node).await.unwrap();
+    nm::wait_gone(&client, &name, LIMIT).await;
+    let gone = jiff::Timestamp::now();
+    assert!(
+        gone >= succeeded + jiff::SignedDuration::from_secs(10),
+        "gone at {gone}, Succeeded at {succeeded}: before expireAfter"
+    );
+    wait_for("node restored", LIMIT, || node::restored(&client, &node)).await;
+    assert!(lease(&client, &node).await.is_none());
+    let events = nm::event_summary(&client, &name).await;
+    assert!(
+        events.iter().any(|e| e.1 == "MaintenanceExpired"),
+        "{events:?}"
+    );
+}

@@ -249,6 +249,20 @@ async fn send(ctx: &Context, nm: &mut NodeMaintenance, write: Write) -> Result<S
                 ctx.metrics.lease_lost();
             }
         }
+        Write::DeleteMaintenance { uid } => {
+            let params = kube::api::DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    uid,
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            match ctx.nms.delete(&name, &params).await {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return stopped_or(e, Error::Expire),
+            }
+        }
         Write::NodeConditions { name, patch } => {
             let params = PatchParams {
                 field_manager: Some(crate::node::conditions::FIELD_MANAGER.into()),

@@ -84,6 +84,7 @@ impl From<&crate::config::Config> for ControllerConfig {
                 drain_rules: config.drain_rules.clone().unwrap_or_default(),
                 stage: config.stage,
                 node_conditions: config.node_conditions,
+                expire_after: config.expire_after,
             },
             max_parallel_drains: config.max_parallel_drains,
             max_parallel_drains_for: config.max_parallel_drains_for.clone(),

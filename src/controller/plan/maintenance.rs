@@ -80,6 +80,8 @@ struct Pass<'a> {
     /// The maintenance waits Idle for its window, which opens then (`startAt`, by the API
     /// server's clock).
     window: Option<jiff::Timestamp>,
+    /// The pass comes back no later than this (a Succeeded maintenance's expiry).
+    due: Option<Duration>,
 }
 
 type Flow = ControlFlow<Plan>;
@@ -118,6 +120,7 @@ impl<'a> Pass<'a> {
             started: None,
             repaired: Vec::new(),
             window,
+            due: None,
         }
     }
 
@@ -137,6 +140,7 @@ impl<'a> Pass<'a> {
             PassStep::Deadline => self.deadline(),
             PassStep::Queue => self.queue(),
             PassStep::Blockers => Flow::Break(self.round(Then::Preflight)),
+            PassStep::Expire => self.expire(),
             PassStep::Drain => self.drain(),
         }
     }
@@ -173,12 +177,12 @@ impl<'a> Pass<'a> {
         with_memory(plan, self.memory, self.o.memory)
     }
 
-    /// Ends the pass holding the status reached, back after `requeue`.
+    /// Ends the pass holding the status reached, back after `requeue` (or when due sooner).
     fn hold(&mut self, requeue: Duration) -> Plan {
         let step = Step {
             status: self.status.clone(),
             events: Vec::new(),
-            requeue: Requeue::After(requeue),
+            requeue: Requeue::After(self.due.map_or(requeue, |d| d.min(requeue))),
         };
         self.end_remembering(step)
     }
@@ -506,6 +510,49 @@ impl<'a> Pass<'a> {
             return Flow::Break(self.hold(requeue));
         }
         Flow::Continue(())
+    }
+
+    fn expire(&mut self) -> Flow {
+        let Some(after) = self.drain_policy.expire_after else {
+            return Flow::Continue(());
+        };
+        // Succeeded when `Drained` turned True (a CRD that prunes conditions: no expiry).
+        let succeeded = (self.status.phase == Some(MaintenancePhase::Succeeded))
+            .then(|| condition(&self.status, condition::DRAINED))
+            .flatten()
+            .filter(|c| c.status == "True")
+            .map(|c| c.last_transition_time.0);
+        let Some(expires) = succeeded.and_then(|s| {
+            s.checked_add(jiff::SignedDuration::try_from(after).ok()?)
+                .ok()
+        }) else {
+            return Flow::Continue(());
+        };
+        let left = expires.duration_since(self.server_now());
+        if left.is_positive() {
+            // Back a second after it expires: the API server's clock counts whole seconds.
+            let until = left + jiff::SignedDuration::from_secs(1);
+            self.due = Duration::try_from(until).ok();
+            return Flow::Continue(());
+        }
+        let message = format!(
+            "Succeeded at {}, expired after {} (expireAfter): deleting the NodeMaintenance; the \
+             node is restored",
+            succeeded.unwrap_or(expires),
+            jiff::SignedDuration::try_from(after).unwrap_or_default()
+        );
+        let e = PlannedEvent::normal(EventTarget::Maintenance, (event::EXPIRED, &message));
+        let status = self.status.clone();
+        self.w.status(&status);
+        self.w.events(vec![e], self.node);
+        self.w.push(Write::DeleteMaintenance {
+            uid: self.o.nm.metadata.uid.clone(),
+        });
+        Flow::Break(self.end_remembering(Step {
+            status,
+            events: Vec::new(),
+            requeue: Requeue::Never,
+        }))
     }
 
     fn drain(&mut self) -> Flow {

@@ -391,3 +391,73 @@ fn before_its_window_a_maintenance_waits_idle_and_comes_back_when_it_opens() {
         is("False", "InvalidValue")
     );
 }
+
+#[test]
+fn a_succeeded_maintenance_deletes_itself_once_it_expires() {
+    // Succeeded at t(40) on a node it holds, expireAfter 30s; the pass runs at t(100).
+    let expiring = |after: &str| {
+        let mut nm = nm(None, None);
+        nm.spec.expire_after = Some(after.into());
+        let status = nm.status.as_mut().unwrap();
+        status.phase = Some(MaintenancePhase::Succeeded);
+        set_condition(
+            status,
+            condition::DRAINED,
+            true,
+            "AllPodsEvicted",
+            "",
+            Some(1),
+            t(40),
+        );
+        nm.metadata.annotations = Some(
+            [
+                (crate::api::ENTERED_NODE_ANNOTATION, "node01"),
+                (crate::api::ENTERED_NODE_PROVIDER_ID_ANNOTATION, ""),
+                (crate::api::ENTERED_NODE_UID_ANNOTATION, ""),
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into(),
+        );
+        nm
+    };
+    let p = plan_of(
+        expiring("90s"),
+        entered_node(),
+        Some(our_lease()),
+        Stage::Drain,
+    );
+    // 30 s left (the statuses record the lease and cordon this fixture's status lacked): no
+    // deletion, back a second after it expires.
+    assert_eq!(kinds(&p), ["status", "status"]);
+    assert_eq!(
+        p.then,
+        Then::Requeue(Requeue::After(Duration::from_secs(31)))
+    );
+    let p = plan_of(
+        expiring("30s"),
+        entered_node(),
+        Some(our_lease()),
+        Stage::Drain,
+    );
+    assert_eq!(
+        kinds(&p),
+        [
+            "status",
+            "status",
+            "MaintenanceExpired",
+            "delete maintenance"
+        ]
+    );
+    assert_eq!(
+        p.writes[3],
+        Write::DeleteMaintenance {
+            uid: Some("uid-nm".into())
+        }
+    );
+    // Without the knob a Succeeded maintenance stays (today's behaviour).
+    let mut stays = expiring("30s");
+    stays.spec.expire_after = None;
+    let p = plan_of(stays, entered_node(), Some(our_lease()), Stage::Drain);
+    assert_eq!(kinds(&p), ["status", "status"]);
+    assert_eq!(p.then, Then::Requeue(Requeue::After(REQUEUE_SUCCEEDED)));
+}

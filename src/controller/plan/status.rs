@@ -88,6 +88,9 @@ pub(crate) mod event {
     pub(crate) const POD_FORCE_DELETED: &str = "PodForceDeleted";
     /// Normal, on the NodeMaintenance, when it starts waiting for a drain slot (ours).
     pub(crate) const QUEUED: &str = "DrainQueued";
+    /// Normal, on the NodeMaintenance, when the operator deletes it `expireAfter` after it
+    /// Succeeded (ours).
+    pub(crate) const EXPIRED: &str = "MaintenanceExpired";
     /// Normal, on the NodeMaintenance, when a drain slot is its after it waited (ours).
     pub(crate) const DEQUEUED: (&str, &str) = (
         "DrainStarted",

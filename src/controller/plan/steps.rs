@@ -40,6 +40,9 @@ pub(crate) enum PassStep {
     Queue,
     /// The stage Preflight: the pass ends asking the node's evictions with a dry run.
     Blockers,
+    /// `expireAfter` after Succeeded, the NodeMaintenance deletes itself (its deletion pass
+    /// restores the node); until then the pass comes back when it is due.
+    Expire,
     /// One drain round; none once Succeeded.
     Drain,
 }
@@ -58,6 +61,7 @@ pub(crate) const DRAIN_STEPS: &[PassStep] = &[
     PassStep::Policy,
     PassStep::Deadline,
     PassStep::Queue,
+    PassStep::Expire,
     PassStep::Drain,
 ];
 
@@ -130,6 +134,7 @@ mod tests {
         PassStep::Deadline,
         PassStep::Queue,
         PassStep::Blockers,
+        PassStep::Expire,
         PassStep::Drain,
     ];
 

@@ -56,6 +56,13 @@ pub(crate) enum Write {
         /// The patch.
         patch: Value,
     },
+    /// Delete the NodeMaintenance itself (`expireAfter`). Precondition: its uid, so a new object
+    /// of the same name stays; a 404 is done. Its finalizer keeps it until the deletion pass
+    /// restored the node.
+    DeleteMaintenance {
+        /// Its `metadata.uid`.
+        uid: Option<String>,
+    },
     /// Create the lease namespace (an existing one is done).
     LeaseNamespace,
     /// Create the node's medik8s lease. Precondition: it does not exist (409 AlreadyExists).
@@ -135,6 +142,7 @@ impl Write {
                 Precondition::ResourceVersion(l.metadata.resource_version.clone())
             }
             Write::DeleteLease { .. } => Precondition::UidAndResourceVersion,
+            Write::DeleteMaintenance { .. } => Precondition::UidAndResourceVersion,
             Write::CreateLease(_) => Precondition::Absent,
             Write::LeaseNamespace | Write::Event { .. } | Write::NodeConditions { .. } => {
                 Precondition::None
@@ -160,6 +168,7 @@ impl Write {
                 NodePurpose::AdoptAndExit => "adopt and exit node",
             },
             Write::NodeConditions { .. } => "node conditions",
+            Write::DeleteMaintenance { .. } => "delete maintenance",
             Write::LeaseNamespace => "create lease namespace",
             Write::CreateLease(_) => "create lease",
             Write::ReplaceLease(_) => "replace lease",
