@@ -105,6 +105,78 @@ pub struct NodeMaintenanceSpec {
     /// as JSON) wins over this field, which wins over the operator's --drain-rules flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_rules: Option<Vec<DrainRule>>,
+    /// How far the maintenance goes: Preflight (only status.blockers, from dry-run evictions;
+    /// nothing else is touched), Idle (nothing on the node is touched, no lease), Cordon (lease,
+    /// cordon, taints and label; no eviction) or Drain (cordon and drain, the default). Moving
+    /// back restores the node as a delete would and keeps the object. The annotation
+    /// nodemaintenance.medik8s.io/stage wins over this field, which wins over the operator's
+    /// --stage flag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<Stage>,
+    /// While true, the operator writes the Node lifecycle conditions MaintenancePlanned,
+    /// MaintenanceInProgress, DrainInProgress and Drained on the node's status (all False with
+    /// reason MaintenanceEnded at the end). The annotation nodemaintenance.medik8s.io/nodeConditions
+    /// ("true" or "false") wins over this field, which wins over the operator's --node-conditions
+    /// flag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_conditions: Option<bool>,
+    /// When the maintenance window opens (RFC 3339, e.g. "2030-01-02T03:00:00Z"): until then,
+    /// by the API server's clock, the maintenance stays Idle (nothing on the node is touched,
+    /// no lease; the Stage condition's reason is MaintenanceWindow), then goes on to its stage.
+    /// The annotation nodemaintenance.medik8s.io/startAt wins over this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<String>,
+    /// How long a Succeeded maintenance stays (a duration such as "30s", "12h"): then the
+    /// operator deletes the NodeMaintenance (event MaintenanceExpired) and the node is restored
+    /// as on any delete. The annotation nodemaintenance.medik8s.io/expireAfter wins over this
+    /// field, which wins over the operator's --expire-after flag. Unset: it stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expire_after: Option<String>,
+}
+
+/// How far the maintenance goes: Preflight (only status.blockers, from dry-run evictions),
+/// Idle (nothing on the node is touched, no lease), Cordon (lease, cordon, taints and label; no
+/// eviction) or Drain (the default). Moving back restores the node and keeps the object. The
+/// annotation nodemaintenance.medik8s.io/stage wins over spec.stage, which wins over --stage.
+// KEP-4212's stages (docs/design.md §1, "Stages"). Spelled as the variant in the CRD, the
+// annotation and the flag.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, clap::ValueEnum,
+)]
+pub enum Stage {
+    /// Only `status.blockers`, from server-side dry-run evictions; nothing else is touched.
+    #[value(name = "Preflight")]
+    Preflight,
+    /// Nothing on the node is touched and no lease is held.
+    #[value(name = "Idle")]
+    Idle,
+    /// Lease, cordon, both taints and the exclude-from-remediation label; no eviction.
+    #[value(name = "Cordon")]
+    Cordon,
+    /// Cordon and drain (upstream's behaviour).
+    #[default]
+    #[value(name = "Drain")]
+    Drain,
+}
+
+impl Stage {
+    /// Every value, as the CRD, the annotation and the flag spell it.
+    pub const ALL: &'static [(Stage, &'static str)] = &[
+        (Self::Preflight, "Preflight"),
+        (Self::Idle, "Idle"),
+        (Self::Cordon, "Cordon"),
+        (Self::Drain, "Drain"),
+    ];
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = Self::ALL
+            .iter()
+            .find(|(v, _)| v == self)
+            .map_or("Drain", |(_, n)| n);
+        f.write_str(name)
+    }
 }
 
 /// One drain rule (`spec.drainRules`), after Cluster API's MachineDrainRule.

@@ -293,6 +293,25 @@ pub struct Config {
     #[arg(long, value_enum, default_value = "Wait", value_name = "ACTION")]
     pub on_timeout: crate::api::OnTimeout,
 
+    /// Default of the `stage` knob: Preflight, Idle, Cordon or Drain (how far every maintenance
+    /// goes until its spec.stage or the annotation nodemaintenance.medik8s.io/stage says
+    /// otherwise). Drain by default, as upstream.
+    #[arg(long, value_enum, default_value = "Drain", value_name = "STAGE")]
+    pub stage: crate::api::Stage,
+
+    /// Default of the `nodeConditions` knob: every maintenance writes the Node lifecycle
+    /// conditions (MaintenancePlanned, MaintenanceInProgress, DrainInProgress, Drained) on its
+    /// node's status. Off by default: upstream writes no node status.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", value_name = "BOOL")]
+    pub node_conditions: bool,
+
+    /// Default of the `expireAfter` knob: how long a Succeeded maintenance stays before the
+    /// operator deletes it (30s, 12h), restoring the node. Unset by default: it stays, as
+    /// upstream.
+    #[arg(long, value_name = "DURATION", value_parser = parse_drain_timeout)]
+    pub expire_after: Option<std::time::Duration>,
+
     /// The cluster-wide drain budget: at most this many maintenances evict at once (a number,
     /// or a percentage of the nodes such as 10%); the others are cordoned and tainted at once
     /// and their evictions wait in creation order. Unlimited by default, as upstream.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 
-use crate::api::{DrainRule, NodeMaintenance, OnTimeout};
+use crate::api::{DrainRule, NodeMaintenance, OnTimeout, Stage};
 
 /// Annotation of the `paused` knob: `"true"` or `"false"`.
 pub const PAUSED_ANNOTATION: &str = "nodemaintenance.medik8s.io/paused";
@@ -21,6 +21,14 @@ pub const DRAIN_TIMEOUT_ANNOTATION: &str = "nodemaintenance.medik8s.io/drainTime
 pub const ON_TIMEOUT_ANNOTATION: &str = "nodemaintenance.medik8s.io/onTimeout";
 /// Annotation of the `drainRules` knob: the rules as a JSON list ([`parse_rules`]).
 pub const DRAIN_RULES_ANNOTATION: &str = "nodemaintenance.medik8s.io/drainRules";
+/// Annotation of the `nodeConditions` knob: `"true"` or `"false"`.
+pub const NODE_CONDITIONS_ANNOTATION: &str = "nodemaintenance.medik8s.io/nodeConditions";
+/// Annotation of the `startAt` knob: an RFC 3339 time.
+pub const START_AT_ANNOTATION: &str = "nodemaintenance.medik8s.io/startAt";
+/// Annotation of the `expireAfter` knob: a duration ([`parse_duration`]).
+pub const EXPIRE_AFTER_ANNOTATION: &str = "nodemaintenance.medik8s.io/expireAfter";
+/// Annotation of the `stage` knob: one of [`Stage::ALL`].
+pub const STAGE_ANNOTATION: &str = "nodemaintenance.medik8s.io/stage";
 const RULES_ACCEPTED: &str = "a JSON list of rules {podSelector, namespaceSelector, behavior: \
                               Drain, Skip or WaitCompleted, order}";
 
@@ -50,6 +58,8 @@ pub fn valid_rules(rules: &[DrainRule]) -> bool {
 
 const DURATION_ACCEPTED: &str = "a positive duration such as 90s, 15m or 1h30m";
 const ON_TIMEOUT_ACCEPTED: &str = "Wait, Fail, SkipStuck, ForceDelete";
+const STAGE_ACCEPTED: &str = "Preflight, Idle, Cordon, Drain";
+const START_AT_ACCEPTED: &str = "an RFC 3339 time such as 2030-01-02T03:00:00Z";
 
 /// The operator's defaults of the knobs (its flags).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -62,6 +72,12 @@ pub struct Defaults {
     pub on_timeout: OnTimeout,
     /// `--drain-rules`: the rules of every maintenance that has none of its own.
     pub drain_rules: Vec<DrainRule>,
+    /// `--stage`: how far every maintenance goes.
+    pub stage: Stage,
+    /// `--node-conditions`: every maintenance writes the Node lifecycle conditions.
+    pub node_conditions: bool,
+    /// `--expire-after`: how long every Succeeded maintenance stays (`None`: for ever).
+    pub expire_after: Option<Duration>,
 }
 
 /// The knobs of one maintenance, resolved.
@@ -77,6 +93,15 @@ pub struct DrainPolicy {
     /// The rules for the node's pods, the first that selects a pod applying
     /// ([`crate::drain::rules`]).
     pub drain_rules: Vec<DrainRule>,
+    /// How far the maintenance goes: which steps its passes run.
+    pub stage: Stage,
+    /// Whether it writes the Node lifecycle conditions (`crate::node::conditions`).
+    pub node_conditions: bool,
+    /// When its maintenance window opens (`None`: at once). No flag: a cluster-wide start time
+    /// is no default.
+    pub start_at: Option<jiff::Timestamp>,
+    /// How long it stays once Succeeded before the operator deletes it (`None`: for ever).
+    pub expire_after: Option<Duration>,
     /// When the deadline counts from, filled in by the maintenance pass (not a knob; `None`
     /// from [`resolve`]): the drain's start recorded on the node, or when a maintenance that
     /// waited for a drain slot got one.
@@ -130,6 +155,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, &'static str> {
         .filter(|d| d.is_positive())
         .and_then(|d| Duration::try_from(d).ok())
         .ok_or(DURATION_ACCEPTED)
+}
+
+fn stage(s: &str) -> Option<Stage> {
+    Stage::ALL
+        .iter()
+        .find(|(_, name)| *name == s)
+        .map(|(v, _)| *v)
 }
 
 fn on_timeout(s: &str) -> Option<OnTimeout> {
@@ -225,14 +257,52 @@ pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> (DrainPolicy, Vec<I
             })
         })
         .unwrap_or_else(|| defaults.drain_rules.clone());
+    let stage = k
+        .annotation(("stage", STAGE_ANNOTATION, STAGE_ACCEPTED), stage)
+        .or(nm.spec.stage)
+        .unwrap_or(defaults.stage);
+    let node_conditions = k
+        .annotation(
+            ("nodeConditions", NODE_CONDITIONS_ANNOTATION, "true, false"),
+            boolean,
+        )
+        .or(nm.spec.node_conditions)
+        .unwrap_or(defaults.node_conditions);
+    let time = |v: &str| v.trim().parse::<jiff::Timestamp>().ok();
+    let start_at = k
+        .annotation(("startAt", START_AT_ANNOTATION, START_AT_ACCEPTED), time)
+        .or_else(|| {
+            let spec = ("startAt", "spec.startAt", START_AT_ACCEPTED);
+            k.parse(spec, nm.spec.start_at.as_ref(), time)
+        });
+    let expire = ("expireAfter", EXPIRE_AFTER_ANNOTATION, DURATION_ACCEPTED);
+    let expire_after = k
+        .annotation(expire, duration)
+        .or_else(|| {
+            let spec = ("expireAfter", "spec.expireAfter", DURATION_ACCEPTED);
+            k.parse(spec, nm.spec.expire_after.as_ref(), duration)
+        })
+        .or(defaults.expire_after);
     let policy = DrainPolicy {
         paused,
+        node_conditions,
+        start_at,
+        expire_after,
         drain_timeout,
         on_timeout,
         drain_rules,
+        stage,
         deadline_start: None,
     };
     (policy, k.invalid)
+}
+
+/// Whether `nm` goes as far as the drain at `now` (its `stage` under `defaults` is Drain and
+/// its window, `startAt`, is open): only those take part in the drain budgets, so a maintenance
+/// kept Idle or Cordon, or waiting for its window, holds no slot.
+pub fn drains(nm: &NodeMaintenance, defaults: &Defaults, now: jiff::Timestamp) -> bool {
+    let policy = resolve(nm, defaults).0;
+    policy.stage == Stage::Drain && policy.start_at.is_none_or(|t| t <= now)
 }
 
 /// A drain budget: a number of maintenances, or a percentage of the cluster's nodes.

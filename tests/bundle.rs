@@ -277,10 +277,14 @@ fn csv_deployment_rbac_and_webhook_equal_the_kustomize_rendering() {
         [
             "drainRules",
             "drainTimeout",
+            "expireAfter",
+            "nodeConditions",
             "nodeName",
             "onTimeout",
             "paused",
-            "reason"
+            "reason",
+            "stage",
+            "startAt"
         ]
     );
     let status = paths("statusDescriptors");

@@ -204,10 +204,11 @@ fn rbac_has_no_wildcard_and_exactly_the_needed_rules() {
         cluster,
         nm,
         "nodemaintenances",
-        &["get", "list", "watch", "patch"],
+        &["get", "list", "watch", "patch", "delete"],
     );
     add(cluster, nm, "nodemaintenances/status", &["patch"]);
     add(cluster, "", "nodes", &["get", "list", "watch", "patch"]);
+    add(cluster, "", "nodes/status", &["patch"]);
     add(cluster, "", "pods", &["get", "list", "watch"]);
     add(cluster, "", "pods/eviction", &["create"]);
     add(cluster, "apps", "daemonsets", &["get"]);

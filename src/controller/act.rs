@@ -249,6 +249,36 @@ async fn send(ctx: &Context, nm: &mut NodeMaintenance, write: Write) -> Result<S
                 ctx.metrics.lease_lost();
             }
         }
+        Write::DeleteMaintenance { uid } => {
+            let params = kube::api::DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    uid,
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            match ctx.nms.delete(&name, &params).await {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return stopped_or(e, Error::Expire),
+            }
+        }
+        Write::NodeConditions { name, patch } => {
+            let params = PatchParams {
+                field_manager: Some(crate::node::conditions::FIELD_MANAGER.into()),
+                ..PatchParams::default()
+            };
+            match ctx
+                .nodes
+                .patch_status(&name, &params, &Patch::Strategic(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) if stops(&e).is_some() => return Ok(Sent::Stopped(stops(&e).unwrap_or(""))),
+                Err(e) => return Err(Error::Node(NodeError::Patch(e))),
+            }
+        }
         Write::LeaseNamespace => {
             let namespace = Namespace {
                 metadata: kube::api::ObjectMeta {

@@ -55,6 +55,9 @@ pub(crate) enum Error {
     /// node left when `spec.nodeName` changed (recording the node entered is best effort).
     #[error("failed to record the node entered for maintenance: {0}")]
     RecordEnteredNode(#[source] kube::Error),
+    /// Deleting the NodeMaintenance once it expired (`expireAfter`) failed.
+    #[error("failed to delete the expired NodeMaintenance: {0}")]
+    Expire(#[source] kube::Error),
     /// Writing the status failed (409 when the object changed since it was read).
     #[error("failed to update NodeMaintenance status: {0}")]
     Status(#[source] kube::Error),
@@ -77,9 +80,10 @@ impl Error {
             Error::Lease(_) => ReconcileErrorKind::lease,
             Error::Drain(_) | Error::InitStatus(_) => ReconcileErrorKind::drain,
             // Every write to the NodeMaintenance's metadata.
-            Error::AddFinalizer(_) | Error::RemoveFinalizer(_) | Error::RecordEnteredNode(_) => {
-                ReconcileErrorKind::finalizer
-            }
+            Error::AddFinalizer(_)
+            | Error::RemoveFinalizer(_)
+            | Error::RecordEnteredNode(_)
+            | Error::Expire(_) => ReconcileErrorKind::finalizer,
             Error::Status(_) => ReconcileErrorKind::status,
             Error::Timeout(_) => ReconcileErrorKind::timeout,
         }
@@ -94,7 +98,8 @@ impl Error {
             Error::Status(e)
             | Error::AddFinalizer(e)
             | Error::RemoveFinalizer(e)
-            | Error::RecordEnteredNode(e) => {
+            | Error::RecordEnteredNode(e)
+            | Error::Expire(e) => {
                 matches!(e, kube::Error::Api(s) if s.is_conflict())
             }
             _ => false,
@@ -111,6 +116,7 @@ impl Error {
             | Error::AddFinalizer(e)
             | Error::RemoveFinalizer(e)
             | Error::RecordEnteredNode(e)
+            | Error::Expire(e)
             | Error::Status(e)
             | Error::Lease(
                 LeaseError::Api(e) | LeaseError::GetNamespace(e) | LeaseError::CreateNamespace(e),
@@ -202,10 +208,11 @@ impl Context {
         ) {
             self.metrics.set_maintenances(phase, count);
         }
+        let now = jiff::Timestamp::now();
         let active: Vec<&NodeMaintenance> = all
             .iter()
             .map(AsRef::as_ref)
-            .filter(|nm| super::queue::active(nm))
+            .filter(|nm| super::queue::active(nm) && crate::policy::drains(nm, &self.policy, now))
             .collect();
         let paused = active
             .iter()
@@ -230,10 +237,11 @@ impl Context {
             return;
         };
         let all = self.store.state();
-        let admitted =
-            super::queue::admitted(all.iter().map(AsRef::as_ref), &budget.slots(), |n| {
-                budget.budgets_of(n)
-            });
+        let drains = all
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|nm| crate::policy::drains(nm, &self.policy, jiff::Timestamp::now()));
+        let admitted = super::queue::admitted(drains, &budget.slots(), |n| budget.budgets_of(n));
         for name in admitted {
             if self.memory.of(&name).queued == Some(true) {
                 let _ = self.wake.unbounded_send(ObjectRef::new(&name));

@@ -90,7 +90,9 @@ async fn maintenance(
         queue: ctx.drain_budget.as_ref().and_then(|budget| {
             let all = ctx.store.state();
             super::queue::place(
-                all.iter().map(AsRef::as_ref),
+                all.iter()
+                    .map(AsRef::as_ref)
+                    .filter(|nm| crate::policy::drains(nm, &ctx.policy, jiff::Timestamp::now())),
                 &nm.name_any(),
                 &budget.slots(),
                 |n| budget.budgets_of(n),

@@ -176,6 +176,26 @@ pub(crate) fn orphan_writes(plan: &OrphanPlan, node: &Node, lease: Option<&Lease
     writes
 }
 
+/// The Node lifecycle conditions on `node` that name a NodeMaintenance that no longer exists
+/// (by name: the conditions carry no uid) and that no NodeMaintenance targets, ended (all False,
+/// `MaintenanceEnded`); `None` when there are none to end.
+pub(crate) fn orphan_conditions(
+    node: &Node,
+    is_live: node::HolderLive<'_>,
+    targeted: bool,
+    now: jiff::Timestamp,
+) -> Option<Write> {
+    let named = node::conditions::named(node)?;
+    if targeted || is_live(named, None) || !node::conditions::any_true(node) {
+        return None;
+    }
+    let patch = node::conditions::patch(node, named, None, now)?;
+    Some(Write::NodeConditions {
+        name: node.name_any(),
+        patch,
+    })
+}
+
 async fn settle(ctx: &Context, name: &str) -> Result<(), SettleError> {
     let Some(node) = ctx.nodes.get_opt(name).await? else {
         return Ok(());
@@ -186,6 +206,13 @@ async fn settle(ctx: &Context, name: &str) -> Result<(), SettleError> {
             .get(&ObjectRef::new(holder))
             .is_some_and(|o| uid.is_none_or(|u| o.metadata.uid.as_deref() == Some(u)))
     };
+    if let Some(ended) = orphan_conditions(&node, &is_live, targeted, jiff::Timestamp::now()) {
+        tracing::info!(node = %name, "ending the lifecycle conditions of a vanished NodeMaintenance");
+        if let super::act::Executed::Stopped = super::act::execute_unowned(ctx, vec![ended]).await?
+        {
+            return Err(SettleError::Stopped);
+        }
+    }
     if orphan_plan(&node, &is_live, targeted, true) == OrphanPlan::Keep {
         return Ok(());
     }
@@ -337,6 +364,31 @@ mod tests {
         assert_eq!(
             orphan_plan(&prior_taint, gone, false, false),
             OrphanPlan::DropRecord
+        );
+    }
+
+    #[test]
+    fn conditions_of_a_vanished_maintenance_are_ended_and_a_live_ones_kept() {
+        let now = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let mut n = node(json!({}), false);
+        let planned = crate::node::conditions::Lifecycle::of(crate::api::Stage::Idle, false, false);
+        let patch = crate::node::conditions::patch(&n, "gone", Some(planned), now).unwrap();
+        n.status = Some(serde_json::from_value(patch["status"].clone()).unwrap());
+        let vanished = |_: &str, _: Option<&str>| false;
+        let live = |_: &str, _: Option<&str>| true;
+        assert!(orphan_conditions(&n, &live, false, now).is_none());
+        assert!(orphan_conditions(&n, &vanished, true, now).is_none());
+        let Some(Write::NodeConditions { patch, .. }) =
+            orphan_conditions(&n, &vanished, false, now)
+        else {
+            panic!("the conditions of a vanished maintenance are ended");
+        };
+        assert!(
+            patch["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|c| c["status"] == "False" && c["reason"] == "MaintenanceEnded")
         );
     }
 }

@@ -97,6 +97,17 @@ async fn pass(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
     let round = match then {
         Then::Requeue(requeue) => return Ok(act::action(requeue)),
         Then::Drain(round) => round,
+        Then::Preflight(round) => {
+            let blockers = ctx
+                .drainer
+                .preflight(&round.node, &round.policy.drain_rules)
+                .await?;
+            let plan = plan::preflight_plan(&round, &blockers, jiff::Timestamp::now());
+            return Ok(match act::carry_out(ctx, &mut current, plan).await? {
+                Some(Then::Requeue(requeue)) => act::action(requeue),
+                _ => Action::requeue(REQUEUE_STOPPED),
+            });
+        }
     };
     if !act::may_evict(ctx, &current).await {
         tracing::debug!("NodeMaintenance may be deleting; drain round deferred");

@@ -522,6 +522,46 @@ impl Drainer {
     /// does not know, so a precondition would be dropped silently. No deadline of ours: the API
     /// server answers within its own request timeout, its admission webhooks' included.
     async fn evict(&self, pod: &PodReference, uid: Option<&str>) -> Result<(), kube::Error> {
+        self.eviction(pod, uid, false).await
+    }
+
+    /// What would keep `node`'s pods on it (the stage Preflight): each pod the drain would
+    /// evict (under `drain_rules`) asked for with a server-side dry run (`dryRun=All`: admission
+    /// and the budgets are evaluated, nothing is evicted and no disruption is consumed), the
+    /// refusals as blockers, in listing order. Not counted as evictions.
+    ///
+    /// # Errors
+    /// [`DrainError`] when the pod list or a DaemonSet lookup fails or hangs.
+    pub(crate) async fn preflight(
+        &self,
+        node: &str,
+        drain_rules: &[DrainRule],
+    ) -> Result<Vec<crate::api::PodBlocker>, DrainError> {
+        let (pods, _) = self.list_pods(node).await?;
+        let classified = self
+            .classified(pods, &Arrival::default(), drain_rules)
+            .await?;
+        let mut blockers = Vec::new();
+        for (pod, _) in classified.iter().filter(|(_, d)| d.drains()) {
+            let reference = pod.reference();
+            let uid = pod.metadata.uid.as_deref();
+            // An admitted dry run is a pod that would go: no blocker.
+            let Err(refusal) = self.eviction(&reference, uid, true).await else {
+                continue;
+            };
+            if let Some(b) = classify_eviction(&reference, Err(&refusal)).blocker {
+                blockers.push(b);
+            }
+        }
+        Ok(blockers)
+    }
+
+    async fn eviction(
+        &self,
+        pod: &PodReference,
+        uid: Option<&str>,
+        dry_run: bool,
+    ) -> Result<(), kube::Error> {
         let mut body = serde_json::json!({
             "apiVersion": "policy/v1",
             "kind": "Eviction",
@@ -531,8 +571,10 @@ impl Drainer {
             body["deleteOptions"] = serde_json::json!({"preconditions": {"uid": uid}});
         }
         let url = format!(
-            "/api/v1/namespaces/{}/pods/{}/eviction",
-            pod.namespace, pod.name
+            "/api/v1/namespaces/{}/pods/{}/eviction{}",
+            pod.namespace,
+            pod.name,
+            if dry_run { "?dryRun=All" } else { "" }
         );
         let req = http::Request::post(url)
             .header(http::header::CONTENT_TYPE, "application/json")

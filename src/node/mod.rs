@@ -12,6 +12,8 @@
 //! Everything here is pure: it reads a Node and returns the patch to send. The controller's
 //! executor sends it.
 
+pub(crate) mod conditions;
+
 use k8s_openapi::api::core::v1::{Node, Taint};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

@@ -94,6 +94,7 @@ pub(crate) struct ObservedDeletion {
     pub(crate) lease: Option<Lease>,
     /// `metadata.finalizers` of the NodeMaintenance.
     pub(crate) finalizers: Vec<String>,
+
     /// The node as read is another machine than the one entered under its name
     /// ([`super::replaced`]): never adopted (nothing on it was ours; a record on it is another
     /// maintenance's, and is left alone as any other holder's).
@@ -103,7 +104,7 @@ pub(crate) struct ObservedDeletion {
 /// Plans the deletion pass (docs/design.md §3: restore, or hand over to a successor): the node,
 /// the lease, then the finalizer and `RemovedMaintenance`; the object's memory is forgotten. An
 /// invalid node name touches no node and no lease.
-pub(super) fn plan_deletion(o: &ObservedDeletion) -> Plan {
+pub(super) fn plan_deletion(o: &ObservedDeletion, now: jiff::Timestamp) -> Plan {
     let mut w = Writes::new(NodeMaintenanceStatus::default(), &StatusSchema::default());
     let me = crate::node::Claimant {
         name: &o.name,
@@ -157,6 +158,17 @@ pub(super) fn plan_deletion(o: &ObservedDeletion) -> Plan {
             }
             _ => {}
         }
+    }
+    // The lifecycle conditions it wrote end False (`MaintenanceEnded`) before the object goes;
+    // a successor's next pass writes its own.
+    if let Some(node) = o.node.as_ref()
+        && crate::node::conditions::named(node) == Some(o.name.as_str())
+        && let Some(patch) = crate::node::conditions::patch(node, &o.name, None, now)
+    {
+        w.push(Write::NodeConditions {
+            name: o.node_name.clone(),
+            patch,
+        });
     }
     if let Some(i) = o.finalizers.iter().position(|f| f == FINALIZER) {
         let path = format!("/metadata/finalizers/{i}");

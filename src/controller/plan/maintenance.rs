@@ -1,8 +1,13 @@
-//! The maintenance pass (upstream's reconcile, docs/design.md §1): the status initialised before
-//! the node is touched, the lease, its ownership recorded before entering, the node entered (its
-//! record, the drain's start among it, in the same patch), the entered node recorded on the
-//! NodeMaintenance (best effort), then the drain round.
+//! The maintenance pass (upstream's reconcile, docs/design.md §1) as an ordered list of named
+//! steps ([`PassStep`]): the node entered before restored when `spec.nodeName` moved, the node
+//! name checked, the status initialised before the node is touched, the node found, the lease
+//! and its ownership recorded before entering, the node entered (its record, the drain's start
+//! among it, in the same patch), the entered node recorded on the NodeMaintenance (best effort),
+//! the policy and the deadline in status, the drain slot, then the drain round. A step either
+//! hands over to the next or ends the pass with its plan; the steps a pass runs are its stage's
+//! (`steps.rs`).
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -12,239 +17,572 @@ use kube::ResourceExt;
 use super::*;
 use crate::api::{
     DRAIN_STARTED_ANNOTATION, ENTERED_NODE_ANNOTATION, ENTERED_NODE_PROVIDER_ID_ANNOTATION,
-    ENTERED_NODE_UID_ANNOTATION, MaintenancePhase, OnTimeout,
+    ENTERED_NODE_UID_ANNOTATION, MaintenancePhase, OnTimeout, Stage,
 };
 use crate::controller::queue::Place;
 use crate::lease::{self, LeaseRequest};
 use crate::node::{self, Claimant, EnterPlan, ExitPlan};
+use crate::policy::{DrainPolicy, InvalidKnob};
+
+use super::steps::{PassStep, steps};
 
 /// After restoring a node that `spec.nodeName` no longer names, the next pass starts on the new
 /// one at once.
 const REQUEUE_NODE_CHANGED: Duration = Duration::from_millis(100);
 
-/// The maintenance pass. `invalid` says why `spec.nodeName` cannot name a node.
+/// The maintenance pass: runs the steps of its stage ([`steps`]) in order until one ends the
+/// pass; a list that ends before
+/// [`PassStep::Drain`] holds what it reached and comes back after [`REQUEUE_SUCCEEDED`] (the
+/// lease renewed well within its 3600 s). `invalid` says why `spec.nodeName` cannot name a node.
 pub(super) fn plan_maintenance(
     o: &Observed,
     m: &ObservedMaintenance,
     invalid: Option<&str>,
     now: jiff::Timestamp,
 ) -> Plan {
-    let nm = &o.nm;
-    let node_name = nm.spec.node_name.as_str();
-    let generation = nm.metadata.generation;
-    let old = nm.status.clone().unwrap_or_default();
-    let name = nm.name_any();
-    let me = Claimant {
-        name: &name,
-        uid: nm.metadata.uid.as_deref(),
-    };
-    let mut w = Writes::new(old.clone(), &o.schema);
-    if let Some((entered, node, lease)) = &m.entered {
-        // Restore the node entered first; the next pass starts over on the new one.
-        leave(&mut w, entered, node.as_ref(), lease.as_ref(), me);
-        w.push(clear_record());
+    let mut pass = Pass::new(o, m, invalid, now);
+    for step in steps(pass.drain_policy.stage) {
+        if let ControlFlow::Break(plan) = pass.run(*step) {
+            return plan;
+        }
+    }
+    // Back when the window opens (a second late: the API server's clock counts whole seconds).
+    let opens = pass.window.and_then(|t| {
+        let until = t.duration_since(pass.server_now()) + jiff::SignedDuration::from_secs(1);
+        Duration::try_from(until).ok()
+    });
+    pass.hold(opens.map_or(REQUEUE_SUCCEEDED, |d| d.min(REQUEUE_SUCCEEDED)))
+}
+
+/// One maintenance pass being planned: what it observed, and what its steps decided so far.
+struct Pass<'a> {
+    o: &'a Observed,
+    m: &'a ObservedMaintenance,
+    invalid: Option<&'a str>,
+    now: jiff::Timestamp,
+    name: String,
+    /// The status as the steps so far leave it.
+    status: NodeMaintenanceStatus,
+    w: Writes,
+    memory: Memory,
+    /// Found by [`PassStep::NodePresent`].
+    node: Option<&'a Node>,
+    drain_policy: DrainPolicy,
+    refused: Vec<InvalidKnob>,
+    /// The deadline passed, and what applies then.
+    overdue: Option<OnTimeout>,
+    /// Failed at the deadline (`onTimeout: Fail`): the node is still enforced, no round.
+    failing: bool,
+    /// When the drain started ([`drain_started`], or this pass's entry).
+    started: Option<jiff::Timestamp>,
+    /// What had drifted on the node and was re-applied.
+    repaired: Vec<&'static str>,
+    /// The maintenance waits Idle for its window, which opens then (`startAt`, by the API
+    /// server's clock).
+    window: Option<jiff::Timestamp>,
+    /// The pass comes back no later than this (a Succeeded maintenance's expiry).
+    due: Option<Duration>,
+}
+
+type Flow = ControlFlow<Plan>;
+
+impl<'a> Pass<'a> {
+    fn new(
+        o: &'a Observed,
+        m: &'a ObservedMaintenance,
+        invalid: Option<&'a str>,
+        now: jiff::Timestamp,
+    ) -> Self {
+        let old = o.nm.status.clone().unwrap_or_default();
+        let (mut drain_policy, refused) = crate::policy::resolve(&o.nm, &o.policy);
+        // A stage that would touch the node waits Idle until its window opens.
+        let window = drain_policy
+            .start_at
+            .filter(|t| *t > m.server_time.unwrap_or(now))
+            .filter(|_| matches!(drain_policy.stage, Stage::Cordon | Stage::Drain));
+        if window.is_some() {
+            drain_policy.stage = Stage::Idle;
+        }
+        Pass {
+            o,
+            m,
+            invalid,
+            now,
+            name: o.nm.name_any(),
+            w: Writes::new(old.clone(), &o.schema),
+            status: old,
+            memory: o.memory,
+            node: None,
+            drain_policy,
+            refused,
+            overdue: None,
+            failing: false,
+            started: None,
+            repaired: Vec::new(),
+            window,
+            due: None,
+        }
+    }
+
+    fn run(&mut self, step: PassStep) -> Flow {
+        match step {
+            PassStep::Moved => self.moved(),
+            PassStep::NodeName => self.node_name_valid(),
+            PassStep::StatusInit => self.status_init(),
+            PassStep::NodePresent => self.node_present(),
+            PassStep::Stage => self.stage(),
+            PassStep::Release => self.release(),
+            PassStep::Lease => self.lease(),
+            PassStep::Enter => self.enter(),
+            PassStep::Record => self.record(),
+            PassStep::NodeConditions => self.node_conditions(),
+            PassStep::Policy => self.policy(),
+            PassStep::Deadline => self.deadline(),
+            PassStep::Queue => self.queue(),
+            PassStep::Blockers => Flow::Break(self.round(Then::Preflight)),
+            PassStep::Expire => self.expire(),
+            PassStep::Drain => self.drain(),
+        }
+    }
+
+    fn me(&self) -> Claimant<'_> {
+        Claimant {
+            name: &self.name,
+            uid: self.o.nm.metadata.uid.as_deref(),
+        }
+    }
+
+    fn node_name(&self) -> &'a str {
+        self.o.nm.spec.node_name.as_str()
+    }
+
+    fn generation(&self) -> Option<i64> {
+        self.o.nm.metadata.generation
+    }
+
+    /// The API server's time of the node read, else the operator's.
+    fn server_now(&self) -> jiff::Timestamp {
+        self.m.server_time.unwrap_or(self.now)
+    }
+
+    /// Ends the pass with `step`, the memory as the pass found it.
+    fn end(&mut self, step: Step) -> Plan {
+        let w = std::mem::replace(&mut self.w, Writes::new(Default::default(), &self.o.schema));
+        w.finish(step, self.node, self.o.memory)
+    }
+
+    /// Ends the pass with `step`, remembering what the steps so far learnt.
+    fn end_remembering(&mut self, step: Step) -> Plan {
+        let plan = self.end(step);
+        with_memory(plan, self.memory, self.o.memory)
+    }
+
+    /// Ends the pass holding the status reached, back after `requeue` (or when due sooner).
+    fn hold(&mut self, requeue: Duration) -> Plan {
         let step = Step {
+            status: self.status.clone(),
+            events: Vec::new(),
+            requeue: Requeue::After(self.due.map_or(requeue, |d| d.min(requeue))),
+        };
+        self.end_remembering(step)
+    }
+
+    fn moved(&mut self) -> Flow {
+        let Some((entered, node, lease)) = &self.m.entered else {
+            return Flow::Continue(());
+        };
+        // Restore the node entered first; the next pass starts over on the new one.
+        let me = Claimant {
+            name: &self.name,
+            uid: self.o.nm.metadata.uid.as_deref(),
+        };
+        leave(&mut self.w, entered, node.as_ref(), lease.as_ref(), me);
+        self.w.push(clear_record());
+        Flow::Break(self.end(Step {
             status: NodeMaintenanceStatus::default(),
             events: Vec::new(),
             requeue: Requeue::After(REQUEUE_NODE_CHANGED),
+        }))
+    }
+
+    fn node_name_valid(&mut self) -> Flow {
+        let Some(why) = self.invalid else {
+            return Flow::Continue(());
         };
-        return w.finish(step, None, o.memory);
+        let step = invalid_node_name(
+            &self.status,
+            self.node_name(),
+            why,
+            self.generation(),
+            self.now,
+        );
+        Flow::Break(self.end(step))
     }
-    if let Some(why) = invalid {
-        let step = invalid_node_name(&old, node_name, why, generation, now);
-        return w.finish(step, None, o.memory);
-    }
-    let mut status = old.clone();
-    if let Some(s) = m
-        .survey
-        .as_ref()
-        .and_then(|survey| init_status(&old, survey, generation, now))
-    {
-        w.status(&s);
-        status = s;
-    }
-    let Some(node) = &m.node else {
-        let step = node_missing(&status, node_name, generation, now);
-        return w.finish(step, None, o.memory);
-    };
-    if let Some(replaced) = replaced(nm, node) {
-        // Another machine under the name entered: nothing on it is ours to touch, and no lease
-        // is taken for it. Ours, still held for the machine that left, is given up unless a
-        // maintenance entered the new one (its holder record), which may be renewing it.
-        let step = node_replaced(&status, node_name, &replaced, generation, now);
-        w.status(&step.status);
-        if node::observe(node).holder.is_none() {
-            invalidate(&mut w, m.lease.as_ref());
+
+    fn status_init(&mut self) -> Flow {
+        if let Some(s) = self
+            .m
+            .survey
+            .as_ref()
+            .and_then(|survey| init_status(&self.status, survey, self.generation(), self.now))
+        {
+            self.w.status(&s);
+            self.status = s;
         }
-        return w.finish(step, Some(node), o.memory);
+        Flow::Continue(())
     }
-    let (mut drain_policy, invalid) = crate::policy::resolve(nm, &o.policy);
-    // The deadline counts from the start recorded on the node when it was entered, by the API
-    // server's clock (a node not entered yet has no deadline), or from when a maintenance that
-    // waited for a drain slot got one (none while it waits); a maintenance it failed stays
-    // Failed while the policy says so (an edit of the policy resumes it).
-    drain_policy.deadline_start = deadline_start(node, &status, m.queue.as_ref(), now);
-    let overdue = drain_policy.overdue(drain_policy.deadline_start, m.server_time.unwrap_or(now));
-    let failing =
-        overdue == Some(OnTimeout::Fail) && status.phase != Some(MaintenancePhase::Succeeded);
-    let status = if failing {
-        status
-    } else {
-        node_present(&status)
-    };
-    let request = lease::request(
-        node_name,
-        node.metadata.uid.as_deref(),
-        m.lease.as_ref(),
-        now,
-    );
-    let observation = match &request {
-        LeaseRequest::AlreadyHeld { holder } => LeaseObservation::AlreadyHeld(
-            lease::LeaseError::AlreadyHeld {
-                holder: holder.clone(),
+
+    fn node_present(&mut self) -> Flow {
+        let (generation, now, node_name) = (self.generation(), self.now, self.node_name());
+        let Some(node) = self.m.node.as_ref() else {
+            let step = node_missing(&self.status, node_name, generation, now);
+            return Flow::Break(self.end(step));
+        };
+        self.node = Some(node);
+        if let Some(replaced) = replaced(&self.o.nm, node) {
+            // Another machine under the name entered: nothing on it is ours to touch, and no
+            // lease is taken for it. Ours, still held for the machine that left, is given up
+            // unless a maintenance entered the new one (its holder record), which may be
+            // renewing it.
+            let step = node_replaced(&self.status, node_name, &replaced, generation, now);
+            self.w.status(&step.status);
+            if node::observe(node).holder.is_none() {
+                invalidate(&mut self.w, self.m.lease.as_ref());
             }
-            .to_string(),
-        ),
-        _ => LeaseObservation::Held,
-    };
-    let record = node::observe(node);
-    let holds_node = record
-        .holder
-        .as_deref()
-        .is_some_and(|h| me.owns(h, record.holder_uid.as_deref()));
-    let mut memory = o.memory;
-    let status = match lease_result(&status, &observation, holds_node, generation, now) {
-        LeaseStep::Proceed(s) => {
-            // Ownership (and a phase back from Failed) is recorded before touching the node.
-            lease_writes(&mut w, request, m.lease_namespace_missing);
-            memory.lease_waits = 0;
-            w.status(&s);
-            s
+            return Flow::Break(self.end(step));
         }
-        LeaseStep::Wait(step) => return w.finish(step, Some(node), o.memory),
-        LeaseStep::Stop(step) => {
-            let exit = node::plan_exit_for(node, me);
-            let uncordon = matches!(exit, ExitPlan::Apply { uncordon: true, .. });
-            let failed = lease_failed(&step.status, uncordon, generation, now);
-            w.status(&step.status);
-            if let ExitPlan::Apply { patch, .. } = exit {
-                w.push(Write::Node {
+        // The deadline counts from the start recorded on the node when it was entered, by the
+        // API server's clock (a node not entered yet has no deadline), or from when a
+        // maintenance that waited for a drain slot got one (none while it waits); a maintenance
+        // it failed stays Failed while the policy says so (an edit of the policy resumes it).
+        let p = &mut self.drain_policy;
+        if !steps(p.stage).contains(&PassStep::Deadline) {
+            self.status = super::node_present(&self.status);
+            return Flow::Continue(());
+        }
+        p.deadline_start = deadline_start(node, &self.status, self.m.queue.as_ref(), now);
+        self.overdue = p.overdue(p.deadline_start, self.m.server_time.unwrap_or(now));
+        self.failing = self.overdue == Some(OnTimeout::Fail)
+            && self.status.phase != Some(MaintenancePhase::Succeeded);
+        if !self.failing {
+            self.status = super::node_present(&self.status);
+        }
+        Flow::Continue(())
+    }
+
+    fn stage(&mut self) -> Flow {
+        let stage = self.drain_policy.stage;
+        self.status = staged(
+            &self.status,
+            stage,
+            self.window,
+            self.generation(),
+            self.now,
+        );
+        Flow::Continue(())
+    }
+
+    fn release(&mut self) -> Flow {
+        let Some(node) = self.node else {
+            return Flow::Continue(());
+        };
+        let held_lease =
+            condition(&self.status, condition::LEASE_HELD).is_some_and(|c| c.status == "True");
+        let exit = node::plan_exit_for(node, self.me());
+        if let ExitPlan::Apply { patch, uncordon } = exit {
+            self.w.push(Write::Node {
+                name: self.node_name().to_owned(),
+                patch,
+                purpose: NodePurpose::Exit,
+            });
+            if uncordon {
+                let e = PlannedEvent::normal(EventTarget::Node, event::UNCORDON);
+                self.w.events(vec![e], Some(node));
+            }
+            invalidate(&mut self.w, self.m.lease.as_ref());
+        } else if held_lease {
+            // Held, the node not entered yet (a pass that ended between the two).
+            invalidate(&mut self.w, self.m.lease.as_ref());
+        }
+        self.status = released(&self.status, self.generation(), self.now);
+        Flow::Continue(())
+    }
+
+    fn lease(&mut self) -> Flow {
+        let (generation, now, node_name) = (self.generation(), self.now, self.node_name());
+        let Some(node) = self.node else {
+            return Flow::Continue(());
+        };
+        let request = lease::request(
+            node_name,
+            node.metadata.uid.as_deref(),
+            self.m.lease.as_ref(),
+            now,
+        );
+        let observation = match &request {
+            LeaseRequest::AlreadyHeld { holder } => LeaseObservation::AlreadyHeld(
+                lease::LeaseError::AlreadyHeld {
+                    holder: holder.clone(),
+                }
+                .to_string(),
+            ),
+            _ => LeaseObservation::Held,
+        };
+        let record = node::observe(node);
+        let holds_node = record
+            .holder
+            .as_deref()
+            .is_some_and(|h| self.me().owns(h, record.holder_uid.as_deref()));
+        match lease_result(&self.status, &observation, holds_node, generation, now) {
+            LeaseStep::Proceed(s) => {
+                // Ownership (and a phase back from Failed) is recorded before touching the node.
+                lease_writes(&mut self.w, request, self.m.lease_namespace_missing);
+                self.memory.lease_waits = 0;
+                self.w.status(&s);
+                self.status = s;
+                Flow::Continue(())
+            }
+            LeaseStep::Wait(step) => Flow::Break(self.end(step)),
+            LeaseStep::Stop(step) => {
+                let exit = node::plan_exit_for(node, self.me());
+                let uncordon = matches!(exit, ExitPlan::Apply { uncordon: true, .. });
+                let failed = lease_failed(&step.status, uncordon, generation, now);
+                self.w.status(&step.status);
+                if let ExitPlan::Apply { patch, .. } = exit {
+                    self.w.push(Write::Node {
+                        name: node_name.to_owned(),
+                        patch,
+                        purpose: NodePurpose::ExitAfterLeaseLoss,
+                    });
+                }
+                invalidate(&mut self.w, self.m.lease.as_ref());
+                Flow::Break(self.end(failed))
+            }
+        }
+    }
+
+    fn enter(&mut self) -> Flow {
+        let (generation, now, node_name) = (self.generation(), self.now, self.node_name());
+        let Some(node) = self.node else {
+            return Flow::Continue(());
+        };
+        // The drain starts when the node is entered, by the API server's clock (the one that
+        // stamps the pods it is compared with); the operator's only when the answer carried no
+        // `Date`.
+        let start = self.server_now();
+        self.started = drain_started(&self.o.nm, Some(node));
+        let holder_live = self.m.holder_live;
+        let live = |_: &str, _: Option<&str>| holder_live;
+        let reason = self.o.nm.spec.reason.as_deref();
+        let (plan, outcome) = node::plan_enter_for(node, self.me(), reason, &live, Some(start));
+        match (plan, outcome) {
+            (EnterPlan::HeldBy(other), _) => {
+                let step = held_by_other(&self.status, node_name, &other, generation, now);
+                Flow::Break(self.end_remembering(step))
+            }
+            (EnterPlan::Unchanged, _) => Flow::Continue(()),
+            (EnterPlan::Apply { patch, repaired }, outcome) => {
+                if node::records_start(&outcome) {
+                    self.started = Some(node::whole_seconds(start));
+                }
+                self.w.push(Write::Node {
                     name: node_name.to_owned(),
                     patch,
-                    purpose: NodePurpose::ExitAfterLeaseLoss,
+                    purpose: NodePurpose::Enter(outcome),
                 });
+                self.repaired = repaired;
+                Flow::Continue(())
             }
-            invalidate(&mut w, m.lease.as_ref());
-            return w.finish(failed, Some(node), o.memory);
         }
-    };
-    // The drain starts when the node is entered, by the API server's clock (the one that stamps
-    // the pods it is compared with); the operator's only when the answer carried no `Date`.
-    let start = m.server_time.unwrap_or(now);
-    let mut started = drain_started(nm, Some(node));
-    let live = |_: &str, _: Option<&str>| m.holder_live;
-    let (plan, outcome) =
-        node::plan_enter_for(node, me, nm.spec.reason.as_deref(), &live, Some(start));
-    let repaired = match (plan, outcome) {
-        (EnterPlan::HeldBy(other), _) => {
-            let step = held_by_other(&status, node_name, &other, generation, now);
-            return with_memory(w.finish(step, Some(node), o.memory), memory, o.memory);
-        }
-        (EnterPlan::Unchanged, _) => Vec::new(),
-        (EnterPlan::Apply { patch, repaired }, outcome) => {
-            if node::records_start(&outcome) {
-                started = Some(node::whole_seconds(start));
-            }
-            w.push(Write::Node {
-                name: node_name.to_owned(),
+    }
+
+    fn record(&mut self) -> Flow {
+        let Some(node) = self.node else {
+            return Flow::Continue(());
+        };
+        if let Some(patch) = entered_record(&self.o.nm, node) {
+            self.w.push(Write::Annotations {
                 patch,
-                purpose: NodePurpose::Enter(outcome),
+                required: false,
             });
-            repaired
         }
-    };
-    if let Some(patch) = entered_record(nm, node) {
-        w.push(Write::Annotations {
-            patch,
-            required: false,
+        let (status, events) = entered(
+            &self.status,
+            self.node_name(),
+            &self.repaired,
+            self.generation(),
+            self.now,
+        );
+        self.status = status;
+        self.w.events(events, self.node);
+        Flow::Continue(())
+    }
+
+    fn node_conditions(&mut self) -> Flow {
+        use crate::node::conditions::{self, Lifecycle};
+        let Some(node) = self.node else {
+            return Flow::Continue(());
+        };
+        let p = &self.drain_policy;
+        // A knob turned off ends what it wrote; a node without them needs nothing.
+        let wanted = p.node_conditions.then(|| {
+            let held = steps(p.stage).contains(&PassStep::Enter);
+            let succeeded = self.status.phase == Some(MaintenancePhase::Succeeded);
+            let mut l = Lifecycle::of(p.stage, held, succeeded);
+            if self.window.is_some() {
+                l.planned.1 = condition::MAINTENANCE_WINDOW;
+            }
+            l
         });
+        let ours = conditions::named(node) == Some(self.name.as_str());
+        if (wanted.is_some() || ours)
+            && let Some(patch) = conditions::patch(node, &self.name, wanted, self.now)
+        {
+            self.w.push(Write::NodeConditions {
+                name: self.node_name().to_owned(),
+                patch,
+            });
+        }
+        Flow::Continue(())
     }
-    let (status, events) = entered(&status, node_name, &repaired, generation, now);
-    w.events(events, Some(node));
-    let (status, events) = policy(
-        &status,
-        (&drain_policy, memory.paused),
-        &invalid,
-        generation,
-        now,
-    );
-    w.events(events, Some(node));
-    memory.paused = Some(drain_policy.paused);
-    let (status, events) = deadline(
-        &status,
-        (&drain_policy, overdue),
-        drain_policy.deadline(drain_policy.deadline_start),
-        memory.deadline_announced,
-        generation,
-        now,
-    );
-    w.events(events, Some(node));
-    memory.deadline_announced = Some(overdue.is_some());
-    if failing {
-        // Failed at the deadline: the node, lease and label are still enforced above; no round.
-        let step = Step {
+
+    fn policy(&mut self) -> Flow {
+        let (status, events) = policy(
+            &self.status,
+            (&self.drain_policy, self.memory.paused),
+            &self.refused,
+            self.generation(),
+            self.now,
+        );
+        self.status = status;
+        self.w.events(events, self.node);
+        self.memory.paused = Some(self.drain_policy.paused);
+        Flow::Continue(())
+    }
+
+    fn deadline(&mut self) -> Flow {
+        let p = &self.drain_policy;
+        let (status, events) = deadline(
+            &self.status,
+            (p, self.overdue),
+            p.deadline(p.deadline_start),
+            self.memory.deadline_announced,
+            self.generation(),
+            self.now,
+        );
+        self.status = status;
+        self.w.events(events, self.node);
+        self.memory.deadline_announced = Some(self.overdue.is_some());
+        if self.failing {
+            // Failed at the deadline: the node, lease and label are still enforced above; no
+            // round.
+            return Flow::Break(self.hold(REQUEUE_SUCCEEDED));
+        }
+        Flow::Continue(())
+    }
+
+    fn queue(&mut self) -> Flow {
+        let place = self.m.queue.as_ref();
+        let (status, events) = queued(
+            &self.status,
+            place,
+            self.memory.queued,
+            self.generation(),
+            self.now,
+        );
+        self.status = status;
+        self.w.events(events, self.node);
+        self.memory.queued = place.map(|p| matches!(p, Place::Queued { .. }));
+        let waits = matches!(place, Some(Place::Queued { .. }));
+        if (self.drain_policy.paused || waits)
+            && self.status.phase != Some(MaintenancePhase::Succeeded)
+        {
+            // Paused, or queued for a drain slot: the node, lease and label are enforced above;
+            // no round, so no new eviction. An edit of the object (unpausing) or a freed slot
+            // (`Context::wake_admitted`) starts the next pass; the lease is renewed on time, and
+            // a deadline still passes (the pass at it applies onTimeout Fail).
+            let p = &self.drain_policy;
+            let until_deadline = p
+                .deadline(p.deadline_start)
+                .and_then(|d| Duration::try_from(d.duration_since(self.server_now())).ok())
+                .filter(|d| !d.is_zero());
+            let requeue = until_deadline.map_or(REQUEUE_SUCCEEDED, |d| d.min(REQUEUE_SUCCEEDED));
+            return Flow::Break(self.hold(requeue));
+        }
+        Flow::Continue(())
+    }
+
+    fn expire(&mut self) -> Flow {
+        let Some(after) = self.drain_policy.expire_after else {
+            return Flow::Continue(());
+        };
+        // Succeeded when `Drained` turned True (a CRD that prunes conditions: no expiry).
+        let succeeded = (self.status.phase == Some(MaintenancePhase::Succeeded))
+            .then(|| condition(&self.status, condition::DRAINED))
+            .flatten()
+            .filter(|c| c.status == "True")
+            .map(|c| c.last_transition_time.0);
+        let Some(expires) = succeeded.and_then(|s| {
+            s.checked_add(jiff::SignedDuration::try_from(after).ok()?)
+                .ok()
+        }) else {
+            return Flow::Continue(());
+        };
+        let left = expires.duration_since(self.server_now());
+        if left.is_positive() {
+            // Back a second after it expires: the API server's clock counts whole seconds.
+            let until = left + jiff::SignedDuration::from_secs(1);
+            self.due = Duration::try_from(until).ok();
+            return Flow::Continue(());
+        }
+        let message = format!(
+            "Succeeded at {}, expired after {} (expireAfter): deleting the NodeMaintenance; the \
+             node is restored",
+            succeeded.unwrap_or(expires),
+            jiff::SignedDuration::try_from(after).unwrap_or_default()
+        );
+        let e = PlannedEvent::normal(EventTarget::Maintenance, (event::EXPIRED, &message));
+        let status = self.status.clone();
+        self.w.status(&status);
+        self.w.events(vec![e], self.node);
+        self.w.push(Write::DeleteMaintenance {
+            uid: self.o.nm.metadata.uid.clone(),
+        });
+        Flow::Break(self.end_remembering(Step {
             status,
             events: Vec::new(),
-            requeue: Requeue::After(REQUEUE_SUCCEEDED),
-        };
-        return with_memory(w.finish(step, Some(node), o.memory), memory, o.memory);
+            requeue: Requeue::Never,
+        }))
     }
-    let (status, events) = queued(&status, m.queue.as_ref(), memory.queued, generation, now);
-    w.events(events, Some(node));
-    memory.queued = m.queue.as_ref().map(|p| matches!(p, Place::Queued { .. }));
-    let waits = matches!(m.queue, Some(Place::Queued { .. }));
-    if (drain_policy.paused || waits) && status.phase != Some(MaintenancePhase::Succeeded) {
-        // Paused, or queued for a drain slot: the node, lease and label are enforced above; no
-        // round, so no new eviction. An edit of the object (unpausing) or a freed slot
-        // (`Context::wake_admitted`) starts the next pass; the lease is renewed on time, and a
-        // deadline still passes (the pass at it applies onTimeout Fail).
-        let until_deadline = drain_policy
-            .deadline(drain_policy.deadline_start)
-            .and_then(|d| Duration::try_from(d.duration_since(m.server_time.unwrap_or(now))).ok())
-            .filter(|d| !d.is_zero());
-        let step = Step {
-            status,
-            events: Vec::new(),
-            requeue: Requeue::After(
-                until_deadline.map_or(REQUEUE_SUCCEEDED, |d| d.min(REQUEUE_SUCCEEDED)),
-            ),
-        };
-        return with_memory(w.finish(step, Some(node), o.memory), memory, o.memory);
+
+    fn drain(&mut self) -> Flow {
+        if self.status.phase == Some(MaintenancePhase::Succeeded) {
+            // Drained once is drained: a pod that arrives later (an admin's maintenance job)
+            // stays. The node, lease and label are still enforced above. Upstream drains on
+            // every reconcile, it just rarely reconciles a Succeeded one
+            // (docs/drain-contract.md §3).
+            return Flow::Break(self.hold(REQUEUE_SUCCEEDED));
+        }
+        Flow::Break(self.round(Then::Drain))
     }
-    if status.phase == Some(MaintenancePhase::Succeeded) {
-        // Drained once is drained: a pod that arrives later (an admin's maintenance job) stays.
-        // The node, lease and label are still enforced above. Upstream drains on every
-        // reconcile, it just rarely reconciles a Succeeded one (docs/drain-contract.md §3).
-        let step = Step {
-            status,
-            events: Vec::new(),
-            requeue: Requeue::After(REQUEUE_SUCCEEDED),
-        };
-        return with_memory(w.finish(step, Some(node), o.memory), memory, o.memory);
-    }
-    Plan {
-        then: Then::Drain(Box::new(DrainRound {
-            node: node_name.to_owned(),
-            status: status.clone(),
-            stored: w.stored.clone(),
-            started,
-            policy: drain_policy,
-            generation,
-            pruned: w.pruned.clone(),
-        })),
-        writes: w.list,
-        remember: remember(memory, o.memory),
-        status: Some(status),
+
+    /// Ends the pass with its writes, then a round over the node's pods (`then`).
+    fn round(&mut self, then: fn(Box<DrainRound>) -> Then) -> Plan {
+        let w = &self.w;
+        Plan {
+            then: then(Box::new(DrainRound {
+                node: self.node_name().to_owned(),
+                status: self.status.clone(),
+                stored: w.stored.clone(),
+                started: self.started,
+                policy: self.drain_policy.clone(),
+                generation: self.generation(),
+                pruned: w.pruned.clone(),
+            })),
+            writes: std::mem::take(&mut self.w.list),
+            remember: remember(self.memory, self.o.memory),
+            status: Some(self.status.clone()),
+        }
     }
 }
 

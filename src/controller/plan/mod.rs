@@ -5,7 +5,8 @@
 //! The reconciler (`reconcile.rs`) observes (`observe.rs`) and the executor (`act.rs`) sends the
 //! writes; neither decides (docs/design.md §1).
 //!
-//! - `maintenance.rs`: the maintenance pass (status, lease, node entry, drain);
+//! - `maintenance.rs`: the maintenance pass (status, lease, node entry, drain), step by step;
+//! - `steps.rs`: the pass's steps, and those each stage runs;
 //! - `deletion.rs`: the deletion pass (restore or hand over, lease, finalizer);
 //! - `status.rs`: the status steps (phases, conditions, events, requeues);
 //! - `encode.rs`: when a status is worth a write, and its merge patch;
@@ -14,7 +15,10 @@
 mod deletion;
 mod encode;
 mod maintenance;
+#[cfg(test)]
+mod stage_tests;
 mod status;
+mod steps;
 #[cfg(test)]
 mod tests;
 mod write;
@@ -261,6 +265,9 @@ pub(crate) enum Then {
     Requeue(Requeue),
     /// Run one drain round, then write what [`drained_plan`] makes of it.
     Drain(Box<DrainRound>),
+    /// Ask the node's evictions with a dry run (the stage Preflight), then write what
+    /// [`preflight_plan`] makes of the refusals.
+    Preflight(Box<DrainRound>),
 }
 
 /// What the drain round needs from the pass that planned it.
@@ -354,7 +361,7 @@ impl Writes {
 pub(crate) fn plan(o: &Observed, now: jiff::Timestamp) -> Plan {
     let (add_finalizer, e) = entry_with_finalizer(&o.nm);
     let mut plan = match (&o.world, e) {
-        (World::Deletion(d), Entry::Cleanup) => deletion::plan_deletion(d),
+        (World::Deletion(d), Entry::Cleanup) => deletion::plan_deletion(d, now),
         (World::Maintenance(m), Entry::Maintain) => maintenance::plan_maintenance(o, m, None, now),
         (World::Maintenance(m), Entry::InvalidNodeName(why)) => {
             maintenance::plan_maintenance(o, m, Some(&why), now)
@@ -390,6 +397,28 @@ pub(crate) fn drained_plan(round: &DrainRound, report: &DrainReport, now: jiff::
     writes.events(about_pods, None);
     writes.status(&step.status);
     writes.events(phase, None);
+    Plan {
+        writes: writes.list,
+        then: Then::Requeue(step.requeue),
+        remember: Remember::Same,
+        status: Some(step.status),
+    }
+}
+
+/// The preflight's writes, from the refusals of its dry-run evictions: the status
+/// [`preflight`] makes of them (written when it changed), its requeue.
+pub(crate) fn preflight_plan(
+    round: &DrainRound,
+    blockers: &[crate::api::PodBlocker],
+    now: jiff::Timestamp,
+) -> Plan {
+    let step = preflight(&round.status, blockers, round.generation, now);
+    let mut writes = Writes {
+        list: Vec::new(),
+        stored: round.stored.clone(),
+        pruned: round.pruned.clone(),
+    };
+    writes.status(&step.status);
     Plan {
         writes: writes.list,
         then: Then::Requeue(step.requeue),

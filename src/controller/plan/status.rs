@@ -38,6 +38,15 @@ pub(crate) mod condition {
     /// `True` while the maintenance waits for a slot of the drain budget
     /// (`--max-parallel-drains`); written once it first waited.
     pub(crate) const DRAIN_QUEUED: &str = "DrainQueued";
+    /// How far the maintenance goes (the `stage` knob); the reason names the stage. Written once
+    /// a stage other than Drain was first set, so a maintenance that never used the knob keeps
+    /// upstream's status.
+    pub(crate) const STAGE: &str = "Stage";
+    /// Reason of `Cordoned=False` and `LeaseHeld=False` once a stage short of Cordon released
+    /// the node and the lease.
+    pub(crate) const RELEASED: &str = "Released";
+    /// Reason of `Stage` while the maintenance waits for its window (`startAt`).
+    pub(crate) const MAINTENANCE_WINDOW: &str = "MaintenanceWindow";
 }
 
 /// Upstream's event reasons and exact messages (docs/compat.md §4), plus ours.
@@ -82,6 +91,9 @@ pub(crate) mod event {
     pub(crate) const POD_NOT_MIGRATABLE: &str = "PodNotMigratable";
     /// Normal, on the NodeMaintenance, when it starts waiting for a drain slot (ours).
     pub(crate) const QUEUED: &str = "DrainQueued";
+    /// Normal, on the NodeMaintenance, when the operator deletes it `expireAfter` after it
+    /// Succeeded (ours).
+    pub(crate) const EXPIRED: &str = "MaintenanceExpired";
     /// Normal, on the NodeMaintenance, when a drain slot is its after it waited (ours).
     pub(crate) const DEQUEUED: (&str, &str) = (
         "DrainStarted",
@@ -1129,4 +1141,144 @@ pub(crate) fn policy(
         (true, _) => {}
     }
     (s, events)
+}
+
+/// The stage in status: `Stage=True` with the stage as reason (`Preflight`, `Idle`, `Cordon`,
+/// `Drain`), written once a stage other than Drain was first set. A stage short of Drain is
+/// phase Running (the maintenance is in force, it just goes no further); one that had Succeeded
+/// or Failed is Running again, so moving on to Drain drains again. A maintenance failed for
+/// good ([`is_terminal`]) stays Failed.
+///
+/// `window`: the maintenance waits Idle for its window to open then (`startAt`): reason
+/// [`condition::MAINTENANCE_WINDOW`].
+pub(crate) fn staged(
+    status: &NodeMaintenanceStatus,
+    stage: crate::api::Stage,
+    window: Option<jiff::Timestamp>,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> NodeMaintenanceStatus {
+    use crate::api::Stage;
+    let mut s = status.clone();
+    if stage == Stage::Drain && condition(status, condition::STAGE).is_none() {
+        return s;
+    }
+    if let Some(opens) = window {
+        let message = format!(
+            "idle until the maintenance window opens at {opens} (startAt): nothing on the node \
+             is touched and no lease is held"
+        );
+        let reason = condition::MAINTENANCE_WINDOW;
+        set_condition(
+            &mut s,
+            condition::STAGE,
+            true,
+            reason,
+            message,
+            generation,
+            now,
+        );
+        if !is_terminal(&s) {
+            s.phase = Some(MaintenancePhase::Running);
+        }
+        if *status != s {
+            touch(&mut s, generation, now);
+        }
+        return s;
+    }
+    let message = match stage {
+        Stage::Preflight => {
+            "status.blockers lists what would keep pods on the node, from dry-run evictions; \
+             nothing on the node is touched and no lease is held"
+        }
+        Stage::Idle => "nothing on the node is touched and no lease is held",
+        Stage::Cordon => {
+            "the node is cordoned, tainted and excluded from remediation and the lease held; no \
+             eviction is sent"
+        }
+        Stage::Drain => "the node is cordoned, tainted and drained",
+    };
+    let reason = stage.to_string();
+    set_condition(
+        &mut s,
+        condition::STAGE,
+        true,
+        &reason,
+        message,
+        generation,
+        now,
+    );
+    if stage != Stage::Drain && !is_terminal(&s) {
+        s.phase = Some(MaintenancePhase::Running);
+    }
+    if *status != s {
+        touch(&mut s, generation, now);
+    }
+    s
+}
+
+/// The node and the lease given up by a stage short of Cordon: `Cordoned` and `LeaseHeld`
+/// False with reason [`condition::RELEASED`] where they were written (so a later Cordon counts
+/// the lease as never held: another holder's lease is waited for, not a strike), no drain
+/// deadline.
+pub(crate) fn released(
+    status: &NodeMaintenanceStatus,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> NodeMaintenanceStatus {
+    let mut s = status.clone();
+    let released = [
+        (
+            condition::CORDONED,
+            "the node is not in maintenance (stage)",
+        ),
+        (
+            condition::LEASE_HELD,
+            "the medik8s lease of the node is not held (stage)",
+        ),
+    ];
+    for (type_, message) in released {
+        if condition(status, type_).is_some() {
+            set_condition(
+                &mut s,
+                type_,
+                false,
+                condition::RELEASED,
+                message,
+                generation,
+                now,
+            );
+        }
+    }
+    s.drain_deadline = None;
+    s.on_timeout = None;
+    if *status != s {
+        touch(&mut s, generation, now);
+    }
+    s
+}
+
+/// Re-check of a maintenance in stage Preflight: its dry-run evictions ask once per pod, so not
+/// at the drain's pace.
+pub(crate) const REQUEUE_PREFLIGHT: Duration = Duration::from_secs(60);
+
+/// The stage Preflight's findings: `blockers` (what the dry-run evictions refused, capped as the
+/// drain's are) in `status.blockers`, and `lastError` empty; back after [`REQUEUE_PREFLIGHT`].
+pub(crate) fn preflight(
+    status: &NodeMaintenanceStatus,
+    blockers: &[crate::api::PodBlocker],
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Step {
+    let mut s = status.clone();
+    s.blockers = non_empty(crate::drain::pass::cap_blockers(blockers).0);
+    s.last_error = None;
+    if *status != s {
+        touch(&mut s, generation, now);
+    }
+    Step {
+        status: s,
+        events: Vec::new(),
+        requeue: Requeue::After(REQUEUE_PREFLIGHT),
+    }
 }

@@ -113,7 +113,7 @@ fn pass(
     let mut events = events_of(&first);
     let last = match &first.then {
         Then::Drain(round) => drained_plan(round, drain, now),
-        Then::Requeue(_) => first.clone(),
+        Then::Requeue(_) | Then::Preflight(_) => first.clone(),
     };
     if last != first {
         events.extend(events_of(&last));
@@ -167,6 +167,7 @@ fn labels(p: &Plan) -> Vec<String> {
 fn then_of(p: &Plan) -> String {
     match &p.then {
         Then::Drain(_) => "drain".into(),
+        Then::Preflight(_) => "preflight".into(),
         Then::Requeue(r) => format!("{r:?}"),
     }
 }

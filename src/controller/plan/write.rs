@@ -47,6 +47,22 @@ pub(crate) enum Write {
         /// Why: how the executor logs it, counts it and names its failure.
         purpose: NodePurpose,
     },
+    /// A strategic-merge patch of a Node's `status.conditions` (the lifecycle conditions,
+    /// `crate::node::conditions`), merged by type under their own field manager. No
+    /// precondition: only our types are in it. A missing node is done.
+    NodeConditions {
+        /// The node.
+        name: String,
+        /// The patch.
+        patch: Value,
+    },
+    /// Delete the NodeMaintenance itself (`expireAfter`). Precondition: its uid, so a new object
+    /// of the same name stays; a 404 is done. Its finalizer keeps it until the deletion pass
+    /// restored the node.
+    DeleteMaintenance {
+        /// Its `metadata.uid`.
+        uid: Option<String>,
+    },
     /// Create the lease namespace (an existing one is done).
     LeaseNamespace,
     /// Create the node's medik8s lease. Precondition: it does not exist (409 AlreadyExists).
@@ -126,8 +142,11 @@ impl Write {
                 Precondition::ResourceVersion(l.metadata.resource_version.clone())
             }
             Write::DeleteLease { .. } => Precondition::UidAndResourceVersion,
+            Write::DeleteMaintenance { .. } => Precondition::UidAndResourceVersion,
             Write::CreateLease(_) => Precondition::Absent,
-            Write::LeaseNamespace | Write::Event { .. } => Precondition::None,
+            Write::LeaseNamespace | Write::Event { .. } | Write::NodeConditions { .. } => {
+                Precondition::None
+            }
         }
     }
 
@@ -148,6 +167,8 @@ impl Write {
                 NodePurpose::Transfer { .. } => "transfer node",
                 NodePurpose::AdoptAndExit => "adopt and exit node",
             },
+            Write::NodeConditions { .. } => "node conditions",
+            Write::DeleteMaintenance { .. } => "delete maintenance",
             Write::LeaseNamespace => "create lease namespace",
             Write::CreateLease(_) => "create lease",
             Write::ReplaceLease(_) => "replace lease",

@@ -1,0 +1,165 @@
+//! The maintenance pass's steps in their one order, and the steps each stage runs (the `stage`
+//! knob, `crate::policy`; docs/design.md §1, "The maintenance pass as steps"). Every stage's list
+//! is a subsequence of the order of [`PassStep`]: Drain is today's (and upstream's) pass, Cordon
+//! stops before the drain, Idle and Preflight release what an earlier stage held instead of
+//! taking it.
+
+use crate::api::Stage;
+
+/// The steps of a maintenance pass, in the order they run. Each one either hands over to the
+/// next or ends the pass with its plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PassStep {
+    /// The node entered first, when `spec.nodeName` no longer names it, is restored and its
+    /// record cleared; the pass ends (the next one starts over on the new node).
+    Moved,
+    /// An unusable `spec.nodeName` fails the maintenance; nothing is read or touched.
+    NodeName,
+    /// The status is initialised (phase Running, the pods counted) before the node is touched.
+    StatusInit,
+    /// The node exists and is the machine entered; the drain's deadline is read from it.
+    NodePresent,
+    /// The stage in status (the `stage` knob; phase Running short of Drain).
+    Stage,
+    /// A stage short of Cordon: the node restored as a delete would (uncordon, taints, label)
+    /// and the lease given up, when they are ours.
+    Release,
+    /// The lease is requested and its ownership recorded in the status before entering.
+    Lease,
+    /// The node is entered: cordon, both taints, the label and our record in one patch.
+    Enter,
+    /// The entered node is recorded on the NodeMaintenance; re-applied marks are announced.
+    Record,
+    /// The Node lifecycle conditions (the `nodeConditions` knob), written on transitions.
+    NodeConditions,
+    /// The drain policy's conditions (paused, refused knob values).
+    Policy,
+    /// The drain's deadline; once passed with `onTimeout: Fail` the pass ends Failed.
+    Deadline,
+    /// The drain slot (`--max-parallel-drains`); the pass ends while it waits or is paused.
+    Queue,
+    /// The stage Preflight: the pass ends asking the node's evictions with a dry run.
+    Blockers,
+    /// `expireAfter` after Succeeded, the NodeMaintenance deletes itself (its deletion pass
+    /// restores the node); until then the pass comes back when it is due.
+    Expire,
+    /// One drain round; none once Succeeded.
+    Drain,
+}
+
+/// The steps of stage Drain: today's (and upstream's) maintenance.
+pub(crate) const DRAIN_STEPS: &[PassStep] = &[
+    PassStep::Moved,
+    PassStep::NodeName,
+    PassStep::StatusInit,
+    PassStep::NodePresent,
+    PassStep::Stage,
+    PassStep::Lease,
+    PassStep::Enter,
+    PassStep::Record,
+    PassStep::NodeConditions,
+    PassStep::Policy,
+    PassStep::Deadline,
+    PassStep::Queue,
+    PassStep::Expire,
+    PassStep::Drain,
+];
+
+/// The steps of stage Cordon: Drain's up to the node entered and recorded, without an eviction.
+pub(crate) const CORDON_STEPS: &[PassStep] = &[
+    PassStep::Moved,
+    PassStep::NodeName,
+    PassStep::StatusInit,
+    PassStep::NodePresent,
+    PassStep::Stage,
+    PassStep::Lease,
+    PassStep::Enter,
+    PassStep::Record,
+    PassStep::NodeConditions,
+    PassStep::Policy,
+];
+
+/// The steps of stage Idle: the node found, and released when a stage before held it.
+pub(crate) const IDLE_STEPS: &[PassStep] = &[
+    PassStep::Moved,
+    PassStep::NodeName,
+    PassStep::StatusInit,
+    PassStep::NodePresent,
+    PassStep::Stage,
+    PassStep::Release,
+    PassStep::NodeConditions,
+    PassStep::Policy,
+];
+
+/// The steps of stage Preflight: Idle's, then what would block the drain.
+pub(crate) const PREFLIGHT_STEPS: &[PassStep] = &[
+    PassStep::Moved,
+    PassStep::NodeName,
+    PassStep::StatusInit,
+    PassStep::NodePresent,
+    PassStep::Stage,
+    PassStep::Release,
+    PassStep::NodeConditions,
+    PassStep::Policy,
+    PassStep::Blockers,
+];
+
+/// The steps a pass of `stage` runs, each list in the one order of [`PassStep`].
+pub(crate) fn steps(stage: Stage) -> &'static [PassStep] {
+    match stage {
+        Stage::Drain => DRAIN_STEPS,
+        Stage::Cordon => CORDON_STEPS,
+        Stage::Idle => IDLE_STEPS,
+        Stage::Preflight => PREFLIGHT_STEPS,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every step, in the one order.
+    const ORDER: &[PassStep] = &[
+        PassStep::Moved,
+        PassStep::NodeName,
+        PassStep::StatusInit,
+        PassStep::NodePresent,
+        PassStep::Stage,
+        PassStep::Release,
+        PassStep::Lease,
+        PassStep::Enter,
+        PassStep::Record,
+        PassStep::NodeConditions,
+        PassStep::Policy,
+        PassStep::Deadline,
+        PassStep::Queue,
+        PassStep::Blockers,
+        PassStep::Expire,
+        PassStep::Drain,
+    ];
+
+    #[test]
+    fn every_stage_runs_its_steps_in_the_one_order() {
+        for (stage, _) in Stage::ALL {
+            let mut rest = ORDER.iter();
+            for step in steps(*stage) {
+                assert!(
+                    rest.any(|s| s == step),
+                    "{stage}: {step:?} out of order in {:?}",
+                    steps(*stage)
+                );
+            }
+        }
+        // What each stage holds: only Cordon and Drain take the lease and enter the node,
+        // only Idle and Preflight release them, only Drain evicts.
+        let has = |stage, step| steps(stage).contains(&step);
+        for (stage, _) in Stage::ALL {
+            let holds = matches!(stage, Stage::Cordon | Stage::Drain);
+            assert_eq!(has(*stage, PassStep::Lease), holds, "{stage}");
+            assert_eq!(has(*stage, PassStep::Enter), holds, "{stage}");
+            assert_eq!(has(*stage, PassStep::Release), !holds, "{stage}");
+            assert_eq!(has(*stage, PassStep::Drain), *stage == Stage::Drain);
+            assert_eq!(has(*stage, PassStep::Blockers), *stage == Stage::Preflight);
+        }
+    }
+}

@@ -1,0 +1,540 @@
+//! The stages end to end (`docs/design.md` §1, "Stages"; the `stage` knob): Preflight lists
+//! what would block the drain from dry-run evictions and touches nothing else; Idle, Cordon and
+//! Drain each leave the node as they say, in order; moving back from Cordon to Idle restores the
+//! node and gives up the lease while the object stays.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
+use serde_json::json;
+
+/// Generous for a loaded 2-core machine.
+const LIMIT: Duration = Duration::from_secs(90);
+const LEASE_NS: &str = "medik8s-leases";
+
+async fn create(client: &kube::Client, name: &str, node: &str, stage: &str) {
+    let mut nm = nm::new(name, node, "e2e stages");
+    nm.spec.stage = serde_json::from_value(json!(stage)).unwrap();
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &nm)
+        .await
+        .unwrap_or_else(|e| panic!("creating NodeMaintenance {name} ({stage}): {e}"));
+}
+
+async fn set_stage(client: &kube::Client, name: &str, stage: &str) {
+    Api::<NodeMaintenance>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"stage": stage}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("moving NodeMaintenance {name} to {stage}: {e}"));
+}
+
+/// `(status, reason)` of condition `type_`.
+fn condition(s: &NodeMaintenanceStatus, type_: &str) -> Option<(String, String)> {
+    s.conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+fn is(status: &str, reason: &str) -> Option<(String, String)> {
+    Some((status.into(), reason.into()))
+}
+
+async fn wait_stage(client: &kube::Client, name: &str, stage: &str) -> NodeMaintenance {
+    nm::wait_status(client, name, &format!("Stage={stage}"), LIMIT, |s| {
+        condition(s, "Stage") == is("True", stage)
+    })
+    .await
+}
+
+async fn lease(client: &kube::Client, node: &str) -> Option<Lease> {
+    Api::<Lease>::namespaced(client.clone(), LEASE_NS)
+        .get_opt(&format!("node-{node}"))
+        .await
+        .unwrap()
+}
+
+async fn wait_lease(client: &kube::Client, node: &str, held: bool) {
+    wait_for(
+        &format!("lease of {node} {}", if held { "held" } else { "gone" }),
+        LIMIT,
+        || async {
+            match lease(client, node).await {
+                Some(l) if !held => Err(format!("{:?}", l.spec)),
+                None if held => Err("no lease".into()),
+                _ => Ok(()),
+            }
+        },
+    )
+    .await;
+}
+
+/// The pod `ns/name`, `None` once it is gone or being deleted.
+async fn live_pod(client: &kube::Client, ns: &str, name: &str) -> Option<Pod> {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+}
+
+#[tokio::test]
+async fn preflight_lists_a_budget_blocked_pod_and_touches_nothing_else() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("pf");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "pf").await;
+    // One pod a budget allows no disruption for, one whose budget allows one: a real eviction
+    // of the second would consume it.
+    bare_pod(&client, &ns, "guarded", &node, json!({})).await;
+    bare_pod(&client, &ns, "free", &node, json!({})).await;
+    wait_running(&client, &ns, "guarded", 1, LIMIT).await;
+    wait_running(&client, &ns, "free", 1, LIMIT).await;
+    let budgets = budget(&client, &ns, "guard", "guarded", 0, 1).await;
+    // minAvailable 0: a bare pod has no scale for maxUnavailable to count from.
+    let loose: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "loose"},
+        "spec": {"minAvailable": 0, "selector": {"matchLabels": {"app": "free"}}}
+    }))
+    .unwrap();
+    budgets
+        .create(&PostParams::default(), &loose)
+        .await
+        .unwrap();
+    let allowed = |p: PodDisruptionBudget| p.status.and_then(|s| s.disruptions_allowed);
+    wait_for("budget loose allows one disruption", LIMIT, || async {
+        let p = budgets.get("loose").await.map_err(|e| e.to_string())?;
+        match allowed(p.clone()) {
+            Some(1) => Ok(()),
+            _ => Err(format!("{:?}", p.status)),
+        }
+    })
+    .await;
+    let nodes = Api::<Node>::all(client.clone());
+    let before = nodes.get(&node).await.unwrap();
+
+    let name = unique("nm-pf");
+    create(&client, &name, &node, "Preflight").await;
+    let found = nm::wait_status(
+        &client,
+        &name,
+        "status.blockers names the guarded pod and its budget",
+        LIMIT,
+        |s| {
+            s.blockers.iter().flatten().any(|b| {
+                b.name == "guarded"
+                    && b.reason == "PodDisruptionBudget"
+                    && b.pod_disruption_budget.as_deref() == Some("guard")
+            })
+        },
+    )
+    .await;
+    let status = found.status.unwrap();
+    assert_eq!(condition(&status, "Stage"), is("True", "Preflight"));
+    assert_eq!(status.phase, Some(MaintenancePhase::Running));
+    assert!(
+        status.blockers.iter().flatten().all(|b| b.name != "free"),
+        "the pod its budget lets go is no blocker: {:?}",
+        status.blockers
+    );
+    // The pass that wrote the blockers is done: it touched nothing else.
+    let after = nodes.get(&node).await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version, before.metadata.resource_version,
+        "the Node was written: {:?}",
+        after.metadata.managed_fields
+    );
+    assert!(lease(&client, &node).await.is_none(), "a lease was taken");
+    assert_eq!(allowed(budgets.get("loose").await.unwrap()), Some(1));
+    assert!(
+        live_pod(&client, &ns, "free").await.is_some(),
+        "free was evicted"
+    );
+    assert!(live_pod(&client, &ns, "guarded").await.is_some());
+
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+    assert!(live_pod(&client, &ns, "free").await.is_some());
+}
+
+#[tokio::test]
+async fn idle_cordon_drain_in_order_and_back_from_cordon_to_idle_restores_the_node() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("st");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "st").await;
+    bare_pod(&client, &ns, "web", &node, json!({})).await;
+    wait_running(&client, &ns, "web", 1, LIMIT).await;
+    let name = unique("nm-st");
+
+    // Idle: nothing on the node, no lease, the pod stays.
+    create(&client, &name, &node, "Idle").await;
+    let idle = wait_stage(&client, &name, "Idle").await;
+    assert_eq!(idle.status.unwrap().phase, Some(MaintenancePhase::Running));
+    node::restored(&client, &node).await.unwrap();
+    assert!(lease(&client, &node).await.is_none());
+
+    // Cordon: lease, cordon, taints, label; no eviction.
+    set_stage(&client, &name, "Cordon").await;
+    wait_for("node in maintenance", LIMIT, || {
+        node::in_maintenance(&client, &node)
+    })
+    .await;
+    wait_lease(&client, &node, true).await;
+    let cordon = nm::wait_status(&client, &name, "Stage=Cordon, Cordoned", LIMIT, |s| {
+        condition(s, "Stage") == is("True", "Cordon") && condition(s, "Cordoned").is_some()
+    })
+    .await;
+    assert_eq!(
+        condition(&cordon.status.unwrap(), "Cordoned"),
+        is("True", "NodeCordoned")
+    );
+    assert!(
+        live_pod(&client, &ns, "web").await.is_some(),
+        "Cordon evicted"
+    );
+
+    // Back to Idle: the node restored as a delete would, the lease given up, the object kept.
+    set_stage(&client, &name, "Idle").await;
+    wait_for("node restored", LIMIT, || node::restored(&client, &node)).await;
+    wait_lease(&client, &node, false).await;
+    let back = nm::wait_status(
+        &client,
+        &name,
+        "Stage=Idle, Cordoned released",
+        LIMIT,
+        |s| {
+            condition(s, "Stage") == is("True", "Idle")
+                && condition(s, "Cordoned") == is("False", "Released")
+        },
+    )
+    .await;
+    assert!(back.metadata.deletion_timestamp.is_none());
+    wait_for("UncordonNode event on the node", LIMIT, || async {
+        let seen = nm::events(&client, "Node", &node).await;
+        let reasons: Vec<_> = seen.iter().filter_map(|e| e.reason.clone()).collect();
+        if reasons.iter().any(|r| r == "UncordonNode") {
+            Ok(())
+        } else {
+            Err(format!("{reasons:?}"))
+        }
+    })
+    .await;
+    assert!(live_pod(&client, &ns, "web").await.is_some());
+
+    // Cordon again, then Drain: the pod evicted, Succeeded.
+    set_stage(&client, &name, "Cordon").await;
+    wait_for("node in maintenance again", LIMIT, || {
+        node::in_maintenance(&client, &node)
+    })
+    .await;
+    assert!(
+        live_pod(&client, &ns, "web").await.is_some(),
+        "Cordon evicted"
+    );
+    set_stage(&client, &name, "Drain").await;
+    let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    assert_eq!(
+        condition(&done.status.unwrap(), "Stage"),
+        is("True", "Drain")
+    );
+    assert!(live_pod(&client, &ns, "web").await.is_none());
+    node::in_maintenance(&client, &node).await.unwrap();
+
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
+
+/// `(status, reason, message)` of the node's condition `type_`.
+async fn node_condition(
+    client: &kube::Client,
+    node: &str,
+    type_: &str,
+) -> Option<(String, String, String)> {
+    let n = Api::<Node>::all(client.clone()).get(node).await.unwrap();
+    n.status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| {
+            (
+                c.status,
+                c.reason.unwrap_or_default(),
+                c.message.unwrap_or_default(),
+            )
+        })
+}
+
+/// Waits until the node's lifecycle conditions are `want` (`(type, status, reason)` each), every
+/// message naming `nm`.
+async fn wait_node_conditions(
+    client: &kube::Client,
+    node: &str,
+    nm: &str,
+    want: [(&str, &str, &str); 4],
+) {
+    wait_for(
+        &format!("node {node} conditions {want:?}"),
+        LIMIT,
+        || async {
+            let mut seen = Vec::new();
+            for (type_, status, reason) in want {
+                let c = node_condition(client, node, type_).await;
+                let ok = c.as_ref().is_some_and(|(s, r, m)| {
+                    s == status && r == reason && *m == format!("NodeMaintenance {nm}")
+                });
+                if !ok {
+                    seen.push(format!("{type_}: {c:?}"));
+                }
+            }
+            if seen.is_empty() {
+                Ok(())
+            } else {
+                Err(seen.join("; "))
+            }
+        },
+    )
+    .await;
+}
+
+/// A kubelet's heartbeat: `Ready`'s `lastHeartbeatTime` set to `at`, as the kubelet patches it.
+async fn heartbeat(client: &kube::Client, node: &str, at: &str) {
+    Api::<Node>::all(client.clone())
+        .patch_status(
+            node,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"status": {"conditions": [
+                {"type": "Ready", "status": "True", "lastHeartbeatTime": at}
+            ]}})),
+        )
+        .await
+        .unwrap();
+}
+
+async fn ready_heartbeat(client: &kube::Client, node: &str) -> Option<String> {
+    let n = Api::<Node>::all(client.clone()).get(node).await.unwrap();
+    n.status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == "Ready")?
+        .last_heartbeat_time
+        .map(|t| t.0.to_string())
+}
+
+#[tokio::test]
+async fn node_lifecycle_conditions_follow_the_stages_end_false_and_leave_the_kubelets_alone() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("lc");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "lc").await;
+    bare_pod(&client, &ns, "web", &node, json!({})).await;
+    wait_running(&client, &ns, "web", 1, LIMIT).await;
+    let name = unique("nm-lc");
+    let mut nm = nm::new(&name, &node, "e2e node conditions");
+    nm.spec.stage = Some(node_maintenance_operator::api::Stage::Idle);
+    nm.metadata.annotations = Some(
+        [(
+            "nodemaintenance.medik8s.io/nodeConditions".to_string(),
+            "true".to_string(),
+        )]
+        .into(),
+    );
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &nm)
+        .await
+        .unwrap();
+
+    wait_node_conditions(
+        &client,
+        &node,
+        &name,
+        [
+            ("MaintenancePlanned", "True", "Idle"),
+            ("MaintenanceInProgress", "False", "NotStarted"),
+            ("DrainInProgress", "False", "NotDraining"),
+            ("Drained", "False", "NotDrained"),
+        ],
+    )
+    .await;
+    // The kubelet keeps writing its own conditions; ours are merged by type beside them.
+    heartbeat(&client, &node, "2030-01-01T00:00:01Z").await;
+    set_stage(&client, &name, "Cordon").await;
+    wait_node_conditions(
+        &client,
+        &node,
+        &name,
+        [
+            ("MaintenancePlanned", "True", "Cordon"),
+            ("MaintenanceInProgress", "True", "NodeCordoned"),
+            ("DrainInProgress", "False", "NotDraining"),
+            ("Drained", "False", "NotDrained"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        ready_heartbeat(&client, &node).await.as_deref(),
+        Some("2030-01-01T00:00:01Z")
+    );
+    heartbeat(&client, &node, "2030-01-01T00:00:02Z").await;
+    set_stage(&client, &name, "Drain").await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    wait_node_conditions(
+        &client,
+        &node,
+        &name,
+        [
+            ("MaintenancePlanned", "True", "Drain"),
+            ("MaintenanceInProgress", "True", "NodeCordoned"),
+            ("DrainInProgress", "False", "Drained"),
+            ("Drained", "True", "Drained"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        ready_heartbeat(&client, &node).await.as_deref(),
+        Some("2030-01-01T00:00:02Z")
+    );
+    heartbeat(&client, &node, "2030-01-01T00:00:03Z").await;
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+    let ended = ("MaintenanceEnded", "False");
+    wait_node_conditions(
+        &client,
+        &node,
+        &name,
+        [
+            ("MaintenancePlanned", ended.1, ended.0),
+            ("MaintenanceInProgress", ended.1, ended.0),
+            ("DrainInProgress", ended.1, ended.0),
+            ("Drained", ended.1, ended.0),
+        ],
+    )
+    .await;
+    let ready = node_condition(&client, &node, "Ready").await.unwrap();
+    assert_eq!(
+        ready.0, "True",
+        "the kubelet's Ready was touched: {ready:?}"
+    );
+    assert_eq!(
+        ready_heartbeat(&client, &node).await.as_deref(),
+        Some("2030-01-01T00:00:03Z")
+    );
+    // Only our four types are our field manager's.
+    let n = Api::<Node>::all(client.clone()).get(&node).await.unwrap();
+    let ours = n
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.manager.as_deref() == Some("node-maintenance-operator-conditions"))
+        .map(|m| serde_json::to_string(&m.fields_v1).unwrap())
+        .collect::<String>();
+    assert!(ours.contains("MaintenancePlanned"), "{ours}");
+    assert!(!ours.contains("\\\"Ready\\\""), "{ours}");
+}
+
+#[tokio::test]
+async fn a_maintenance_waits_idle_for_its_window_then_cordons_and_drains() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("win");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "win").await;
+    bare_pod(&client, &ns, "web", &node, json!({})).await;
+    wait_running(&client, &ns, "web", 1, LIMIT).await;
+    let name = unique("nm-win");
+    let opens = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 20).unwrap();
+    let mut nm = nm::new(&name, &node, "e2e window");
+    nm.spec.start_at = Some(opens.to_string());
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &nm)
+        .await
+        .unwrap();
+
+    wait_stage(&client, &name, "MaintenanceWindow").await;
+    // Seen before the window opened: the node untouched, no lease, the pod there.
+    assert!(
+        jiff::Timestamp::now() < opens,
+        "the window opened too soon to tell"
+    );
+    node::restored(&client, &node).await.unwrap();
+    assert!(lease(&client, &node).await.is_none());
+    assert!(live_pod(&client, &ns, "web").await.is_some());
+
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let n = Api::<Node>::all(client.clone()).get(&node).await.unwrap();
+    let started: jiff::Timestamp = n
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .get("nodemaintenance.medik8s.io/drain-started")
+        .expect("the drain's start on the node")
+        .parse()
+        .unwrap();
+    assert!(
+        started >= opens,
+        "entered at {started}, before the window opened at {opens}"
+    );
+    assert!(live_pod(&client, &ns, "web").await.is_none());
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
+
+#[tokio::test]
+async fn an_expired_maintenance_deletes_itself_and_the_node_is_restored() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("exp");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let name = unique("nm-exp");
+    let mut nm = nm::new(&name, &node, "e2e expiry");
+    nm.spec.expire_after = Some("10s".into());
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &nm)
+        .await
+        .unwrap();
+    let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let succeeded = done
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .find(|c| c.type_ == "Drained" && c.status == "True")
+        .map(|c| c.last_transition_time.0)
+        .expect("Drained=True");
+    node::in_maintenance(&client, &node).await.unwrap();
+    nm::wait_gone(&client, &name, LIMIT).await;
+    let gone = jiff::Timestamp::now();
+    assert!(
+        gone >= succeeded + jiff::SignedDuration::from_secs(10),
+        "gone at {gone}, Succeeded at {succeeded}: before expireAfter"
+    );
+    wait_for("node restored", LIMIT, || node::restored(&client, &node)).await;
+    assert!(lease(&client, &node).await.is_none());
+    let events = nm::event_summary(&client, &name).await;
+    assert!(
+        events.iter().any(|e| e.1 == "MaintenanceExpired"),
+        "{events:?}"
+    );
+}
