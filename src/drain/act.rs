@@ -549,7 +549,13 @@ impl Drainer {
             let Err(refusal) = self.eviction(&reference, uid, true).await else {
                 continue;
             };
-            if let Some(b) = classify_eviction(&reference, Err(&refusal)).blocker {
+            if let Some(b) = classify_eviction(
+                &reference,
+                pod.metadata.marks.eviction_in_progress,
+                Err(&refusal),
+            )
+            .blocker
+            {
                 blockers.push(b);
             }
         }
