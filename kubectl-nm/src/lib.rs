@@ -424,7 +424,7 @@ async fn preflight(
     timeout: Duration,
     out: &mut dyn Write,
 ) -> Result<(), Failure> {
-    use kube::runtime::wait::{await_condition, conditions};
+    use kube::runtime::wait::await_condition;
     let nms: Api<NodeMaintenance> = Api::all(client.clone());
     let mut nm = NodeMaintenance::new(
         "",
@@ -456,30 +456,9 @@ async fn preflight(
     };
     let answer = tokio::time::timeout(timeout, await_condition(nms.clone(), &name, answered)).await;
 
+    // Deleted whatever the answer, so a preflight leaves nothing behind.
     let uid = created.metadata.uid.clone().unwrap_or_default();
-    let deleted = match nms.delete(&name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(Failure::from(e)),
-    };
-    let gone = match deleted {
-        Ok(()) => tokio::time::timeout(
-            timeout,
-            await_condition(nms, &name, conditions::is_deleted(&uid)),
-        )
-        .await
-        .map_err(|_| {
-            Failure(
-                EXIT_ERROR,
-                format!("error: timed out waiting for nodemaintenance/{name} to be deleted"),
-            )
-        })
-        .and_then(|r| {
-            r.map(|_| ())
-                .map_err(|e| Failure(EXIT_ERROR, format!("error: {e}")))
-        }),
-        Err(e) => Err(e),
-    };
+    let gone = delete_and_wait(&nms, &name, &uid, timeout).await;
 
     let status = match answer {
         Ok(Ok(nm)) => nm.and_then(|nm| nm.status).unwrap_or_default(),
@@ -497,16 +476,51 @@ async fn preflight(
             ));
         }
     };
-    gone?;
     let _ = write!(out, "{}", blocker_table(&status));
+    gone?;
     let blocked = status.blockers.as_ref().map_or(0, Vec::len);
     if blocked > 0 {
         return Err(Failure(
             EXIT_BLOCKED,
-            format!("error: {blocked} pods would stay on node/{node} if it were drained now"),
+            format!("error: {blocked} pod(s) would stay on node/{node} if it were drained now"),
         ));
     }
     Ok(())
+}
+
+/// Deletes NodeMaintenance `name` (gone already is fine) and waits at most `timeout` until the
+/// object with `uid` is gone, i.e. the operator released its finalizer.
+///
+/// # Errors
+/// [`EXIT_ERROR`] on an API error or when it is still there after `timeout`.
+async fn delete_and_wait(
+    nms: &Api<NodeMaintenance>,
+    name: &str,
+    uid: &str,
+    timeout: Duration,
+) -> Result<(), Failure> {
+    use kube::runtime::wait::{await_condition, conditions};
+    match nms.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    match tokio::time::timeout(
+        timeout,
+        await_condition(nms.clone(), name, conditions::is_deleted(uid)),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(Failure(EXIT_ERROR, format!("error: {e}"))),
+        Err(_) => Err(Failure(
+            EXIT_ERROR,
+            format!(
+                "error: nodemaintenance/{name} is still there {} after its deletion",
+                human(timeout)
+            ),
+        )),
+    }
 }
 
 /// A duration as kubectl's `--timeout` takes it (`1m30s`).
