@@ -3,7 +3,10 @@
 //! times out with exit 2 and a blocker row naming the budget while a budget blocks the drain, and
 //! exits 0 once nothing does, printing the webhook's warning about the budget as kubectl
 //! would; `stop --wait` returns once the node is schedulable; `why` and
-//! `list` describe the maintenance; a NodeMaintenance the webhook refuses exits 3.
+//! `list` describe the maintenance; a NodeMaintenance the webhook refuses exits 3; `preflight`
+//! exits 2 with a row naming the blocking budget and its pod, 0 without the budget, and leaves
+//! neither a NodeMaintenance nor a write on the Node; `start --stage Cordon` cordons without
+//! draining and `stage` moves it back to Idle (node restored) and on to Drain.
 
 mod common;
 
@@ -12,6 +15,7 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams};
+use node_maintenance_operator::api::NodeMaintenance;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -180,4 +184,129 @@ async fn a_maintenance_the_webhook_refuses_exits_3() {
     let (code, _, err) = kubectl_nm(env.cluster, &["why", "knm-no-such-node"]).await;
     assert_eq!(code, 1);
     assert!(err.starts_with("error: no NodeMaintenance"), "{err}");
+}
+
+/// The NodeMaintenances naming `node`.
+async fn maintenances_of(client: &kube::Client, node: &str) -> Vec<String> {
+    Api::<NodeMaintenance>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|nm| nm.spec.node_name == node)
+        .map(|nm| nm.metadata.name.unwrap_or_default())
+        .collect()
+}
+
+#[tokio::test]
+async fn preflight_exits_2_naming_the_budget_and_0_without_it_leaving_nothing_behind() {
+    let env = operator_env();
+    let cluster = env.cluster;
+    let client = cluster.client().await;
+    let group = unique("knmpf");
+    let node = worker_nodes(cluster, &client, &group, 1).await.remove(0);
+    let ns = namespace(&client, "knmpf").await;
+    bare_pod(&client, &ns, "guarded", &node, serde_json::json!({})).await;
+    wait_running(&client, &ns, "guarded", 1, LIMIT).await;
+    let pdbs = budget(&client, &ns, "guard", "guarded", 0, 1).await;
+    let nodes = Api::<Node>::all(client.clone());
+    let before = nodes.get(&node).await.unwrap().metadata.resource_version;
+
+    let (code, out, err) = kubectl_nm(cluster, &["preflight", &node, "--timeout", "90s"]).await;
+    assert_eq!(code, 2, "exit status of a blocked preflight\n{out}\n{err}");
+    let row = out
+        .lines()
+        .find(|l| l.contains(&format!("{ns}/guarded")))
+        .unwrap_or_else(|| panic!("no blocker row names the pod:\n{out}\n{err}"));
+    assert!(
+        row.contains("PodDisruptionBudget") && row.contains("guard"),
+        "{row}"
+    );
+    assert!(err.contains("would stay"), "{err}");
+    assert_eq!(maintenances_of(&client, &node).await, Vec::<String>::new());
+    assert_eq!(
+        nodes.get(&node).await.unwrap().metadata.resource_version,
+        before,
+        "the preflight wrote the Node"
+    );
+
+    pdbs.delete("guard", &DeleteParams::default())
+        .await
+        .unwrap();
+    let (code, out, err) = kubectl_nm(cluster, &["preflight", &node, "--timeout", "90s"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("no blockers"), "{out}");
+    assert_eq!(maintenances_of(&client, &node).await, Vec::<String>::new());
+    assert_eq!(
+        nodes.get(&node).await.unwrap().metadata.resource_version,
+        before,
+        "the preflight wrote the Node"
+    );
+}
+
+#[tokio::test]
+async fn start_with_a_stage_cordons_only_and_stage_moves_it_back_and_on() {
+    let env = operator_env();
+    let cluster = env.cluster;
+    let client = cluster.client().await;
+    let group = unique("knmst");
+    let node = worker_nodes(cluster, &client, &group, 1).await.remove(0);
+    let name = format!("nm-{node}");
+    let (code, out, err) = kubectl_nm(
+        cluster,
+        &["start", &node, "--reason", "e2e", "--stage", "Cordon"],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    let stage_reason = |nm: &NodeMaintenance| {
+        nm.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Stage"))
+            .map(|c| c.reason.clone())
+    };
+    wait_for("the node cordoned in stage Cordon", LIMIT, || async {
+        let nm = nms.get(&name).await.map_err(|e| e.to_string())?;
+        let cordoned = !schedulable(&client, &node).await;
+        (cordoned && stage_reason(&nm).as_deref() == Some("Cordon"))
+            .then_some(())
+            .ok_or(format!("cordoned {cordoned}, {:?}", nm.status))
+    })
+    .await;
+
+    let (code, out, err) = kubectl_nm(cluster, &["stage", &node, "Idle"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("nodemaintenance/{name} stage Idle")),
+        "{out}"
+    );
+    wait_for("the node restored in stage Idle", LIMIT, || async {
+        let nm = nms.get(&name).await.map_err(|e| e.to_string())?;
+        let free = schedulable(&client, &node).await;
+        (free && stage_reason(&nm).as_deref() == Some("Idle"))
+            .then_some(())
+            .ok_or(format!("schedulable {free}, {:?}", nm.status))
+    })
+    .await;
+
+    let (code, out, err) = kubectl_nm(cluster, &["stage", &name, "Drain"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    wait_for(
+        "the maintenance Succeeded in stage Drain",
+        LIMIT,
+        || async {
+            let nm = nms.get(&name).await.map_err(|e| e.to_string())?;
+            let phase = nm.status.as_ref().and_then(|s| s.phase);
+            (phase == Some(node_maintenance_operator::api::MaintenancePhase::Succeeded)
+                && !schedulable(&client, &node).await)
+                .then_some(())
+                .ok_or(format!("{:?}", nm.status))
+        },
+    )
+    .await;
+    let (code, out, err) =
+        kubectl_nm(cluster, &["stop", &node, "--wait", "--timeout", "60s"]).await;
+    assert_eq!(code, 0, "{out}{err}");
 }

@@ -1,18 +1,22 @@
 //! `kubectl nm`, a kubectl plugin for NodeMaintenances (installed as `kubectl-nm` on the PATH,
 //! or with krew from `kubectl-nm/krew/nm.yaml`):
 //!
-//! - `start <node> --reason <text> [--name <nm>] [--wait] [--timeout <duration>]` creates a
-//!   NodeMaintenance and, with `--wait`, prints each change of its phase and blockers until it
-//!   Succeeds;
+//! - `start <node> --reason <text> [--name <nm>] [--stage <stage>] [--wait] [--timeout
+//!   <duration>]` creates a NodeMaintenance (going as far as `--stage`) and, with `--wait`, prints
+//!   each change of its phase and blockers until it Succeeds;
 //! - `why <node|nm>` prints what keeps pods on the node: a table of pod, reason, budget, the
 //!   healthy pods the budget needs and has, and when the drain is due;
 //! - `stop <node> [--wait] [--timeout <duration>]` deletes the node's NodeMaintenances and, with
 //!   `--wait`, returns once they are gone and the node is schedulable;
 //! - `list` prints every NodeMaintenance;
-//! - `preflight <node>` says that it needs the operator's `stage` knob, which is not there yet.
+//! - `stage <node|nm> <stage>` moves existing maintenances to another stage, forward or back;
+//! - `preflight <node> [--timeout <duration>]` creates a NodeMaintenance in stage Preflight,
+//!   waits for the operator's dry-run evictions of this generation, prints the blocker table,
+//!   deletes the object and waits until it is gone; [`EXIT_BLOCKED`] when something blocks.
 //!
 //! Exit status: [`EXIT_OK`], [`EXIT_ERROR`], [`EXIT_TIMEOUT`] (the blocker table is printed),
-//! [`EXIT_REFUSED`] (the API server, i.e. its admission webhook, refused the NodeMaintenance).
+//! [`EXIT_BLOCKED`] (preflight), [`EXIT_REFUSED`] (the API server, i.e. its admission webhook,
+//! refused the NodeMaintenance).
 //! Errors are one `error: ...` line on stderr, as kubectl's; a refusal is kubectl's
 //! `Error from server (<reason>): <message>`.
 
@@ -23,11 +27,12 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use node_maintenance_operator::api::{
-    MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus, PodBlocker,
+    MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus, PodBlocker, Stage,
 };
+use node_maintenance_operator::policy::STAGE_ANNOTATION;
 
 /// Done: the maintenance Succeeded, or the node is back.
 pub const EXIT_OK: u8 = 0;
@@ -35,6 +40,8 @@ pub const EXIT_OK: u8 = 0;
 pub const EXIT_ERROR: u8 = 1;
 /// `--timeout` passed before the wait was over.
 pub const EXIT_TIMEOUT: u8 = 2;
+/// `preflight`: something would keep pods on the node (the blocker table is printed).
+pub const EXIT_BLOCKED: u8 = 2;
 /// The API server refused to create the NodeMaintenance (its admission webhook said no).
 pub const EXIT_REFUSED: u8 = 3;
 
@@ -43,7 +50,8 @@ pub const EXIT_REFUSED: u8 = 3;
     name = "kubectl nm",
     bin_name = "kubectl nm",
     about = "Start, watch, explain and stop node maintenance (NodeMaintenance objects).",
-    after_help = "Exit status: 0 done, 1 error, 2 timed out (blockers printed), 3 refused at admission."
+    after_help = "Exit status: 0 done (preflight: nothing blocks), 1 error, 2 timed out (blockers \
+                  printed; preflight: something blocks), 3 refused at admission."
 )]
 struct Cli {
     /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster).
@@ -65,7 +73,12 @@ enum Command {
         /// Name of the NodeMaintenance (default: nm-<node>).
         #[arg(long)]
         name: Option<String>,
-        /// Wait until the maintenance Succeeds, printing its progress and blockers.
+        /// How far the maintenance goes: Preflight, Idle, Cordon or Drain (the operator's
+        /// default, Drain, when not given). Set as spec.stage and its annotation.
+        #[arg(long, value_enum)]
+        stage: Option<Stage>,
+        /// Wait until the maintenance Succeeds, printing its progress and blockers (stage Drain
+        /// only: the others never Succeed).
         #[arg(long)]
         wait: bool,
         /// How long --wait waits, e.g. 60s, 5m, 1h30m.
@@ -90,11 +103,24 @@ enum Command {
     },
     /// List NodeMaintenances.
     List,
-    /// Show what would block a node's drain without touching it (needs the operator's `stage`
-    /// knob, which it does not have yet).
+    /// Move maintenances to another stage, forward or back (back from Cordon or Drain to Idle
+    /// restores the node and keeps the object).
+    Stage {
+        /// A node, or the name of a NodeMaintenance.
+        target: String,
+        /// Preflight, Idle, Cordon or Drain.
+        #[arg(value_enum)]
+        stage: Stage,
+    },
+    /// Show what would block a node's drain without touching it: a NodeMaintenance in stage
+    /// Preflight (dry-run evictions), deleted once it answered. Exit 0: nothing blocks; 2: the
+    /// table lists what does.
     Preflight {
         /// The node.
         node: String,
+        /// How long to wait for the operator's answer, e.g. 60s, 5m.
+        #[arg(long, default_value = "2m", value_parser = parse_timeout)]
+        timeout: Duration,
     },
 }
 
@@ -159,12 +185,17 @@ async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, Fa
 }
 
 async fn execute(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
-    if let Command::Preflight { node } = &cli.command {
+    if let Command::Start {
+        stage: Some(stage),
+        wait: true,
+        ..
+    } = &cli.command
+        && *stage != Stage::Drain
+    {
         return Err(Failure(
             EXIT_ERROR,
             format!(
-                "error: preflight of node {node} needs the operator's `stage` knob \
-                 (stage: Preflight), which this version does not have"
+                "error: --wait waits for Succeeded, which only stage Drain reaches, not {stage}"
             ),
         ));
     }
@@ -175,11 +206,12 @@ async fn execute(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
             node,
             reason,
             name,
+            stage,
             wait,
             timeout,
         } => {
             let name = name.unwrap_or_else(|| format!("nm-{node}"));
-            let nm = NodeMaintenance::new(
+            let mut nm = NodeMaintenance::new(
                 &name,
                 node_maintenance_operator::api::NodeMaintenanceSpec {
                     node_name: node.clone(),
@@ -187,7 +219,10 @@ async fn execute(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
                     ..Default::default()
                 },
             );
-            for warning in create(&client, &nm).await? {
+            if let Some(stage) = stage {
+                set_stage(&mut nm, stage);
+            }
+            for warning in create(&client, &nm).await?.0 {
                 let _ = writeln!(out, "Warning: {warning}");
             }
             let _ = writeln!(out, "nodemaintenance/{name} created");
@@ -251,7 +286,29 @@ async fn execute(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Command::Preflight { .. } => unreachable!("answered above"),
+        Command::Stage { target, stage } => {
+            let found = for_target(&nms, &target).await?;
+            if found.is_empty() {
+                return Err(Failure(
+                    EXIT_ERROR,
+                    format!("error: no NodeMaintenance named {target} or for node {target}"),
+                ));
+            }
+            // Both places: the annotation wins over spec.stage, and upstream's CRD prunes the
+            // field, so a stage given once by either is replaced by this one.
+            let patch = serde_json::json!({
+                "metadata": {"annotations": {STAGE_ANNOTATION: stage.to_string()}},
+                "spec": {"stage": stage.to_string()},
+            });
+            for nm in &found {
+                let name = nm.metadata.name.clone().unwrap_or_default();
+                nms.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+                let _ = writeln!(out, "nodemaintenance/{name} stage {stage}");
+            }
+            Ok(())
+        }
+        Command::Preflight { node, timeout } => preflight(&client, &node, timeout, out).await,
         Command::List => {
             let list = nms.list(&ListParams::default()).await?.items;
             let mut rows =
@@ -273,10 +330,23 @@ async fn execute(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
     }
 }
 
+/// Sets `stage` as `spec.stage` and as its annotation (which wins, and which upstream's CRD
+/// keeps where it prunes the field).
+fn set_stage(nm: &mut NodeMaintenance, stage: Stage) {
+    nm.spec.stage = Some(stage);
+    nm.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(STAGE_ANNOTATION.into(), stage.to_string());
+}
+
 /// Creates `nm` and returns the admission warnings of the answer (its `Warning` headers, which
-/// kube's typed API drops), as kubectl prints them; [`EXIT_REFUSED`] with kubectl's
-/// `Error from server (<reason>): <message>` when the API server refuses it.
-async fn create(client: &kube::Client, nm: &NodeMaintenance) -> Result<Vec<String>, Failure> {
+/// kube's typed API drops), as kubectl prints them, and the object created; [`EXIT_REFUSED`]
+/// with kubectl's `Error from server (<reason>): <message>` when the API server refuses it.
+async fn create(
+    client: &kube::Client,
+    nm: &NodeMaintenance,
+) -> Result<(Vec<String>, NodeMaintenance), Failure> {
     use kube::Resource;
     let body = serde_json::to_vec(nm).map_err(|e| Failure(EXIT_ERROR, format!("error: {e}")))?;
     let request = kube::core::Request::new(NodeMaintenance::url_path(&(), None))
@@ -294,7 +364,13 @@ async fn create(client: &kube::Client, nm: &NodeMaintenance) -> Result<Vec<Strin
     let ok = response.status().is_success();
     let bytes = response.into_body().collect_bytes().await?;
     if ok {
-        return Ok(warnings);
+        let created = serde_json::from_slice(&bytes).map_err(|e| {
+            Failure(
+                EXIT_ERROR,
+                format!("error: reading the created object: {e}"),
+            )
+        })?;
+        return Ok((warnings, created));
     }
     Err(match serde_json::from_slice::<kube::core::Status>(&bytes) {
         Ok(s) => Failure(
@@ -327,6 +403,129 @@ fn warning_text(header: &str) -> String {
         });
     }
     text
+}
+
+/// `preflight <node>`: creates a NodeMaintenance (`nm-preflight-<node>-<random>`) in stage
+/// Preflight, waits at most `timeout` for the operator's answer, prints the blocker table, then
+/// deletes the object and waits until it is gone (the operator's finalizer released), so nothing
+/// is left behind whatever the answer.
+///
+/// The answer is the `Stage` condition with reason Preflight whose `observedGeneration` is the
+/// object's generation: the operator writes it in the same status write as the dry-run
+/// evictions' `status.blockers` (docs/design.md §1, "Stages"), so it vouches for them.
+///
+/// # Errors
+/// [`EXIT_BLOCKED`] when something blocks (the table printed); [`EXIT_REFUSED`] when admission
+/// refuses the object; [`EXIT_ERROR`] when no answer came within `timeout` (an operator without
+/// the `stage` knob, or upstream's CRD, which prunes `status.conditions`) or on API errors.
+async fn preflight(
+    client: &kube::Client,
+    node: &str,
+    timeout: Duration,
+    out: &mut dyn Write,
+) -> Result<(), Failure> {
+    use kube::runtime::wait::await_condition;
+    let nms: Api<NodeMaintenance> = Api::all(client.clone());
+    let mut nm = NodeMaintenance::new(
+        "",
+        node_maintenance_operator::api::NodeMaintenanceSpec {
+            node_name: node.to_string(),
+            reason: Some("kubectl nm preflight".into()),
+            ..Default::default()
+        },
+    );
+    nm.metadata.name = None;
+    nm.metadata.generate_name = Some(format!("nm-preflight-{node}-"));
+    set_stage(&mut nm, Stage::Preflight);
+    let (warnings, created) = create(client, &nm).await?;
+    for warning in warnings {
+        let _ = writeln!(out, "Warning: {warning}");
+    }
+    let name = created.metadata.name.clone().unwrap_or_default();
+    let generation = created.metadata.generation;
+    let answered = move |nm: Option<&NodeMaintenance>| {
+        nm.and_then(|nm| nm.status.as_ref()?.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.type_ == "Stage"
+                        && c.status == "True"
+                        && c.reason == "Preflight"
+                        && c.observed_generation == generation
+                })
+            })
+    };
+    let answer = tokio::time::timeout(timeout, await_condition(nms.clone(), &name, answered)).await;
+
+    // Deleted whatever the answer, so a preflight leaves nothing behind.
+    let uid = created.metadata.uid.clone().unwrap_or_default();
+    let gone = delete_and_wait(&nms, &name, &uid, timeout).await;
+
+    let status = match answer {
+        Ok(Ok(nm)) => nm.and_then(|nm| nm.status).unwrap_or_default(),
+        Ok(Err(e)) => return Err(Failure(EXIT_ERROR, format!("error: {e}"))),
+        Err(_) => {
+            return Err(Failure(
+                EXIT_ERROR,
+                format!(
+                    "error: timed out after {} waiting for the preflight of node/{node} \
+                     (nodemaintenance/{name}, condition Stage=Preflight for generation {}): \
+                     is the operator running, with its own CRD?",
+                    human(timeout),
+                    generation.unwrap_or_default()
+                ),
+            ));
+        }
+    };
+    let _ = write!(out, "{}", blocker_table(&status));
+    gone?;
+    let blocked = status.blockers.as_ref().map_or(0, Vec::len);
+    if blocked > 0 {
+        return Err(Failure(
+            EXIT_BLOCKED,
+            format!("error: {blocked} pod(s) would stay on node/{node} if it were drained now"),
+        ));
+    }
+    Ok(())
+}
+
+/// Deletes NodeMaintenance `name` (gone already is fine) and waits at most `timeout` until the
+/// object with `uid` is gone, i.e. the operator released its finalizer.
+///
+/// # Errors
+/// [`EXIT_ERROR`] on an API error or when it is still there after `timeout`.
+async fn delete_and_wait(
+    nms: &Api<NodeMaintenance>,
+    name: &str,
+    uid: &str,
+    timeout: Duration,
+) -> Result<(), Failure> {
+    use kube::runtime::wait::{await_condition, conditions};
+    match nms.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    match tokio::time::timeout(
+        timeout,
+        await_condition(nms.clone(), name, conditions::is_deleted(uid)),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(Failure(EXIT_ERROR, format!("error: {e}"))),
+        Err(_) => Err(Failure(
+            EXIT_ERROR,
+            format!(
+                "error: nodemaintenance/{name} is still there {} after its deletion",
+                human(timeout)
+            ),
+        )),
+    }
+}
+
+/// A duration as kubectl's `--timeout` takes it (`1m30s`).
+fn human(d: Duration) -> String {
+    jiff::SignedDuration::try_from(d).map_or_else(|_| format!("{d:?}"), |d| format!("{d:#}"))
 }
 
 /// The NodeMaintenance named `target`, else those whose `spec.nodeName` is `target`.
@@ -405,8 +604,7 @@ async fn wait_succeeded(
                 EXIT_TIMEOUT,
                 format!(
                     "error: timed out after {} waiting for nodemaintenance/{name} to succeed",
-                    jiff::SignedDuration::try_from(timeout)
-                        .map_or_else(|_| format!("{timeout:?}"), |d| format!("{d:#}"))
+                    human(timeout)
                 ),
             ))
         }
@@ -581,7 +779,7 @@ mod tests {
         );
         let help = String::from_utf8(out).unwrap();
         assert!(help.contains("Usage: kubectl nm"), "{help}");
-        for sub in ["start", "why", "stop", "list"] {
+        for sub in ["start", "why", "stop", "list", "stage", "preflight"] {
             assert!(help.contains(sub), "{sub} missing:\n{help}");
         }
         let (mut out, mut err) = (Vec::new(), Vec::new());
@@ -593,9 +791,52 @@ mod tests {
             "{err}"
         );
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let code = run(["kubectl-nm", "preflight", "n1"], &mut out, &mut err).await;
+        let code = run(
+            [
+                "kubectl-nm",
+                "start",
+                "n1",
+                "--reason",
+                "r",
+                "--stage",
+                "Cordon",
+                "--wait",
+            ],
+            &mut out,
+            &mut err,
+        )
+        .await;
         assert_eq!(code, EXIT_ERROR);
         let err = String::from_utf8(err).unwrap();
-        assert!(err.contains("`stage` knob"), "{err}");
+        assert!(err.contains("only stage Drain"), "{err}");
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = run(["kubectl-nm", "stage", "n1", "Later"], &mut out, &mut err).await;
+        assert_eq!(code, EXIT_ERROR);
+        let err = String::from_utf8(err).unwrap();
+        assert!(
+            err.starts_with("error:") && err.contains("Preflight"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn preflight_help_says_its_exit_codes() {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = run(["kubectl-nm", "preflight", "--help"], &mut out, &mut err).await;
+        assert_eq!(code, EXIT_OK);
+        let help = String::from_utf8(out).unwrap();
+        assert!(help.contains("Exit 0") && help.contains("2:"), "{help}");
+    }
+
+    #[test]
+    fn a_stage_goes_in_the_spec_and_the_annotation_that_upstream_keeps() {
+        let mut nm = NodeMaintenance::new("nm", Default::default());
+        set_stage(&mut nm, Stage::Preflight);
+        let v = serde_json::to_value(&nm).unwrap();
+        assert_eq!(v["spec"]["stage"], "Preflight");
+        assert_eq!(
+            v["metadata"]["annotations"]["nodemaintenance.medik8s.io/stage"],
+            "Preflight"
+        );
     }
 }

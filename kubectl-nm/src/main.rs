@@ -1,5 +1,6 @@
-//! `kubectl nm`: see [`kubectl_nm`]. Exit status: 0 done (Succeeded, stopped), 1 any error, 2
-//! timed out (the blockers printed), 3 refused at admission.
+//! `kubectl nm`: see [`kubectl_nm`]. Exit status: 0 done (Succeeded, stopped; preflight: nothing
+//! blocks), 1 any error, 2 timed out (the blockers printed; preflight: something blocks), 3
+//! refused at admission.
 
 use std::process::ExitCode;
 
