@@ -71,7 +71,7 @@ fn env() -> &'static OperatorEnv {
 /// The stand-in process, started once per test binary, with its webhook registered.
 struct Standin {
     _child: std::sync::Mutex<nmo_devcluster::process::Child>,
-    /// Its HTTPS port, on every address of this machine.
+    /// Its HTTPS port on 127.0.0.1.
     port: u16,
     /// The CA of its serving certificate.
     ca_pem: String,
@@ -79,17 +79,6 @@ struct Standin {
 
 /// The Service behind the stand-in's `subresources.kubevirt.io/v1` APIService, in `default`.
 const SUBRESOURCES_SERVICE: &str = "kubevirt-standin";
-
-/// This machine's address on its default route: not a loopback address, so a Service's
-/// endpoint may name it.
-fn host_ip() -> std::net::IpAddr {
-    // A UDP connect sends nothing; it only picks the route's source address.
-    let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
-    probe
-        .connect("8.8.8.8:9")
-        .expect("a default route, whose source address the stand-in's endpoint names");
-    probe.local_addr().unwrap().ip()
-}
 
 async fn standin() -> &'static Standin {
     static STANDIN: tokio::sync::OnceCell<Standin> = tokio::sync::OnceCell::const_new();
@@ -110,12 +99,11 @@ async fn standin() -> &'static Standin {
             );
             let bin = String::from_utf8(out.stdout).unwrap().trim().to_string();
             let ca = nmo_certs::Ca::new("kubevirt-standin-ca").unwrap();
-            // The aggregation layer dials the Service's endpoint (this machine's address: an
-            // endpoint may not be a loopback address) and checks the Service's DNS name.
+            // The aggregation layer checks the certificate for the Service's DNS name.
             let pair = ca
                 .issue_server(
                     &[&format!("{SUBRESOURCES_SERVICE}.default.svc")],
-                    &["127.0.0.1".parse().unwrap(), host_ip()],
+                    &["127.0.0.1".parse().unwrap()],
                 )
                 .unwrap();
             let dir = cluster.dir().join("kubevirt-standin");
@@ -129,7 +117,7 @@ async fn standin() -> &'static Standin {
                 .port();
             let mut cmd = std::process::Command::new(bin);
             cmd.arg(format!("--kubeconfig={}", cluster.kubeconfig().display()))
-                .arg(format!("--addr=:{port}"))
+                .arg(format!("--addr=127.0.0.1:{port}"))
                 .arg(format!("--cert={}", dir.join("tls.crt").display()))
                 .arg(format!("--key={}", dir.join("tls.key").display()))
                 .arg(format!("--migration-time={MIGRATION_TIME}"));
@@ -523,54 +511,30 @@ async fn event_of(client: &kube::Client, nm: &str, reason: &str) -> Option<(Stri
         })
 }
 
-/// Serves the stand-in's `subresources.kubevirt.io/v1` on the API server's aggregation layer: a
-/// Service without selector whose one endpoint is the stand-in on this machine's address, and
-/// the APIService; waits until the API server finds it Available.
+/// Serves the stand-in's `subresources.kubevirt.io/v1` on the API server's aggregation layer: an
+/// ExternalName Service `localhost` (the API server dials `localhost:<APIService port>`, the
+/// stand-in's port, as nmo_devcluster points webhook Services at local processes) and the
+/// APIService; waits until the API server finds it Available.
 async fn serve_subresources(client: &kube::Client, standin: &Standin) {
     use base64::Engine;
-    use k8s_openapi::api::core::v1::{Endpoints, Service};
-    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use k8s_openapi::api::core::v1::Service;
     use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
-    let ip = host_ip().to_string();
-    let port = standin.port;
     let pp = PostParams::default();
     let service: Service = serde_json::from_value(json!({
         "metadata": {"name": SUBRESOURCES_SERVICE},
-        "spec": {"ports": [{"port": 443, "targetPort": port, "protocol": "TCP"}]}
+        "spec": {"type": "ExternalName", "externalName": "localhost"}
     }))
     .unwrap();
     Api::<Service>::namespaced(client.clone(), "default")
         .create(&pp, &service)
         .await
         .unwrap();
-    // Both forms of the endpoint: whichever the aggregator's resolver reads.
-    let endpoints: Endpoints = serde_json::from_value(json!({
-        "metadata": {"name": SUBRESOURCES_SERVICE},
-        "subsets": [{"addresses": [{"ip": ip}], "ports": [{"port": port, "protocol": "TCP"}]}]
-    }))
-    .unwrap();
-    Api::<Endpoints>::namespaced(client.clone(), "default")
-        .create(&pp, &endpoints)
-        .await
-        .unwrap();
-    let slice: EndpointSlice = serde_json::from_value(json!({
-        "metadata": {"name": format!("{SUBRESOURCES_SERVICE}-manual"),
-                     "labels": {"kubernetes.io/service-name": SUBRESOURCES_SERVICE,
-                                "endpointslice.kubernetes.io/managed-by": "e2e.medik8s.io"}},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],
-        "ports": [{"port": port, "protocol": "TCP"}]
-    }))
-    .unwrap();
-    Api::<EndpointSlice>::namespaced(client.clone(), "default")
-        .create(&pp, &slice)
-        .await
-        .unwrap();
     let apiservice: APIService = serde_json::from_value(json!({
         "metadata": {"name": "v1.subresources.kubevirt.io"},
         "spec": {
             "group": "subresources.kubevirt.io", "version": "v1",
-            "service": {"namespace": "default", "name": SUBRESOURCES_SERVICE, "port": 443},
+            "service": {"namespace": "default", "name": SUBRESOURCES_SERVICE,
+                        "port": standin.port},
             "caBundle": base64::engine::general_purpose::STANDARD.encode(&standin.ca_pem),
             "groupPriorityMinimum": 1000, "versionPriority": 15
         }
@@ -709,6 +673,16 @@ async fn deleting_the_maintenance_mid_migration_restores_the_node_then_cancels_t
     .await;
     assert_eq!(received.len(), 1, "{received:?}");
     assert_eq!(received[0]["method"], "PUT", "{received:?}");
+    assert_eq!(
+        received[0]["body"]["kind"], "EvacuateCancelOptions",
+        "{received:?}"
+    );
+    // Through the aggregation layer, as the operator's ServiceAccount (the overlay's grant).
+    assert_eq!(
+        received[0]["user"],
+        "system:serviceaccount:node-maintenance-operator-system:node-maintenance-operator-controller-manager",
+        "{received:?}"
+    );
     let (message, said_at) = wait_for(
         "the EvacuationCancelled event",
         Duration::from_secs(30),

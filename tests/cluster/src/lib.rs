@@ -263,8 +263,9 @@ impl Cluster {
             "--profiling=false".into(),
         ]);
         // The aggregation layer (APIService-backed APIs, as KubeVirt's subresources): additive,
-        // nothing else changes. Routed to the Service's endpoints directly, since nothing here
-        // implements cluster IPs.
+        // nothing else changes. No `--enable-aggregator-routing`: it would resolve webhook
+        // Services by their endpoints too, and refuse the ExternalName Services that point them
+        // (and an APIService) at a local process.
         apiserver.args([
             format!(
                 "--requestheader-client-ca-file={}",
@@ -276,7 +277,6 @@ impl Cluster {
             "--requestheader-username-headers=X-Remote-User".into(),
             format!("--proxy-client-cert-file={}", front_proxy_crt.display()),
             format!("--proxy-client-key-file={}", front_proxy_key.display()),
-            "--enable-aggregator-routing=true".into(),
         ]);
         if let Some(policy) = &opts.audit_policy {
             let file = dir.join("audit-policy.yaml");
