@@ -455,7 +455,8 @@ forceDelete:
 
 kubevirt:
   # Let the operator read KubeVirt's VMIs and migrations (manifests/overlays/kubevirt), to show
-  # the migration behind each evacuating virt-launcher pod; only useful where KubeVirt runs.
+  # the migration behind each evacuating virt-launcher pod, and cancel the evacuations off a node
+  # whose maintenance is deleted; only useful where KubeVirt runs.
   enabled: false
 "
     )

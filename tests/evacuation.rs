@@ -71,7 +71,14 @@ fn env() -> &'static OperatorEnv {
 /// The stand-in process, started once per test binary, with its webhook registered.
 struct Standin {
     _child: std::sync::Mutex<nmo_devcluster::process::Child>,
+    /// Its HTTPS port on 127.0.0.1.
+    port: u16,
+    /// The CA of its serving certificate.
+    ca_pem: String,
 }
+
+/// The Service behind the stand-in's `subresources.kubevirt.io/v1` APIService, in `default`.
+const SUBRESOURCES_SERVICE: &str = "kubevirt-standin";
 
 async fn standin() -> &'static Standin {
     static STANDIN: tokio::sync::OnceCell<Standin> = tokio::sync::OnceCell::const_new();
@@ -92,8 +99,12 @@ async fn standin() -> &'static Standin {
             );
             let bin = String::from_utf8(out.stdout).unwrap().trim().to_string();
             let ca = nmo_certs::Ca::new("kubevirt-standin-ca").unwrap();
+            // The aggregation layer checks the certificate for the Service's DNS name.
             let pair = ca
-                .issue_server(&[], &["127.0.0.1".parse().unwrap()])
+                .issue_server(
+                    &[&format!("{SUBRESOURCES_SERVICE}.default.svc")],
+                    &["127.0.0.1".parse().unwrap()],
+                )
                 .unwrap();
             let dir = cluster.dir().join("kubevirt-standin");
             std::fs::create_dir_all(&dir).unwrap();
@@ -148,6 +159,8 @@ async fn standin() -> &'static Standin {
             }
             Standin {
                 _child: std::sync::Mutex::new(child),
+                port,
+                ca_pem: ca.cert_pem().to_string(),
             }
         })
         .await
@@ -483,4 +496,218 @@ async fn a_migration_its_responder_reports_in_progress_is_asked_once_however_lon
     let asked = admissions(&ns, &pod);
     assert_eq!(asked.len(), 1, "asked once in 45 s of migration: {asked:?}");
     nm::delete_and_wait_restored(&client, &nm, &node).await;
+}
+
+/// The event with `reason` about NodeMaintenance `nm` (which may be gone by now: events outlive
+/// it), its message and time.
+async fn event_of(client: &kube::Client, nm: &str, reason: &str) -> Option<(String, String)> {
+    nm::events(client, "NodeMaintenance", nm)
+        .await
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some(reason))
+        .map(|e| {
+            let at = e.event_time.map(|t| t.0.to_string()).unwrap_or_default();
+            (e.message.unwrap_or_default(), at)
+        })
+}
+
+/// Serves the stand-in's `subresources.kubevirt.io/v1` on the API server's aggregation layer: an
+/// ExternalName Service `localhost` (the API server dials `localhost:<APIService port>`, the
+/// stand-in's port, as nmo_devcluster points webhook Services at local processes) and the
+/// APIService; waits until the API server finds it Available.
+async fn serve_subresources(client: &kube::Client, standin: &Standin) {
+    use base64::Engine;
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+    let pp = PostParams::default();
+    let service: Service = serde_json::from_value(json!({
+        "metadata": {"name": SUBRESOURCES_SERVICE},
+        "spec": {"type": "ExternalName", "externalName": "localhost"}
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), "default")
+        .create(&pp, &service)
+        .await
+        .unwrap();
+    let apiservice: APIService = serde_json::from_value(json!({
+        "metadata": {"name": "v1.subresources.kubevirt.io"},
+        "spec": {
+            "group": "subresources.kubevirt.io", "version": "v1",
+            "service": {"namespace": "default", "name": SUBRESOURCES_SERVICE,
+                        "port": standin.port},
+            "caBundle": base64::engine::general_purpose::STANDARD.encode(&standin.ca_pem),
+            "groupPriorityMinimum": 1000, "versionPriority": 15
+        }
+    }))
+    .unwrap();
+    let api = Api::<APIService>::all(client.clone());
+    api.create(&pp, &apiservice).await.unwrap();
+    wait_for(
+        "APIService v1.subresources.kubevirt.io Available",
+        LIMIT,
+        || async {
+            let s = api
+                .get("v1.subresources.kubevirt.io")
+                .await
+                .map_err(|e| e.to_string())?;
+            let conditions = s.status.and_then(|s| s.conditions).unwrap_or_default();
+            if conditions
+                .iter()
+                .any(|c| c.type_ == "Available" && c.status == "True")
+            {
+                Ok(())
+            } else {
+                Err(format!("{conditions:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+/// The stand-in's record of the `evacuate/cancel` requests it received for `ns/vmi`.
+fn cancels(ns: &str, vmi: &str) -> Vec<serde_json::Value> {
+    log()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == "cancel" && v["vmi"] == format!("{ns}/{vmi}"))
+        .collect()
+}
+
+/// A VM migrating off a fresh node under a maintenance, then the maintenance deleted and the
+/// node restored. Returns `(node, namespace, NodeMaintenance)`.
+async fn delete_mid_migration(
+    client: &kube::Client,
+    prefix: &str,
+    vm: &str,
+) -> (String, String, String) {
+    let node = worker_nodes(env().cluster, client, prefix, 1)
+        .await
+        .remove(0);
+    let ns = kubevirt_namespace(client, prefix).await;
+    // Longer than the test: the migration is still on when the maintenance is deleted.
+    let pod = vm_taking(client, &ns, vm, &node, true, "300s").await;
+    let nm = unique(prefix);
+    nm::create(client, &nm, &node).await;
+    nm::wait_status(client, &nm, "the pod Evacuating", LIMIT, |s| {
+        blocker_reason(s, &pod).as_deref() == Some("Evacuating")
+    })
+    .await;
+    let vmi = vmi_api(client, &ns).get(vm).await.unwrap();
+    assert_eq!(vmi.data["status"]["evacuationNodeName"], json!(node));
+    nm::delete_and_wait_restored(client, &nm, &node).await;
+    (node, ns, nm)
+}
+
+/// The time the node was uncordoned (its `UncordonNode` event).
+async fn uncordoned_at(client: &kube::Client, node: &str) -> jiff::Timestamp {
+    nm::events(client, "Node", node)
+        .await
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("UncordonNode"))
+        .and_then(|e| e.event_time.map(|t| t.0.to_string()))
+        .expect("an UncordonNode event about the node")
+        .parse()
+        .unwrap()
+}
+
+/// One test, in two steps, since the APIService registered in the second is the whole cluster's.
+#[tokio::test]
+async fn deleting_the_maintenance_mid_migration_restores_the_node_then_cancels_the_evacuation_where_offered()
+ {
+    let env = env();
+    let standin = standin().await;
+    let client = env.cluster.client().await;
+
+    // Without subresources.kubevirt.io: the migration continues, and an event says so.
+    let (node, ns, nm) = delete_mid_migration(&client, "evac-abort", "vm-abort").await;
+    let (message, said_at) = wait_for(
+        "the EvacuationContinues event",
+        Duration::from_secs(30),
+        || async {
+            match event_of(&client, &nm, "EvacuationContinues").await {
+                Some(e) => Ok(e),
+                None => Err(format!("{:?}", nm::event_summary(&client, &nm).await)),
+            }
+        },
+    )
+    .await;
+    assert!(
+        message.contains(&format!("The migration of VMI {ns}/vm-abort continues")),
+        "{message}"
+    );
+    let uncordoned = uncordoned_at(&client, &node).await;
+    let said_at: jiff::Timestamp = said_at.parse().unwrap();
+    assert!(
+        uncordoned <= said_at,
+        "restored first: uncordoned at {uncordoned}, the migration's event at {said_at}"
+    );
+    let summary = nm::event_summary(&client, &nm).await;
+    let about: Vec<_> = summary
+        .iter()
+        .filter(|e| e.1.starts_with("Evacuation"))
+        .collect();
+    assert_eq!(about.len(), 1, "once per VMI: {summary:?}");
+    let vmi = vmi_api(&client, &ns).get("vm-abort").await.unwrap();
+    assert_eq!(
+        vmi.data["status"]["evacuationNodeName"],
+        json!(node),
+        "the migration goes on"
+    );
+    assert!(cancels(&ns, "vm-abort").is_empty(), "{}", log());
+
+    // With it: cancelled within 10 s of the node being restored, and an event says so.
+    serve_subresources(&client, standin).await;
+    let (node, ns, nm) = delete_mid_migration(&client, "evac-cancel", "vm-cancel").await;
+    let received = wait_for(
+        "the stand-in received evacuate/cancel",
+        Duration::from_secs(10),
+        || async {
+            let seen = cancels(&ns, "vm-cancel");
+            if seen.is_empty() {
+                Err(log())
+            } else {
+                Ok(seen)
+            }
+        },
+    )
+    .await;
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert_eq!(received[0]["method"], "PUT", "{received:?}");
+    assert_eq!(
+        received[0]["body"]["kind"], "EvacuateCancelOptions",
+        "{received:?}"
+    );
+    // Through the aggregation layer, as the operator's ServiceAccount (the overlay's grant).
+    assert_eq!(
+        received[0]["user"],
+        "system:serviceaccount:node-maintenance-operator-system:node-maintenance-operator-controller-manager",
+        "{received:?}"
+    );
+    let (message, said_at) = wait_for(
+        "the EvacuationCancelled event",
+        Duration::from_secs(30),
+        || async {
+            match event_of(&client, &nm, "EvacuationCancelled").await {
+                Some(e) => Ok(e),
+                None => Err(format!("{:?}", nm::event_summary(&client, &nm).await)),
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        message,
+        format!("Cancelled the evacuation of VMI {ns}/vm-cancel")
+    );
+    let uncordoned = uncordoned_at(&client, &node).await;
+    let said_at: jiff::Timestamp = said_at.parse().unwrap();
+    assert!(
+        uncordoned <= said_at,
+        "restored first: uncordoned at {uncordoned}, cancelled at {said_at}"
+    );
+    let vmi = vmi_api(&client, &ns).get("vm-cancel").await.unwrap();
+    assert_eq!(
+        vmi.data["status"]["evacuationNodeName"],
+        serde_json::Value::Null,
+        "KubeVirt's mark cleared by the cancel"
+    );
 }

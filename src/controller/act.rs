@@ -335,6 +335,21 @@ async fn send(ctx: &Context, nm: &mut NodeMaintenance, write: Write) -> Result<S
                 Err(e) => return stopped_or(e, |e| LeaseError::Api(e).into()),
             }
         }
+        Write::CancelEvacuation {
+            vmi,
+            done,
+            mut failed,
+        } => match ctx.drainer.cancel_evacuation(&vmi).await {
+            Ok(()) => {
+                tracing::info!(vmi = %format!("{}/{}", vmi.namespace, vmi.name), "cancelled the evacuation of a VMI off the restored node");
+                publish(ctx, nm, None, &done).await;
+            }
+            Err(e) => {
+                tracing::warn!(vmi = %format!("{}/{}", vmi.namespace, vmi.name), error = %e, "could not cancel the evacuation of a VMI");
+                failed.message = format!("{}: {e}", failed.message);
+                publish(ctx, nm, None, &failed).await;
+            }
+        },
         Write::Event { event, node } => publish(ctx, nm, node, &event).await,
     }
     Ok(Sent::Done)
@@ -420,13 +435,25 @@ async fn publish(
         reason: e.reason.to_string(),
         note: Some(e.message.clone()),
         action: e.reason.to_string(),
-        secondary: e.pod.as_ref().map(|p| ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some(p.namespace.clone()),
-            name: Some(p.name.clone()),
-            ..ObjectReference::default()
-        }),
+        secondary: e
+            .pod
+            .as_ref()
+            .map(|p| ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: Some(p.namespace.clone()),
+                name: Some(p.name.clone()),
+                ..ObjectReference::default()
+            })
+            .or_else(|| {
+                e.vmi.as_ref().map(|v| ObjectReference {
+                    api_version: Some(crate::drain::migration::KUBEVIRT_GROUP_VERSION.into()),
+                    kind: Some("VirtualMachineInstance".into()),
+                    namespace: Some(v.namespace.clone()),
+                    name: Some(v.name.clone()),
+                    ..ObjectReference::default()
+                })
+            }),
     };
     let regarding = reference.name.as_deref().unwrap_or_default();
     let now = jiff::Timestamp::now();

@@ -193,6 +193,12 @@ async fn deletion(
         o.successor = plan::successor(&name, &node, all.iter().map(|o| o.as_ref()))
             .map(|s| (s.name_any(), s.metadata.uid.clone()));
         o.lease = ctx.leases.get(&node).await?;
+        o.evacuations = ctx.drainer.evacuations(&node).await.unwrap_or_else(|e| {
+            crate::drain::cancel::Evacuations {
+                unread: Some(e.to_string()),
+                ..Default::default()
+            }
+        });
     }
     Ok(o)
 }

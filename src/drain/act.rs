@@ -162,6 +162,32 @@ impl Drainer {
 
     /// A guard that stops sending evictions when dropped: the controller's run future holds it,
     /// so a controller dropped at the end of a leadership term sends none after it.
+    /// KubeVirt's evacuations off `node` (`super::cancel::observe`); none, without a request,
+    /// where KubeVirt's migrations are not watched (no KubeVirt, or no grant to read it).
+    ///
+    /// # Errors
+    /// The list of VMIs failed.
+    pub(crate) async fn evacuations(
+        &self,
+        node: &str,
+    ) -> Result<super::cancel::Evacuations, kube::Error> {
+        if !self.migrations.watched() {
+            return Ok(super::cancel::Evacuations::default());
+        }
+        super::cancel::observe(&self.client, node).await
+    }
+
+    /// Sends `evacuate/cancel` for `vmi` (`super::cancel::cancel`).
+    ///
+    /// # Errors
+    /// The API server's answer, or a timeout.
+    pub(crate) async fn cancel_evacuation(
+        &self,
+        vmi: &super::cancel::VmiRef,
+    ) -> Result<(), kube::Error> {
+        super::cancel::cancel(&self.client, vmi).await
+    }
+
     pub(crate) fn stop_on_drop(&self) -> tokio_util::sync::DropGuard {
         self.stopped.clone().drop_guard()
     }

@@ -209,6 +209,11 @@ impl MigrationWatch {
     }
 
     /// The migrations now (empty until the watch has listed, or without KubeVirt).
+    /// KubeVirt was found at start and its migrations are watched.
+    pub(crate) fn watched(&self) -> bool {
+        self.store.is_some()
+    }
+
     pub(crate) fn read(&self) -> Migrations {
         let Some(store) = self
             .store

@@ -39,6 +39,7 @@ mod act;
 mod gone;
 
 pub(crate) mod budget;
+pub(crate) mod cancel;
 pub(crate) mod deadline;
 pub(crate) mod migration;
 pub(crate) mod pass;

@@ -95,6 +95,10 @@ pub(crate) struct ObservedDeletion {
     /// `metadata.finalizers` of the NodeMaintenance.
     pub(crate) finalizers: Vec<String>,
 
+    /// KubeVirt's evacuations off the node (empty without KubeVirt); cancelled only when this
+    /// pass restores the node.
+    pub(crate) evacuations: crate::drain::cancel::Evacuations,
+
     /// The node as read is another machine than the one entered under its name
     /// ([`super::replaced`]): never adopted (nothing on it was ours; a record on it is another
     /// maintenance's, and is left alone as any other holder's).
@@ -131,6 +135,7 @@ pub(super) fn plan_deletion(o: &ObservedDeletion, now: jiff::Timestamp) -> Plan 
             (DeletionPlan::Exit, Some(node)) => {
                 exit(&mut w, &o.node_name, node, me, NodePurpose::Exit);
                 maintenance::invalidate(&mut w, o.lease.as_ref());
+                cancel_evacuations(&mut w, &o.evacuations);
             }
             (DeletionPlan::Transfer { to }, Some(node)) => {
                 let to_uid = o.successor.as_ref().and_then(|(_, u)| u.as_deref());
@@ -226,4 +231,59 @@ fn adopt_and_exit(w: &mut Writes, name: &str, node: &Node, me: crate::node::Clai
         return;
     };
     exit(w, name, &adopted, me, NodePurpose::AdoptAndExit);
+}
+
+/// After the node is restored, what becomes of the migrations still evacuating VMIs off it
+/// (issue 30, docs/design.md §2c): each is cancelled, one event per VMI, where the server offers
+/// `evacuate/cancel`; else one event per VMI saying its migration continues.
+fn cancel_evacuations(w: &mut Writes, e: &crate::drain::cancel::Evacuations) {
+    if let Some(error) = &e.unread {
+        let note = format!(
+            "Could not list VirtualMachineInstances to cancel their evacuations off the node; their migrations continue: {error}"
+        );
+        let warning = PlannedEvent::warning(
+            EventTarget::Maintenance,
+            event::EVACUATION_NOT_CANCELLED,
+            note,
+        );
+        w.events(vec![warning], None);
+    }
+    for vmi in &e.vmis {
+        let named = format!("{}/{}", vmi.namespace, vmi.name);
+        if e.cancel_served {
+            let about = |mut e: PlannedEvent| {
+                e.vmi = Some(vmi.clone());
+                e
+            };
+            w.push(Write::CancelEvacuation {
+                vmi: vmi.clone(),
+                done: about(PlannedEvent::normal(
+                    EventTarget::Maintenance,
+                    (
+                        event::EVACUATION_CANCELLED,
+                        &format!("Cancelled the evacuation of VMI {named}"),
+                    ),
+                )),
+                failed: about(PlannedEvent::warning(
+                    EventTarget::Maintenance,
+                    event::EVACUATION_NOT_CANCELLED,
+                    format!(
+                        "Could not cancel the evacuation of VMI {named}; its migration continues"
+                    ),
+                )),
+            });
+        } else {
+            let note = format!(
+                "The migration of VMI {named} continues: the API server does not offer {} {}",
+                crate::drain::cancel::SUBRESOURCES_GROUP_VERSION,
+                crate::drain::cancel::CANCEL_RESOURCE
+            );
+            let mut e = PlannedEvent::normal(
+                EventTarget::Maintenance,
+                (event::EVACUATION_CONTINUES, &note),
+            );
+            e.vmi = Some(vmi.clone());
+            w.events(vec![e], None);
+        }
+    }
 }

@@ -341,6 +341,7 @@ fn node_conditions_are_written_on_transitions_only_when_the_knob_asks() {
         lease: None,
         finalizers: vec![FINALIZER.into()],
         replaced: false,
+        evacuations: Default::default(),
     };
     let p = deletion::plan_deletion(&deletion, t(200));
     let ended = conditions_of(&p);

@@ -72,6 +72,12 @@ pub(crate) mod event {
     pub(crate) const UNCORDON: (&str, &str) = ("UncordonNode", "Uncordon a node");
     /// Normal, on the NodeMaintenance, after the finalizer was removed.
     pub(crate) const REMOVED: (&str, &str) = ("RemovedMaintenance", "Removed a node maintenance");
+    /// Normal, once per VMI: its evacuation off the restored node was cancelled.
+    pub(crate) const EVACUATION_CANCELLED: &str = "EvacuationCancelled";
+    /// Warning, once per VMI: the cancel of its evacuation failed (the error appended).
+    pub(crate) const EVACUATION_NOT_CANCELLED: &str = "EvacuationNotCancelled";
+    /// Normal, once per VMI: the server offers no `evacuate/cancel`, its migration continues.
+    pub(crate) const EVACUATION_CONTINUES: &str = "EvacuationContinues";
     /// Warning, on the NodeMaintenance, when someone undid part of the maintenance (ours).
     pub(crate) const REAPPLIED: &str = "MaintenanceReapplied";
     /// Warning, on the NodeMaintenance, when the node of the name entered is another machine
@@ -125,6 +131,8 @@ pub(crate) struct PlannedEvent {
     /// are told apart by it, since an event recorder folds events of the same reason about the
     /// same object into one series that keeps the first one's message.
     pub pod: Option<PodReference>,
+    /// The KubeVirt VMI it is about besides (the event's `related` object, as `pod`).
+    pub vmi: Option<crate::drain::cancel::VmiRef>,
 }
 
 impl PlannedEvent {
@@ -136,6 +144,7 @@ impl PlannedEvent {
             reason,
             message: message.to_string(),
             pod: None,
+            vmi: None,
         }
     }
     /// A Warning event.
@@ -150,6 +159,7 @@ impl PlannedEvent {
             reason,
             message: message.into(),
             pod: None,
+            vmi: None,
         }
     }
 

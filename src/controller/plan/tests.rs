@@ -893,7 +893,22 @@ fn deletion_pass_is_planned_whole_in_order() {
             lease: Some(lease),
             finalizers: vec!["other/x".into(), FINALIZER.into()],
             replaced: false,
+            evacuations: Default::default(),
         }
+    };
+    // Two VMIs evacuating off the node; the server offers `evacuate/cancel` or not.
+    let evacuating = |o: ObservedDeletion, cancel_served| ObservedDeletion {
+        evacuations: crate::drain::cancel::Evacuations {
+            vmis: ["vm-1", "vm-2"]
+                .map(|n| crate::drain::cancel::VmiRef {
+                    namespace: "ns".into(),
+                    name: n.into(),
+                })
+                .to_vec(),
+            cancel_served,
+            unread: None,
+        },
+        ..o
     };
     let replaced = |node: Option<Node>| ObservedDeletion {
         replaced: true,
@@ -961,6 +976,59 @@ fn deletion_pass_is_planned_whole_in_order() {
             with_tail(&["delete lease"]),
         ),
         (
+            "VMIs evacuating off the node restored, cancel offered: restored first, then one cancel each",
+            evacuating(
+                observed("node01", node(Some(("a", "uid-a")), true), None, true),
+                true,
+            ),
+            with_tail(&[
+                "exit node",
+                "delete lease",
+                "cancel evacuation",
+                "cancel evacuation",
+            ]),
+        ),
+        (
+            "VMIs evacuating off the node restored, cancel not offered: one event each, the migration continues",
+            evacuating(
+                observed("node01", node(Some(("a", "uid-a")), true), None, true),
+                false,
+            ),
+            with_tail(&[
+                "exit node",
+                "delete lease",
+                "EvacuationContinues",
+                "EvacuationContinues",
+            ]),
+        ),
+        (
+            "VMIs evacuating, the node handed to a successor: it stays in maintenance, the migrations go on",
+            evacuating(
+                observed("node01", node(Some(("a", "uid-a")), true), Some("b"), true),
+                true,
+            ),
+            with_tail(&["transfer node"]),
+        ),
+        (
+            "VMIs evacuating, the node held by another NodeMaintenance: not ours to cancel",
+            evacuating(
+                observed("node01", node(Some(("b", "uid-b")), true), None, true),
+                true,
+            ),
+            with_tail(&[]),
+        ),
+        (
+            "the VMIs could not be listed: the node restored all the same, and a Warning",
+            ObservedDeletion {
+                evacuations: crate::drain::cancel::Evacuations {
+                    unread: Some("forbidden".into()),
+                    ..Default::default()
+                },
+                ..observed("node01", node(Some(("a", "uid-a")), true), None, true)
+            },
+            with_tail(&["exit node", "delete lease", "EvacuationNotCancelled"]),
+        ),
+        (
             "another machine under the name entered, held by another NodeMaintenance: left alone",
             replaced(node(Some(("b", "uid-b")), true)),
             with_tail(&[]),
@@ -981,6 +1049,30 @@ fn deletion_pass_is_planned_whole_in_order() {
         );
         assert_eq!(labels(&got), want, "{what}");
         assert_eq!(got.remember, Remember::Forget, "{what}");
+        // Each VMI's event names it, as text and as the related object.
+        for w in &got.writes {
+            match w {
+                Write::CancelEvacuation { vmi, done, failed } => {
+                    let named = format!("{}/{}", vmi.namespace, vmi.name);
+                    assert!(!done.warning && failed.warning, "{what}");
+                    for e in [done, failed] {
+                        assert!(e.message.contains(&named), "{what}: {e:?}");
+                        assert_eq!(e.vmi.as_ref(), Some(vmi), "{what}");
+                    }
+                }
+                Write::Event { event, .. } if event.reason == "EvacuationContinues" => {
+                    let vmi = event.vmi.as_ref().expect(what);
+                    let named = format!("{}/{}", vmi.namespace, vmi.name);
+                    assert!(
+                        event
+                            .message
+                            .contains(&format!("The migration of VMI {named} continues")),
+                        "{what}: {event:?}"
+                    );
+                }
+                _ => {}
+            }
+        }
         let Some(Write::Finalizers { patch, .. }) = got
             .writes
             .iter()

@@ -79,6 +79,18 @@ pub(crate) enum Write {
         /// Its `metadata.resourceVersion` as read.
         resource_version: Option<String>,
     },
+    /// Cancel the evacuation of a VMI off the node just restored (KubeVirt's `evacuate/cancel`,
+    /// `crate::drain::cancel`), then publish `done`; a failure publishes `failed` with the
+    /// error appended and never ends the pass (the node is restored already; the migration goes
+    /// on, as without the subresource).
+    CancelEvacuation {
+        /// The VMI.
+        vmi: crate::drain::cancel::VmiRef,
+        /// The event once cancelled.
+        done: PlannedEvent,
+        /// The event when the cancel failed.
+        failed: PlannedEvent,
+    },
     /// Publish an event; a failure is logged and never ends the pass.
     Event {
         /// The event.
@@ -144,9 +156,10 @@ impl Write {
             Write::DeleteLease { .. } => Precondition::UidAndResourceVersion,
             Write::DeleteMaintenance { .. } => Precondition::UidAndResourceVersion,
             Write::CreateLease(_) => Precondition::Absent,
-            Write::LeaseNamespace | Write::Event { .. } | Write::NodeConditions { .. } => {
-                Precondition::None
-            }
+            Write::LeaseNamespace
+            | Write::Event { .. }
+            | Write::NodeConditions { .. }
+            | Write::CancelEvacuation { .. } => Precondition::None,
         }
     }
 
@@ -173,6 +186,7 @@ impl Write {
             Write::CreateLease(_) => "create lease",
             Write::ReplaceLease(_) => "replace lease",
             Write::DeleteLease { .. } => "delete lease",
+            Write::CancelEvacuation { .. } => "cancel evacuation",
             Write::Event { event, .. } => event.reason,
         }
     }

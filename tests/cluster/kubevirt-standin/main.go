@@ -11,6 +11,10 @@
 //   - a responder of the descheduler's contract for pods annotated
 //     descheduler.alpha.kubernetes.io/request-evict-only: a 429 saying "Eviction triggered
 //     evacuation", the in-progress annotation, the pod deleted after the same delay.
+//   - virt-api's subresources.kubevirt.io/v1, served behind an APIService on the API server's
+//     aggregation layer: its discovery (only virtualmachineinstances/evacuate/cancel) and the
+//     evacuate/cancel PUT, which clears the VMI's status.evacuationNodeName as virt-api does and
+//     is printed with the body it received.
 //
 // Every other pod's eviction is allowed. Each admission and step is printed as one JSON line.
 // Test tooling only; built by build-kubevirt-standin.sh from the Go module proxy.
@@ -245,6 +249,34 @@ func (s *standin) serve(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(&review)
 }
 
+const subresources = "/apis/subresources.kubevirt.io/v1"
+
+// discovery lists the one subresource served (virt-api lists more).
+func discovery(w http.ResponseWriter, r *http.Request) {
+	list := metav1.APIResourceList{
+		TypeMeta:     metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
+		GroupVersion: "subresources.kubevirt.io/v1",
+		APIResources: []metav1.APIResource{{Name: "virtualmachineinstances/evacuate/cancel", Namespaced: true, Kind: "VirtualMachineInstance", Verbs: []string{"update"}}},
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(&list)
+}
+
+// cancel serves PUT .../namespaces/<ns>/virtualmachineinstances/<name>/evacuate/cancel.
+func (s *standin) cancel(w http.ResponseWriter, r *http.Request) {
+	ns, name := r.PathValue("ns"), r.PathValue("name")
+	body := map[string]any{}
+	_ = json.NewDecoder(r.Body).Decode(&body)
+	say("cancel", map[string]any{"vmi": ns + "/" + name, "method": r.Method, "user": r.Header.Get("X-Remote-User"), "body": body})
+	patch := `{"status":{"evacuationNodeName":null}}`
+	if _, err := s.dyn.Resource(vmis).Namespace(ns).Patch(r.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+		say("error", map[string]any{"step": "cancel evacuation", "error": err.Error()})
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the API server")
 	addr := flag.String("addr", "127.0.0.1:0", "address of the webhook (HTTPS)")
@@ -261,6 +293,8 @@ func main() {
 	s := &standin{core: kubernetes.NewForConfigOrDie(config), dyn: dynamic.NewForConfigOrDie(config), delay: *delay}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/evict", s.serve)
+	mux.HandleFunc("GET "+subresources, discovery)
+	mux.HandleFunc("PUT "+subresources+"/namespaces/{ns}/virtualmachineinstances/{name}/evacuate/cancel", s.cancel)
 	say("listening", map[string]any{"addr": *addr})
 	if err := http.ListenAndServeTLS(*addr, *cert, *key, mux); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -114,6 +114,10 @@ impl Default for Options {
     }
 }
 
+/// The common name of the API server's front-proxy client certificate (the aggregation layer's
+/// `--proxy-client-cert-file`, `--requestheader-allowed-names`).
+pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
+
 /// A running control plane. Dropping it stops every component and removes its directory.
 pub struct Cluster {
     dir: PathBuf,
@@ -189,6 +193,13 @@ impl Cluster {
         let (sa_private, sa_public) = nmo_certs::service_account_keys()?;
         let sa_key = write("sa.key", &sa_private)?;
         let sa_pub = write("sa.pub", &sa_public)?;
+        // The aggregation layer's front proxy: its own CA (as kubeadm's front-proxy-ca), so that
+        // an aggregated server trusts the proxied user headers only from the API server.
+        let front_proxy_ca = Ca::new("front-proxy-ca")?;
+        let front_proxy_ca_crt = write("front-proxy-ca.crt", front_proxy_ca.cert_pem())?;
+        let front_proxy = front_proxy_ca.issue_client(FRONT_PROXY_CLIENT, None)?;
+        let front_proxy_crt = write("front-proxy-client.crt", &front_proxy.cert_pem)?;
+        let front_proxy_key = write("front-proxy-client.key", &front_proxy.key_pem)?;
         let kubeconfig = dir.join("admin.kubeconfig");
         write_kubeconfig(&kubeconfig, &server, &ca_crt, &admin_crt, &admin_key)?;
 
@@ -250,6 +261,22 @@ impl Cluster {
             format!("--tls-cert-file={}", api_crt.display()),
             format!("--tls-private-key-file={}", api_key.display()),
             "--profiling=false".into(),
+        ]);
+        // The aggregation layer (APIService-backed APIs, as KubeVirt's subresources): additive,
+        // nothing else changes. No `--enable-aggregator-routing`: it would resolve webhook
+        // Services by their endpoints too, and refuse the ExternalName Services that point them
+        // (and an APIService) at a local process.
+        apiserver.args([
+            format!(
+                "--requestheader-client-ca-file={}",
+                front_proxy_ca_crt.display()
+            ),
+            format!("--requestheader-allowed-names={FRONT_PROXY_CLIENT}"),
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
+            "--requestheader-group-headers=X-Remote-Group".into(),
+            "--requestheader-username-headers=X-Remote-User".into(),
+            format!("--proxy-client-cert-file={}", front_proxy_crt.display()),
+            format!("--proxy-client-key-file={}", front_proxy_key.display()),
         ]);
         if let Some(policy) = &opts.audit_policy {
             let file = dir.join("audit-policy.yaml");
