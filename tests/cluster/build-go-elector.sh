@@ -12,17 +12,4 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=go-tool-build.sh
 source "$HERE/go-tool-build.sh"
 
-KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
-minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
-patch=${KUBE_VERSION##*.}
-staging_ver="v0.${minor}.${patch}"
-
-# `go get` may resolve client-go to another version when the others pull it up; the elector
-# must be the one matching the control plane.
-verify_modules() {
-  grep -q "k8s.io/client-go $staging_ver" go.mod ||
-    die "client-go resolved to another version than $staging_ver: $(grep client-go go.mod)"
-}
-
-go_tool_build go-elector "client-go-$staging_ver" "$HERE/go-elector/main.go" 1.24.0 \
-  "k8s.io/client-go@$staging_ver" "k8s.io/api@$staging_ver" "k8s.io/apimachinery@$staging_ver"
+go_client_go_build go-elector "$HERE/go-elector/main.go"

@@ -92,3 +92,21 @@ go_cmd_build() {
   log "built $name in $((SECONDS - start)) s"
   echo "$bin"
 }
+
+# go_client_go_build NAME SRC: go_tool_build of our SRC against client-go, api and apimachinery
+# at the staging version that matches the test control plane (KUBE_VERSION, default v1.36.3 as
+# build-k8s-bins.sh: client-go v0.<minor>.<patch>). `go get` may resolve client-go to another
+# version when the others pull it up; the tool must be the one matching the control plane.
+go_client_go_build() {
+  local name=$1 src=$2
+  local kube_version=${KUBE_VERSION:-v1.36.3}
+  local minor=${kube_version#v1.}; minor=${minor%%.*}
+  local patch=${kube_version##*.}
+  local staging_ver="v0.${minor}.${patch}"
+  verify_modules() {
+    grep -q "k8s.io/client-go $staging_ver" go.mod ||
+      die "client-go resolved to another version than $staging_ver: $(grep client-go go.mod)"
+  }
+  go_tool_build "$name" "client-go-$staging_ver" "$src" 1.24.0 \
+    "k8s.io/client-go@$staging_ver" "k8s.io/api@$staging_ver" "k8s.io/apimachinery@$staging_ver"
+}
