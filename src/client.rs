@@ -11,6 +11,10 @@
 //! discovery call) took 45 to 50 ms instead of 1 to 3 in `cargo bench --bench scale`
 //! (`docs/design.md §5`). Go's clients never pay it: `net` sets `TCP_NODELAY` by default.
 //!
+//! Its trace layer is kube's too, under kube's log target (`kube_client`): with
+//! `RUST_LOG=kube_client=debug` every HTTP request logs a `requesting` event in a span `HTTP`
+//! naming its method and URL, which `benches/maintenance.rs` counts.
+//!
 //! What kube's builder does that this one does not: an HTTP or SOCKS proxy from the kubeconfig
 //! (with `proxy-url` set, [`builder`] hands over to kube's builder, Nagle and all), gzip (a
 //! feature this crate does not enable), and the expiry of a client certificate handed out by an
@@ -21,8 +25,12 @@ use http::{Request, Response};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use kube::client::{Body, ClientBuilder, ConfigExt, DynBody, retry::RetryPolicy};
+use std::time::Duration;
 use tower::util::BoxService;
 use tower::{BoxError, ServiceBuilder, ServiceExt as _};
+use tower_http::classify::ServerErrorsFailureClass;
+use tower_http::trace::TraceLayer;
+use tracing::Span;
 
 /// kube's boxed client service ([`kube::client::ClientBuilder`]'s `GenericService`).
 pub type Service = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
@@ -56,6 +64,35 @@ pub fn builder(config: kube::Config) -> Result<ClientBuilder<Service>, kube::Err
         .option_layer(retry)
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
+        // kube's request tracing (`ClientBuilder::try_from`'s `TraceLayer`), under kube's target.
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|req: &Request<Body>| {
+                    tracing::debug_span!(
+                        target: "kube_client",
+                        "HTTP",
+                        http.method = %req.method(),
+                        http.url = %req.uri(),
+                        http.status_code = tracing::field::Empty,
+                    )
+                })
+                .on_request(|_: &Request<Body>, _: &Span| {
+                    tracing::debug!(target: "kube_client", "requesting");
+                })
+                .on_response(|res: &Response<_>, _: Duration, span: &Span| {
+                    span.record("http.status_code", res.status().as_u16());
+                })
+                .on_body_chunk(())
+                .on_eos(())
+                .on_failure(
+                    |class: ServerErrorsFailureClass, _: Duration, span: &Span| {
+                        if let ServerErrorsFailureClass::StatusCode(status) = class {
+                            span.record("http.status_code", status.as_u16());
+                        }
+                        tracing::error!(target: "kube_client", "failed: {class}");
+                    },
+                ),
+        )
         .map_err(BoxError::from)
         .service(client)
         .map_response(|res| {
