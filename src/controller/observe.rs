@@ -103,25 +103,30 @@ async fn maintenance(
     let Some(node_name) = node else {
         return Ok(o);
     };
-    if survey {
+    let survey = async {
+        if !survey {
+            return Ok(None);
+        }
         let reason = nm.spec.reason.as_deref().unwrap_or_default();
         tracing::info!(
             reason = %crate::bounds::truncate(reason, crate::bounds::MAX_REASON_ANNOTATION),
             "Applying maintenance mode"
         );
         let rules = crate::policy::resolve(nm, &ctx.policy).0.drain_rules;
-        let survey = ctx
-            .drainer
+        ctx.drainer
             .survey(&node_name, &rules)
             .await
-            .map_err(Error::InitStatus)?;
-        o.survey = Some(survey);
-    }
-    // Two independent reads at once: a pass waits for the slower, not for both in a row.
-    let (node, lease) = tokio::join!(
-        read_node(&ctx.nodes, &node_name),
-        ctx.leases.get(&node_name)
-    );
+            .map(Some)
+            .map_err(Error::InitStatus)
+    };
+    // Independent reads at once: a pass waits for the slowest, not for each in a row.
+    let lease = async {
+        let lease = ctx.leases.get(&node_name).await?;
+        let namespace_missing = lease.is_none() && !ctx.leases.namespace_exists().await?;
+        Ok::<_, Error>((lease, namespace_missing))
+    };
+    let (survey, node, lease) = tokio::join!(survey, read_node(&ctx.nodes, &node_name), lease);
+    o.survey = survey?;
     let (node, server_time) = node.map_err(Error::GetNode)?;
     o.node = node;
     o.server_time = server_time;
@@ -133,10 +138,7 @@ async fn maintenance(
     if let Some(holder) = record.holder.as_deref() {
         o.holder_live = holder_is_live(ctx, holder, record.holder_uid.as_deref());
     }
-    o.lease = lease?;
-    if o.lease.is_none() {
-        o.lease_namespace_missing = !ctx.leases.namespace_exists().await?;
-    }
+    (o.lease, o.lease_namespace_missing) = lease?;
     Ok(o)
 }
 
