@@ -561,3 +561,93 @@ async fn create_warns_of_a_budget_that_will_hold_the_drain() {
         kubectl_create_warned(env.cluster, &name, &nodes[1], &["--dry-run=server"]).unwrap();
     assert!(!stderr.contains("PodDisruptionBudget"), "{stderr}");
 }
+
+/// Every knob the webhook checks (`docs/compat.md §6`), by annotation and, where the spec field
+/// is free text, by spec field: a refused value is denied naming where it was set and the value;
+/// an accepted one is admitted. All by `--dry-run=server`, so nothing is created; then an UPDATE
+/// that sets a refused value on an existing NodeMaintenance is denied too.
+#[tokio::test]
+async fn refused_knob_values_are_denied_naming_the_knob_and_the_value() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let nodes = worker_nodes(env.cluster, &client, &unique("knobs"), 1).await;
+    let node = &nodes[0];
+    let rules_ok = r#"[{"podSelector":{"matchLabels":{"app":"db"}},"behavior":"Skip"}]"#;
+    // (where, refused value, accepted value): `where` is an annotation or a `spec.` field.
+    let knobs: &[(&str, &str, &str)] = &[
+        ("nodemaintenance.medik8s.io/paused", "yes", "true"),
+        ("nodemaintenance.medik8s.io/drainTimeout", "later", "15m"),
+        (
+            "nodemaintenance.medik8s.io/onTimeout",
+            "forcedelete",
+            "Fail",
+        ),
+        (
+            "nodemaintenance.medik8s.io/drainRules",
+            "[{\"behavior\":\"Maybe\"}]",
+            rules_ok,
+        ),
+        ("nodemaintenance.medik8s.io/stage", "Later", "Cordon"),
+        ("nodemaintenance.medik8s.io/nodeConditions", "on", "false"),
+        (
+            "nodemaintenance.medik8s.io/startAt",
+            "tomorrow",
+            "2030-01-02T03:00:00Z",
+        ),
+        ("nodemaintenance.medik8s.io/expireAfter", "-5m", "1h30m"),
+        ("spec.drainTimeout", "soon", "90s"),
+        ("spec.startAt", "at dawn", "2030-01-02T03:00:00Z"),
+        ("spec.expireAfter", "0s", "30s"),
+    ];
+    let object = |name: &str, at: &str, value: &str| {
+        let mut o = serde_json::from_str::<serde_json::Value>(&manifest(name, node)).unwrap();
+        match at.strip_prefix("spec.") {
+            Some(field) => o["spec"][field] = json!(value),
+            None => o["metadata"]["annotations"] = json!({ at: value }),
+        }
+        o.to_string()
+    };
+    let dry_create = |body: String| {
+        env.cluster
+            .kubectl_run(&["create", "--dry-run=server", "-f", "-"], Some(&body))
+            .map_err(|e| e.to_string())
+    };
+    for &(at, refused, accepted) in knobs {
+        let err = dry_create(object(&unique("knob"), at, refused))
+            .expect_err(&format!("{at}={refused:?} was admitted"));
+        assert!(
+            err.contains("denied the request")
+                && err.contains(at)
+                && err.contains(&format!("{refused:?}")),
+            "{at}={refused:?}: {err}"
+        );
+        if let Err(err) = dry_create(object(&unique("knob"), at, accepted)) {
+            panic!("{at}={accepted:?} was refused: {err}");
+        }
+    }
+    let api: Api<NodeMaintenance> = Api::all(client.clone());
+    assert!(
+        api.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .all(|o| o.spec.node_name != *node),
+        "a dry run created an object"
+    );
+
+    let name = unique("nm-knob");
+    kubectl_create(env.cluster, &name, node).unwrap();
+    let patch = json!({"metadata": {"annotations": {"nodemaintenance.medik8s.io/stage": "Later"}}});
+    let err = api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect_err("an UPDATE to a refused stage was admitted")
+        .to_string();
+    assert!(
+        err.contains("nodemaintenance.medik8s.io/stage") && err.contains("\"Later\""),
+        "{err}"
+    );
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+}
