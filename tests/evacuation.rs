@@ -202,6 +202,31 @@ async fn a_migrating_vm_is_progress_and_one_that_cannot_migrate_blocks_with_one_
     })
     .await;
     assert_eq!(seen.status.as_ref().unwrap().evacuating_pods, Some(1));
+    // The gauge of migrations in flight says the same (set by the pass that wrote the status).
+    let series =
+        format!("nmo_maintenance_evacuating_pods{{nodemaintenance=\"{nm}\",node=\"{node}\"}}");
+    let evacuating = || {
+        let m = env.operator.lock().unwrap().metrics().unwrap_or_default();
+        let value = m
+            .lines()
+            .find_map(|l| l.strip_prefix(series.as_str())?.trim().parse::<f64>().ok());
+        (value, m)
+    };
+    wait_for("the evacuating gauge at 1", Duration::from_secs(10), || {
+        let (value, m) = evacuating();
+        async move {
+            if value == Some(1.0) {
+                Ok(())
+            } else {
+                Err(m
+                    .lines()
+                    .filter(|l| l.contains("evacuating") || l.contains("blocked"))
+                    .collect::<Vec<_>>()
+                    .join("\n"))
+            }
+        }
+    })
+    .await;
     let wide = env
         .cluster
         .kubectl_run(&["get", "nm", &nm, "-o", "wide"], None)
@@ -241,6 +266,17 @@ async fn a_migrating_vm_is_progress_and_one_that_cannot_migrate_blocks_with_one_
         after.evacuating_pods, None,
         "no migration in flight any more"
     );
+    wait_for("the evacuating gauge gone", Duration::from_secs(10), || {
+        let (value, m) = evacuating();
+        async move {
+            if value.is_none_or(|v| v == 0.0) {
+                Ok(())
+            } else {
+                Err(m)
+            }
+        }
+    })
+    .await;
     // Asked about the pinned VM several times meanwhile; one Warning, naming the VMI.
     let refusals = admissions(&ns, &pinned)
         .into_iter()
