@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! cargo bench --bench maintenance                  # the default scenarios (about 6 min on 2 cores)
-//! cargo bench --bench maintenance -- drain200 many # only these (any of drain200 many api rss bigdrain budgetheld)
+//! cargo bench --bench maintenance -- drain200 many # only these (any of drain200 many api rss bigdrain budgetheld drainrate evacuating)
 //! cargo bench --bench maintenance -- bigdrain      # memory of big drains (about 10 min; not in the default set)
 //! NMO_UPSTREAM_MANAGER=<manager built from upstream's source> cargo bench --bench maintenance -- bigdrain
 //! cargo bench --bench maintenance -- budgetheld    # a drain held by a budget (not in the default set)
@@ -15,6 +15,8 @@
 //! NMO_UPSTREAM_MANAGER=<manager> cargo bench --bench maintenance -- drainrate # a node's drain beside the floor (about 5 min)
 //! NMO_RATE_PODS=200 cargo bench --bench maintenance -- drainrate             # other sizes (comma-separated)
 //! NMO_RATE_TRACE=<dir> cargo bench --bench maintenance -- drainrate         # ours logs every request, copied to <dir> (no floor)
+//! cargo bench --bench maintenance -- evacuating    # requests while 50 VMs migrate, beside a held budget (about 5 min)
+//! NMO_EVACUATING_PODS=10 cargo bench --bench maintenance -- evacuating # the same, smaller
 //! ```
 //!
 //! The operator is the release build of this package (`CARGO_BIN_EXE_node-maintenance-operator`),
@@ -101,6 +103,24 @@
 //!   requests by verb and resource (`apiserver_request_total` before and after, every client's:
 //!   kwok's pod deletions and the harness's polling included). Targets: ours within 1.3x the
 //!   floor and at most half of upstream's time (where the floor allows it).
+//! - **evacuating** (the relaxed pace of a drain whose pods are migrating, `docs/drain-contract.md`
+//!   §4a; only when named, and last, since it leaves KubeVirt's CRDs installed): the operator's
+//!   requests to the API server while a node's pods migrate, beside those while a node's pods are
+//!   held by a budget. KubeVirt is stood in for by `nmo_devcluster::kubevirt` (its CRDs, the
+//!   operator's grant of `manifests/overlays/kubevirt`, and the stand-in answering evictions as
+//!   virt-api does and playing the migration controller, each migration taking
+//!   [`EVACUATION_TIME`]), as in `tests/evacuation.rs`. Node A: N launcher pods of migratable
+//!   VMIs (N = 50, `NMO_EVACUATING_PODS` overrides); node B: N bare pods under one
+//!   PodDisruptionBudget with `minAvailable: N` (as `budgetheld`). Each node gets a fresh
+//!   operator (started after KubeVirt is installed, so both run the migration watch) and its own
+//!   namespace. Counted from the API server's audit log (a run that names `evacuating` records
+//!   every request of group `system:serviceaccounts`, which only the operator is in, and every
+//!   eviction: `nmo_devcluster::audit::requests_policy`): the operator's requests received in
+//!   the [`EVACUATING_WINDOW`] from its first eviction request, by verb and resource, watches
+//!   counted apart (a watch is a long-running request, recorded when it ends); no launcher pod
+//!   may leave and no held pod be evicted inside the window. Figures: requests/s of each node
+//!   and their ratio (migrating / held; target at most 2: the evacuation's relaxed interval
+//!   holds).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -117,8 +137,9 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use nmo_devcluster::audit::{AuditCursor, RESPONSE_COMPLETE};
+use nmo_devcluster::audit::{AuditCursor, RESPONSE_COMPLETE, requests_policy};
 use nmo_devcluster::fixtures::{self, Installed};
+use nmo_devcluster::kubevirt::{self, Standin};
 use nmo_devcluster::measure::{CONTROL_PLANE, cpu_seconds};
 use nmo_devcluster::operator::{Operator, ServiceAccountRef};
 use nmo_devcluster::{Cluster, free_ports, http_get};
@@ -126,7 +147,7 @@ use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
 use serde_json::json;
 
 /// Scenarios in the order they run.
-const SCENARIOS: [&str; 7] = [
+const SCENARIOS: [&str; 8] = [
     "drain200",
     "many",
     "api",
@@ -134,6 +155,7 @@ const SCENARIOS: [&str; 7] = [
     "bigdrain",
     "budgetheld",
     "drainrate",
+    "evacuating",
 ];
 /// The scenarios run when none is named (`bigdrain` takes longer than all of them; `budgetheld`
 /// needs the audit log, which the default run does not pay for).
@@ -161,6 +183,12 @@ rules:
 "#;
 /// The window of `budgetheld` in which the held budget's evictions are counted.
 const HELD_WINDOW: Duration = Duration::from_secs(90);
+/// The window of `evacuating` in which the operator's requests are counted, from its first
+/// eviction request on the node.
+const EVACUATING_WINDOW: Duration = Duration::from_secs(60);
+/// How long each of `evacuating`'s migrations takes (a Go duration): longer than the window
+/// plus the time to ask every pod, so every VM migrates for the whole window.
+const EVACUATION_TIME: &str = "90s";
 
 struct Row {
     scenario: &'static str,
@@ -181,6 +209,30 @@ struct Held {
     first_accepted: f64,
     /// Seconds from the budget's deletion to phase `Succeeded`.
     succeeded: f64,
+}
+
+/// The operator's requests in `evacuating`'s window on one node ([`Bench::requests_in_window`]).
+struct Requests {
+    /// Requests received in the window, watches excluded.
+    count: usize,
+    /// Watches received in the window (recorded when they ended, by the end of the reading).
+    watches: usize,
+    /// `verb resource[/subresource]` -> requests, watches excluded.
+    by_kind: BTreeMap<String, usize>,
+}
+
+impl Requests {
+    fn per_second(&self) -> f64 {
+        self.count as f64 / EVACUATING_WINDOW.as_secs_f64()
+    }
+
+    fn breakdown(&self) -> String {
+        self.by_kind
+            .iter()
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 struct Bench {
@@ -208,9 +260,14 @@ async fn main() -> Result<()> {
     if chosen.is_empty() {
         chosen = DEFAULT_SCENARIOS.to_vec();
     }
-    let audit = chosen
-        .contains(&"budgetheld")
-        .then(|| BUDGET_AUDIT_POLICY.to_string());
+    // `requests_policy` records every eviction as well, at the stage `budgetheld` reads.
+    let audit = if chosen.contains(&"evacuating") {
+        Some(requests_policy(&["system:serviceaccounts"]))
+    } else {
+        chosen
+            .contains(&"budgetheld")
+            .then(|| BUDGET_AUDIT_POLICY.to_string())
+    };
     let mut bench = Bench::new(audit).await?;
     for s in SCENARIOS.iter().filter(|s| chosen.contains(s)) {
         bench.progress(&format!("scenario {s}"));
@@ -221,6 +278,7 @@ async fn main() -> Result<()> {
             "bigdrain" => bench.bigdrain().await?,
             "budgetheld" => bench.budgetheld().await?,
             "drainrate" => bench.drainrate().await?,
+            "evacuating" => bench.evacuating().await?,
             _ => bench.rss().await?,
         }
     }
@@ -1028,6 +1086,182 @@ impl Bench {
         Ok(())
     }
 
+    /// The operator's requests while a node's launcher pods migrate, beside those while a node's
+    /// pods are held by a budget (the header's `evacuating`).
+    async fn evacuating(&mut self) -> Result<()> {
+        const S: &str = "evacuating";
+        let n = evacuating_pods()?;
+        kubevirt::install_crds(&self.cluster)?;
+        let manifests = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests"));
+        nmo_devcluster::operator::install_manifests(
+            &self.cluster,
+            &manifests.join("overlays/kubevirt"),
+        )?;
+        let standin = Standin::start(&self.cluster, EVACUATION_TIME).await?;
+
+        // Node A: n migratable VMs; their migrations outlast the window.
+        let ns = format!("{S}-vms");
+        self.namespace(&ns).await?;
+        kubevirt::label_namespace(&self.client, &ns).await?;
+        let vms = self.add_nodes("evvms", 0..1).await?;
+        self.progress(&format!("creating {n} VMIs and their launcher pods"));
+        {
+            use futures::StreamExt as _;
+            let created: Vec<Result<String, kube::Error>> = futures::stream::iter(0..n)
+                .map(|i| {
+                    let (client, ns, node) = (&self.client, &ns, &vms[0]);
+                    async move {
+                        let name = format!("vm-{i:03}");
+                        kubevirt::vm(client, ns, &name, node, true, EVACUATION_TIME).await
+                    }
+                })
+                .buffer_unordered(8)
+                .collect()
+                .await;
+            for c in created {
+                c?;
+            }
+        }
+        self.wait_running(&ns, n).await?;
+        self.restart_operator("op-evacuating-vms", &[], &[])?;
+        self.progress(&format!("NodeMaintenance on a node of {n} migrating VMs"));
+        let migrating = self.requests_in_window(&ns, &vms[0]).await?;
+        let left = standin
+            .events("deleted")
+            .iter()
+            .filter(|e| e["pod"].as_str().is_some_and(|p| p.starts_with(&ns)))
+            .count();
+        ensure!(
+            left == 0,
+            "{left} launcher pods left inside the window: the migrations must outlast it"
+        );
+        let evacuations = standin.events("evacuation").len();
+        ensure!(
+            evacuations == n,
+            "{evacuations} of {n} VMs evacuating by the window's end: {}",
+            standin.log()
+        );
+        self.end_maintenance(&vms).await?;
+        self.purge(&ns, &vms).await?;
+
+        // Node B: n pods a budget holds.
+        let ns = format!("{S}-held");
+        self.namespace(&ns).await?;
+        let held = self.add_nodes("evheld", 0..1).await?;
+        self.bare_pods(&ns, &held[0], n, "held").await?;
+        self.held_budget(&ns, n).await?;
+        self.restart_operator("op-evacuating-held", &[], &[])?;
+        self.progress(&format!(
+            "NodeMaintenance on a node of {n} pods held by a budget"
+        ));
+        let budget = self.requests_in_window(&ns, &held[0]).await?;
+        self.end_maintenance(&held).await?;
+        self.operator = None;
+        self.purge(&ns, &held).await?;
+        self.cluster.kubectl_run(
+            &[
+                "delete",
+                "validatingwebhookconfiguration",
+                "kubevirt-standin",
+            ],
+            None,
+        )?;
+        drop(standin);
+
+        let secs = EVACUATING_WINDOW.as_secs();
+        for (what, r) in [
+            (format!("{n} launcher pods migrating"), &migrating),
+            (format!("{n} pods held by a budget"), &budget),
+        ] {
+            self.row(
+                S,
+                &format!("{what}: operator requests in {secs} s"),
+                format!(
+                    "{} ({:.2}/s; + {} watches)",
+                    r.count,
+                    r.per_second(),
+                    r.watches
+                ),
+                "",
+            );
+            self.notes.push(format!(
+                "evacuating, {what}, the operator's requests in {secs} s: {}\n",
+                r.breakdown()
+            ));
+        }
+        let ratio = migrating.per_second() / budget.per_second().max(f64::MIN_POSITIVE);
+        self.row(
+            S,
+            "requests/s: migrating / held",
+            format!("{ratio:.2}"),
+            "<= 2",
+        );
+        Ok(())
+    }
+
+    /// Creates the NodeMaintenance of `node`, whose pods are in `ns`, and counts the operator's
+    /// requests (its user's, in the audit log) received in [`EVACUATING_WINDOW`] from its first
+    /// eviction request for a pod of `ns`. Fails when an eviction of `ns`'s pods was accepted in
+    /// the window (the pods must stay for all of it).
+    async fn requests_in_window(&self, ns: &str, node: &str) -> Result<Requests> {
+        let user = format!(
+            "system:serviceaccount:{}:{}",
+            self.account.namespace, self.account.name
+        );
+        let mut audit = AuditCursor::at_end(self.cluster.audit_log_path());
+        self.create_nm(node).await?;
+        let created = Instant::now();
+        let mut seen = Vec::new();
+        let is_eviction = |e: &nmo_devcluster::audit::AuditEvent| {
+            e.user == user && e.subresource == "eviction" && e.namespace == ns
+        };
+        let first = loop {
+            seen.extend(audit.read()?);
+            if let Some(first) = seen
+                .iter()
+                .filter(|e| is_eviction(e))
+                .map(|e| e.received)
+                .min()
+            {
+                break first;
+            }
+            ensure!(
+                created.elapsed() < LIMIT,
+                "no eviction for the pods of {ns} {LIMIT:?} after the create"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let end = first + EVACUATING_WINDOW;
+        // 5 s past the window, so the requests received inside it are written (at their end).
+        while Timestamp::now() < end + Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            seen.extend(audit.read()?);
+        }
+        let window: Vec<_> = seen
+            .iter()
+            .filter(|e| e.user == user && e.received >= first && e.received < end)
+            .collect();
+        let accepted = window
+            .iter()
+            .filter(|e| is_eviction(e) && (200..300).contains(&e.code))
+            .count();
+        ensure!(
+            accepted == 0,
+            "{accepted} evictions of {ns}'s pods accepted inside the window"
+        );
+        let (watches, others): (Vec<_>, Vec<_>) =
+            window.into_iter().partition(|e| e.verb == "watch");
+        let mut by_kind = BTreeMap::new();
+        for e in &others {
+            *by_kind.entry(e.verb_resource()).or_insert(0) += 1;
+        }
+        Ok(Requests {
+            count: others.len(),
+            watches: watches.len(),
+            by_kind,
+        })
+    }
+
     /// A node's drain against the API server's own pace: for each size of [`rate_sizes`], the
     /// floor (a bare client evicting the same kind of pods, at each of [`FLOOR_CONCURRENCY`]),
     /// ours and (with `NMO_UPSTREAM_MANAGER`) upstream's, each on a fresh node of bare pods.
@@ -1710,6 +1944,20 @@ fn budget_pods() -> Result<usize> {
             Ok(n)
         }
         Err(_) => Ok(2000),
+    }
+}
+
+/// Launcher pods (and held pods) of `evacuating`: `NMO_EVACUATING_PODS`, else 50.
+fn evacuating_pods() -> Result<usize> {
+    match std::env::var("NMO_EVACUATING_PODS") {
+        Ok(v) => {
+            let n: usize = v
+                .parse()
+                .with_context(|| format!("NMO_EVACUATING_PODS={v:?} is not a number"))?;
+            ensure!(n > 0, "NMO_EVACUATING_PODS must be at least 1");
+            Ok(n)
+        }
+        Err(_) => Ok(50),
     }
 }
 

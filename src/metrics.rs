@@ -176,6 +176,12 @@ struct BlockedLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MaintenanceLabels {
+    nodemaintenance: String,
+    node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
     error: ReconcileErrorKind,
 }
@@ -234,13 +240,17 @@ fn drain_histogram() -> Histogram {
 /// | `nmo_admission_requests_total` | counter | `operation`, `result` |
 /// | `nmo_admission_duration_seconds` | histogram | `operation` |
 /// | `nmo_maintenance_blocked_pods` | gauge | `nodemaintenance`, `node`, `reason` |
+/// | `nmo_maintenance_evacuating_pods` | gauge | `nodemaintenance`, `node` |
 /// | `nmo_lease_losses_total` | counter | — |
 ///
 /// `nmo_maintenance_blocked_pods` has a series only while a Running maintenance reports
 /// blockers of that reason (one series per maintenance and reason, at most
 /// [`BlockerReason::ALL`] per maintenance); it is removed when the blockers clear, the phase
 /// changes or the maintenance is deleted, so the alerts' `for:` measures how long it has been
-/// blocked.
+/// blocked. `nmo_maintenance_evacuating_pods` (the migrations in flight: the planned
+/// `status.evacuatingPods`, which counts every `Evacuating` pod, also those past the cap of
+/// `status.blockers`) follows the same rule: one series per Running maintenance with pods
+/// evacuating, removed when none is left, the phase changes or the maintenance is deleted.
 pub(crate) struct Metrics {
     registry: Registry,
     runtime: runtime::RuntimeMetrics,
@@ -257,6 +267,9 @@ pub(crate) struct Metrics {
     blocked_pods: Family<BlockedLabels, Gauge>,
     /// The `blocked_pods` series of each maintenance, by name, for removing them.
     blocked_series: Mutex<HashMap<String, Vec<BlockedLabels>>>,
+    evacuating_pods: Family<MaintenanceLabels, Gauge>,
+    /// The `evacuating_pods` series of each maintenance, by name, for removing it.
+    evacuating_series: Mutex<HashMap<String, MaintenanceLabels>>,
     lease_losses: Counter,
 }
 
@@ -349,6 +362,12 @@ impl Metrics {
             "Pods a Running NodeMaintenance cannot evict yet, by blocker reason (status.blockers)",
             blocked_pods.clone(),
         );
+        let evacuating_pods = Family::<MaintenanceLabels, Gauge>::default();
+        registry.register(
+            "maintenance_evacuating_pods",
+            "Pods of a Running NodeMaintenance that their responder is evacuating: live migrations in flight (status.evacuatingPods)",
+            evacuating_pods.clone(),
+        );
         let lease_losses = Counter::default();
         registry.register(
             "lease_losses",
@@ -389,6 +408,8 @@ impl Metrics {
             admission_duration,
             blocked_pods,
             blocked_series: Mutex::default(),
+            evacuating_pods,
+            evacuating_series: Mutex::default(),
             lease_losses,
         }
     }
@@ -499,9 +520,34 @@ impl Metrics {
         }
     }
 
-    /// Removes every `nmo_maintenance_blocked_pods` series of the maintenance `name`.
+    /// Sets `nmo_maintenance_evacuating_pods` of the maintenance `name` (on `node`) to `pods`,
+    /// the pods being evacuated (`status.evacuatingPods`); `0` removes its series. Pass `0` when
+    /// the maintenance is not Running.
+    pub(crate) fn set_evacuating(&self, name: &str, node: &str, pods: i64) {
+        let mut series = self
+            .evacuating_series
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let labels = MaintenanceLabels {
+            nodemaintenance: name.to_string(),
+            node: node.to_string(),
+        };
+        if let Some(old) = series.remove(name)
+            && (old != labels || pods == 0)
+        {
+            self.evacuating_pods.remove(&old);
+        }
+        if pods > 0 {
+            self.evacuating_pods.get_or_create(&labels).set(pods);
+            series.insert(name.to_string(), labels);
+        }
+    }
+
+    /// Removes every `nmo_maintenance_blocked_pods` and `nmo_maintenance_evacuating_pods`
+    /// series of the maintenance `name`.
     pub(crate) fn forget_maintenance(&self, name: &str) {
         self.set_blockers(name, "", []);
+        self.set_evacuating(name, "", 0);
     }
 
     /// Counts one maintenance ended because its medik8s lease could not be extended.

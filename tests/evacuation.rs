@@ -6,17 +6,18 @@
 //! (`tests/fixtures/kubevirt-crds.yaml`) and a stand-in (`tests/cluster/kubevirt-standin`, Go,
 //! client-go) that is registered as a validating webhook on `pods/eviction` and answers as
 //! virt-api's pod eviction admitter does (its texts, 429, the VMI's `status.evacuationNodeName`),
-//! creates the migration, and deletes the launcher pod once the "migration" is over.
+//! creates the migration, and deletes the launcher pod once the "migration" is over
+//! (`nmo_devcluster::kubevirt`, shared with `benches/maintenance.rs`' `evacuating` scenario).
 
 mod common;
 
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use nmo_devcluster::kubevirt::{self, SUBRESOURCES_SERVICE, Standin, vmi_api};
 use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenanceStatus};
 use serde_json::json;
 
@@ -25,8 +26,6 @@ const LIMIT: Duration = Duration::from_secs(120);
 /// enough for several passes (and several refusals of the pod that cannot migrate) to happen
 /// meanwhile, short of the evacuation's 30 s retry.
 const MIGRATION_TIME: &str = "15s";
-/// The label of the namespaces whose evictions the stand-in answers.
-const NAMESPACE_LABEL: &str = "e2e-kubevirt";
 
 /// The cluster with KubeVirt's CRDs, `manifests/overlays/kubevirt` installed, and one operator
 /// started after both (it discovers KubeVirt at start).
@@ -34,23 +33,7 @@ fn env() -> &'static OperatorEnv {
     static ENV: std::sync::OnceLock<OperatorEnv> = std::sync::OnceLock::new();
     ENV.get_or_init(|| {
         let cluster = Cluster::shared();
-        let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/kubevirt-crds.yaml");
-        cluster
-            .kubectl_run(&["apply", "-f", &crds.display().to_string()], None)
-            .unwrap();
-        cluster
-            .kubectl_run(
-                &[
-                    "wait",
-                    "--for=condition=Established",
-                    "--timeout=60s",
-                    "crd/virtualmachineinstances.kubevirt.io",
-                    "crd/virtualmachineinstancemigrations.kubevirt.io",
-                ],
-                None,
-            )
-            .unwrap();
+        kubevirt::install_crds(cluster).unwrap();
         let installed = installed(cluster);
         nmo_devcluster::operator::install_manifests(
             cluster,
@@ -68,139 +51,41 @@ fn env() -> &'static OperatorEnv {
     })
 }
 
-/// The stand-in process, started once per test binary, with its webhook registered.
-struct Standin {
-    _child: std::sync::Mutex<nmo_devcluster::process::Child>,
-    /// Its HTTPS port on 127.0.0.1.
-    port: u16,
-    /// The CA of its serving certificate.
-    ca_pem: String,
-}
+static STANDIN: tokio::sync::OnceCell<Standin> = tokio::sync::OnceCell::const_new();
 
-/// The Service behind the stand-in's `subresources.kubevirt.io/v1` APIService, in `default`.
-const SUBRESOURCES_SERVICE: &str = "kubevirt-standin";
-
+/// The stand-in, started once per test binary with its webhook registered.
 async fn standin() -> &'static Standin {
-    static STANDIN: tokio::sync::OnceCell<Standin> = tokio::sync::OnceCell::const_new();
     STANDIN
         .get_or_init(|| async {
-            let cluster = env().cluster;
-            let out = std::process::Command::new("bash")
-                .arg(
-                    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                        .join("tests/cluster/build-kubevirt-standin.sh"),
-                )
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "building the KubeVirt stand-in: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let bin = String::from_utf8(out.stdout).unwrap().trim().to_string();
-            let ca = nmo_certs::Ca::new("kubevirt-standin-ca").unwrap();
-            // The aggregation layer checks the certificate for the Service's DNS name.
-            let pair = ca
-                .issue_server(
-                    &[&format!("{SUBRESOURCES_SERVICE}.default.svc")],
-                    &["127.0.0.1".parse().unwrap()],
-                )
-                .unwrap();
-            let dir = cluster.dir().join("kubevirt-standin");
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("tls.crt"), &pair.cert_pem).unwrap();
-            std::fs::write(dir.join("tls.key"), &pair.key_pem).unwrap();
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            let mut cmd = std::process::Command::new(bin);
-            cmd.arg(format!("--kubeconfig={}", cluster.kubeconfig().display()))
-                .arg(format!("--addr=127.0.0.1:{port}"))
-                .arg(format!("--cert={}", dir.join("tls.crt").display()))
-                .arg(format!("--key={}", dir.join("tls.key").display()))
-                .arg(format!("--migration-time={MIGRATION_TIME}"));
-            let child = cluster.spawn("kubevirt-standin", cmd).unwrap();
-            let deadline = std::time::Instant::now() + Duration::from_secs(30);
-            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "the stand-in did not listen: {}",
-                    log()
-                );
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            {
-                use base64::Engine;
-                let client = cluster.client().await;
-                let config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
-                "metadata": {"name": "kubevirt-standin"},
-                "webhooks": [{
-                    "name": "virt-launcher-eviction-interceptor.kubevirt.io",
-                    "clientConfig": {
-                        "url": format!("https://127.0.0.1:{port}/evict"),
-                        "caBundle": base64::engine::general_purpose::STANDARD.encode(ca.cert_pem()),
-                    },
-                    "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                               "resources": ["pods/eviction"], "scope": "Namespaced"}],
-                    "namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: "on"}},
-                    "failurePolicy": "Fail",
-                    "sideEffects": "NoneOnDryRun",
-                    "timeoutSeconds": 10,
-                    "admissionReviewVersions": ["v1"]
-                }]
-            }))
-            .unwrap();
-                Api::<ValidatingWebhookConfiguration>::all(client)
-                    .create(&PostParams::default(), &config)
-                    .await
-                    .unwrap();
-            }
-            Standin {
-                _child: std::sync::Mutex::new(child),
-                port,
-                ca_pem: ca.cert_pem().to_string(),
-            }
+            Standin::start(env().cluster, MIGRATION_TIME)
+                .await
+                .unwrap_or_else(|e| panic!("the KubeVirt stand-in did not start: {e:#}"))
         })
         .await
 }
 
 /// The stand-in's log: one JSON line per admission and step.
 fn log() -> String {
-    std::fs::read_to_string(env().cluster.dir().join("kubevirt-standin.log")).unwrap_or_default()
+    STANDIN.get().map(Standin::log).unwrap_or_default()
 }
 
 /// The stand-in's answers to evictions of `ns/pod`.
 fn admissions(ns: &str, pod: &str) -> Vec<serde_json::Value> {
-    log()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["event"] == "admission" && v["pod"] == format!("{ns}/{pod}"))
+    let pod = format!("{ns}/{pod}");
+    STANDIN
+        .get()
+        .map(|s| s.events("admission"))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|v| v["pod"] == pod)
         .collect()
 }
 
 /// A namespace whose evictions the stand-in answers.
 async fn kubevirt_namespace(client: &kube::Client, prefix: &str) -> String {
     let ns = namespace(client, prefix).await;
-    Api::<Namespace>::all(client.clone())
-        .patch(
-            &ns,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {NAMESPACE_LABEL: "on"}}})),
-        )
-        .await
-        .unwrap();
+    kubevirt::label_namespace(client, &ns).await.unwrap();
     ns
-}
-
-fn vmi_api(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "kubevirt.io",
-        "v1",
-        "VirtualMachineInstance",
-    ));
-    Api::namespaced_with(client.clone(), ns, &ar)
 }
 
 /// A running VMI `name` on `node` with eviction strategy `LiveMigrate`, live-migratable or not,
@@ -218,43 +103,9 @@ async fn vm_taking(
     migratable: bool,
     migration_time: &str,
 ) -> String {
-    let api = vmi_api(client, ns);
-    let vmi: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-        "metadata": {"name": name},
-        "spec": {"evictionStrategy": "LiveMigrate", "domain": {"devices": {}}}
-    }))
-    .unwrap();
-    let vmi = api.create(&PostParams::default(), &vmi).await.unwrap();
-    let condition = if migratable {
-        json!({"type": "LiveMigratable", "status": "True"})
-    } else {
-        json!({"type": "LiveMigratable", "status": "False", "reason": "DisksNotLiveMigratable"})
-    };
-    api.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"nodeName": node, "phase": "Running",
-                                        "conditions": [condition]}})),
-    )
-    .await
-    .unwrap();
-    let pod = format!("virt-launcher-{name}");
-    bare_pod(
-        client,
-        ns,
-        &pod,
-        node,
-        json!({"metadata": {
-            "labels": {"kubevirt.io": "virt-launcher"},
-            "annotations": {"e2e.medik8s.io/migration-time": migration_time},
-            "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-                                 "name": name, "uid": vmi.metadata.uid.unwrap(),
-                                 "controller": true, "blockOwnerDeletion": true}]
-        }}),
-    )
-    .await;
-    pod
+    kubevirt::vm(client, ns, name, node, migratable, migration_time)
+        .await
+        .unwrap_or_else(|e| panic!("creating VM {ns}/{name}: {e}"))
 }
 
 fn blocker_reason(s: &NodeMaintenanceStatus, pod: &str) -> Option<String> {
@@ -351,6 +202,31 @@ async fn a_migrating_vm_is_progress_and_one_that_cannot_migrate_blocks_with_one_
     })
     .await;
     assert_eq!(seen.status.as_ref().unwrap().evacuating_pods, Some(1));
+    // The gauge of migrations in flight says the same (set by the pass that wrote the status).
+    let series =
+        format!("nmo_maintenance_evacuating_pods{{nodemaintenance=\"{nm}\",node=\"{node}\"}}");
+    let evacuating = || {
+        let m = env.operator.lock().unwrap().metrics().unwrap_or_default();
+        let value = m
+            .lines()
+            .find_map(|l| l.strip_prefix(series.as_str())?.trim().parse::<f64>().ok());
+        (value, m)
+    };
+    wait_for("the evacuating gauge at 1", Duration::from_secs(10), || {
+        let (value, m) = evacuating();
+        async move {
+            if value == Some(1.0) {
+                Ok(())
+            } else {
+                Err(m
+                    .lines()
+                    .filter(|l| l.contains("evacuating") || l.contains("blocked"))
+                    .collect::<Vec<_>>()
+                    .join("\n"))
+            }
+        }
+    })
+    .await;
     let wide = env
         .cluster
         .kubectl_run(&["get", "nm", &nm, "-o", "wide"], None)
@@ -390,6 +266,17 @@ async fn a_migrating_vm_is_progress_and_one_that_cannot_migrate_blocks_with_one_
         after.evacuating_pods, None,
         "no migration in flight any more"
     );
+    wait_for("the evacuating gauge gone", Duration::from_secs(10), || {
+        let (value, m) = evacuating();
+        async move {
+            if value.is_none_or(|v| v == 0.0) {
+                Ok(())
+            } else {
+                Err(m)
+            }
+        }
+    })
+    .await;
     // Asked about the pinned VM several times meanwhile; one Warning, naming the VMI.
     let refusals = admissions(&ns, &pinned)
         .into_iter()
@@ -566,10 +453,13 @@ async fn serve_subresources(client: &kube::Client, standin: &Standin) {
 
 /// The stand-in's record of the `evacuate/cancel` requests it received for `ns/vmi`.
 fn cancels(ns: &str, vmi: &str) -> Vec<serde_json::Value> {
-    log()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["event"] == "cancel" && v["vmi"] == format!("{ns}/{vmi}"))
+    let vmi = format!("{ns}/{vmi}");
+    STANDIN
+        .get()
+        .map(|s| s.events("cancel"))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|v| v["vmi"] == vmi)
         .collect()
 }
 

@@ -53,9 +53,9 @@ pub(crate) async fn carry_out(
     Ok(Some(plan.then))
 }
 
-/// The metrics of a status a pass ended with: the blockers while Running (from the planned
-/// status, not the stored one: upstream's CRD prunes `blockers`) and the drain's duration on the
-/// transition to Succeeded.
+/// The metrics of a status a pass ended with: the blockers and the pods evacuating while
+/// Running (from the planned status, not the stored one: upstream's CRD prunes `blockers` and
+/// `evacuatingPods`) and the drain's duration on the transition to Succeeded.
 fn record_metrics(
     ctx: &Context,
     nm: &NodeMaintenance,
@@ -72,6 +72,14 @@ fn record_metrics(
             .flatten()
             .filter(|_| running)
             .map(|b| b.reason.as_str()),
+    );
+    ctx.metrics.set_evacuating(
+        &nm.name_any(),
+        &nm.spec.node_name,
+        status
+            .evacuating_pods
+            .filter(|_| running)
+            .map_or(0, i64::from),
     );
     if status.phase == Some(MaintenancePhase::Succeeded)
         && before != Some(MaintenancePhase::Succeeded)

@@ -171,6 +171,7 @@ fn alerts_and_dashboard_query_only_exported_metrics() {
     let m = Metrics::new();
     // Families with an open label set appear with their first series.
     m.set_blockers("nm", "node", ["PodDisruptionBudget"]);
+    m.set_evacuating("nm", "node", 1);
     m.reconcile_failure(ReconcileErrorKind::node);
     let text = m.encode();
     let exported: BTreeSet<&str> = text
@@ -257,6 +258,35 @@ fn blocked_series_follow_the_blockers_and_vanish_with_them() {
     assert!(!text.contains("nmo_maintenance_blocked_pods{"), "{text}");
     m.lease_lost();
     assert_eq!(sample(&m.encode(), "nmo_lease_losses_total"), Some(1.0));
+}
+
+#[test]
+fn the_evacuating_series_follows_the_count_and_vanishes_with_it() {
+    let m = Metrics::new();
+    let series = |nm: &str, node: &str| {
+        format!("nmo_maintenance_evacuating_pods{{nodemaintenance=\"{nm}\",node=\"{node}\"}}")
+    };
+    m.set_evacuating("nm-a", "n1", 50);
+    m.set_evacuating("nm-b", "n2", 2);
+    m.set_evacuating("nm-c", "n3", 0);
+    let text = m.encode();
+    assert_eq!(sample(&text, &series("nm-a", "n1")), Some(50.0), "{text}");
+    assert_eq!(sample(&text, &series("nm-b", "n2")), Some(2.0), "{text}");
+    assert!(
+        !text.contains("nm-c"),
+        "no series without a migration: {text}"
+    );
+
+    m.set_evacuating("nm-a", "n1", 49);
+    m.set_evacuating("nm-b", "n2", 0);
+    let text = m.encode();
+    assert_eq!(sample(&text, &series("nm-a", "n1")), Some(49.0), "{text}");
+    assert!(!text.contains("nm-b"), "{text}");
+
+    // The maintenance deleted: its series goes, whatever node it named.
+    m.forget_maintenance("nm-a");
+    let text = m.encode();
+    assert!(!text.contains("nmo_maintenance_evacuating_pods{"), "{text}");
 }
 
 #[test]

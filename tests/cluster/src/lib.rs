@@ -13,6 +13,7 @@
 pub mod audit;
 pub mod faults;
 pub mod fixtures;
+pub mod kubevirt;
 pub mod load;
 pub mod measure;
 pub mod operator;
