@@ -121,7 +121,7 @@ async fn start_wait_times_out_naming_the_budget_and_succeeds_without_it() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(
         out.lines()
-            .any(|l| l.starts_with(&name) && l.contains("Running")),
+            .any(|l| l.starts_with(&name) && l.contains(" Drain ") && l.contains("Running")),
         "{out}"
     );
 

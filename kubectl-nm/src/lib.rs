@@ -8,7 +8,7 @@
 //!   healthy pods the budget needs and has, and when the drain is due;
 //! - `stop <node> [--wait] [--timeout <duration>]` deletes the node's NodeMaintenances and, with
 //!   `--wait`, returns once they are gone and the node is schedulable;
-//! - `list` prints every NodeMaintenance;
+//! - `list` prints every NodeMaintenance: name, node, stage, phase, drain progress, pods pending, reason;
 //! - `stage <node|nm> <stage>` moves existing maintenances to another stage, forward or back;
 //! - `preflight <node> [--timeout <duration>]` creates a NodeMaintenance in stage Preflight,
 //!   waits for the operator's dry-run evictions of this generation, prints the blocker table,
@@ -311,13 +311,18 @@ async fn execute(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
         Command::Preflight { node, timeout } => preflight(&client, &node, timeout, out).await,
         Command::List => {
             let list = nms.list(&ListParams::default()).await?.items;
-            let mut rows =
-                vec![["NAME", "NODE", "PHASE", "DRAIN", "PENDING", "REASON"].map(String::from)];
+            let mut rows = vec![
+                [
+                    "NAME", "NODE", "STAGE", "PHASE", "DRAIN", "PENDING", "REASON",
+                ]
+                .map(String::from),
+            ];
             for nm in &list {
                 let s = nm.status.clone().unwrap_or_default();
                 rows.push([
                     nm.metadata.name.clone().unwrap_or_default(),
                     nm.spec.node_name.clone(),
+                    stage_shown(nm),
                     s.phase.map_or("-".into(), |p| p.to_string()),
                     s.drain_progress.map_or("-".into(), |p| format!("{p}%")),
                     s.pending_pods.as_ref().map_or(0, Vec::len).to_string(),
@@ -328,6 +333,30 @@ async fn execute(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+/// The stage `list` shows: the operator's word when it has written one (the `Stage` condition's
+/// reason, which follows its `--stage` default too), else what the object asks (annotation,
+/// then `spec.stage`), else `Drain` (the default, today's and upstream's behaviour).
+fn stage_shown(nm: &NodeMaintenance) -> String {
+    let condition = nm.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Stage")
+            .map(|c| c.reason.clone())
+    });
+    let asked = || {
+        nm.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(STAGE_ANNOTATION).cloned())
+            .or_else(|| nm.spec.stage.map(|s| s.to_string()))
+    };
+    condition
+        .filter(|r| !r.is_empty())
+        .or_else(asked)
+        .unwrap_or_else(|| Stage::Drain.to_string())
 }
 
 /// Sets `stage` as `spec.stage` and as its annotation (which wins, and which upstream's CRD
@@ -732,6 +761,22 @@ fn table<const N: usize>(rows: &[[String; N]]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn list_shows_the_operators_stage_else_the_asked_one_else_drain() {
+        let nm = |v: serde_json::Value| serde_json::from_value::<NodeMaintenance>(v).unwrap();
+        let base = serde_json::json!({"apiVersion": "nodemaintenance.medik8s.io/v1beta1",
+            "kind": "NodeMaintenance", "metadata": {"name": "m"}, "spec": {"nodeName": "n1"}});
+        assert_eq!(stage_shown(&nm(base.clone())), "Drain");
+        let mut asked = base.clone();
+        asked["spec"]["stage"] = "Cordon".into();
+        assert_eq!(stage_shown(&nm(asked.clone())), "Cordon");
+        asked["metadata"]["annotations"] = serde_json::json!({STAGE_ANNOTATION: "Idle"});
+        assert_eq!(stage_shown(&nm(asked.clone())), "Idle");
+        asked["status"] = serde_json::json!({"conditions": [{"type": "Stage", "status": "True",
+            "reason": "Preflight", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+        assert_eq!(stage_shown(&nm(asked)), "Preflight");
+    }
 
     #[test]
     fn warning_headers_read_as_kubectl_prints_them() {
