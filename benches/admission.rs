@@ -77,6 +77,11 @@
 //! p99 <= 1 ms at 4 connections; the caches' RSS growth <= 4 MiB at 1,000 nodes. The harness
 //! and the operator share the machine's cores, as do the control plane's components.
 //!
+//! `BENCH_PODS=5000` adds one more fresh start of a replica not leading, after that many pods
+//! were created (bound to the nodes kwok does not manage, so they stay scheduled and
+//! `Pending`): the memory of the webhook's pod cache (the CREATE warnings') and start-to-ready
+//! with them present.
+//!
 //! Progress goes to stderr; the table goes to stdout and to `target/bench-admission.txt`.
 
 use std::fmt::Write as _;
@@ -589,6 +594,82 @@ async fn wrk_run(
     Ok(report)
 }
 
+/// `BENCH_PODS`: pods to create before one more fresh start (0, the default: none).
+fn pod_count() -> usize {
+    std::env::var("BENCH_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Creates `n` pods bound round-robin to the nodes kwok does not manage (they stay `Pending`,
+/// scheduled, so the webhook's pod cache keeps each; a container with env and resources, an
+/// emptyDir and labels, as a small real pod), 16 creates in flight; then starts a fresh
+/// operator and waits for its pod cache to list. Returns `n`, start to ready, its memory then
+/// and its peak.
+async fn fresh_with_pods(
+    cluster: &Cluster,
+    client: &kube::Client,
+    opts: &operator::OperatorOptions,
+    n: usize,
+    started: Instant,
+) -> Result<(usize, Duration, Memory, f64)> {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods = Api::<Pod>::namespaced(client.clone(), "default");
+    let idle: Vec<String> = (0..NODES)
+        .filter(|i| !kwok_managed(*i))
+        .map(node_name)
+        .collect();
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let pods = pods.clone();
+            let node = idle[i % idle.len()].clone();
+            async move {
+                let pod: Pod = serde_json::from_value(json!({
+                    "metadata": {"name": format!("bench-pod-{i:05}"),
+                                 "labels": {"app": format!("app-{}", i % 50), "tier": "web",
+                                            "pod-template-hash": "5d9c8f7b6"}},
+                    "spec": {
+                        "nodeName": node,
+                        "tolerations": [{"operator": "Exists"}],
+                        "volumes": [{"name": "scratch", "emptyDir": {}}],
+                        "containers": [{
+                            "name": "app", "image": "registry.k8s.io/pause:3.10",
+                            "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+                            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+                            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]
+                        }]
+                    }
+                }))?;
+                pods.create(&PostParams::default(), &pod)
+                    .await
+                    .with_context(|| format!("creating pod {i}"))?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<()>>()
+        .await?;
+    progress(started, &format!("{n} pods created"));
+    let begun = Instant::now();
+    let mut op = start_registered(cluster, opts)?;
+    let ready = begun.elapsed();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !op.log().contains("admission pod cache synced") {
+        if Instant::now() > deadline {
+            bail!("the pod cache did not list {n} pods within 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pid = op.process().pid();
+    let memory = Memory::of(pid);
+    let hwm = proc_status(pid, "VmHWM").unwrap_or(0) as f64 / MIB;
+    progress(started, &format!("with {n} pods: {}", memory.brief()));
+    drop(op);
+    Ok((n, ready, memory, hwm))
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let started = Instant::now();
@@ -720,12 +801,24 @@ async fn main() -> Result<()> {
     let hwm = proc_status(pid, "VmHWM").unwrap_or(0) as f64 / MIB;
     drop(op);
 
+    let fresh_started = Instant::now();
     let mut fresh = start_registered(&cluster, &options("operator-fresh"))?;
+    let fresh_ready = fresh_started.elapsed();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let fresh_pid = fresh.process().pid();
     let mem_fresh = Memory::of(fresh_pid);
     let hwm_fresh = proc_status(fresh_pid, "VmHWM").unwrap_or(0) as f64 / MIB;
     drop(fresh);
+    let with_pods = match pod_count() {
+        0 => None,
+        n => {
+            // Not leading (the Lease is still held): the admission caches only, as the
+            // follower rows, without the controller's work on the maintained nodes' pods.
+            let mut opts = options("operator-pods");
+            opts.leader_elect = true;
+            Some(fresh_with_pods(&cluster, &client, &opts, n, started).await?)
+        }
+    };
 
     writeln!(table)?;
     writeln!(
@@ -785,8 +878,20 @@ async fn main() -> Result<()> {
     )?;
     writeln!(
         table,
-        "- peak (VmHWM): {hwm:.1} MiB; fresh start's peak: {hwm_fresh:.1} MiB"
+        "- peak (VmHWM): {hwm:.1} MiB; fresh start's peak: {hwm_fresh:.1} MiB; fresh start to ready (webhook answering): {} ms",
+        fresh_ready.as_millis()
     )?;
+    if let Some((n, ready, mem, hwm)) = with_pods {
+        writeln!(
+            table,
+            "- a replica not leading, started fresh with {n} pods present as well (BENCH_PODS), once its pod cache listed: VmRSS {:.1} ({:+.1} over the replica not leading without them), RssAnon {:.1} ({:+.1}) MiB, peak {hwm:.1} MiB; start to ready {} ms",
+            mem.rss,
+            mem.rss - follower_loaded.rss,
+            mem.anon,
+            mem.anon - follower_loaded.anon,
+            ready.as_millis()
+        )?;
+    }
 
     if let Some(manager) = std::env::var_os("NMO_UPSTREAM_MANAGER")
         && let Err(e) = upstream(

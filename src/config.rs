@@ -330,6 +330,14 @@ pub struct Config {
     /// own. None by default.
     #[arg(long, value_name = "JSON", value_parser = parse_drain_rules)]
     pub drain_rules: Option<Vec<crate::api::DrainRule>>,
+
+    /// The CREATE of a NodeMaintenance warns (never refuses) when it brings the NodeMaintenances
+    /// to more than this percentage of the nodes ((NodeMaintenances + 1) / nodes); 0 turns the
+    /// warning off. At 30 % out, the rest of a cluster sized to run at 70 % of its capacity
+    /// (a common target) is full.
+    #[arg(long, default_value_t = 30, value_name = "PERCENT",
+          value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub maintenance_share_warning: u8,
 }
 
 fn parse_drain_rules(s: &str) -> Result<Vec<crate::api::DrainRule>, String> {

@@ -504,8 +504,13 @@ impl Operator {
         );
         crd?;
         let platform = platform.map_err(RunError::Admission)?;
-        let (admission_router, admission_synced) =
-            wiring::admission_router(api.clone(), metrics.clone(), nodes.clone(), platform);
+        let (admission_router, admission_synced) = wiring::admission_router(
+            api.clone(),
+            metrics.clone(),
+            nodes.clone(),
+            platform,
+            &config,
+        );
         let tls = crate::tls_profile::start(
             api.clone(),
             config.tls_settings().map(|m| {
@@ -793,8 +798,15 @@ mod wiring {
         metrics: Arc<Metrics>,
         nodes: NodeCache,
         platform: admission::Platform,
+        config: &Config,
     ) -> (Router, watch::Receiver<bool>) {
-        let admission = Admission::with_platform(client, metrics, platform, nodes);
+        let controller = crate::controller::ControllerConfig::from(config);
+        let settings = admission::WarningSettings {
+            policy: controller.policy,
+            drain: controller.drain,
+            share_threshold: config.maintenance_share_warning,
+        };
+        let admission = Admission::with_platform(client, metrics, platform, nodes, settings);
         let synced = admission.synced();
         (admission::router(Arc::new(admission)), synced)
     }

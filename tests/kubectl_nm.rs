@@ -215,9 +215,10 @@ async fn preflight_exits_2_naming_the_budget_and_0_without_it_leaving_nothing_be
 
     let (code, out, err) = kubectl_nm(cluster, &["preflight", &node, "--timeout", "90s"]).await;
     assert_eq!(code, 2, "exit status of a blocked preflight\n{out}\n{err}");
+    // The webhook's warnings (printed first) name the pod as well.
     let row = out
         .lines()
-        .find(|l| l.contains(&format!("{ns}/guarded")))
+        .find(|l| !l.starts_with("Warning:") && l.contains(&format!("{ns}/guarded")))
         .unwrap_or_else(|| panic!("no blocker row names the pod:\n{out}\n{err}"));
     assert!(
         row.contains("PodDisruptionBudget") && row.contains("guard"),

@@ -212,6 +212,7 @@ fn rbac_has_no_wildcard_and_exactly_the_needed_rules() {
     add(cluster, "", "pods", &["get", "list", "watch"]);
     add(cluster, "", "pods/eviction", &["create"]);
     add(cluster, "apps", "daemonsets", &["get"]);
+    add(cluster, "apps", "replicasets", &["list", "watch"]);
     add(
         cluster,
         "policy",

@@ -238,6 +238,16 @@ impl Caches {
         *self.nodes.synced().borrow()
     }
 
+    /// Nodes the Node cache holds (all of them once [`Caches::nodes_synced`]).
+    pub(crate) fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// NodeMaintenances the cache holds.
+    pub(crate) fn maintenances(&self) -> usize {
+        self.nms.len()
+    }
+
     /// Whether a cached NodeMaintenance targets `node`.
     pub(crate) fn maintained(&self, node: &str) -> bool {
         self.nms.find(|nm| nm.spec.node_name == node).is_some()

@@ -10,19 +10,21 @@
 //!
 //! Units: `rules` (the pure CREATE/UPDATE decisions and denial texts), `quorum` (the etcd quorum
 //! rules), `platform` (OpenShift or not, detected once), `reservations` (admitted CREATEs not yet
-//! cached), `budgets` (the CREATE warning about budgets that hold the drain), `cache` (the
-//! stripped reflectors, beside the process's Node watch) and `webhook` (the
+//! cached), `warnings` (the CREATE warnings: budgets that hold the drain, pods that stay or lose
+//! data, last ready replicas, the share of nodes under maintenance), `cache` (the stripped
+//! reflectors, beside the process's Node watch), `pods` (the indexed pod cache of the warnings) and `webhook` (the
 //! decision over the caches and the [`nmo_webhook`] adapter, [`router`]).
 
-mod budgets;
 mod cache;
 mod platform;
+mod pods;
 mod quorum;
 mod reservations;
 mod rules;
+mod warnings;
 mod webhook;
 
 pub use platform::AdmissionError;
 pub(crate) use platform::{Platform, detect_platform};
 pub use webhook::WEBHOOK_PATH;
-pub(crate) use webhook::{Admission, router};
+pub(crate) use webhook::{Admission, WarningSettings, router};

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use super::cache::{self, CacheTasks, Caches, NmEvent, QuorumStores};
 use super::platform::Platform;
+use super::pods::{PodCache, PodCacheTasks};
 use super::quorum::{
     GUARD_BUDGET_NAMES, GuardBudget, GuardPod, Quorum, budget_selects_pods, disruptions_allowed,
     etcd_members, guard_pod, is_control_plane, kubernetes_quorum, node_ready,
@@ -20,7 +21,9 @@ use super::reservations::{CONFIRM_AFTER, CONFIRM_MAX_INTERVAL, Reservations};
 use super::rules::{
     CreateFacts, Denial, asks_force_delete, validate_create, validate_node_name, validate_update,
 };
+use super::warnings::{NodePod, Share};
 use crate::api::NodeMaintenance;
+use crate::drain::DrainOptions;
 use crate::metrics::{AdmissionOperation, AdmissionResult, Metrics};
 use crate::watch::nodes::NodeCache;
 
@@ -40,7 +43,21 @@ pub(crate) struct Admission {
     /// reservation are one step for every CREATE of this replica (a few microseconds: nothing
     /// awaits under it).
     reservations: Arc<Mutex<Reservations>>,
+    pods: PodCache,
+    settings: WarningSettings,
     _tasks: CacheTasks,
+    _pod_tasks: PodCacheTasks,
+}
+
+/// What the CREATE warnings read of the operator's flags.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct WarningSettings {
+    /// The knobs' defaults: the drain rules of a maintenance that has none of its own.
+    pub policy: crate::policy::Defaults,
+    /// The drain's settings (its own pod).
+    pub drain: DrainOptions,
+    /// `--maintenance-share-warning`, percent (0: off).
+    pub share_threshold: u8,
 }
 
 impl Admission {
@@ -48,13 +65,16 @@ impl Admission {
     /// start-up ([`detect_platform`](super::detect_platform)). Must run inside a tokio runtime; the caches' watches stop
     /// when the validator is dropped (`nodes`, the process's, runs on). The returned validator
     /// answers CREATEs once [`Admission::synced`] reads true (until then a CREATE waits for it,
-    /// up to [`LOOKUP_TIMEOUT`]).
+    /// up to [`LOOKUP_TIMEOUT`]). The pod cache of the warnings starts beside them and is not
+    /// waited for ([`Admission::pod_warnings`]).
     pub(crate) fn with_platform(
         client: Client,
         metrics: Arc<Metrics>,
         platform: Platform,
         nodes: NodeCache,
+        settings: WarningSettings,
     ) -> Self {
+        let (pods, pod_tasks) = super::pods::start(&client);
         let reservations = Arc::new(Mutex::new(Reservations::default()));
         let (caches, tasks) = {
             let reservations = reservations.clone();
@@ -93,7 +113,10 @@ impl Admission {
             metrics,
             caches,
             reservations,
+            pods,
+            settings,
             _tasks: tasks,
+            _pod_tasks: pod_tasks,
         }
     }
 
@@ -169,28 +192,49 @@ impl Admission {
         Ok(Some(nodes))
     }
 
-    /// The warnings of [`super::budgets::warnings`] for `node`: none, without a request, while
-    /// no budget of the cluster that counts pods allows no disruption; else from one list of the node's pods
-    /// (served from the API server's watch cache). A failed list costs the warning only.
-    async fn budget_warnings(&self, node: &str) -> Vec<String> {
-        let blocking = self.caches.blocking_budgets();
-        if blocking.is_empty() {
-            return Vec::new();
+    /// The warnings of [`super::warnings::warnings`] about `nm`'s node, from the caches alone
+    /// (no request). While the pod cache has not listed yet, only the share of nodes under
+    /// maintenance is judged, and a log line says the rest was skipped: readiness does not wait
+    /// for a list that grows with the cluster's pods.
+    fn warnings(&self, nm: &NodeMaintenance) -> Vec<String> {
+        let node = nm.spec.node_name.as_str();
+        let share =
+            (self.settings.share_threshold > 0 && self.caches.nodes_synced()).then(|| Share {
+                maintenances: self.caches.maintenances(),
+                nodes: self.caches.node_count(),
+                threshold: self.settings.share_threshold,
+            });
+        if !self.pods.synced() {
+            tracing::info!(%node, "pod warnings skipped: the admission pod cache has not listed yet");
+            return super::warnings::warnings(node, &[], &[], share);
         }
-        let pods = Api::<k8s_openapi::api::core::v1::Pod>::all(self.client.clone())
-            .list(
-                &kube::api::ListParams::default()
-                    .fields(&format!("spec.nodeName={node}"))
-                    .match_any(),
-            )
-            .await;
-        match pods {
-            Ok(pods) => super::budgets::warnings(node, &blocking, &pods.items),
-            Err(error) => {
-                tracing::info!(%node, %error, "no budget warning: listing the node's pods failed");
-                Vec::new()
-            }
-        }
+        let rules = crate::policy::resolve(nm, &self.settings.policy)
+            .0
+            .drain_rules;
+        let on_node = self.pods.on_node(node);
+        let mut elsewhere: std::collections::HashMap<String, bool> = Default::default();
+        let facts: Vec<NodePod> = on_node
+            .iter()
+            .map(|p| {
+                let disposition =
+                    super::warnings::disposition(&p.pod, &rules, &self.settings.drain);
+                let last_of = (p.ready
+                    && matches!(disposition, crate::drain::Disposition::Evict { .. }))
+                .then(|| self.pods.workload(&p.pod))
+                .flatten()
+                .filter(|w| {
+                    !*elsewhere
+                        .entry(w.uid.clone())
+                        .or_insert_with(|| self.pods.ready_elsewhere(w, node))
+                });
+                NodePod {
+                    pod: &p.pod,
+                    disposition,
+                    last_of,
+                }
+            })
+            .collect();
+        super::warnings::warnings(node, &facts, &self.caches.blocking_budgets(), share)
     }
 
     /// Decides a CREATE; `Ok` carries the admission warnings (a quorum that was not checked,
@@ -212,7 +256,7 @@ impl Admission {
         };
         // Read before the reservations' lock, under which nothing awaits.
         let live_members = self.live_members(&node).await?;
-        let budget_warnings = self.budget_warnings(node_name).await;
+        let pod_warnings = self.warnings(nm);
         let nm_name = nm.metadata.name.clone().unwrap_or_default();
 
         let mut reservations = lock(&self.reservations);
@@ -237,7 +281,7 @@ impl Admission {
             tracing::info!(node = %node_name, warning = why, "admitted without an etcd quorum check");
             warnings.push(why.to_string());
         }
-        warnings.extend(budget_warnings);
+        warnings.extend(pod_warnings);
         if let Some(why) = crate::lease::lease_name_error(node_name) {
             warnings.push(format!(
                 "this maintenance will fail without changing the node: {}",
