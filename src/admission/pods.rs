@@ -347,13 +347,14 @@ pub(crate) fn start(client: &Client) -> (PodCache, PodCacheTasks) {
     let (pods_listed_tx, mut pods_listed) = watch::channel(false);
     let (rs_listed_tx, mut rs_listed) = watch::channel(false);
     let (synced_tx, synced) = watch::channel(false);
-    // Pages of 50, so the first list of a cluster's pods is never held whole; the server leaves
-    // out unscheduled and finished pods. The allocator keeps what a page's decoding used: with
-    // kube's default of 500 a page a replica grew by 34.7 MiB at 5,000 pods, with 50 by 10.8
-    // (`cargo bench --bench admission` with `BENCH_PODS=5000`).
+    // Pages of 100, so the first list of a cluster's pods is never held whole (the server leaves
+    // out unscheduled and finished pods), and the heap the pages' decoding freed is handed back
+    // once the list is complete: without that, the allocator kept it, and a replica grew by
+    // 34.7 MiB at 5,000 pods with kube's default of 500 a page, by 10.8 with 50 (`cargo bench
+    // --bench admission` with `BENCH_PODS=5000`).
     let config = watcher::Config::default()
         .fields("spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")
-        .page_size(50);
+        .page_size(100);
     let pod_events = watcher(Api::<Pod>::all(client.clone()), config)
         .backoff(crate::watch::relist::watch_backoff());
     let table = pods.clone();
@@ -365,7 +366,10 @@ pub(crate) fn start(client: &Client) -> (PodCache, PodCacheTasks) {
             |p| p.metadata.uid.clone().unwrap_or_default(),
             Pods::remove,
         )
-        .then(|| pods_listed_tx.send_replace(true));
+        .then(|| {
+            crate::watch::release_freed_heap();
+            pods_listed_tx.send_replace(true)
+        });
     }));
     // Metadata only: the controller reference is all that is read of a ReplicaSet.
     let rs_events = watcher(

@@ -340,7 +340,7 @@ async fn drive(client: Client, cache: NodeCache, synced: watch::Sender<bool>) {
                     tracing::info!(nodes = cache.len(), encoding, "Node watch listed all nodes");
                     synced.send_replace(true);
                 }
-                release_freed_heap();
+                super::release_freed_heap();
             }
             Ok(watcher::Event::Apply(n)) => {
                 let name = n.metadata.name.clone().unwrap_or_default();
@@ -363,18 +363,6 @@ async fn drive(client: Client, cache: NodeCache, synced: watch::Sender<bool>) {
             }
             Err(e) => tracing::warn!(error = %e, "Node watch failed; retrying"),
         }
-    }
-}
-
-/// Hands the heap a list freed (its response bodies and parsed nodes, tens of MB on a large
-/// cluster) back to the system. glibc keeps freed memory in the arena of the thread that
-/// freed it and returns it only from the top of the heap, so without this the list's peak
-/// would stay in the RSS for good.
-fn release_freed_heap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim takes no pointers; it only walks the allocator's own free lists.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 
