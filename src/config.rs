@@ -338,6 +338,17 @@ pub struct Config {
     #[arg(long, default_value_t = 30, value_name = "PERCENT",
           value_parser = clap::value_parser!(u8).range(0..=100))]
     pub maintenance_share_warning: u8,
+
+    /// The CREATE warnings about the node's pods (budgets that hold them, pods that stay or lose
+    /// data, the last ready replica of a workload) read a cache of every scheduled, unfinished
+    /// pod of the cluster, kept by each replica: about 2.4 KiB of memory a pod (+12 MiB at 5,000
+    /// pods, `cargo bench --bench admission` with `BENCH_PODS=5000`). Off: no pod cache, none of
+    /// those warnings (the share warning stays); for clusters whose pods would take the cache
+    /// past the memory limit (`manifests/` ships 64 MiB: above about 15,000 pods, raise it or
+    /// turn this off).
+    #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", value_name = "BOOL")]
+    pub pod_warnings: bool,
 }
 
 fn parse_drain_rules(s: &str) -> Result<Vec<crate::api::DrainRule>, String> {
@@ -468,6 +479,15 @@ mod tests {
                 "PARSED error: {}",
                 e.to_string().lines().next().unwrap_or_default()
             ),
+        }
+    }
+
+    #[test]
+    fn pod_warnings_are_on_by_default_and_turn_off() {
+        assert!(parse_in_child(&[], &[]).contains("pod_warnings: true"));
+        for off in [&["--pod-warnings=false"][..], &["--pod-warnings", "false"]] {
+            let c = parse_in_child(off, &[]);
+            assert!(c.contains("pod_warnings: false"), "{off:?}: {c}");
         }
     }
 

@@ -805,6 +805,7 @@ mod wiring {
             policy: controller.policy,
             drain: controller.drain,
             share_threshold: config.maintenance_share_warning,
+            pod_cache: config.pod_warnings,
         };
         let admission = Admission::with_platform(client, metrics, platform, nodes, settings);
         let synced = admission.synced();

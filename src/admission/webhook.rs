@@ -43,10 +43,11 @@ pub(crate) struct Admission {
     /// reservation are one step for every CREATE of this replica (a few microseconds: nothing
     /// awaits under it).
     reservations: Arc<Mutex<Reservations>>,
-    pods: PodCache,
+    /// `None` with `--pod-warnings=false`.
+    pods: Option<PodCache>,
     settings: WarningSettings,
     _tasks: CacheTasks,
-    _pod_tasks: PodCacheTasks,
+    _pod_tasks: Option<PodCacheTasks>,
 }
 
 /// What the CREATE warnings read of the operator's flags.
@@ -58,6 +59,8 @@ pub(crate) struct WarningSettings {
     pub drain: DrainOptions,
     /// `--maintenance-share-warning`, percent (0: off).
     pub share_threshold: u8,
+    /// `--pod-warnings`: keep the pod cache and warn about the node's pods.
+    pub pod_cache: bool,
 }
 
 impl Admission {
@@ -74,7 +77,12 @@ impl Admission {
         nodes: NodeCache,
         settings: WarningSettings,
     ) -> Self {
-        let (pods, pod_tasks) = super::pods::start(&client);
+        let (pods, pod_tasks) = if settings.pod_cache {
+            let (pods, tasks) = super::pods::start(&client);
+            (Some(pods), Some(tasks))
+        } else {
+            (None, None)
+        };
         let reservations = Arc::new(Mutex::new(Reservations::default()));
         let (caches, tasks) = {
             let reservations = reservations.clone();
@@ -204,14 +212,17 @@ impl Admission {
                 nodes: self.caches.node_count(),
                 threshold: self.settings.share_threshold,
             });
-        if !self.pods.synced() {
+        let Some(pods) = &self.pods else {
+            return super::warnings::warnings(node, &[], &[], share);
+        };
+        if !pods.synced() {
             tracing::info!(%node, "pod warnings skipped: the admission pod cache has not listed yet");
             return super::warnings::warnings(node, &[], &[], share);
         }
         let rules = crate::policy::resolve(nm, &self.settings.policy)
             .0
             .drain_rules;
-        let on_node = self.pods.on_node(node);
+        let on_node = pods.on_node(node);
         let mut elsewhere: std::collections::HashMap<String, bool> = Default::default();
         let facts: Vec<NodePod> = on_node
             .iter()
@@ -220,12 +231,12 @@ impl Admission {
                     super::warnings::disposition(&p.pod, &rules, &self.settings.drain);
                 let last_of = (p.ready
                     && matches!(disposition, crate::drain::Disposition::Evict { .. }))
-                .then(|| self.pods.workload(&p.pod))
+                .then(|| pods.workload(&p.pod))
                 .flatten()
                 .filter(|w| {
                     !*elsewhere
                         .entry(w.uid.clone())
-                        .or_insert_with(|| self.pods.ready_elsewhere(w, node))
+                        .or_insert_with(|| pods.ready_elsewhere(w, node))
                 });
                 NodePod {
                     pod: &p.pod,
