@@ -163,6 +163,32 @@ async fn ten_concurrent_creates_admit_exactly_one() {
 
 /// `kubectl create -f -` of a NodeMaintenance (with `extra` flags): `Ok(stderr)` (where kubectl
 /// prints the webhook's warnings as `Warning: <text>`) or `Err(stderr)`.
+/// Waits until `kubectl create --dry-run=server` of NodeMaintenance `name` for `node` prints
+/// every one of `want` (the webhook's caches catch up with the cluster), then checks that the
+/// dry run created nothing.
+async fn dry_run_warns(
+    cluster: &Cluster,
+    client: &kube::Client,
+    name: &str,
+    node: &str,
+    want: &[String],
+) {
+    wait_for("the CREATE warnings", LIMIT, || async {
+        let stderr = kubectl_create_warned(cluster, name, node, &["--dry-run=server"])?;
+        if want.iter().all(|w| stderr.contains(w.as_str())) {
+            Ok(())
+        } else {
+            Err(stderr)
+        }
+    })
+    .await;
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    assert!(
+        nms.get_opt(name).await.unwrap().is_none(),
+        "a dry run created the NodeMaintenance"
+    );
+}
+
 fn kubectl_create_warned(
     cluster: &Cluster,
     name: &str,
@@ -548,20 +574,8 @@ async fn create_warns_of_a_budget_that_will_hold_the_drain() {
     );
     // The webhook's budget cache follows the API server's watch: retry the dry run until it
     // shows the budget.
-    wait_for("the budget warning", LIMIT, || async {
-        let stderr = kubectl_create_warned(env.cluster, &name, &nodes[0], &["--dry-run=server"])?;
-        if stderr.contains(&format!("Warning: {want}")) {
-            Ok(())
-        } else {
-            Err(stderr)
-        }
-    })
-    .await;
-    let nms = Api::<NodeMaintenance>::all(client.clone());
-    assert!(
-        nms.get_opt(&name).await.unwrap().is_none(),
-        "a dry run created the NodeMaintenance"
-    );
+    let budget_warning = format!("Warning: {want}");
+    dry_run_warns(env.cluster, &client, &name, &nodes[0], &[budget_warning]).await;
     let stderr =
         kubectl_create_warned(env.cluster, &name, &nodes[1], &["--dry-run=server"]).unwrap();
     assert!(!stderr.contains("PodDisruptionBudget"), "{stderr}");
@@ -718,20 +732,7 @@ async fn create_warns_of_pods_that_stay_lose_data_or_are_the_last_ready_replica(
     let name = unique("nm-podwarn");
     // The webhook's pod cache follows the API server's watch: retry until it shows the pods as
     // Ready.
-    wait_for("the pod warnings", LIMIT, || async {
-        let stderr = kubectl_create_warned(env.cluster, &name, &node, &["--dry-run=server"])?;
-        if want.iter().all(|w| stderr.contains(w.as_str())) {
-            Ok(())
-        } else {
-            Err(stderr)
-        }
-    })
-    .await;
-    let nms = Api::<NodeMaintenance>::all(client.clone());
-    assert!(
-        nms.get_opt(&name).await.unwrap().is_none(),
-        "a dry run created the NodeMaintenance"
-    );
+    dry_run_warns(env.cluster, &client, &name, &node, &want).await;
     let stderr = kubectl_create_warned(env.cluster, &name, &quiet, &["--dry-run=server"]).unwrap();
     // The share of nodes under maintenance depends on what the other tests of this binary
     // maintain at the moment; every other warning is about the node's pods.
