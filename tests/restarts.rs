@@ -843,7 +843,9 @@ async fn an_orphan_partly_undone_by_hand_is_cleaned_up_completely() {
 /// API server streams initial lists (`NMO_NODE_WATCH_ENCODING=json`, `src/watch/nodes`): the path
 /// of API servers before Kubernetes 1.32. Checks that its log says so and that its first list
 /// held every Node the API server has (`nodes`, counted before the start), across pages.
-fn start_json(
+/// Readiness does not wait for the Node list (README, start at scale), so the listing line is
+/// waited for, not read once.
+async fn start_json(
     cluster: &Cluster,
     account: &ServiceAccountRef,
     kubeconfig: &std::path::Path,
@@ -855,23 +857,30 @@ fn start_json(
         .push(("NMO_NODE_WATCH_ENCODING".into(), "json".into()));
     let op =
         Operator::start(cluster, &opts).unwrap_or_else(|e| panic!("{name} did not start: {e}"));
-    let log = op.log();
-    assert!(
-        log.contains("Node watch: paged JSON lists"),
-        "{name} did not take the JSON path:\n{log}"
-    );
-    let listed: Vec<usize> = log
-        .lines()
-        .filter(|l| l.contains("Node watch listed all nodes"))
-        .filter_map(|l| {
-            let at = l.find(" nodes=")? + " nodes=".len();
-            l[at..].split_whitespace().next()?.parse().ok()
-        })
-        .collect();
-    assert!(
-        !listed.is_empty() && listed.iter().all(|n| *n == nodes),
-        "{name} listed {listed:?} nodes, the API server has {nodes}:\n{log}"
-    );
+    wait_for(&format!("{name} to list every node"), LIMIT, || {
+        let log = op.log();
+        async move {
+            let listed: Vec<usize> = log
+                .lines()
+                .filter(|l| l.contains("Node watch listed all nodes"))
+                .filter_map(|l| {
+                    let at = l.find(" nodes=")? + " nodes=".len();
+                    l[at..].split_whitespace().next()?.parse().ok()
+                })
+                .collect();
+            if log.contains("Node watch: paged JSON lists")
+                && !listed.is_empty()
+                && listed.iter().all(|n| *n == nodes)
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{name} listed {listed:?} nodes, the API server has {nodes}:\n{log}"
+                ))
+            }
+        }
+    })
+    .await;
     op
 }
 
@@ -911,7 +920,7 @@ async fn restarts_with_the_json_node_watch_over_several_pages() {
 
     // SIGKILL mid-drain, then a restart completes the drain.
     let (_ns, pdbs) = blocked_workload(cluster, &client, &group, &nodes).await;
-    let mut op = start_json(cluster, &account, &kubeconfig, "op-json", count().await);
+    let mut op = start_json(cluster, &account, &kubeconfig, "op-json", count().await).await;
     let name = unique("nm-json");
     nm::create(&client, &name, &nodes[0]).await;
     nm::wait_status(&client, &name, "drain in progress", LIMIT, |s| {
@@ -920,14 +929,14 @@ async fn restarts_with_the_json_node_watch_over_several_pages() {
     .await;
     op.process().kill();
     relax(&pdbs).await;
-    let mut op = start_json(cluster, &account, &kubeconfig, "op-json-2", count().await);
+    let mut op = start_json(cluster, &account, &kubeconfig, "op-json-2", count().await).await;
     nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
 
     // Deleted while the operator is down: the next start restores the node.
     op.process().stop(Duration::from_secs(10));
     nm::delete(&client, &name).await;
     node::in_maintenance(&client, &nodes[0]).await.unwrap();
-    let _op = start_json(cluster, &account, &kubeconfig, "op-json-3", count().await);
+    let _op = start_json(cluster, &account, &kubeconfig, "op-json-3", count().await).await;
     nm::wait_gone(&client, &name, LIMIT).await;
     wait_for("node fully restored", LIMIT, || {
         node::restored(&client, &nodes[0])
