@@ -1856,11 +1856,18 @@ async fn deletions_right_after_an_api_server_restart_are_reconciled_promptly() {
         replicas.start(&replica).unwrap();
         replicas.serve_webhook(&replica);
     });
-    let log = replicas.get(&replica).log();
-    assert!(
-        log.contains("Node watch: paged JSON lists"),
-        "the JSON Node watch was not used:\n{log}"
-    );
+    // The Node watch logs its path from its own task, which readiness does not wait for.
+    wait_for("the JSON Node watch", LIMIT, || {
+        let log = replicas.get(&replica).log();
+        async move {
+            if log.contains("Node watch: paged JSON lists") {
+                Ok(())
+            } else {
+                Err(format!("the JSON Node watch was not used:\n{log}"))
+            }
+        }
+    })
+    .await;
     let names: Vec<String> = nodes.iter().map(|n| format!("{n}-nm")).collect();
     for (name, node) in names.iter().zip(&nodes) {
         nm::create(&client, name, node).await;

@@ -168,8 +168,16 @@ async fn ready_and_deciding_right_before_the_node_watch_has_listed() {
     node_verbs(&client, &["get", "patch"]).await;
     let op = fixtures::start_registered(cluster, &installed.options("operator"))
         .unwrap_or_else(|e| panic!("not ready while the Node watch cannot list: {e}"));
-    let log = op.log();
-    assert!(log.contains("Node watch failed"), "{log}");
+    // Readiness does not wait for the Node list, so its failure may be logged just after.
+    wait_for("the Node watch to be refused", LIMIT, || async {
+        let log = op.log();
+        if log.contains("Node watch failed") {
+            Ok(())
+        } else {
+            Err(log)
+        }
+    })
+    .await;
     decisions(cluster, &client, &worker, "Node watch not listed").await;
     let log = op.log();
     assert!(
