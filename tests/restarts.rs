@@ -142,6 +142,77 @@ async fn deleted_while_operator_down_is_restored_on_start() {
     assert!(lease.is_none(), "lease deleted");
 }
 
+/// A NodeMaintenance at stage Idle leaves no record on its node, only the `MaintenancePlanned`
+/// condition; force-deleted (finalizers removed) while the operator is down, it sends no deletion
+/// event to anyone. The first Node list of the next start names the node by its True lifecycle
+/// condition, and the orphan sweep ends the conditions (`docs/design.md §3`).
+#[tokio::test]
+async fn idle_maintenance_force_deleted_while_down_has_its_conditions_ended_on_start() {
+    let _serial = SERIAL.lock().await;
+    let (cluster, account, kubeconfig) = setup();
+    let client = cluster.client().await;
+    let group = unique("idle-down");
+    let node = worker_nodes(cluster, &client, &group, 1).await.remove(0);
+    let mut op = start(cluster, &account, &kubeconfig, "op-idle-down", false);
+    let name = unique("nm-idle-down");
+    let mut nm = nm::new(&name, &node, "e2e idle force-deleted");
+    nm.spec.stage = Some(node_maintenance_operator::api::Stage::Idle);
+    nm.metadata.annotations = Some(
+        [(
+            "nodemaintenance.medik8s.io/nodeConditions".to_string(),
+            "true".to_string(),
+        )]
+        .into(),
+    );
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    nms.create(&PostParams::default(), &nm).await.unwrap();
+    let planned = || async {
+        let n = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+            .get(&node)
+            .await
+            .map_err(|e| e.to_string())?;
+        let c = n
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "MaintenancePlanned");
+        Ok::<_, String>(c.map(|c| (c.status, c.reason.unwrap_or_default())))
+    };
+    wait_for("MaintenancePlanned True", LIMIT, || async {
+        match planned().await? {
+            Some((s, r)) if s == "True" => Ok(r),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    op.process().stop(Duration::from_secs(10));
+
+    nms.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+    assert_eq!(
+        planned().await.unwrap().map(|(s, _)| s).as_deref(),
+        Some("True"),
+        "nobody ended the condition while the operator was down"
+    );
+
+    let _op = start(cluster, &account, &kubeconfig, "op-idle-down-2", false);
+    wait_for("MaintenancePlanned ended", LIMIT, || async {
+        match planned().await? {
+            Some((s, r)) if s == "False" && r == "MaintenanceEnded" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+}
+
 /// A second NodeMaintenance for a node that is already held does not drain again, says who holds
 /// the node, and deleting it leaves the first one's maintenance in place.
 #[tokio::test]

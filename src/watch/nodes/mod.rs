@@ -101,7 +101,9 @@ pub(crate) struct NodeEntry {
     pub ready: Option<Ready>,
     /// [`maintenance_fingerprint`].
     pub fingerprint: u64,
-    /// The node carries [`crate::node::HOLDER_ANNOTATION`] (a NodeMaintenance's record).
+    /// The node carries a NodeMaintenance's mark: [`crate::node::HOLDER_ANNOTATION`] (its
+    /// record) or a Node lifecycle condition that is True ([`WatchedNode::lifecycle`]), either
+    /// of which the orphan sweep settles when that NodeMaintenance is gone.
     pub holder: bool,
     /// Bit `i` set: the `i`-th node drain budget (`--max-parallel-drains-for`) selects the node.
     pub budgets: u32,
@@ -119,11 +121,12 @@ impl NodeEntry {
             control_plane,
             ready: node.ready.as_deref().map(Ready::parse),
             fingerprint: maintenance_fingerprint(node),
-            holder: node
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(crate::node::HOLDER_ANNOTATION)),
+            holder: node.lifecycle
+                || node
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(crate::node::HOLDER_ANNOTATION)),
             budgets: 0,
         }
     }
@@ -174,7 +177,8 @@ impl NodeEntry {
 pub(crate) struct NodeChange {
     /// `metadata.name`.
     pub name: String,
-    /// The node now carries [`crate::node::HOLDER_ANNOTATION`] (false once deleted).
+    /// The node now carries a NodeMaintenance's mark ([`NodeEntry::holder`]; false once
+    /// deleted).
     pub holder: bool,
 }
 
@@ -367,7 +371,7 @@ async fn drive(client: Client, cache: NodeCache, synced: watch::Sender<bool>) {
 }
 
 /// What a completed list tells subscribers: on the `first` list only the nodes that carry a
-/// lease-holder annotation; on a relist every node that is new or whose fingerprint changed,
+/// NodeMaintenance's mark ([`NodeEntry::holder`]); on a relist every node that is new or whose fingerprint changed,
 /// and every node that is gone (a deletion missed while disconnected).
 fn relist_changes(
     first: bool,
@@ -536,6 +540,19 @@ mod tests {
         let w: WatchedNode = serde_json::from_value(json!({"metadata": {"name": "w"}})).unwrap();
         let e = NodeEntry::of(&w);
         assert_eq!((e.control_plane, e.ready, e.holder), (None, None, false));
+        // A maintenance at stage Idle leaves no record, only a True lifecycle condition.
+        let idle: WatchedNode = serde_json::from_value(json!({
+            "metadata": {"name": "i"},
+            "status": {"conditions": [{"type": "MaintenancePlanned", "status": "True"}]}
+        }))
+        .unwrap();
+        assert!(NodeEntry::of(&idle).holder);
+        let ended: WatchedNode = serde_json::from_value(json!({
+            "metadata": {"name": "i"},
+            "status": {"conditions": [{"type": "MaintenancePlanned", "status": "False"}]}
+        }))
+        .unwrap();
+        assert!(!NodeEntry::of(&ended).holder);
         assert_eq!(
             serde_json::to_value(e.to_node("w")).unwrap(),
             json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "w"}})

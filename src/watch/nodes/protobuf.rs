@@ -263,6 +263,9 @@ fn watched_node(n: NodePb) -> WatchedNode {
             taints: (!s.taints.is_empty()).then(|| s.taints.into_iter().map(taint).collect()),
             ..NodeSpec::default()
         }),
+        lifecycle: n.status.as_ref().is_some_and(|s| {
+            super::watched::lifecycle_true(s.conditions.iter().map(|c| (&*c.type_, &*c.status)))
+        }),
         ready: n
             .status
             .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Ready"))
@@ -613,6 +616,51 @@ mod tests {
                 })
         }));
         assert!(nodes.iter().all(|n| n.ready.as_deref() == Some("True")));
+    }
+
+    #[test]
+    fn a_true_lifecycle_condition_is_seen_as_the_json_path_sees_it() {
+        let status = |conditions: &[(&str, &str)]| NodePb {
+            metadata: None,
+            spec: None,
+            status: Some(NodeStatusPb {
+                conditions: conditions
+                    .iter()
+                    .map(|(t, s)| NodeConditionPb {
+                        type_: t.to_string(),
+                        status: s.to_string(),
+                    })
+                    .collect(),
+            }),
+        };
+        for (conditions, lifecycle) in [
+            (
+                &[("Ready", "True"), ("MaintenancePlanned", "True")][..],
+                true,
+            ),
+            (&[("Drained", "True")][..], true),
+            (
+                &[("Ready", "True"), ("MaintenancePlanned", "False")][..],
+                false,
+            ),
+            (
+                &[("Ready", "True"), ("NetworkUnavailable", "True")][..],
+                false,
+            ),
+        ] {
+            let pb = watched_node(status(conditions));
+            let json: WatchedNode = serde_json::from_value(serde_json::json!({
+                "status": {"conditions": conditions.iter()
+                    .map(|(t, s)| serde_json::json!({"type": t, "status": s}))
+                    .collect::<Vec<_>>()}
+            }))
+            .unwrap();
+            assert_eq!(
+                (pb.lifecycle, json.lifecycle),
+                (lifecycle, lifecycle),
+                "{conditions:?}"
+            );
+        }
     }
 
     #[test]

@@ -8,8 +8,9 @@ use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// A Node as the watch parses it: `metadata` with only `name`, `uid`, `resourceVersion`,
-/// `labels` and `annotations` set; `spec` with only `unschedulable` and `taints`; and the status
-/// of the `Ready` condition. Every other field is skipped while parsing.
+/// `labels` and `annotations` set; `spec` with only `unschedulable` and `taints`; the status of
+/// the `Ready` condition; and whether a Node lifecycle condition is True. Every other field is
+/// skipped while parsing.
 #[derive(Clone, Debug, Default, serde::Deserialize)]
 #[serde(from = "WatchedNodeWire")]
 pub(crate) struct WatchedNode {
@@ -19,6 +20,15 @@ pub(crate) struct WatchedNode {
     pub spec: Option<NodeSpec>,
     /// `status` of the `Ready` condition, when the node has one.
     pub ready: Option<String>,
+    /// Some Node lifecycle condition (`crate::node::conditions::TYPES`) is True: a maintenance
+    /// that has not ended, which may carry no record on the node (stage Idle writes only
+    /// `MaintenancePlanned`).
+    pub lifecycle: bool,
+}
+
+/// Whether any of `conditions` (`(type, status)`) is a Node lifecycle condition that is True.
+pub(super) fn lifecycle_true<'a>(mut conditions: impl Iterator<Item = (&'a str, &'a str)>) -> bool {
+    conditions.any(|(t, s)| s == "True" && crate::node::conditions::TYPES.contains(&t))
 }
 
 #[derive(serde::Deserialize)]
@@ -75,6 +85,9 @@ impl From<WatchedNodeWire> for WatchedNode {
                 unschedulable: s.unschedulable,
                 taints: s.taints,
                 ..NodeSpec::default()
+            }),
+            lifecycle: w.status.as_ref().is_some_and(|s| {
+                lifecycle_true(s.conditions.iter().map(|c| (&*c.type_, &*c.status)))
             }),
             ready: w
                 .status
