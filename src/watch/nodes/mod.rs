@@ -371,8 +371,8 @@ async fn drive(client: Client, cache: NodeCache, synced: watch::Sender<bool>) {
 }
 
 /// What a completed list tells subscribers: on the `first` list only the nodes that carry a
-/// NodeMaintenance's mark ([`NodeEntry::holder`]); on a relist every node that is new or whose fingerprint changed,
-/// and every node that is gone (a deletion missed while disconnected).
+/// NodeMaintenance's mark ([`NodeEntry::holder`]); on a relist every node that is new or whose
+/// fingerprint changed, and every node that is gone (a deletion missed while disconnected).
 fn relist_changes(
     first: bool,
     old: &HashMap<Box<str>, NodeEntry>,
