@@ -340,8 +340,10 @@ impl Drop for PodCacheTasks {
     }
 }
 
-/// Starts the pod and ReplicaSet watches on `client`.
-pub(crate) fn start(client: &Client) -> (PodCache, PodCacheTasks) {
+/// Starts the pod and ReplicaSet watches on `client` once `after` reads true (the admission
+/// caches that readiness waits for have listed): a list of every pod of the cluster is not
+/// worth slowing the start for, since the warnings are skipped until it completes anyway.
+pub(crate) fn start(client: &Client, after: watch::Receiver<bool>) -> (PodCache, PodCacheTasks) {
     let pods: Arc<RwLock<Table<Pods>>> = Arc::default();
     let replica_sets: Arc<RwLock<Table<ReplicaSets>>> = Arc::default();
     let (pods_listed_tx, mut pods_listed) = watch::channel(false);
@@ -358,7 +360,7 @@ pub(crate) fn start(client: &Client) -> (PodCache, PodCacheTasks) {
     let pod_events = watcher(Api::<Pod>::all(client.clone()), config)
         .backoff(crate::watch::relist::watch_backoff());
     let table = pods.clone();
-    let pod_task = tokio::spawn(drive("pods", pod_events, move |ev| {
+    let pod_task = tokio::spawn(drive("pods", after.clone(), pod_events, move |ev| {
         apply(
             &table,
             ev,
@@ -378,7 +380,7 @@ pub(crate) fn start(client: &Client) -> (PodCache, PodCacheTasks) {
     )
     .backoff(crate::watch::relist::watch_backoff());
     let table = replica_sets.clone();
-    let rs_task = tokio::spawn(drive("ReplicaSets", rs_events, move |ev| {
+    let rs_task = tokio::spawn(drive("ReplicaSets", after, rs_events, move |ev| {
         apply(
             &table,
             ev,
@@ -405,9 +407,14 @@ pub(crate) fn start(client: &Client) -> (PodCache, PodCacheTasks) {
 
 async fn drive<K>(
     what: &'static str,
+    mut after: watch::Receiver<bool>,
     events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
     on_event: impl Fn(watcher::Event<K>) + Send + 'static,
 ) {
+    // A watcher lists when first polled: not polled until `after`.
+    if after.wait_for(|v| *v).await.is_err() {
+        return;
+    }
     let mut events = std::pin::pin!(events);
     while let Some(ev) = events.next().await {
         match ev {

@@ -68,8 +68,8 @@ impl Admission {
     /// start-up ([`detect_platform`](super::detect_platform)). Must run inside a tokio runtime; the caches' watches stop
     /// when the validator is dropped (`nodes`, the process's, runs on). The returned validator
     /// answers CREATEs once [`Admission::synced`] reads true (until then a CREATE waits for it,
-    /// up to [`LOOKUP_TIMEOUT`]). The pod cache of the warnings starts beside them and is not
-    /// waited for ([`Admission::pod_warnings`]).
+    /// up to [`LOOKUP_TIMEOUT`]). The pod cache of the warnings starts listing once they have
+    /// listed, and is not waited for ([`Admission::pod_warnings`]).
     pub(crate) fn with_platform(
         client: Client,
         metrics: Arc<Metrics>,
@@ -77,12 +77,6 @@ impl Admission {
         nodes: NodeCache,
         settings: WarningSettings,
     ) -> Self {
-        let (pods, pod_tasks) = if settings.pod_cache {
-            let (pods, tasks) = super::pods::start(&client);
-            (Some(pods), Some(tasks))
-        } else {
-            (None, None)
-        };
         let reservations = Arc::new(Mutex::new(Reservations::default()));
         let (caches, tasks) = {
             let reservations = reservations.clone();
@@ -115,6 +109,12 @@ impl Admission {
             });
             let _ = relist_view.set(caches.clone());
             (caches, tasks)
+        };
+        let (pods, pod_tasks) = if settings.pod_cache {
+            let (pods, tasks) = super::pods::start(&client, caches.synced());
+            (Some(pods), Some(tasks))
+        } else {
+            (None, None)
         };
         Self {
             client,
@@ -267,46 +267,52 @@ impl Admission {
         };
         // Read before the reservations' lock, under which nothing awaits.
         let live_members = self.live_members(&node).await?;
-        let pod_warnings = self.warnings(nm);
         let nm_name = nm.metadata.name.clone().unwrap_or_default();
 
-        let mut reservations = lock(&self.reservations);
-        let maintained =
-            |n: &str| self.caches.maintained(n) || reservations.reserved_for_other(n, &nm_name);
-        let already_maintained = maintained(node_name);
-        let quorum = if already_maintained {
-            Quorum::Kept
-        } else {
-            self.quorum(&node, live_members.as_ref(), &maintained)?
+        // The decision and the reservation it grants under one lock; the warnings, which never
+        // change the decision, only once it allows (a refused CREATE costs no pod lookups).
+        let (quorum, token) = {
+            let mut reservations = lock(&self.reservations);
+            let maintained =
+                |n: &str| self.caches.maintained(n) || reservations.reserved_for_other(n, &nm_name);
+            let already_maintained = maintained(node_name);
+            let quorum = if already_maintained {
+                Quorum::Kept
+            } else {
+                self.quorum(&node, live_members.as_ref(), &maintained)?
+            };
+            validate_create(
+                nm,
+                &CreateFacts {
+                    node_exists: true,
+                    already_maintained,
+                    quorum_safe: quorum != Quorum::Violated,
+                },
+            )?;
+            let token = (!dry_run)
+                .then(|| reservations.reserve(node_name, &nm_name))
+                .flatten();
+            (quorum, token)
         };
-        validate_create(
-            nm,
-            &CreateFacts {
-                node_exists: true,
-                already_maintained,
-                quorum_safe: quorum != Quorum::Violated,
-            },
-        )?;
-        let mut warnings = Vec::new();
-        if let Quorum::NotChecked(why) = quorum {
-            tracing::info!(node = %node_name, warning = why, "admitted without an etcd quorum check");
-            warnings.push(why.to_string());
-        }
-        warnings.extend(pod_warnings);
-        if let Some(why) = crate::lease::lease_name_error(node_name) {
-            warnings.push(format!(
-                "this maintenance will fail without changing the node: {}",
-                why.split(" (node names").next().unwrap_or(&why)
-            ));
-        }
-        if !dry_run && let Some(token) = reservations.reserve(node_name, &nm_name) {
-            drop(reservations);
+        if let Some(token) = token {
             tokio::spawn(confirm_reservation(
                 Api::all(self.client.clone()),
                 self.reservations.clone(),
                 node_name.to_string(),
                 nm_name,
                 token,
+            ));
+        }
+        let mut warnings = Vec::new();
+        if let Quorum::NotChecked(why) = quorum {
+            tracing::info!(node = %node_name, warning = why, "admitted without an etcd quorum check");
+            warnings.push(why.to_string());
+        }
+        warnings.extend(self.warnings(nm));
+        if let Some(why) = crate::lease::lease_name_error(node_name) {
+            warnings.push(format!(
+                "this maintenance will fail without changing the node: {}",
+                why.split(" (node names").next().unwrap_or(&why)
             ));
         }
         Ok(warnings)
