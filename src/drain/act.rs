@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -46,6 +47,11 @@ pub(crate) const LIST_PAGE_SIZE: u32 = 100;
 pub(crate) const LIST_PAGES_IN_FLIGHT: usize = 4;
 /// Deadline of one read (a pod-list page, a DaemonSet GET, a PodDisruptionBudget list).
 pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Dry-run evictions of the stage Preflight in flight at once: enough to ask a node of a few
+/// hundred pods in a handful of round trips, few enough that a preview never loads the API
+/// server as a drain (`EVICTION_PARALLELISM`) does.
+const PREFLIGHT_IN_FLIGHT: usize = 16;
 
 /// Failure of a whole pass (the pod list or a DaemonSet lookup failed or hung); single evictions
 /// never fail a pass.
@@ -567,25 +573,33 @@ impl Drainer {
         let classified = self
             .classified(pods, &Arrival::default(), drain_rules)
             .await?;
-        let mut blockers = Vec::new();
-        for (pod, _) in classified.iter().filter(|(_, d)| d.drains()) {
-            let reference = pod.reference();
-            let uid = pod.metadata.uid.as_deref();
-            // An admitted dry run is a pod that would go: no blocker.
-            let Err(refusal) = self.eviction(&reference, uid, true).await else {
-                continue;
-            };
-            if let Some(b) = classify_eviction(
-                &reference,
-                pod.metadata.marks.eviction_in_progress,
-                Err(&refusal),
-            )
-            .blocker
-            {
-                blockers.push(b);
-            }
-        }
-        Ok(blockers)
+        // Dry runs consume nothing, so they are asked side by side (a node of 200 pods took
+        // 200 round trips one after the other); `buffered` keeps the listing order.
+        let asks: Vec<_> = classified
+            .iter()
+            .filter(|(_, d)| d.drains())
+            .map(|(pod, _)| self.dry_run_blocker(pod))
+            .collect();
+        Ok(futures::stream::iter(asks)
+            .buffered(PREFLIGHT_IN_FLIGHT)
+            .filter_map(std::future::ready)
+            .collect()
+            .await)
+    }
+
+    /// The blocker a dry-run eviction of `pod` answers with; `None` when it would go.
+    async fn dry_run_blocker(&self, pod: &DrainPod) -> Option<crate::api::PodBlocker> {
+        let reference = pod.reference();
+        let refusal = self
+            .eviction(&reference, pod.metadata.uid.as_deref(), true)
+            .await
+            .err()?;
+        classify_eviction(
+            &reference,
+            pod.metadata.marks.eviction_in_progress,
+            Err(&refusal),
+        )
+        .blocker
     }
 
     async fn eviction(
