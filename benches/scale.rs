@@ -169,6 +169,9 @@ struct Bench {
     upstream: Option<PathBuf>,
     /// `BENCH_SCALE_RUST_LOG`: `RUST_LOG` of ours' timed starts, whose logs are then kept.
     rust_log: Option<String>,
+    /// `BENCH_SCALE_ARGS`: more flags of ours on every start, split at spaces (e.g.
+    /// `--pod-warnings=false`, to tell the admission pod cache's share of the memory).
+    extra_args: Vec<String>,
 }
 
 #[tokio::main]
@@ -193,6 +196,11 @@ async fn main() -> Result<()> {
     b.rust_log = std::env::var("BENCH_SCALE_RUST_LOG")
         .ok()
         .filter(|v| !v.is_empty());
+    b.extra_args = std::env::var("BENCH_SCALE_ARGS")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
     let one = b.work_nodes(0..1).await?;
     b.pods(&one).await?;
     // 18 nodes: the control-plane node, one work node, 16 big ones.
@@ -367,6 +375,7 @@ impl Bench {
             only_start: false,
             upstream: None,
             rust_log: None,
+            extra_args: Vec::new(),
         })
     }
 
@@ -509,6 +518,8 @@ impl Bench {
 
     /// [`Bench::start`] with more flags.
     fn start_with(&self, name: &str, args: &[&str]) -> Result<Started> {
+        let extra = self.extra_args.iter().map(String::as_str);
+        let args: Vec<&str> = args.iter().copied().chain(extra).collect();
         Ok(start_operator_timed(
             &self.cluster,
             name,
@@ -516,7 +527,7 @@ impl Bench {
             &self.kubeconfig,
             &self.cert_dir,
             &[("POD_NAMESPACE", &self.account.namespace)],
-            args,
+            &args,
             Duration::from_secs(60),
         )?)
     }
@@ -594,6 +605,7 @@ impl Bench {
             ],
             None => vec![("POD_NAMESPACE", &self.account.namespace)],
         };
+        let extra: Vec<&str> = self.extra_args.iter().map(String::as_str).collect();
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());
         let (mut last, mut last_upstream) = (None, None);
         for i in 0..STARTS {
@@ -606,7 +618,7 @@ impl Bench {
                     &self.kubeconfig,
                     &self.cert_dir,
                     &env,
-                    &[],
+                    &extra,
                     Duration::from_secs(60),
                 )?)
             })?;
