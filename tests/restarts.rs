@@ -188,15 +188,7 @@ async fn idle_maintenance_force_deleted_while_down_has_its_conditions_ended_on_s
     .await;
     op.process().stop(Duration::from_secs(10));
 
-    nms.patch(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await
-    .unwrap();
-    nm::delete(&client, &name).await;
-    nm::wait_gone(&client, &name, LIMIT).await;
+    nm::force_delete(&client, &name).await;
     assert_eq!(
         planned().await.unwrap().map(|(s, _)| s).as_deref(),
         Some("True"),
@@ -471,7 +463,6 @@ async fn a_stale_record_left_across_a_rollback_is_not_trusted() {
     let nodes = worker_nodes(cluster, &client, &group, 1).await;
     let n = &nodes[0];
     let nodes_api = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
-    let nms = Api::<NodeMaintenance>::all(client.clone());
 
     let mut op = start(cluster, &account, &kubeconfig, "op-before-rollback", false);
     let b = unique("nm-b");
@@ -497,15 +488,7 @@ async fn a_stale_record_left_across_a_rollback_is_not_trusted() {
         .delete(&format!("node-{n}"), &Default::default())
         .await
         .unwrap();
-    nms.patch(
-        &b,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await
-    .unwrap();
-    nm::delete(&client, &b).await;
-    nm::wait_gone(&client, &b, LIMIT).await;
+    nm::force_delete(&client, &b).await;
     let left = nodes_api
         .get(n)
         .await
@@ -715,16 +698,7 @@ async fn a_node_whose_maintenance_vanished_without_cleanup_is_restored() {
     nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
     node::in_maintenance(&client, n).await.unwrap();
 
-    let nms = Api::<NodeMaintenance>::all(client.clone());
-    nms.patch(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await
-    .unwrap();
-    nm::delete(&client, &name).await;
-    nm::wait_gone(&client, &name, LIMIT).await;
+    nm::force_delete(&client, &name).await;
 
     let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
         client.clone(),
@@ -784,7 +758,6 @@ async fn an_orphan_partly_undone_by_hand_is_cleaned_up_completely() {
         client.clone(),
         "medik8s-leases",
     );
-    let nms = Api::<NodeMaintenance>::all(client.clone());
     // The admin's own marks on the second node, before any maintenance; the third has the
     // admin's label only.
     nodes_api
@@ -825,15 +798,7 @@ async fn an_orphan_partly_undone_by_hand_is_cleaned_up_completely() {
     op.process().stop(Duration::from_secs(10));
 
     for (name, n) in names.iter().zip([plain, admin, targeted]) {
-        nms.patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .unwrap();
-        nm::delete(&client, name).await;
-        nm::wait_gone(&client, name, LIMIT).await;
+        nm::force_delete(&client, name).await;
         cluster.kubectl_run(&["uncordon", n], None).unwrap();
     }
     for n in [plain, admin, targeted] {

@@ -535,6 +535,21 @@ pub(crate) mod nm {
         .await;
     }
 
+    /// Deletes the NodeMaintenance as if no operator ran: its finalizers removed first, so
+    /// nothing restores the node; returns once it is gone.
+    pub(crate) async fn force_delete(client: &Client, name: &str) {
+        Api::<NodeMaintenance>::all(client.clone())
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+            )
+            .await
+            .unwrap();
+        delete(client, name).await;
+        wait_gone(client, name, Duration::from_secs(60)).await;
+    }
+
     /// Waits until the NodeMaintenance is gone.
     pub(crate) async fn wait_gone(client: &Client, name: &str, limit: Duration) {
         let api = Api::<NodeMaintenance>::all(client.clone());
