@@ -152,7 +152,7 @@ const WINDOW: Duration = Duration::from_secs(30);
 /// control plane counts as settled.
 const QUIET_CORES: f64 = 0.5;
 /// Starts per size and process, of which the median start-to-ready is reported.
-const STARTS: usize = 3;
+const STARTS: usize = 5;
 
 struct Bench {
     cluster: Cluster,

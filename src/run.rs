@@ -488,9 +488,8 @@ impl Operator {
         tracing::info!(api = %kube_cfg.cluster_url, "Kubernetes API");
         let api = crate::client::client(kube_cfg.clone()).map_err(RunError::Client)?;
         let metrics_client = api.clone();
-        // First, so that the one list that grows with the cluster overlaps everything below.
-        let (nodes, node_watch) =
-            crate::watch::nodes::start(&api, config.max_parallel_drains_for.clone().into());
+        // Filled by the Node watch, started once the admission caches have synced.
+        let nodes = NodeCache::new(config.max_parallel_drains_for.clone().into());
         let probe_listener =
             bind("health probe", config.health_probe_bind_address.socket()).await?;
         let metrics_listener = bind("metrics", config.metrics_bind_address.socket()).await?;
@@ -511,6 +510,7 @@ impl Operator {
             platform,
             &config,
         );
+        let node_watch = crate::watch::nodes::watch(&api, &nodes, admission_synced.clone());
         let tls = crate::tls_profile::start(
             api.clone(),
             config.tls_settings().map(|m| {

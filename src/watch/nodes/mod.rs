@@ -188,6 +188,7 @@ struct Inner {
     budgets: Arc<[crate::policy::NodeBudget]>,
     subscribers: Mutex<Vec<mpsc::UnboundedSender<NodeChange>>>,
     synced: watch::Receiver<bool>,
+    synced_tx: watch::Sender<bool>,
 }
 
 /// Read handle of the Node watch. Cheap to clone.
@@ -274,26 +275,48 @@ impl NodeCache {
     }
 }
 
-/// Starts the Node watch on `client`: probes whether the API server streams initial lists,
-/// then watches, retrying after the shared watch back-off (`watch::relist`). Must
-/// run inside a tokio runtime. Each entry records which of `budgets` (at most 32) select its
-/// node ([`NodeEntry::budgets`]).
-pub(crate) fn start(
-    client: &Client,
-    budgets: Arc<[crate::policy::NodeBudget]>,
-) -> (NodeCache, NodeWatchTask) {
-    let (synced_tx, synced) = watch::channel(false);
-    let cache = NodeCache(Arc::new(Inner {
-        nodes: RwLock::default(),
-        budgets,
-        subscribers: Mutex::default(),
-        synced,
-    }));
-    let task = tokio::spawn(drive(client.clone(), cache.clone(), synced_tx));
-    (cache, NodeWatchTask(task))
+impl NodeCache {
+    /// An empty cache, not synced, whose entries record which of `budgets` (at most 32) select
+    /// their node ([`NodeEntry::budgets`]); [`watch`] fills it.
+    pub(crate) fn new(budgets: Arc<[crate::policy::NodeBudget]>) -> Self {
+        let (synced_tx, synced) = watch::channel(false);
+        NodeCache(Arc::new(Inner {
+            nodes: RwLock::default(),
+            budgets,
+            subscribers: Mutex::default(),
+            synced,
+            synced_tx,
+        }))
+    }
 }
 
-async fn drive(client: Client, cache: NodeCache, synced: watch::Sender<bool>) {
+/// Longest wait of the Node watch for `after` ([`watch`]): the controller reads the Node
+/// cache, and must not depend on the admission caches syncing.
+pub(crate) const START_AFTER_MAX: Duration = Duration::from_secs(2);
+
+/// Starts the Node watch that fills `cache` once `after` reads true (or its sender is gone,
+/// or [`START_AFTER_MAX`] passed): probes whether the API server streams initial lists, then
+/// watches, retrying after the shared watch back-off (`watch::relist`). Must run inside a
+/// tokio runtime.
+///
+/// `after` is the admission caches' sync: the first list of thousands of nodes kept the API
+/// server and both cores busy while the small lists readiness waits for queued behind it
+/// (`cargo bench --bench scale`, start-to-ready at 5,000 nodes); readiness never waits for
+/// this one.
+pub(crate) fn watch(
+    client: &Client,
+    cache: &NodeCache,
+    mut after: watch::Receiver<bool>,
+) -> NodeWatchTask {
+    let (client, cache) = (client.clone(), cache.clone());
+    NodeWatchTask(tokio::spawn(async move {
+        let _ = tokio::time::timeout(START_AFTER_MAX, after.wait_for(|v| *v)).await;
+        drive(client, cache).await;
+    }))
+}
+
+async fn drive(client: Client, cache: NodeCache) {
+    let synced = &cache.0.synced_tx;
     let api: Api<WatchedNode> = Api::all(client.clone());
     type Events = std::pin::Pin<
         Box<dyn futures::Stream<Item = Result<watcher::Event<WatchedNode>, watcher::Error>> + Send>,
