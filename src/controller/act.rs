@@ -230,6 +230,9 @@ async fn send(ctx: &Context, nm: &mut NodeMaintenance, write: Write) -> Result<S
             {
                 Ok(updated) => {
                     ctx.memory.learn(&sent, updated.status.as_ref());
+                    ctx.memory
+                        .own_writes()
+                        .wrote(&name, updated.metadata.resource_version.as_deref());
                     *nm = updated;
                 }
                 Err(e) => return stopped_or(e, Error::Status),

@@ -7,13 +7,15 @@
 //!   prunes our additions), so a status that differs only in pruned fields is not written again;
 //! - per node, the drain's memory ([`DrainMemory`]: each pod's retry, the evictions in flight,
 //!   the refusals that hold many pods, the first listing, the replacements awaited), read into
-//!   every drain round's observation and written by the answers as they arrive.
+//!   every drain round's observation and written by the answers as they arrive;
+//! - per NodeMaintenance, [`OwnWrites`]: the resourceVersion of our last status write, so that
+//!   its own watch event does not start another pass.
 //!
 //! A restart forgets all of it, and that is safe: the back-offs start over, the schema is probed
 //! again, a refused pod is asked once more, and a budget's pods are held from its status.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::api::NodeMaintenanceStatus;
@@ -56,9 +58,23 @@ pub(crate) struct Memories {
     objects: Mutex<HashMap<String, Memory>>,
     schema: Mutex<StatusSchema>,
     drain: DrainMemory,
+    own: OwnWrites,
 }
 
 impl Memories {
+    /// Empty memories that record the controller's status writes in `own`.
+    pub(crate) fn with_own_writes(own: OwnWrites) -> Self {
+        Memories {
+            own,
+            ..Memories::default()
+        }
+    }
+
+    /// Where the status writes are recorded for the NodeMaintenance watch.
+    pub(crate) fn own_writes(&self) -> &OwnWrites {
+        &self.own
+    }
+
     /// The memory of NodeMaintenance `name` (default when it has none).
     pub(crate) fn of(&self, name: &str) -> Memory {
         lock(&self.objects).get(name).copied().unwrap_or_default()
@@ -121,6 +137,48 @@ impl Memories {
         if !fresh.is_empty() {
             tracing::info!(fields = %fresh.join(","), "the API server prunes these status fields (upstream's CRD schema); they are not compared");
         }
+    }
+}
+
+/// The resourceVersion each NodeMaintenance had after our last status write to it, shared by
+/// the act (which records) and the NodeMaintenance watch (which asks). Cheap to clone.
+///
+/// The watch event of our own status write carries nothing the pass that wrote it did not
+/// decide, and that pass already said when to come back (`plan::Requeue`). Let it trigger a pass
+/// and a drain that waits for its pods to terminate lists every pod of the node after each of
+/// its own progress writes: at 3,000 pods three full lists a second, which slowed the API server
+/// that deletes the pods (`cargo bench --bench maintenance -- drainrate`). The identity is the
+/// API server's: the resourceVersion of the write's answer, which its watch event carries; any
+/// other change (spec, metadata, a status written by someone else) triggers as before, and a
+/// relist triggers every object.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct OwnWrites(Arc<Mutex<HashMap<String, String>>>);
+
+impl OwnWrites {
+    /// Records that our status write left NodeMaintenance `name` at `resource_version`.
+    pub(crate) fn wrote(&self, name: &str, resource_version: Option<&str>) {
+        let mut own = lock(&self.0);
+        match resource_version {
+            Some(rv) => own.insert(name.to_owned(), rv.to_owned()),
+            None => own.remove(name),
+        };
+    }
+
+    /// Whether the watched version `resource_version` of `name` is our last status write's
+    /// (asked once per event: a match is forgotten).
+    pub(crate) fn is_own(&self, name: &str, resource_version: Option<&str>) -> bool {
+        let mut own = lock(&self.0);
+        let matched =
+            resource_version.is_some() && own.get(name).map(String::as_str) == resource_version;
+        if matched {
+            own.remove(name);
+        }
+        matched
+    }
+
+    /// Forgets `name` (deleted).
+    pub(crate) fn forget(&self, name: &str) {
+        lock(&self.0).remove(name);
     }
 }
 
@@ -219,6 +277,24 @@ impl StatusSchema {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_version_our_status_write_left_is_our_own_and_only_once() {
+        let own = OwnWrites::default();
+        assert!(!own.is_own("a", Some("5")), "nothing written yet");
+        own.wrote("a", Some("7"));
+        assert!(
+            !own.is_own("a", Some("6")),
+            "an earlier change is someone else's"
+        );
+        assert!(!own.is_own("b", Some("7")), "another object");
+        assert!(!own.is_own("a", None));
+        assert!(own.is_own("a", Some("7")));
+        assert!(!own.is_own("a", Some("7")), "a match is forgotten");
+        own.wrote("a", Some("9"));
+        own.forget("a");
+        assert!(!own.is_own("a", Some("9")), "forgotten with the object");
+    }
 
     #[test]
     fn error_backoff_doubles_from_one_second_to_the_cap() {

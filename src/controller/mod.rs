@@ -117,11 +117,13 @@ pub(crate) async fn run(
     let (nms_synced_tx, nms_synced) = watch::channel(false);
     // Nodes that may carry the record of a NodeMaintenance that vanished without us.
     let (orphan_tx, orphan_rx) = mpsc::unbounded_channel::<String>();
+    let own_writes = memory::OwnWrites::default();
     let nm_triggers = triggers::maintenances(
         nms.clone(),
         writer,
         nms_synced_tx,
         orphan_tx.clone(),
+        own_writes.clone(),
         metrics.clone(),
     );
     // Aborted with the controller: the budgets are read only by its drain rounds.
@@ -146,6 +148,7 @@ pub(crate) async fn run(
         metrics,
         (store.clone(), nms_synced.clone()),
         (budgets, migrations, nodes.clone()),
+        own_writes,
     );
     let controller = Controller::for_stream(nm_triggers, store.clone())
         .reconcile_on(woken)
@@ -200,13 +203,14 @@ fn context(
         crate::drain::migration::MigrationWatch,
         NodeCache,
     ),
+    own_writes: memory::OwnWrites,
 ) -> (
     Arc<Context>,
     futures::channel::mpsc::UnboundedReceiver<reflector::ObjectRef<NodeMaintenance>>,
 ) {
     let nodes: Api<Node> = Api::all(client.clone());
     let (wake, woken) = futures::channel::mpsc::unbounded();
-    let memory = memory::Memories::default();
+    let memory = memory::Memories::with_own_writes(own_writes);
     let ctx = Arc::new(Context {
         nms,
         nodes,

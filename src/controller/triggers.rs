@@ -13,6 +13,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use tokio::sync::{mpsc, watch};
 
+use super::memory::OwnWrites;
 use crate::api::NodeMaintenance;
 use crate::metrics::Metrics;
 use crate::watch::nodes::{NodeCache, NodeChange, WatchedNode};
@@ -26,18 +27,22 @@ use crate::watch::relist;
 /// `synced` is true while the watch is delivering: set when it has listed everything or
 /// delivers an event, cleared by a watch error or the start of a relist. The nodes of every
 /// deleted NodeMaintenance, seen or implied by a relist ([`relist::RelistTracker`]), go to
-/// `deleted`. Watch errors are logged and retried on the watch's own back-off, never passed on.
+/// `deleted`. The event of our own last status write to an object (`own`) triggers nothing: the
+/// pass that wrote it set its own requeue. Watch errors are logged and retried on the watch's
+/// own back-off, never passed on.
 pub(super) fn maintenances(
     nms: Api<NodeMaintenance>,
     writer: Writer<NodeMaintenance>,
     synced: watch::Sender<bool>,
     deleted: mpsc::UnboundedSender<String>,
+    own: OwnWrites,
     metrics: Arc<Metrics>,
 ) -> impl Stream<Item = Result<NodeMaintenance, watcher::Error>> + Send + 'static {
     let store = writer.as_reader();
     let mut nm_relist = relist::RelistTracker::<Vec<String>>::default();
     let synced = Arc::new(synced);
     let away = synced.clone();
+    let own_deleted = own.clone();
     watcher(nms, watcher::Config::default())
         .backoff(relist::watch_backoff())
         .inspect(move |ev| {
@@ -60,6 +65,7 @@ pub(super) fn maintenances(
                 synced.send_if_modified(|live| !std::mem::replace(live, true));
             }
             if let watcher::Event::Delete(nm) = ev {
+                own_deleted.forget(&nm.name_any());
                 for node in nodes_of_maintenance(nm) {
                     let _ = deleted.send(node);
                 }
@@ -80,6 +86,11 @@ pub(super) fn maintenances(
         // would read the copy from before the watch was away, or find nothing and drop the
         // trigger. Every NodeMaintenance is reconciled after every relist.
         .map(move |ev| match ev {
+            Ok(watcher::Event::Apply(nm))
+                if own.is_own(&nm.name_any(), nm.metadata.resource_version.as_deref()) =>
+            {
+                Vec::new()
+            }
             Ok(watcher::Event::Apply(nm)) => vec![Ok(nm)],
             Ok(watcher::Event::InitDone) => store
                 .state()
