@@ -146,9 +146,8 @@ pub(crate) async fn run(
         &config,
         nms,
         metrics,
-        (store.clone(), nms_synced.clone()),
+        (store.clone(), nms_synced.clone(), own_writes),
         (budgets, migrations, nodes.clone()),
-        own_writes,
     );
     let controller = Controller::for_stream(nm_triggers, store.clone())
         .reconcile_on(woken)
@@ -197,13 +196,16 @@ fn context(
     config: &ControllerConfig,
     nms: Api<NodeMaintenance>,
     metrics: Arc<Metrics>,
-    (store, nms_synced): (Store<NodeMaintenance>, watch::Receiver<bool>),
+    (store, nms_synced, own_writes): (
+        Store<NodeMaintenance>,
+        watch::Receiver<bool>,
+        memory::OwnWrites,
+    ),
     (budgets, migrations, nodes_cache): (
         crate::drain::BudgetWatch,
         crate::drain::migration::MigrationWatch,
         NodeCache,
     ),
-    own_writes: memory::OwnWrites,
 ) -> (
     Arc<Context>,
     futures::channel::mpsc::UnboundedReceiver<reflector::ObjectRef<NodeMaintenance>>,
