@@ -221,7 +221,11 @@ async fn send(ctx: &Context, nm: &mut NodeMaintenance, write: Write) -> Result<S
                 }
             }
         }
-        Write::Status { mut patch, sent } => {
+        Write::Status {
+            mut patch,
+            sent,
+            wakes,
+        } => {
             patch["metadata"] = serde_json::json!({ "resourceVersion": nm.resource_version() });
             match ctx
                 .nms
@@ -230,9 +234,10 @@ async fn send(ctx: &Context, nm: &mut NodeMaintenance, write: Write) -> Result<S
             {
                 Ok(updated) => {
                     ctx.memory.learn(&sent, updated.status.as_ref());
-                    ctx.memory
-                        .own_writes()
-                        .wrote(&name, updated.metadata.resource_version.as_deref());
+                    let own = (!wakes)
+                        .then_some(())
+                        .and(updated.metadata.resource_version.as_deref());
+                    ctx.memory.own_writes().wrote(&name, own);
                     *nm = updated;
                 }
                 Err(e) => return stopped_or(e, Error::Status),
@@ -678,6 +683,7 @@ mod tests {
             Write::Status {
                 patch: serde_json::json!({"status": {"phase": "Running"}}),
                 sent: Box::default(),
+                wakes: true,
             },
             Write::LeaseNamespace,
             Write::CreateLease(lease(None)),

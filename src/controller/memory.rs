@@ -140,11 +140,12 @@ impl Memories {
     }
 }
 
-/// The resourceVersion each NodeMaintenance had after our last status write to it, shared by
-/// the act (which records) and the NodeMaintenance watch (which asks). Cheap to clone.
+/// The resourceVersion each NodeMaintenance had after our last status write to it that must
+/// not start a pass (one of progress only, `plan::write::wakes`), shared by the act (which
+/// records) and the NodeMaintenance watch (which asks). Cheap to clone.
 ///
-/// The watch event of our own status write carries nothing the pass that wrote it did not
-/// decide, and that pass already said when to come back (`plan::Requeue`). Let it trigger a pass
+/// The watch event of such a write carries nothing the pass that wrote it did not decide, and
+/// that pass already said when to come back (`plan::Requeue`). Let it trigger a pass
 /// and a drain that waits for its pods to terminate lists every pod of the node after each of
 /// its own progress writes: at 3,000 pods three full lists a second, which slowed the API server
 /// that deletes the pods (`cargo bench --bench maintenance -- drainrate`). The identity is the
@@ -155,7 +156,8 @@ impl Memories {
 pub(crate) struct OwnWrites(Arc<Mutex<HashMap<String, String>>>);
 
 impl OwnWrites {
-    /// Records that our status write left NodeMaintenance `name` at `resource_version`.
+    /// Records that our status write left NodeMaintenance `name` at `resource_version` (`None`:
+    /// a write whose event starts a pass; the last one recorded is forgotten).
     pub(crate) fn wrote(&self, name: &str, resource_version: Option<&str>) {
         let mut own = lock(&self.0);
         match resource_version {

@@ -318,6 +318,7 @@ impl Writes {
             self.list.push(Write::Status {
                 patch: status_patch(status, None),
                 sent: Box::new(status.clone()),
+                wakes: write::wakes(&self.stored, status),
             });
             self.stored = status.clone();
         }

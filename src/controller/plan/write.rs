@@ -37,6 +37,9 @@ pub(crate) enum Write {
         patch: Value,
         /// The status it stores, to learn what the API server kept of it.
         sent: Box<NodeMaintenanceStatus>,
+        /// Whether its watch event starts the next pass: it changes what a pass's steps read
+        /// (the phase or a condition), not only the drain's progress ([`wakes`]).
+        wakes: bool,
     },
     /// A JSON merge patch of a Node. Precondition: the resourceVersion read, inside the patch.
     Node {
@@ -189,5 +192,73 @@ impl Write {
             Write::CancelEvacuation { .. } => "cancel evacuation",
             Write::Event { event, .. } => event.reason,
         }
+    }
+}
+
+/// Whether a status write from `stored` to `wanted` must start the next pass through its own
+/// watch event, which arrives once the controller's store holds the write: it changes the phase
+/// or a condition's status or reason, which the next pass's steps read (the node's `Drained`
+/// condition and `expireAfter` from `Succeeded`, escalation from `Drained`'s reason). A write of
+/// progress only (`drainProgress`, `pendingPods`, `blockers`, `lastError`, messages) starts
+/// none: the pass that wrote it set its requeue, and a drain waiting for thousands of pods to
+/// terminate would otherwise list them after each of its own writes
+/// (`memory::OwnWrites`).
+pub(crate) fn wakes(stored: &NodeMaintenanceStatus, wanted: &NodeMaintenanceStatus) -> bool {
+    let keys = |s: &NodeMaintenanceStatus| {
+        let mut k: Vec<(String, String, String)> = s
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
+            .collect();
+        k.sort();
+        k
+    };
+    stored.phase != wanted.phase || keys(stored) != keys(wanted)
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    use super::*;
+    use crate::api::MaintenancePhase;
+
+    fn drained(status: &str, reason: &str, message: &str) -> Condition {
+        Condition {
+            type_: "Drained".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+            observed_generation: None,
+        }
+    }
+
+    #[test]
+    fn only_a_new_phase_or_condition_wakes_the_next_pass() {
+        let running = NodeMaintenanceStatus {
+            phase: Some(MaintenancePhase::Running),
+            drain_progress: Some(10),
+            conditions: Some(vec![drained("False", "PodsTerminating", "2,990 pods")]),
+            ..Default::default()
+        };
+        let progress = NodeMaintenanceStatus {
+            drain_progress: Some(60),
+            last_error: Some("a refusal".into()),
+            conditions: Some(vec![drained("False", "PodsTerminating", "1,200 pods")]),
+            ..running.clone()
+        };
+        assert!(!wakes(&running, &progress), "progress only");
+        let blocked = NodeMaintenanceStatus {
+            conditions: Some(vec![drained("False", "EvictionBlocked", "held")]),
+            ..progress.clone()
+        };
+        assert!(wakes(&progress, &blocked), "a condition's reason");
+        let succeeded = NodeMaintenanceStatus {
+            phase: Some(MaintenancePhase::Succeeded),
+            ..progress.clone()
+        };
+        assert!(wakes(&progress, &succeeded), "the phase");
     }
 }
