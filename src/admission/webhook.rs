@@ -68,8 +68,8 @@ impl Admission {
     /// start-up ([`detect_platform`](super::detect_platform)). Must run inside a tokio runtime; the caches' watches stop
     /// when the validator is dropped (`nodes`, the process's, runs on). The returned validator
     /// answers CREATEs once [`Admission::synced`] reads true (until then a CREATE waits for it,
-    /// up to [`LOOKUP_TIMEOUT`]). The pod cache of the warnings starts listing once they have
-    /// listed, and is not waited for ([`Admission::pod_warnings`]).
+    /// up to [`LOOKUP_TIMEOUT`]). The pod cache of the warnings starts listing once they and
+    /// the Node watch of `nodes` have listed, and is not waited for ([`Admission::pod_warnings`]).
     pub(crate) fn with_platform(
         client: Client,
         metrics: Arc<Metrics>,
@@ -78,6 +78,7 @@ impl Admission {
         settings: WarningSettings,
     ) -> Self {
         let reservations = Arc::new(Mutex::new(Reservations::default()));
+        let nodes_listed = nodes.synced();
         let (caches, tasks) = {
             let reservations = reservations.clone();
             // The handle for the relist check is only known after start; it is set right below.
@@ -111,7 +112,7 @@ impl Admission {
             (caches, tasks)
         };
         let (pods, pod_tasks) = if settings.pod_cache {
-            let (pods, tasks) = super::pods::start(&client, caches.synced());
+            let (pods, tasks) = super::pods::start(&client, caches.synced(), nodes_listed);
             (Some(pods), Some(tasks))
         } else {
             (None, None)
