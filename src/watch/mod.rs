@@ -11,9 +11,9 @@ pub(crate) mod nodes;
 pub(crate) mod relist;
 
 /// Hands the heap a list freed (its response bodies and parsed objects, tens of MB on a large
-/// cluster) back to the system. glibc keeps freed memory in the arena of the thread that
-/// freed it and returns it only from the top of the heap, so without this the list's peak
-/// would stay in the RSS for good.
+/// cluster) back to the system. glibc keeps freed memory in its arena and returns it on its
+/// own only from the top of the heap, so without this the list's peak would stay in the RSS
+/// for good.
 pub(crate) fn release_freed_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim takes no pointers; it only walks the allocator's own free lists.

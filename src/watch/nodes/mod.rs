@@ -363,11 +363,12 @@ async fn drive(client: Client, cache: NodeCache) {
                 for c in changes {
                     cache.notify(c);
                 }
+                // Trimmed before the sync is told: the pod cache lists once it is (admission).
+                super::release_freed_heap();
                 if first {
                     tracing::info!(nodes = cache.len(), encoding, "Node watch listed all nodes");
                     synced.send_replace(true);
                 }
-                super::release_freed_heap();
             }
             Ok(watcher::Event::Apply(n)) => {
                 let name = n.metadata.name.clone().unwrap_or_default();
