@@ -360,13 +360,9 @@ pub(crate) fn start(
 ) -> (PodCache, PodCacheTasks) {
     let (go_tx, go) = watch::channel(false);
     let gate = tokio::spawn(async move {
-        let mut after = after;
-        let mut nodes_listed = nodes_listed;
-        if after.wait_for(|v| *v).await.is_err() {
-            return;
+        if in_turn(after, nodes_listed, NODE_LIST_WAIT_MAX).await {
+            go_tx.send_replace(true);
         }
-        let _ = tokio::time::timeout(NODE_LIST_WAIT_MAX, nodes_listed.wait_for(|v| *v)).await;
-        go_tx.send_replace(true);
     });
     let after = go;
     let pods: Arc<RwLock<Table<Pods>>> = Arc::default();
@@ -433,6 +429,21 @@ pub(crate) fn start(
     )
 }
 
+/// Waits until `after` reads true and then `nodes_listed` reads true, or `max` passed since
+/// `after` did. Returns false when `after`'s sender is gone first (the caches were dropped):
+/// nothing is to be listed then.
+async fn in_turn(
+    mut after: watch::Receiver<bool>,
+    mut nodes_listed: watch::Receiver<bool>,
+    max: Duration,
+) -> bool {
+    if after.wait_for(|v| *v).await.is_err() {
+        return false;
+    }
+    let _ = tokio::time::timeout(max, nodes_listed.wait_for(|v| *v)).await;
+    true
+}
+
 async fn drive<K>(
     what: &'static str,
     mut after: watch::Receiver<bool>,
@@ -458,6 +469,52 @@ async fn drive<K>(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[tokio::test]
+    async fn the_pods_are_listed_after_the_caches_then_the_nodes_or_the_longest_wait() {
+        // Generous for a loaded 2-core machine; the "not yet" windows only need to be open.
+        const DEADLINE: Duration = Duration::from_secs(10);
+        const NOT_YET: Duration = Duration::from_millis(200);
+        let (caches_tx, caches) = watch::channel(false);
+        let (nodes_tx, nodes) = watch::channel(false);
+        let mut turn = tokio::spawn(in_turn(caches, nodes, Duration::from_secs(3600)));
+        nodes_tx.send_replace(true);
+        assert!(
+            tokio::time::timeout(NOT_YET, &mut turn).await.is_err(),
+            "listed before the caches readiness waits for"
+        );
+        caches_tx.send_replace(true);
+        let listed = tokio::time::timeout(DEADLINE, turn).await;
+        assert!(matches!(listed, Ok(Ok(true))), "{listed:?}");
+
+        let (_caches_tx, caches) = watch::channel(true);
+        let (nodes_tx, nodes) = watch::channel(false);
+        let mut turn = tokio::spawn(in_turn(caches, nodes, Duration::from_secs(3600)));
+        assert!(
+            tokio::time::timeout(NOT_YET, &mut turn).await.is_err(),
+            "listed beside the Node watch's first list"
+        );
+        nodes_tx.send_replace(true);
+        let listed = tokio::time::timeout(DEADLINE, turn).await;
+        assert!(matches!(listed, Ok(Ok(true))), "{listed:?}");
+
+        let (_caches_tx, caches) = watch::channel(true);
+        let (_nodes_tx, nodes) = watch::channel(false);
+        let listed =
+            tokio::time::timeout(DEADLINE, in_turn(caches, nodes, Duration::from_millis(50))).await;
+        assert_eq!(
+            listed,
+            Ok(true),
+            "a Node watch that never lists holds the pods back for good"
+        );
+
+        let (caches_tx, caches) = watch::channel(false);
+        let (_nodes_tx, nodes) = watch::channel(true);
+        drop(caches_tx);
+        let listed =
+            tokio::time::timeout(DEADLINE, in_turn(caches, nodes, Duration::from_secs(3600))).await;
+        assert_eq!(listed, Ok(false), "the caches are gone: nothing to list");
+    }
 
     fn pod(name: &str, node: &str, owner: Option<(&str, &str)>, ready: bool) -> Pod {
         let owners: Vec<_> = owner
