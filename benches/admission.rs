@@ -38,9 +38,10 @@
 //! CPU (user + system) per answer, or the in-process driver's thread's. The
 //! p99 target is read at 4 connections (the API server's usual handful of keep-alive
 //! connections to a webhook); 16 shows the same under more concurrency. `op CPU µs/req` is the
-//! operator's CPU time (all threads, `/proc/<pid>/stat`) over the row's warm-up and measured
-//! time, divided by the requests answered in it: the figure that does not depend on what else
-//! runs on the machine.
+//! operator's CPU time (all threads, `/proc/<pid>/stat`, 10 ms ticks) divided by the requests
+//! answered in the same time: the in-process driver's warm-up and measured time (it counts the
+//! answers of both), wrk's measured run alone (its warm-up is a run of its own, not counted):
+//! the figure that does not depend on what else runs on the machine.
 //!
 //! # The harness's own noise, and what was removed
 //!
@@ -451,11 +452,11 @@ async fn measure(
         return Ok(());
     };
     for s in scenarios() {
-        let cpu_before = cpu_seconds(pid);
-        let r = wrk_run(port, &s.body, OUTSIDE_CONNECTIONS, seconds, started).await?;
-        let cpu_us = match (cpu_before, cpu_seconds(pid)) {
-            (Some(a), Some(b)) => format!("{:.1}", (b - a) * 1e6 / r.total.max(1) as f64),
-            _ => "?".into(),
+        let (r, op_cpu) =
+            wrk_run(pid, port, &s.body, OUTSIDE_CONNECTIONS, seconds, started).await?;
+        let cpu_us = match op_cpu {
+            Some(cpu) => format!("{:.1}", cpu * 1e6 / r.total.max(1) as f64),
+            None => "?".into(),
         };
         let row = format!(
             "| {who} | wrk | {} | {OUTSIDE_CONNECTIONS} | {:.0} | {:.3} | {:.3} | {:.3} | {cpu_us} | {:.1} | {} |",
@@ -533,15 +534,18 @@ fn parse_wrk(output: &str) -> Option<nmo_devcluster::load::LoadReport> {
 
 /// One outside-client row: wrk, one thread, `connections` keep-alive connections over TLS to
 /// the webhook on `port`, 1 s of warm-up (a run of its own, not counted), then `seconds`
-/// measured. `total` of the report counts the measured run's answers (the operator's CPU is
-/// read around that run only); the client's CPU is wrk's (user + system, all threads).
+/// measured. `total` of the report counts the measured run's answers; the second value is the
+/// CPU seconds of process `pid` (the operator) over that run only, read just before wrk's
+/// measured run starts and after it is reaped (`None` when `/proc` could not be read). The
+/// client's CPU is wrk's (user + system, all threads).
 async fn wrk_run(
+    pid: u32,
     port: u16,
     body: &[u8],
     connections: usize,
     seconds: u64,
     started: Instant,
-) -> Result<nmo_devcluster::load::LoadReport> {
+) -> Result<(nmo_devcluster::load::LoadReport, Option<f64>)> {
     let dir = tempfile::tempdir()?;
     let script = dir.path().join("review.lua");
     std::fs::write(&script, wrk_script(body))?;
@@ -584,14 +588,16 @@ async fn wrk_run(
         move || run(1)
     })
     .await??;
+    let op_before = cpu_seconds(pid);
     let (text, client_cpu) = tokio::task::spawn_blocking(move || run(seconds)).await??;
+    let op_cpu = op_before.zip(cpu_seconds(pid)).map(|(a, b)| b - a);
     let mut report =
         parse_wrk(&text).with_context(|| format!("no figures in wrk's output:\n{text}"))?;
     report.client_cpu_us_per_request = client_cpu * 1e6 / report.total.max(1) as f64;
     if report.failed > 0 {
         progress(started, &format!("  wrk's report:\n{text}"));
     }
-    Ok(report)
+    Ok((report, op_cpu))
 }
 
 /// `BENCH_PODS`: pods to create before one more fresh start (0, the default: none).
