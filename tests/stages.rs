@@ -172,6 +172,87 @@ async fn preflight_lists_a_budget_blocked_pod_and_touches_nothing_else() {
     assert!(live_pod(&client, &ns, "free").await.is_some());
 }
 
+/// Dry-run evictions the API server refused with 429 so far (every client's).
+async fn refused_dry_runs(client: &kube::Client) -> u64 {
+    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(req).await.unwrap();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("apiserver_request_total{")
+                && l.contains("subresource=\"eviction\"")
+                && l.contains("code=\"429\"")
+                && l.contains("dry_run=\"All\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+#[tokio::test]
+async fn preflight_asks_a_budget_that_allows_none_through_one_pod_and_lists_them_all() {
+    const PODS: usize = 20;
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("pfb");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "pfb").await;
+    let names: Vec<String> = (0..PODS).map(|i| format!("db-{i}")).collect();
+    for name in &names {
+        bare_pod(
+            &client,
+            &ns,
+            name,
+            &node,
+            json!({"metadata": {"labels": {"app": "db"}}}),
+        )
+        .await;
+    }
+    wait_running(&client, &ns, "db", PODS, LIMIT).await;
+    budget(&client, &ns, "db", "db", 0, PODS as i32).await;
+
+    let before = refused_dry_runs(&client).await;
+    let name = unique("nm-pfb");
+    create(&client, &name, &node, "Preflight").await;
+    let found = nm::wait_status(
+        &client,
+        &name,
+        "status.blockers names every pod of the budget",
+        LIMIT,
+        |s| {
+            s.blockers
+                .iter()
+                .flatten()
+                .filter(|b| {
+                    b.namespace == ns
+                        && b.reason == "PodDisruptionBudget"
+                        && b.pod_disruption_budget.as_deref() == Some("db")
+                })
+                .count()
+                == PODS
+        },
+    )
+    .await;
+    let refused = refused_dry_runs(&client).await - before;
+    // One per preflight round (alone, this test sees 1; a round every 60 s), plus the other
+    // preflight test's (2 alone), which may run beside this one; asking every pod would be at
+    // least PODS.
+    assert!(
+        refused < PODS as u64 / 2,
+        "{refused} dry-run evictions refused for {PODS} pods under one budget; blockers: {:?}",
+        found.status.map(|s| s.blockers)
+    );
+    assert!(lease(&client, &node).await.is_none(), "a lease was taken");
+    for name in &names {
+        assert!(
+            live_pod(&client, &ns, name).await.is_some(),
+            "{name} was evicted"
+        );
+    }
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+}
+
 #[tokio::test]
 async fn idle_cordon_drain_in_order_and_back_from_cordon_to_idle_restores_the_node() {
     let env = operator_env();

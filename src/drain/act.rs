@@ -560,7 +560,9 @@ impl Drainer {
     /// What would keep `node`'s pods on it (the stage Preflight): each pod the drain would
     /// evict (under `drain_rules`) asked for with a server-side dry run (`dryRun=All`: admission
     /// and the budgets are evaluated, nothing is evicted and no disruption is consumed), the
-    /// refusals as blockers, in listing order. Not counted as evictions.
+    /// refusals as blockers, in listing order. A budget that allows no disruption is asked
+    /// through one of its pods and its other pods take that refusal, as in the drain
+    /// ([`super::preview`]). Not counted as evictions.
     ///
     /// # Errors
     /// [`DrainError`] when the pod list or a DaemonSet lookup fails or hangs.
@@ -573,18 +575,53 @@ impl Drainer {
         let classified = self
             .classified(pods, &Arrival::default(), drain_rules)
             .await?;
-        // Dry runs consume nothing, so they are asked side by side (a node of 200 pods took
-        // 200 round trips one after the other); `buffered` keeps the listing order.
-        let asks: Vec<_> = classified
+        let drained: Vec<&DrainPod> = classified
             .iter()
             .filter(|(_, d)| d.drains())
-            .map(|(pod, _)| self.dry_run_blocker(pod))
+            .map(|(pod, _)| pod)
             .collect();
-        Ok(futures::stream::iter(asks)
+        let asks = super::preview::asks(&drained, &self.budgets.read());
+        let mut answers: Vec<Option<crate::api::PodBlocker>> = vec![None; drained.len()];
+        let asked: Vec<usize> = (0..drained.len())
+            .filter(|&i| asks[i] == super::preview::Ask::Dry)
+            .collect();
+        self.dry_runs(&drained, &asked, &mut answers).await;
+        // A budget's other pods take its probe's refusal; any it does not stand for is asked.
+        let mut again = Vec::new();
+        for (i, ask) in asks.iter().enumerate() {
+            if let super::preview::Ask::Follow { probe, budget } = ask {
+                answers[i] = super::preview::follow(answers[*probe].as_ref(), budget, drained[i]);
+                if answers[i].is_none() {
+                    again.push(i);
+                }
+            }
+        }
+        self.dry_runs(&drained, &again, &mut answers).await;
+        Ok(answers.into_iter().flatten().collect())
+    }
+
+    /// Dry-run evictions of `pods[i]` for each `i` of `which`, side by side (they consume
+    /// nothing; a node of 200 pods took 200 round trips one after the other), each answer into
+    /// `answers[i]`.
+    async fn dry_runs(
+        &self,
+        pods: &[&DrainPod],
+        which: &[usize],
+        answers: &mut [Option<crate::api::PodBlocker>],
+    ) {
+        // The futures are made in a loop, not by a closure inside the stream: such a closure
+        // is not general enough over lifetimes for the controller's `Send` bound.
+        let mut asks = Vec::with_capacity(which.len());
+        for &i in which {
+            asks.push(self.dry_run_blocker(pods[i]));
+        }
+        let got: Vec<_> = futures::stream::iter(asks)
             .buffered(PREFLIGHT_IN_FLIGHT)
-            .filter_map(std::future::ready)
             .collect()
-            .await)
+            .await;
+        for (&i, answer) in which.iter().zip(got) {
+            answers[i] = answer;
+        }
     }
 
     /// The blocker a dry-run eviction of `pod` answers with; `None` when it would go.

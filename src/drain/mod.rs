@@ -44,6 +44,7 @@ pub(crate) mod deadline;
 pub(crate) mod migration;
 pub(crate) mod pass;
 pub(crate) mod pod;
+mod preview;
 pub(crate) mod requester;
 pub(crate) mod rules;
 
