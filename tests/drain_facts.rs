@@ -757,6 +757,91 @@ async fn a_budget_held_drain_asks_through_one_pod_and_finishes_when_the_budget_a
     nm::wait_gone(&client, &name, LIMIT).await;
 }
 
+/// `docs/drain-contract.md` §1 ("Causes many pods share"): a budget that allows no disruption
+/// because one of its pods is not Ready (`minAvailable: 3` of 4, one not Ready) refuses its
+/// three Ready pods, which one refusal holds, but the API server evicts the pod that is not
+/// Ready (the budget has its healthy pods): the drain asks it on its own and it goes at once.
+/// Held behind the budget's probe, it would stay until the budget allowed, and its replacement
+/// could never become the healthy pod the budget waits for.
+#[tokio::test]
+async fn a_pod_that_is_not_ready_is_not_held_behind_its_budgets_refusal() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("unready");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "unready").await;
+    let names: Vec<String> = (0..4).map(|i| format!("held-{i:02}")).collect();
+    for name in &names {
+        let labels = json!({"metadata": {"labels": {"app": "held"}}});
+        bare_pod(&client, &ns, name, &node, labels).await;
+    }
+    wait_all_running(&client, &ns, names.len()).await;
+    // Listed last, so it is never the budget's probe.
+    let unready = "held-03".to_string();
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .patch_status(
+            &unready,
+            &PatchParams::default(),
+            &Patch::Strategic(
+                json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let budgets: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        Api::namespaced(client.clone(), &ns);
+    let pdb = serde_json::from_value(json!({
+        "metadata": {"name": "held"},
+        "spec": {"minAvailable": 3, "selector": {"matchLabels": {"app": "held"}}}
+    }))
+    .unwrap();
+    budgets.create(&PostParams::default(), &pdb).await.unwrap();
+    wait_for("the budget counts 3 of 4 pods healthy", LIMIT, || async {
+        let b = budgets.get("held").await.map_err(|e| e.to_string())?;
+        match b.status {
+            Some(s) if s.current_healthy == Some(3) && s.disruptions_allowed == Some(0) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    let name = unique("nm-unready");
+    nm::create(&client, &name, &node).await;
+    let nm = nm::wait_status(
+        &client,
+        &name,
+        "the Ready pods held by their budget",
+        LIMIT,
+        |s| {
+            s.blockers
+                .iter()
+                .flatten()
+                .filter(|b| b.pod_disruption_budget.as_deref() == Some("held"))
+                .count()
+                == 3
+        },
+    )
+    .await;
+    wait_for("the pod that is not Ready evicted", LIMIT, || async {
+        match evicted_in(&client, &ns, std::slice::from_ref(&unready)).await {
+            gone if gone.is_empty() => Err(format!("still there; blockers: {:?}", nm.status)),
+            _ => Ok(()),
+        }
+    })
+    .await;
+    assert!(
+        evicted_in(&client, &ns, &names[..3]).await.is_empty(),
+        "a Ready pod was evicted while its budget allowed none"
+    );
+
+    budgets.delete("held", &Default::default()).await.unwrap();
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+}
+
 /// `docs/drain-contract.md` §1 ("A pod's own rule"): on one node, `app` pods with no label,
 /// `db` pods of drain order 2, a `job` pod labelled `wait-completed` and a `cache` pod labelled
 /// `skip`; once with this project's label, once with Cluster API's for `skip` and

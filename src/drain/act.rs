@@ -25,6 +25,7 @@ use super::gone::GoneWatches;
 use super::migration::MigrationWatch;
 use super::pass::{self, DrainReport, PlannedEviction, Survey};
 use super::pod::{DrainPod, PodPage};
+use super::preview::{self, Ask};
 use super::rules;
 use super::{
     Arrival, Disposition, DrainMemory, DrainOptions, EvictionOutcome, RetrySchedule, classify,
@@ -561,8 +562,8 @@ impl Drainer {
     /// evict (under `drain_rules`) asked for with a server-side dry run (`dryRun=All`: admission
     /// and the budgets are evaluated, nothing is evicted and no disruption is consumed), the
     /// refusals as blockers, in listing order. A budget that allows no disruption is asked
-    /// through one of its pods and its other pods take that refusal, as in the drain
-    /// ([`super::preview`]). Not counted as evictions.
+    /// through its first pod and its other pods take that refusal, as in the drain
+    /// ([`preview`]). Not counted as evictions.
     ///
     /// # Errors
     /// [`DrainError`] when the pod list or a DaemonSet lookup fails or hangs.
@@ -580,17 +581,18 @@ impl Drainer {
             .filter(|(_, d)| d.drains())
             .map(|(pod, _)| pod)
             .collect();
-        let asks = super::preview::asks(&drained, &self.budgets.read());
+        let asks = preview::asks(&drained, &self.budgets.read());
         let mut answers: Vec<Option<crate::api::PodBlocker>> = vec![None; drained.len()];
         let asked: Vec<usize> = (0..drained.len())
-            .filter(|&i| asks[i] == super::preview::Ask::Dry)
+            .filter(|&i| asks[i] == Ask::Dry)
             .collect();
         self.dry_runs(&drained, &asked, &mut answers).await;
-        // A budget's other pods take its probe's refusal; any it does not stand for is asked.
+        // The probe's answer stands for its budget's other pods only when it is the budget's
+        // refusal: the budget may allow one by now, or something else refused the probe.
         let mut again = Vec::new();
         for (i, ask) in asks.iter().enumerate() {
-            if let super::preview::Ask::Follow { probe, budget } = ask {
-                answers[i] = super::preview::follow(answers[*probe].as_ref(), budget, drained[i]);
+            if let Ask::Follow { probe, budget } = ask {
+                answers[i] = preview::follow(answers[*probe].as_ref(), budget, drained[i]);
                 if answers[i].is_none() {
                     again.push(i);
                 }

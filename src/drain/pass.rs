@@ -455,7 +455,12 @@ impl<'a> Gate<'a> {
         }
     }
 
+    /// The budget whose answer `pod` shares; `None` for a pod the API server evicts whatever
+    /// its budget allows ([`DrainPod::budget_decides`]), which is asked on its own.
     fn budget(&self, pod: &DrainPod) -> Option<&'a Budget> {
+        if !pod.budget_decides() {
+            return None;
+        }
         self.budgets
             .covering(&pod.metadata.namespace, &pod.metadata.labels)
     }
@@ -1217,7 +1222,10 @@ mod tests {
     fn app_pods(app: &str, n: usize) -> Vec<(DrainPod, Disposition)> {
         (0..n)
             .map(|i| {
-                let labels = json!({"metadata": {"labels": {"app": app}}});
+                let labels = json!({
+                    "metadata": {"labels": {"app": app}},
+                    "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+                });
                 (pod(&format!("{app}-{i}"), labels), ordinary())
             })
             .collect()
@@ -1410,6 +1418,45 @@ mod tests {
             secs(9),
         );
         assert!(memory.shared(&e.cause.clone().unwrap(), secs(9)).is_none());
+    }
+
+    #[test]
+    fn a_pod_its_budget_does_not_decide_for_is_asked_on_its_own_not_held() {
+        let at = Instant::now();
+        let budgets = Budgets::known([budget("b", "web", 0)]);
+        let mut pods = app_pods("web", 3);
+        // Not Ready, and Pending: the API server evicts them whatever the budget allows.
+        for (name, status) in [
+            (
+                "web-unready",
+                json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}),
+            ),
+            ("web-pending", json!({"phase": "Pending"})),
+        ] {
+            let extra = json!({"metadata": {"labels": {"app": "web"}}, "status": status});
+            pods.push((pod(name, extra), ordinary()));
+        }
+        let mut memory = RetrySchedule::default();
+        refuse(&mut memory, "web-0", at);
+        let plan = plan_pass(
+            pods,
+            &memory,
+            &budgets,
+            &DrainPolicy::default(),
+            None,
+            t(0),
+            at,
+        );
+        // web-0's refusal holds the budget's Ready pods until its retry; not the other two.
+        assert_eq!(asked(&plan), ["web-pending", "web-unready"]);
+        assert!(plan.evict.iter().all(|e| e.cause.is_none()));
+        let held: Vec<&str> = plan
+            .pending
+            .iter()
+            .filter(|b| b.reason == reason::PDB)
+            .map(|b| b.name.as_str())
+            .collect();
+        assert_eq!(held, ["web-0", "web-1", "web-2"]);
     }
 
     #[test]

@@ -120,12 +120,15 @@ pub(crate) struct PodSpecView {
     pub empty_dir: bool,
 }
 
-/// The status field the drain reads.
+/// The status fields the drain reads.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 pub(crate) struct PodStatusView {
     /// `status.phase`.
     #[serde(default)]
     pub phase: Option<String>,
+    /// Whether `status.conditions` has `Ready` `True`; no condition is kept.
+    #[serde(default, rename = "conditions", deserialize_with = "is_ready")]
+    pub ready: bool,
 }
 
 impl DrainPod {
@@ -143,6 +146,20 @@ impl DrainPod {
             Some("Succeeded") | Some("Failed")
         )
     }
+    /// Whether a PodDisruptionBudget's refusal is the API server's answer to evicting it, so
+    /// a budget that allows no disruption refuses it as it refuses the budget's other pods:
+    /// `Running`, not terminating and Ready. The API server evicts the others whatever the
+    /// budget allows (`pkg/registry/core/pod/storage/eviction.go`: `canIgnorePDB` skips
+    /// `Pending`, `Succeeded`, `Failed` and terminating pods; a pod not Ready goes when the
+    /// budget has its healthy pods, or always with `unhealthyPodEvictionPolicy: AlwaysAllow`),
+    /// so such a pod is asked on its own, never held behind the budget's refusal: its eviction
+    /// and its replacement becoming Ready elsewhere is how such a budget recovers.
+    pub(crate) fn budget_decides(&self) -> bool {
+        self.status.phase.as_deref() == Some("Running")
+            && self.metadata.deletion_timestamp.is_none()
+            && self.status.ready
+    }
+
     /// The owner reference with `controller: true`.
     pub(crate) fn controller_ref(&self) -> Option<&OwnerRef> {
         self.metadata
@@ -202,6 +219,22 @@ fn marks<'de, D: serde::Deserializer<'de>>(d: D) -> Result<PodMarks, D::Error> {
         }
     }
     d.deserialize_option(V)
+}
+
+/// `status.conditions` read as whether one is `Ready` with status `True`.
+fn is_ready<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    #[derive(Deserialize)]
+    struct Condition {
+        #[serde(default, rename = "type")]
+        type_: String,
+        #[serde(default)]
+        status: String,
+    }
+    let conditions: Option<Vec<Condition>> = Option::deserialize(d)?;
+    Ok(conditions
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 fn has_empty_dir<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {

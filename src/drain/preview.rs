@@ -38,10 +38,12 @@ pub(crate) fn asks(pods: &[&DrainPod], budgets: &Budgets) -> Vec<Ask> {
     pods.iter()
         .enumerate()
         .map(|(i, pod)| {
-            match budgets
-                .covering(&pod.metadata.namespace, &pod.metadata.labels)
-                .filter(|b| b.allowed == 0)
-            {
+            let shared = pod
+                .budget_decides()
+                .then(|| budgets.covering(&pod.metadata.namespace, &pod.metadata.labels))
+                .flatten()
+                .filter(|b| b.allowed == 0);
+            match shared {
                 None => Ask::Dry,
                 Some(b) => match probes.entry(b.cause()) {
                     std::collections::hash_map::Entry::Vacant(v) => {
@@ -84,7 +86,8 @@ mod tests {
 
     fn pod(ns: &str, name: &str, app: &str) -> DrainPod {
         serde_json::from_value(serde_json::json!({
-            "metadata": {"namespace": ns, "name": name, "labels": {"app": app}}
+            "metadata": {"namespace": ns, "name": name, "labels": {"app": app}},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
         }))
         .unwrap()
     }
@@ -157,6 +160,22 @@ mod tests {
                 Ask::Dry,
                 Ask::Dry,
             ]
+        );
+        // A pod the budget does not decide for (not Ready, not Running) is asked on its own.
+        let unready: DrainPod = serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "a", "name": "db-unready", "labels": {"app": "db"}},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}
+        }))
+        .unwrap();
+        let pending: DrainPod = serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "a", "name": "db-pending", "labels": {"app": "db"}},
+            "status": {"phase": "Pending"}
+        }))
+        .unwrap();
+        let db = pod("a", "db-0", "db");
+        assert_eq!(
+            asks(&[&unready, &pending, &db, &db], &budgets),
+            vec![Ask::Dry, Ask::Dry, Ask::Dry, follow(2, "db")]
         );
         // Budgets not listed yet: every pod is asked.
         assert!(
