@@ -236,6 +236,7 @@ mod tests {
             allowed: 0,
             desired: Some(2),
             current: Some(2),
+            always_allow_unhealthy: false,
         }
     }
 

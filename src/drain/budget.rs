@@ -40,6 +40,10 @@ pub(crate) struct Budget {
     pub desired: Option<i32>,
     /// `status.currentHealthy`.
     pub current: Option<i32>,
+    /// `spec.unhealthyPodEvictionPolicy` is `AlwaysAllow`: a pod that is not Ready is evicted
+    /// whatever the budget allows (the default, `IfHealthyBudget`, only while the budget has
+    /// its healthy pods).
+    pub always_allow_unhealthy: bool,
 }
 
 impl Budget {
@@ -63,7 +67,36 @@ impl Budget {
             },
             desired: status.and_then(|s| s.desired_healthy),
             current: status.and_then(|s| s.current_healthy),
+            always_allow_unhealthy: pdb
+                .spec
+                .as_ref()
+                .and_then(|s| s.unhealthy_pod_eviction_policy.as_deref())
+                == Some("AlwaysAllow"),
         }
+    }
+
+    /// Whether this budget's answer is the API server's answer to evicting `pod`, so that,
+    /// while it allows no disruption, the pod is refused as its other pods are. Not for a pod
+    /// `Pending`, `Succeeded`, `Failed` or terminating (deleted without a budget check), nor
+    /// for one not Ready while the budget has its healthy pods (`currentHealthy >=
+    /// desiredHealthy > 0`) or with `unhealthyPodEvictionPolicy: AlwaysAllow` (let go without
+    /// spending a disruption). Source: kube-apiserver's eviction handler,
+    /// `pkg/registry/core/pod/storage/eviction.go` (`canIgnorePDB`, the not-Ready case). Such a
+    /// pod is asked on its own: its eviction, and its replacement becoming Ready elsewhere, is
+    /// how a budget that allows nothing because of it recovers.
+    pub(crate) fn decides(&self, pod: &super::pod::DrainPod) -> bool {
+        let ignored = matches!(
+            pod.status.phase.as_deref(),
+            Some("Pending") | Some("Succeeded") | Some("Failed")
+        ) || pod.metadata.deletion_timestamp.is_some();
+        if ignored {
+            return false;
+        }
+        if pod.status.ready {
+            return true;
+        }
+        let healthy = matches!((self.current, self.desired), (Some(c), Some(d)) if d > 0 && c >= d);
+        !(self.always_allow_unhealthy || healthy)
     }
 
     /// Whether it covers a pod of `namespace` with `labels`.

@@ -455,12 +455,8 @@ impl<'a> Gate<'a> {
         }
     }
 
-    /// The budget whose answer `pod` shares; `None` for a pod the API server evicts whatever
-    /// its budget allows ([`DrainPod::budget_decides`]), which is asked on its own.
+    /// The one budget covering `pod`.
     fn budget(&self, pod: &DrainPod) -> Option<&'a Budget> {
-        if !pod.budget_decides() {
-            return None;
-        }
         self.budgets
             .covering(&pod.metadata.namespace, &pod.metadata.labels)
     }
@@ -493,7 +489,8 @@ impl<'a> Gate<'a> {
             let (b, error) = e.for_pod(&r);
             return Admit::Hold(Box::new(b), error);
         }
-        let Some(budget) = self.budget(pod) else {
+        // A pod the API server evicts whatever its budget allows is asked on its own.
+        let Some(budget) = self.budget(pod).filter(|b| b.decides(pod)) else {
             return Admit::Ask(None);
         };
         let cause = budget.cause();
@@ -1216,6 +1213,7 @@ mod tests {
             allowed,
             desired: Some(2),
             current: Some(2),
+            always_allow_unhealthy: false,
         }
     }
 
@@ -1457,6 +1455,42 @@ mod tests {
             .map(|b| b.name.as_str())
             .collect();
         assert_eq!(held, ["web-0", "web-1", "web-2"]);
+
+        // Below its healthy count the budget refuses a pod that is not Ready too: held with the
+        // rest; with `unhealthyPodEvictionPolicy: AlwaysAllow` it goes whatever the counts.
+        let unready = || {
+            let mut pods = app_pods("web", 2);
+            let status =
+                json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]});
+            let extra = json!({"metadata": {"labels": {"app": "web"}}, "status": status});
+            pods.push((pod("web-unready", extra), ordinary()));
+            pods
+        };
+        let unhealthy = Budget {
+            current: Some(1),
+            ..budget("b", "web", 0)
+        };
+        for (budget, asked_pods) in [
+            (unhealthy.clone(), vec![]),
+            (
+                Budget {
+                    always_allow_unhealthy: true,
+                    ..unhealthy
+                },
+                vec!["web-unready"],
+            ),
+        ] {
+            let plan = plan_pass(
+                unready(),
+                &memory,
+                &Budgets::known([budget.clone()]),
+                &DrainPolicy::default(),
+                None,
+                t(0),
+                at,
+            );
+            assert_eq!(asked(&plan), asked_pods, "{budget:?}");
+        }
     }
 
     #[test]
@@ -1799,7 +1833,13 @@ mod tests {
         let pods = || {
             vec![
                 (
-                    pod("db", json!({"metadata": {"labels": {"app": "db"}}})),
+                    pod(
+                        "db",
+                        json!({
+                            "metadata": {"labels": {"app": "db"}},
+                            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+                        }),
+                    ),
                     ordinary(),
                 ),
                 (

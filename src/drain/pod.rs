@@ -146,20 +146,6 @@ impl DrainPod {
             Some("Succeeded") | Some("Failed")
         )
     }
-    /// Whether a PodDisruptionBudget's refusal is the API server's answer to evicting it, so
-    /// a budget that allows no disruption refuses it as it refuses the budget's other pods:
-    /// `Running`, not terminating and Ready. The API server evicts the others whatever the
-    /// budget allows (`pkg/registry/core/pod/storage/eviction.go`: `canIgnorePDB` skips
-    /// `Pending`, `Succeeded`, `Failed` and terminating pods; a pod not Ready goes when the
-    /// budget has its healthy pods, or always with `unhealthyPodEvictionPolicy: AlwaysAllow`),
-    /// so such a pod is asked on its own, never held behind the budget's refusal: its eviction
-    /// and its replacement becoming Ready elsewhere is how such a budget recovers.
-    pub(crate) fn budget_decides(&self) -> bool {
-        self.status.phase.as_deref() == Some("Running")
-            && self.metadata.deletion_timestamp.is_none()
-            && self.status.ready
-    }
-
     /// The owner reference with `controller: true`.
     pub(crate) fn controller_ref(&self) -> Option<&OwnerRef> {
         self.metadata
@@ -307,6 +293,19 @@ mod tests {
         );
         assert_eq!((p.spec.tolerations.len(), p.spec.priority), (1, Some(7)));
         assert!(!p.is_terminal());
+        assert!(p.status.ready);
+        // Ready is its condition's status "True"; anything else, or no such condition, is not.
+        for conditions in [
+            json!([{"type": "Ready", "status": "False"}]),
+            json!([{"type": "Ready", "status": "Unknown"}]),
+            json!([{"type": "ContainersReady", "status": "True"}]),
+            json!([]),
+            json!(null),
+        ] {
+            let p: DrainPod =
+                serde_json::from_value(json!({"status": {"conditions": conditions}})).unwrap();
+            assert!(!p.status.ready, "{conditions}");
+        }
         let bare: DrainPod = serde_json::from_value(json!({
             "metadata": {"name": "b", "annotations": null},
             "spec": {"volumes": null}

@@ -28,8 +28,9 @@ pub(crate) enum Ask {
 }
 
 /// For each of `pods`, in order, how it is answered: a pod whose one covering budget
-/// (`Budgets::covering`: exactly one, known) allows no disruption follows the first pod of that
-/// budget, which is asked; every other pod is asked (a budget that allows some accepts each dry
+/// (`Budgets::covering`: exactly one, known) allows no disruption and decides its eviction
+/// (`Budget::decides`: not one the API server lets go without it) follows the first such pod
+/// of that budget, which is asked; every other pod is asked (a budget that allows some accepts each dry
 /// run, since a dry run consumes nothing; a pod under several budgets is refused with 500 on
 /// its own; unknown budgets: every pod is asked, as before the budgets are listed).
 pub(crate) fn asks(pods: &[&DrainPod], budgets: &Budgets) -> Vec<Ask> {
@@ -38,11 +39,9 @@ pub(crate) fn asks(pods: &[&DrainPod], budgets: &Budgets) -> Vec<Ask> {
     pods.iter()
         .enumerate()
         .map(|(i, pod)| {
-            let shared = pod
-                .budget_decides()
-                .then(|| budgets.covering(&pod.metadata.namespace, &pod.metadata.labels))
-                .flatten()
-                .filter(|b| b.allowed == 0);
+            let shared = budgets
+                .covering(&pod.metadata.namespace, &pod.metadata.labels)
+                .filter(|b| b.allowed == 0 && b.decides(pod));
             match shared {
                 None => Ask::Dry,
                 Some(b) => match probes.entry(b.cause()) {
@@ -103,6 +102,7 @@ mod tests {
             allowed,
             desired: Some(3),
             current: Some(3),
+            always_allow_unhealthy: false,
         }
     }
 
