@@ -50,12 +50,12 @@ impl WarnPod {
             return None;
         }
         let meta = pod.metadata;
-        let ready = meta.deletion_timestamp.is_none()
-            && status
-                .conditions
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
+        let ready_condition = status
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let ready = meta.deletion_timestamp.is_none() && ready_condition;
         let annotations = meta.annotations.unwrap_or_default();
         let marks = PodMarks {
             mirror: annotations.contains_key(crate::drain::MIRROR_ANNOTATION),
@@ -92,6 +92,7 @@ impl WarnPod {
             .iter()
             .any(|v| v.empty_dir.is_some());
         drain.status.phase = status.phase;
+        drain.status.ready = ready_condition;
         Some(Self {
             node,
             ready,

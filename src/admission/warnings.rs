@@ -171,9 +171,10 @@ fn budget_warnings(node: &str, pods: &[NodePod], blocking: &[Budget]) -> Vec<Str
     let mut held: BTreeMap<(&str, &str), (&Budget, Vec<String>)> = BTreeMap::new();
     for p in pods.iter().filter(|p| p.evicted()) {
         let meta = &p.pod.metadata;
+        // A pod the API server lets go whatever the budget allows is not waited for.
         for b in blocking
             .iter()
-            .filter(|b| b.covers(&meta.namespace, &meta.labels))
+            .filter(|b| b.covers(&meta.namespace, &meta.labels) && b.decides(p.pod))
         {
             held.entry((&b.namespace, &b.name))
                 .or_insert_with(|| (b, Vec::new()))
@@ -244,7 +245,8 @@ mod tests {
     fn pod(name: &str, app: &str, extra: serde_json::Value) -> DrainPod {
         let mut v = json!({"metadata": {"name": name, "namespace": "ns", "labels": {"app": app},
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs",
-                                 "uid": "rs", "controller": true}]}});
+                                 "uid": "rs", "controller": true}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
         for part in ["metadata", "spec", "status"] {
             if let Some(m) = extra[part].as_object() {
                 for (k, val) in m {
@@ -295,6 +297,12 @@ mod tests {
                 json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}),
             ),
             pod("other", "web", json!({})),
+            // Not Ready while the budget has its healthy pods: the API server lets it go.
+            pod(
+                "unready",
+                "db",
+                json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
+            ),
         ];
         let w = warnings("n1", &facts(&pods, &[]), &[budget("db-guard", "db")], None);
         assert!(

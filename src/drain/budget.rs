@@ -247,3 +247,62 @@ fn slim(pdb: &mut PodDisruptionBudget) {
         status.disrupted_pods = None;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_decides_what_the_api_servers_eviction_handler_would() {
+        let pod = |phase: Option<&str>,
+                   ready: bool,
+                   terminating: bool|
+         -> super::super::pod::DrainPod {
+            let mut status = serde_json::json!({
+                "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]
+            });
+            if let Some(phase) = phase {
+                status["phase"] = phase.into();
+            }
+            let mut meta = serde_json::json!({"name": "p"});
+            if terminating {
+                meta["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
+            }
+            serde_json::from_value(serde_json::json!({"metadata": meta, "status": status})).unwrap()
+        };
+        let budget = |current: Option<i32>, desired: Option<i32>, always: bool| Budget {
+            current,
+            desired,
+            always_allow_unhealthy: always,
+            ..Budget::default()
+        };
+        let unhealthy = budget(Some(1), Some(2), false);
+        // canIgnorePDB: deleted without a budget check, whatever the counts and readiness.
+        for phase in ["Pending", "Succeeded", "Failed"] {
+            assert!(
+                !unhealthy.decides(&pod(Some(phase), true, false)),
+                "{phase}"
+            );
+        }
+        assert!(
+            !unhealthy.decides(&pod(Some("Running"), true, true)),
+            "terminating"
+        );
+        // Ready: the budget decides, in any other phase too, and with AlwaysAllow.
+        for phase in [Some("Running"), Some("Unknown"), None] {
+            assert!(unhealthy.decides(&pod(phase, true, false)), "{phase:?}");
+        }
+        assert!(budget(Some(1), Some(2), true).decides(&pod(Some("Running"), true, false)));
+        // Not Ready: let go while the budget has its healthy pods (desired above 0), or always
+        // with AlwaysAllow; refused with the rest otherwise.
+        let unready = pod(Some("Running"), false, false);
+        assert!(!budget(Some(2), Some(2), false).decides(&unready));
+        assert!(!budget(Some(1), Some(2), true).decides(&unready));
+        for (current, desired) in [(Some(1), Some(2)), (Some(0), Some(0)), (None, None)] {
+            assert!(
+                budget(current, desired, false).decides(&unready),
+                "{current:?} of {desired:?}"
+            );
+        }
+    }
+}

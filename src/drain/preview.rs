@@ -161,7 +161,8 @@ mod tests {
                 Ask::Dry,
             ]
         );
-        // A pod the budget does not decide for (not Ready, not Running) is asked on its own.
+        // A pod the budget does not decide for (not Ready while the budget has its healthy pods,
+        // or Pending) is asked on its own.
         let unready: DrainPod = serde_json::from_value(serde_json::json!({
             "metadata": {"namespace": "a", "name": "db-unready", "labels": {"app": "db"}},
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}
