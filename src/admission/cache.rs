@@ -143,6 +143,10 @@ pub(crate) fn strip_pdb(pdb: &mut PodDisruptionBudget) {
 /// warning about budgets that allow no disruption (`super::budgets`).
 pub(crate) fn strip_budget(pdb: &mut PodDisruptionBudget) {
     let selector = pdb.spec.as_mut().and_then(|s| s.selector.take());
+    let unhealthy_pod_eviction_policy = pdb
+        .spec
+        .as_mut()
+        .and_then(|s| s.unhealthy_pod_eviction_policy.take());
     let status = pdb.status.take().map(|s| PodDisruptionBudgetStatus {
         observed_generation: s.observed_generation,
         disruptions_allowed: s.disruptions_allowed,
@@ -160,6 +164,7 @@ pub(crate) fn strip_budget(pdb: &mut PodDisruptionBudget) {
         },
         spec: Some(k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec {
             selector,
+            unhealthy_pod_eviction_policy,
             ..Default::default()
         }),
         status,
@@ -484,6 +489,27 @@ async fn drive<K>(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_stripped_budget_reads_as_the_whole_one_to_the_drain() {
+        let full: PodDisruptionBudget = serde_json::from_value(json!({
+            "metadata": {"name": "db", "namespace": "ns", "generation": 2,
+                         "labels": {"a": "b"}, "annotations": {"c": "d"}},
+            "spec": {"minAvailable": 3, "selector": {"matchLabels": {"app": "db"}},
+                     "unhealthyPodEvictionPolicy": "AlwaysAllow"},
+            "status": {"observedGeneration": 2, "disruptionsAllowed": 0, "desiredHealthy": 3,
+                       "currentHealthy": 2, "expectedPods": 4,
+                       "disruptedPods": {"db-0": "2026-01-01T00:00:00Z"}}
+        }))
+        .unwrap();
+        let mut stripped = full.clone();
+        strip_budget(&mut stripped);
+        assert_eq!(
+            crate::drain::Budget::of(&stripped),
+            crate::drain::Budget::of(&full)
+        );
+        assert!(crate::drain::Budget::of(&stripped).always_allow_unhealthy);
+    }
 
     #[test]
     fn nodes_keep_only_name_control_plane_labels_and_ready() {
