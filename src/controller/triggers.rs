@@ -150,7 +150,8 @@ pub(super) fn node_mapper(
     }
 }
 
-/// The budget triggers: a PodDisruptionBudget that allows a disruption now, or is gone, ends the
+/// The budget triggers: a PodDisruptionBudget that allows a disruption now, newly lets its pods
+/// that are not Ready go (`crate::drain::Budget::relaxes_after`), or is gone, ends the
 /// hold its last refusal put on the pods it covers in the drain's memory (a fact the watch saw,
 /// recorded as an answer is), and wakes the maintenances of the nodes it held, so their next
 /// round asks at once rather than at the refusal's retry (`docs/drain-contract.md` §1). A budget

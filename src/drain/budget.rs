@@ -92,11 +92,26 @@ impl Budget {
         if ignored {
             return false;
         }
-        if pod.status.ready {
-            return true;
-        }
+        pod.status.ready || !self.lets_go_unready()
+    }
+
+    /// Whether the API server evicts a pod of this budget that is not Ready without spending
+    /// a disruption: with `unhealthyPodEvictionPolicy: AlwaysAllow`, or while the budget has its
+    /// healthy pods (`currentHealthy >= desiredHealthy > 0`). Source: the not-Ready case of
+    /// `pkg/registry/core/pod/storage/eviction.go`.
+    fn lets_go_unready(&self) -> bool {
         let healthy = matches!((self.current, self.desired), (Some(c), Some(d)) if d > 0 && c >= d);
-        !(self.always_allow_unhealthy || healthy)
+        self.always_allow_unhealthy || healthy
+    }
+
+    /// Whether this budget, seen by the watch as `self` after `before` (`None`: not seen
+    /// before), may end a hold its refusal put on pods: it allows a disruption now, or it has
+    /// just come to let its pods that are not Ready go ([`Budget::lets_go_unready`]: its
+    /// healthy count regained, or `AlwaysAllow` set), which its refusals held while it did not.
+    /// A budget that stays healthy and allows none wakes nothing: its refusals hold only Ready
+    /// pods, which it still refuses.
+    pub(crate) fn relaxes_after(&self, before: Option<&Budget>) -> bool {
+        self.allowed > 0 || (self.lets_go_unready() && !before.is_some_and(Budget::lets_go_unready))
     }
 
     /// Whether it covers a pod of `namespace` with `labels`.
@@ -113,6 +128,32 @@ impl Budget {
         SharedCause::Budget {
             namespace: self.namespace.clone(),
             name: self.name.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+impl Budget {
+    /// A budget of `namespace` over the pods labelled `app=<app>`, allowing `allowed`, with
+    /// `healthy` of `healthy` pods healthy.
+    pub(crate) fn over_app(
+        namespace: &str,
+        name: &str,
+        app: &str,
+        allowed: i32,
+        healthy: i32,
+    ) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+            selector: Some(LabelSelector {
+                match_labels: Some([("app".to_string(), app.to_string())].into()),
+                ..LabelSelector::default()
+            }),
+            allowed,
+            desired: Some(healthy),
+            current: Some(healthy),
+            always_allow_unhealthy: false,
         }
     }
 }
@@ -181,8 +222,9 @@ pub(crate) struct BudgetWatch {
 impl BudgetWatch {
     /// A watch of every PodDisruptionBudget through `client`, the future that drives it (until
     /// dropped; watch errors are logged and retried with the watch's back-off), and the budgets
-    /// that may allow a disruption now: each one seen allowing at least one, or deleted (the
-    /// drain's trigger ends their holds, `crate::controller`).
+    /// that may end a hold now: each one seen allowing at least one, or newly letting its pods
+    /// that are not Ready go ([`Budget::relaxes_after`]), or deleted (the drain's trigger ends
+    /// their holds, `crate::controller`).
     pub(crate) fn start(
         client: Client,
     ) -> (
@@ -193,6 +235,8 @@ impl BudgetWatch {
         let (store, writer) = reflector::store::<PodDisruptionBudget>();
         let listed = Arc::new(AtomicBool::new(false));
         let flag = listed.clone();
+        // Read before the event reaches the store: the budget as last seen.
+        let seen = store.clone();
         let (relaxed_tx, relaxed) = futures::channel::mpsc::unbounded();
         let api: Api<PodDisruptionBudget> = Api::all(client);
         let drive = watcher(api, watcher::Config::default())
@@ -202,7 +246,10 @@ impl BudgetWatch {
                 Ok(watcher::Event::InitDone) => flag.store(true, Ordering::Relaxed),
                 Ok(watcher::Event::Apply(pdb)) => {
                     let budget = Budget::of(pdb);
-                    if budget.allowed > 0 {
+                    let before = seen
+                        .get(&reflector::ObjectRef::from_obj(pdb))
+                        .map(|b| Budget::of(&b));
+                    if budget.relaxes_after(before.as_ref()) {
                         let _ = relaxed_tx.unbounded_send(budget.cause());
                     }
                 }
@@ -304,5 +351,34 @@ mod tests {
                 "{current:?} of {desired:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_budget_relaxes_when_it_allows_or_newly_lets_its_unready_pods_go() {
+        let budget = |allowed: i32, current: i32, desired: i32, always: bool| Budget {
+            allowed,
+            current: Some(current),
+            desired: Some(desired),
+            always_allow_unhealthy: always,
+            ..Budget::default()
+        };
+        let unhealthy = budget(0, 2, 3, false);
+        let healthy = budget(0, 3, 3, false);
+        // Allows a disruption: every sighting.
+        assert!(budget(1, 4, 3, false).relaxes_after(Some(&budget(1, 4, 3, false))));
+        assert!(budget(1, 4, 3, false).relaxes_after(None));
+        // Regains its healthy count while allowing none: its pods not Ready now go.
+        assert!(healthy.relaxes_after(Some(&unhealthy)));
+        assert!(healthy.relaxes_after(None));
+        // AlwaysAllow set on a budget below its healthy count.
+        assert!(budget(0, 2, 3, true).relaxes_after(Some(&unhealthy)));
+        // Stays healthy or unhealthy, allowing none: its refusals hold Ready pods only, which
+        // it still refuses.
+        assert!(!healthy.relaxes_after(Some(&healthy)));
+        assert!(!unhealthy.relaxes_after(Some(&unhealthy)));
+        assert!(!unhealthy.relaxes_after(None));
+        assert!(!unhealthy.relaxes_after(Some(&healthy)));
+        // Desired 0 (an empty budget) is not "healthy" to the API server.
+        assert!(!budget(0, 0, 0, false).relaxes_after(Some(&unhealthy)));
     }
 }

@@ -727,7 +727,6 @@ mod tests {
     use super::*;
     use crate::bounds::{MAX_BLOCKER_MESSAGE, MAX_PENDING, cap_pending};
     use crate::drain::{Stage, classify_eviction};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use serde_json::json;
 
     fn blocker(name: &str, reason: &str, message_len: usize) -> PodBlocker {
@@ -1203,18 +1202,7 @@ mod tests {
     }
 
     fn budget(name: &str, app: &str, allowed: i32) -> Budget {
-        Budget {
-            namespace: "ns".into(),
-            name: name.into(),
-            selector: Some(LabelSelector {
-                match_labels: Some([("app".to_string(), app.to_string())].into()),
-                ..LabelSelector::default()
-            }),
-            allowed,
-            desired: Some(2),
-            current: Some(2),
-            always_allow_unhealthy: false,
-        }
+        Budget::over_app("ns", name, app, allowed, 2)
     }
 
     fn app_pods(app: &str, n: usize) -> Vec<(DrainPod, Disposition)> {

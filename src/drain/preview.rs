@@ -81,7 +81,6 @@ pub(crate) fn follow(
 mod tests {
     use super::*;
     use crate::drain::Budget;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
     fn pod(ns: &str, name: &str, app: &str) -> DrainPod {
         serde_json::from_value(serde_json::json!({
@@ -92,18 +91,7 @@ mod tests {
     }
 
     fn budget(ns: &str, name: &str, app: &str, allowed: i32) -> Budget {
-        Budget {
-            namespace: ns.into(),
-            name: name.into(),
-            selector: Some(LabelSelector {
-                match_labels: Some([("app".to_string(), app.to_string())].into()),
-                ..LabelSelector::default()
-            }),
-            allowed,
-            desired: Some(3),
-            current: Some(3),
-            always_allow_unhealthy: false,
-        }
+        Budget::over_app(ns, name, app, allowed, 3)
     }
 
     fn refusal(ns: &str, name: &str, budget: &str) -> PodBlocker {
