@@ -750,17 +750,12 @@ async fn a_hung_eviction_is_that_pods_blocker_and_the_others_proceed() {
 
 /// Refused (429) evictions of pods the API server has answered so far, from its own metrics.
 async fn refused_evictions(client: &kube::Client) -> u64 {
-    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
-    let text = client.request_text(req).await.unwrap();
-    text.lines()
-        .filter(|l| {
-            l.starts_with("apiserver_request_total{")
-                && l.contains("resource=\"pods\"")
-                && l.contains("subresource=\"eviction\"")
-                && l.contains("code=\"429\"")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    let refused = [
+        ("resource", "pods"),
+        ("subresource", "eviction"),
+        ("code", "429"),
+    ];
+    apiserver_requests(client, &refused).await
 }
 
 /// The 5 s retry interval less what the API server's clock and request handling may blur.

@@ -625,25 +625,7 @@ async fn held_by_one_budget(
         let labels = json!({"metadata": {"labels": {"app": "held"}}});
         bare_pod(client, ns, &format!("held-{i:02}"), node, labels).await;
     }
-    let budgets = Api::namespaced(client.clone(), ns);
-    let pdb = serde_json::from_value(json!({
-        "metadata": {"name": "held"},
-        "spec": {"minAvailable": n, "selector": {"matchLabels": {"app": "held"}}}
-    }))
-    .unwrap();
-    budgets.create(&PostParams::default(), &pdb).await.unwrap();
-    wait_for("the budget counts every pod healthy", LIMIT, || async {
-        let b: k8s_openapi::api::policy::v1::PodDisruptionBudget =
-            budgets.get("held").await.map_err(|e| e.to_string())?;
-        match b.status {
-            Some(s) if s.current_healthy == Some(n as i32) && s.disruptions_allowed == Some(0) => {
-                Ok(())
-            }
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
-    budgets
+    min_available_budget(client, ns, "held", "held", n, n).await
 }
 
 /// `docs/drain-contract.md` §1 ("Causes many pods share"): 60 pods under one
@@ -757,12 +739,13 @@ async fn a_budget_held_drain_asks_through_one_pod_and_finishes_when_the_budget_a
     nm::wait_gone(&client, &name, LIMIT).await;
 }
 
-/// `docs/drain-contract.md` §1 ("Causes many pods share"): a budget that allows no disruption
-/// because one of its pods is not Ready (`minAvailable: 3` of 4, one not Ready) refuses its
-/// three Ready pods, which one refusal holds, but the API server evicts the pod that is not
-/// Ready (the budget has its healthy pods): the drain asks it on its own and it goes at once.
-/// Held behind the budget's probe, it would stay until the budget allowed, and its replacement
-/// could never become the healthy pod the budget waits for.
+/// `docs/drain-contract.md` §1 ("Causes many pods share"): 4 pods, one not Ready, under a
+/// budget of `minAvailable: 4`: below its healthy count, the budget refuses all four, the pod
+/// that is not Ready too, and all four are held. Lowered to `minAvailable: 3`, it still allows
+/// no disruption and refuses its three Ready pods, but the API server now evicts the pod that is
+/// not Ready (the budget has its healthy pods): the drain asks it on its own and it goes. Held
+/// behind the budget's probe, it would stay until the budget allowed, and its replacement could
+/// never become the healthy pod the budget waits for.
 #[tokio::test]
 async fn a_pod_that_is_not_ready_is_not_held_behind_its_budgets_refusal() {
     let env = env();
@@ -790,38 +773,53 @@ async fn a_pod_that_is_not_ready_is_not_held_behind_its_budgets_refusal() {
         )
         .await
         .unwrap();
-    let budgets: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
-        Api::namespaced(client.clone(), &ns);
-    let pdb = serde_json::from_value(json!({
-        "metadata": {"name": "held"},
-        "spec": {"minAvailable": 3, "selector": {"matchLabels": {"app": "held"}}}
-    }))
-    .unwrap();
-    budgets.create(&PostParams::default(), &pdb).await.unwrap();
-    wait_for("the budget counts 3 of 4 pods healthy", LIMIT, || async {
-        let b = budgets.get("held").await.map_err(|e| e.to_string())?;
-        match b.status {
-            Some(s) if s.current_healthy == Some(3) && s.disruptions_allowed == Some(0) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
-
-    let name = unique("nm-unready");
-    nm::create(&client, &name, &node).await;
-    nm::wait_status(
-        &client,
-        &name,
-        "the Ready pods held by their budget",
-        LIMIT,
-        |s| {
+    let budgets = min_available_budget(&client, &ns, "held", "held", 4, 3).await;
+    let held_by_budget = |n: usize| {
+        move |s: &node_maintenance_operator::api::NodeMaintenanceStatus| {
             s.blockers
                 .iter()
                 .flatten()
                 .filter(|b| b.pod_disruption_budget.as_deref() == Some("held"))
                 .count()
-                == 3
-        },
+                == n
+        }
+    };
+
+    let name = unique("nm-unready");
+    nm::create(&client, &name, &node).await;
+    let nm = nm::wait_status(
+        &client,
+        &name,
+        "all four pods held by their budget",
+        LIMIT,
+        held_by_budget(4),
+    )
+    .await;
+    let blockers = nm.status.unwrap().blockers.unwrap_or_default();
+    assert!(
+        blockers.iter().any(|b| b.name == unready),
+        "the pod that is not Ready held too: {blockers:?}"
+    );
+    assert!(
+        evicted_in(&client, &ns, &names).await.is_empty(),
+        "a pod was evicted while its budget, below its healthy count, allowed none"
+    );
+
+    budgets
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"minAvailable": 3}})),
+        )
+        .await
+        .unwrap();
+    wait_budget_observed(&budgets, "held", 3).await;
+    nm::wait_status(
+        &client,
+        &name,
+        "the Ready pods held by their budget",
+        LIMIT,
+        held_by_budget(3),
     )
     .await;
     wait_for("the pod that is not Ready evicted", LIMIT, || async {
@@ -1181,14 +1179,7 @@ async fn past_the_deadline_force_delete_deletes_the_pods_a_budget_holds() {
     let ns = namespace(&client, "force").await;
     deployment(&client, &ns, "db", &group, 2, 30).await;
     wait_all_running(&client, &ns, 2).await;
-    let budgets: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
-        Api::namespaced(client.clone(), &ns);
-    let pdb = serde_json::from_value(json!({
-        "metadata": {"name": "db"},
-        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "db"}}}
-    }))
-    .unwrap();
-    budgets.create(&PostParams::default(), &pdb).await.unwrap();
+    min_available_budget(&client, &ns, "db", "db", 2, 2).await;
     let before: Vec<Pod> = pods(&client, &ns, "db").await;
 
     let name = unique("nm-force");

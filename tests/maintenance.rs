@@ -1144,28 +1144,7 @@ async fn a_node_held_by_one_budget_keeps_a_small_status_and_finishes_in_a_minute
             }
         })
         .await;
-    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns);
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": "guard"},
-        "spec": {"minAvailable": n, "selector": {"matchLabels": {"app": "held"}}}
-    }))
-    .unwrap();
-    pdbs.create(&PostParams::default(), &pdb).await.unwrap();
-    wait_for(
-        "every pod healthy under the budget",
-        Duration::from_secs(300),
-        || async {
-            let p = pdbs.get("guard").await.map_err(|e| e.to_string())?;
-            let s = p.status.clone().unwrap_or_default();
-            if s.observed_generation == p.metadata.generation && s.current_healthy == Some(n as i32)
-            {
-                Ok(())
-            } else {
-                Err(format!("healthy {:?}", s.current_healthy))
-            }
-        },
-    )
-    .await;
+    let pdbs = min_available_budget(&client, &ns, "guard", "held", n, n).await;
 
     let name = unique("nm-budget");
     nm::create(&client, &name, &node).await;

@@ -174,17 +174,12 @@ async fn preflight_lists_a_budget_blocked_pod_and_touches_nothing_else() {
 
 /// Dry-run evictions the API server refused with 429 so far (every client's).
 async fn refused_dry_runs(client: &kube::Client) -> u64 {
-    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
-    let text = client.request_text(req).await.unwrap();
-    text.lines()
-        .filter(|l| {
-            l.starts_with("apiserver_request_total{")
-                && l.contains("subresource=\"eviction\"")
-                && l.contains("code=\"429\"")
-                && l.contains("dry_run=\"All\"")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    let refused = [
+        ("subresource", "eviction"),
+        ("code", "429"),
+        ("dry_run", "All"),
+    ];
+    apiserver_requests(client, &refused).await
 }
 
 #[tokio::test]
@@ -241,6 +236,11 @@ async fn preflight_asks_a_budget_that_allows_none_through_one_pod_and_lists_them
         "the API server's counter went back ({before} -> {after}): it restarted, nothing is measured"
     );
     let refused = after - before;
+    assert!(
+        refused >= 1,
+        "no refused dry-run eviction counted: the budget was never asked, or the count reads \
+         the wrong series"
+    );
     // One per preflight round (alone, this test sees 1; a round every 60 s), plus the other
     // preflight test's (2 alone), which may run beside this one; asking every pod would be at
     // least PODS.

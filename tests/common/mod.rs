@@ -648,17 +648,52 @@ pub(crate) async fn budget(
     max_unavailable: i32,
     healthy: i32,
 ) -> Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> {
+    let limit = json!({"maxUnavailable": max_unavailable});
+    create_budget(client, ns, name, app, limit, healthy).await
+}
+
+/// [`budget`] with `minAvailable: min_available` instead.
+pub(crate) async fn min_available_budget(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    app: &str,
+    min_available: usize,
+    healthy: usize,
+) -> Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> {
+    let limit = json!({"minAvailable": min_available});
+    create_budget(client, ns, name, app, limit, healthy as i32).await
+}
+
+async fn create_budget(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    app: &str,
+    limit: serde_json::Value,
+    healthy: i32,
+) -> Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> {
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
     let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), ns);
-    let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": {"app": app}}}
-    }))
-    .unwrap();
+    let mut spec = json!({"selector": {"matchLabels": {"app": app}}});
+    merge(&mut spec, limit);
+    let pdb: PodDisruptionBudget =
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
     pdbs.create(&PostParams::default(), &pdb).await.unwrap();
+    wait_budget_observed(&pdbs, name, healthy).await;
+    pdbs
+}
+
+/// Waits until the disruption controller has observed budget `name` of `pdbs` at its current
+/// generation (a spec change included) and counts `healthy` healthy pods.
+pub(crate) async fn wait_budget_observed(
+    pdbs: &Api<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
+    name: &str,
+    healthy: i32,
+) {
     wait_for(
-        &format!("budget {ns}/{name} observed"),
-        Duration::from_secs(60),
+        &format!("budget {name} observed with {healthy} healthy"),
+        Duration::from_secs(300),
         || async {
             let p = pdbs.get(name).await.map_err(|e| e.to_string())?;
             let s = p.status.clone().unwrap_or_default();
@@ -671,5 +706,24 @@ pub(crate) async fn budget(
         },
     )
     .await;
-    pdbs
+}
+
+/// Requests the API server has answered so far (every client's), from its own
+/// `apiserver_request_total`: the sum over the series carrying every one of `labels`
+/// (`("code", "429")`, ...).
+pub(crate) async fn apiserver_requests(client: &Client, labels: &[(&str, &str)]) -> u64 {
+    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(req).await.unwrap();
+    let wanted: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix("apiserver_request_total{")
+                .and_then(|l| l.split_once('}'))
+                .is_some_and(|(series, _)| {
+                    let series: Vec<&str> = series.split(',').collect();
+                    wanted.iter().all(|w| series.contains(&w.as_str()))
+                })
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }
