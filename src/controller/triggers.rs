@@ -151,22 +151,22 @@ pub(super) fn node_mapper(
 }
 
 /// The budget triggers: a PodDisruptionBudget that allows a disruption now, newly lets its pods
-/// that are not Ready go (`crate::drain::Budget::relaxes_after`), or is gone, ends the
-/// hold its last refusal put on the pods it covers in the drain's memory (a fact the watch saw,
+/// that are not Ready go, or is gone (`crate::drain::Budget::relief_after`) ends the holds its
+/// refusals put on pods in the drain's memory (`RetrySchedule::release`: a fact the watch saw,
 /// recorded as an answer is), and wakes the maintenances of the nodes it held, so their next
 /// round asks at once rather than at the refusal's retry (`docs/drain-contract.md` §1). A budget
 /// that held nothing wakes nothing.
 pub(super) fn budgets(
-    relaxed: futures::channel::mpsc::UnboundedReceiver<crate::drain::SharedCause>,
+    relaxed: futures::channel::mpsc::UnboundedReceiver<crate::drain::Relief>,
     memory: crate::drain::DrainMemory,
     store: Store<NodeMaintenance>,
 ) -> impl Stream<Item = ObjectRef<NodeMaintenance>> + Send + 'static {
-    relaxed.flat_map(move |cause| {
+    relaxed.flat_map(move |relief| {
         let held: Vec<String> = {
             let mut nodes = memory.lock().unwrap_or_else(|e| e.into_inner());
             nodes
                 .iter_mut()
-                .filter_map(|(node, schedule)| schedule.release(&cause).then(|| node.clone()))
+                .filter_map(|(node, schedule)| schedule.release(&relief).then(|| node.clone()))
                 .collect()
         };
         let refs: Vec<ObjectRef<NodeMaintenance>> = held

@@ -104,14 +104,21 @@ impl Budget {
         self.always_allow_unhealthy || healthy
     }
 
-    /// Whether this budget, seen by the watch as `self` after `before` (`None`: not seen
-    /// before), may end a hold its refusal put on pods: it allows a disruption now, or it has
-    /// just come to let its pods that are not Ready go ([`Budget::lets_go_unready`]: its
-    /// healthy count regained, or `AlwaysAllow` set), which its refusals held while it did not.
-    /// A budget that stays healthy and allows none wakes nothing: its refusals hold only Ready
-    /// pods, which it still refuses.
-    pub(crate) fn relaxes_after(&self, before: Option<&Budget>) -> bool {
-        self.allowed > 0 || (self.lets_go_unready() && !before.is_some_and(Budget::lets_go_unready))
+    /// What this budget, seen by the watch as `self` after `before` (`None`: not seen before),
+    /// ends of the holds its refusals put on pods: [`Relief::Allows`] when it allows a
+    /// disruption now (every sighting); [`Relief::LetsGoUnready`] when it has just come to let
+    /// its pods that are not Ready go ([`Budget::lets_go_unready`]: its healthy count regained,
+    /// or `AlwaysAllow` set), which it refused while it did not; `None` otherwise. A budget that
+    /// stays healthy while allowing none ends nothing: a pod not Ready that it refused meanwhile
+    /// (the API server's status ahead of the watch's) waits for its own retry.
+    pub(crate) fn relief_after(&self, before: Option<&Budget>) -> Option<Relief> {
+        if self.allowed > 0 {
+            Some(Relief::Allows(self.cause()))
+        } else if self.lets_go_unready() && !before.is_some_and(Budget::lets_go_unready) {
+            Some(Relief::LetsGoUnready(self.cause()))
+        } else {
+            None
+        }
     }
 
     /// Whether it covers a pod of `namespace` with `labels`.
@@ -210,12 +217,24 @@ pub(crate) enum SharedCause {
     },
 }
 
+/// What the budget watch saw that may end the holds a budget's refusals put on pods
+/// ([`RetrySchedule::release`](super::RetrySchedule::release)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Relief {
+    /// It allows a disruption now, or is gone: every pod it held may be asked.
+    Allows(SharedCause),
+    /// It newly lets its pods that are not Ready go ([`Budget::relief_after`]) while allowing
+    /// none: those pods may be asked, its Ready pods are still refused.
+    LetsGoUnready(SharedCause),
+}
+
 /// The controller's watch of every PodDisruptionBudget, read by each drain round.
 #[derive(Clone)]
 pub(crate) struct BudgetWatch {
     store: Store<PodDisruptionBudget>,
     /// Whether the store holds every budget: set once the watch has listed, cleared while it
-    /// lists again (a relist after an error may miss deletions until it is done).
+    /// lists again (a relist after a 410 may miss deletions until it is done;
+    /// `crate::watch::relist::complete_after`).
     listed: Arc<AtomicBool>,
 }
 
@@ -223,14 +242,14 @@ impl BudgetWatch {
     /// A watch of every PodDisruptionBudget through `client`, the future that drives it (until
     /// dropped; watch errors are logged and retried with the watch's back-off), and the budgets
     /// that may end a hold now: each one seen allowing at least one, or newly letting its pods
-    /// that are not Ready go ([`Budget::relaxes_after`]), or deleted (the drain's trigger ends
+    /// that are not Ready go ([`Budget::relief_after`]), or deleted (the drain's trigger ends
     /// their holds, `crate::controller`).
     pub(crate) fn start(
         client: Client,
     ) -> (
         Self,
         impl Future<Output = ()> + Send + 'static,
-        futures::channel::mpsc::UnboundedReceiver<SharedCause>,
+        futures::channel::mpsc::UnboundedReceiver<Relief>,
     ) {
         let (store, writer) = reflector::store::<PodDisruptionBudget>();
         let listed = Arc::new(AtomicBool::new(false));
@@ -241,22 +260,27 @@ impl BudgetWatch {
         let api: Api<PodDisruptionBudget> = Api::all(client);
         let drive = watcher(api, watcher::Config::default())
             .backoff(crate::watch::relist::watch_backoff())
-            .inspect(move |ev| match ev {
-                Ok(watcher::Event::Init) | Err(_) => flag.store(false, Ordering::Relaxed),
-                Ok(watcher::Event::InitDone) => flag.store(true, Ordering::Relaxed),
-                Ok(watcher::Event::Apply(pdb)) => {
-                    let budget = Budget::of(pdb);
-                    let before = seen
-                        .get(&reflector::ObjectRef::from_obj(pdb))
-                        .map(|b| Budget::of(&b));
-                    if budget.relaxes_after(before.as_ref()) {
-                        let _ = relaxed_tx.unbounded_send(budget.cause());
+            .inspect(move |ev| {
+                if let Some(complete) = crate::watch::relist::complete_after(ev) {
+                    flag.store(complete, Ordering::Relaxed);
+                }
+                let Ok(ev) = ev else { return };
+                match ev {
+                    // A relist's objects too: the store keeps the objects from before it until
+                    // InitDone, so a change made while the watch was away is seen as one.
+                    watcher::Event::Apply(pdb) | watcher::Event::InitApply(pdb) => {
+                        let before = seen
+                            .get(&reflector::ObjectRef::from_obj(pdb))
+                            .map(|b| Budget::of(&b));
+                        if let Some(relief) = Budget::of(pdb).relief_after(before.as_ref()) {
+                            let _ = relaxed_tx.unbounded_send(relief);
+                        }
                     }
+                    watcher::Event::Delete(pdb) => {
+                        let _ = relaxed_tx.unbounded_send(Relief::Allows(Budget::of(pdb).cause()));
+                    }
+                    _ => {}
                 }
-                Ok(watcher::Event::Delete(pdb)) => {
-                    let _ = relaxed_tx.unbounded_send(Budget::of(pdb).cause());
-                }
-                _ => {}
             })
             .filter_map(crate::watch::relist::log_error("PodDisruptionBudget"))
             .modify(slim)
@@ -354,7 +378,7 @@ mod tests {
     }
 
     #[test]
-    fn a_budget_relaxes_when_it_allows_or_newly_lets_its_unready_pods_go() {
+    fn a_budget_relieves_when_it_allows_or_newly_lets_its_unready_pods_go() {
         let budget = |allowed: i32, current: i32, desired: i32, always: bool| Budget {
             allowed,
             current: Some(current),
@@ -362,23 +386,28 @@ mod tests {
             always_allow_unhealthy: always,
             ..Budget::default()
         };
+        let allows = Some(Relief::Allows(Budget::default().cause()));
+        let unready = Some(Relief::LetsGoUnready(Budget::default().cause()));
         let unhealthy = budget(0, 2, 3, false);
         let healthy = budget(0, 3, 3, false);
         // Allows a disruption: every sighting.
-        assert!(budget(1, 4, 3, false).relaxes_after(Some(&budget(1, 4, 3, false))));
-        assert!(budget(1, 4, 3, false).relaxes_after(None));
+        let allowing = budget(1, 4, 3, false);
+        assert_eq!(allowing.relief_after(Some(&allowing)), allows);
+        assert_eq!(allowing.relief_after(None), allows);
         // Regains its healthy count while allowing none: its pods not Ready now go.
-        assert!(healthy.relaxes_after(Some(&unhealthy)));
-        assert!(healthy.relaxes_after(None));
+        assert_eq!(healthy.relief_after(Some(&unhealthy)), unready);
+        assert_eq!(healthy.relief_after(None), unready);
         // AlwaysAllow set on a budget below its healthy count.
-        assert!(budget(0, 2, 3, true).relaxes_after(Some(&unhealthy)));
-        // Stays healthy or unhealthy, allowing none: its refusals hold Ready pods only, which
-        // it still refuses.
-        assert!(!healthy.relaxes_after(Some(&healthy)));
-        assert!(!unhealthy.relaxes_after(Some(&unhealthy)));
-        assert!(!unhealthy.relaxes_after(None));
-        assert!(!unhealthy.relaxes_after(Some(&healthy)));
+        assert_eq!(
+            budget(0, 2, 3, true).relief_after(Some(&unhealthy)),
+            unready
+        );
+        // Stays healthy or unhealthy, allowing none: nothing it refuses is let go.
+        assert_eq!(healthy.relief_after(Some(&healthy)), None);
+        assert_eq!(unhealthy.relief_after(Some(&unhealthy)), None);
+        assert_eq!(unhealthy.relief_after(None), None);
+        assert_eq!(unhealthy.relief_after(Some(&healthy)), None);
         // Desired 0 (an empty budget) is not "healthy" to the API server.
-        assert!(!budget(0, 0, 0, false).relaxes_after(Some(&unhealthy)));
+        assert_eq!(budget(0, 0, 0, false).relief_after(Some(&unhealthy)), None);
     }
 }

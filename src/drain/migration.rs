@@ -184,10 +184,10 @@ impl MigrationWatch {
         let flag = listed.clone();
         let drive = watcher(api, watcher::Config::default())
             .backoff(crate::watch::relist::watch_backoff())
-            .inspect(move |ev| match ev {
-                Ok(watcher::Event::Init) | Err(_) => flag.store(false, Ordering::Relaxed),
-                Ok(watcher::Event::InitDone) => flag.store(true, Ordering::Relaxed),
-                _ => {}
+            .inspect(move |ev| {
+                if let Some(complete) = crate::watch::relist::complete_after(ev) {
+                    flag.store(complete, Ordering::Relaxed);
+                }
             })
             .filter_map(crate::watch::relist::log_error(
                 "VirtualMachineInstanceMigration",

@@ -56,7 +56,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::Status;
 
 pub(crate) use act::{DrainError, Drainer, Standing};
-pub(crate) use budget::{Budget, BudgetWatch, Budgets, SharedCause};
+pub(crate) use budget::{Budget, BudgetWatch, Budgets, Relief, SharedCause};
 pub(crate) use pass::{DrainReport, Survey};
 use pod::{DrainPod, OwnerRef};
 
@@ -631,6 +631,8 @@ struct RetryEntry {
     due: Instant,
     blocker: PodBlocker,
     error: Option<String>,
+    /// The cause many pods share that the refusal named.
+    shared: Option<SharedCause>,
 }
 
 /// A pod evicted from the node that tolerates both maintenance taints, whose controller's
@@ -678,6 +680,7 @@ impl RetrySchedule {
                         due: now + retry,
                         blocker: b.clone(),
                         error: outcome.error.clone(),
+                        shared: outcome.shared.clone(),
                     },
                 );
                 if let Some(cause) = &outcome.shared {
@@ -699,9 +702,21 @@ impl RetrySchedule {
     pub(crate) fn shared(&self, cause: &SharedCause, now: Instant) -> Option<&SharedEntry> {
         self.shared.get(cause).filter(|e| e.due > now)
     }
-    /// Ends the hold of `cause` (it allows a disruption now, or is gone); whether it held pods.
-    pub(crate) fn release(&mut self, cause: &SharedCause) -> bool {
-        self.shared.remove(cause).is_some()
+    /// Ends what the refusals naming `relief`'s cause hold: the retries of the pods refused (the
+    /// probe's included, often the only pod of its budget on a node), and with
+    /// [`Relief::Allows`] the hold on the pods no request was sent for (with
+    /// [`Relief::LetsGoUnready`] that hold stays: the Ready pods it holds are still refused,
+    /// those not Ready are asked on their own, `Budget::decides`). Whether anything was held.
+    pub(crate) fn release(&mut self, relief: &Relief) -> bool {
+        let (cause, all) = match relief {
+            Relief::Allows(c) => (c, true),
+            Relief::LetsGoUnready(c) => (c, false),
+        };
+        let before = self.entries.len();
+        self.entries.retain(|_, e| e.shared.as_ref() != Some(cause));
+        let refused = self.entries.len() != before;
+        let held = all && self.shared.remove(cause).is_some();
+        refused || held
     }
     /// The last refusal that named `cause`, due or not (its texts, for pods held by it).
     pub(crate) fn last_shared(&self, cause: &SharedCause) -> Option<&SharedEntry> {
@@ -738,6 +753,7 @@ impl RetrySchedule {
                     "error when deleting pod \"{}\" in namespace \"{}\": {error}",
                     pod.name, pod.namespace
                 )),
+                shared: None,
             },
         );
     }

@@ -443,6 +443,46 @@ fn a_refused_pod_is_not_asked_again_before_its_retry_is_due() {
 }
 
 #[test]
+fn a_budgets_relief_ends_the_retries_of_the_pods_it_refused_and_with_allows_its_hold() {
+    let t0 = Instant::now();
+    let refused_by = |pod: &str, budget: &str| {
+        let e = api_err(
+            429,
+            "x",
+            &[(
+                "DisruptionBudget",
+                &format!("The disruption budget {budget} needs 1 healthy pods and has 1 currently"),
+            )],
+        );
+        classify_eviction(&r(pod), false, Err(&e))
+    };
+    let cause = refused_by("p", "b").shared.unwrap();
+    let fresh = || {
+        let mut s = RetrySchedule::default();
+        // p, the probe of budget b (often the only pod of its budget on a node); q, of budget c.
+        s.record("uid-p", "n1", &refused_by("p", "b"), t0);
+        s.record("uid-q", "n1", &refused_by("q", "c"), t0);
+        s
+    };
+    let soon = t0 + Duration::from_millis(100);
+    // Lets its pods that are not Ready go: the probe's own retry ends (it may be one of them),
+    // the hold on the pods no request was sent for stays (its Ready pods are still refused).
+    let mut s = fresh();
+    assert!(s.release(&Relief::LetsGoUnready(cause.clone())));
+    assert!(s.held("uid-p", soon).is_none());
+    assert!(s.shared(&cause, soon).is_some());
+    // Allows a disruption, or gone: both end.
+    let mut s = fresh();
+    assert!(s.release(&Relief::Allows(cause.clone())));
+    assert!(s.held("uid-p", soon).is_none());
+    assert!(s.shared(&cause, soon).is_none());
+    // Another budget's refusal is not ended; with nothing left held, nothing to wake.
+    assert!(s.held("uid-q", soon).is_some());
+    assert!(!s.release(&Relief::Allows(cause.clone())));
+    assert!(!s.release(&Relief::LetsGoUnready(cause)));
+}
+
+#[test]
 fn accepted_eviction_leaves_the_pod_pending_as_terminating() {
     let o = classify_eviction(&r("p"), false, Ok(()));
     assert_eq!(o.result, result::EVICTED);

@@ -58,6 +58,19 @@ pub(crate) fn log_error<K>(
     }
 }
 
+/// Whether a reflector's store holds every object after `ev`: `Some(false)` when a relist
+/// starts (kube's `Init`: deletions made while the watch was away are only known at its end),
+/// `Some(true)` at its end (`InitDone`), `None` (unchanged) otherwise, a watch error included:
+/// kube's watcher resumes from the last resourceVersion after any error but a 410, which comes
+/// back through `Init` (`kube-runtime` `watcher::step_trampolined`); the store stays whole meanwhile.
+pub(crate) fn complete_after<K>(ev: &WatchItem<K>) -> Option<bool> {
+    match ev {
+        Ok(watcher::Event::Init) => Some(false),
+        Ok(watcher::Event::InitDone) => Some(true),
+        _ => None,
+    }
+}
+
 /// The objects one watch knows, by name, each with a value `V` (what the controller needs to
 /// act on the object's deletion), and which of them the relist in progress has delivered.
 #[derive(Debug)]
@@ -134,6 +147,19 @@ mod tests {
         let mut gone = t.observe(&ev, |o| o.0.to_string(), |o| o.1);
         gone.sort();
         gone
+    }
+
+    #[test]
+    fn a_store_is_incomplete_from_a_relists_start_to_its_end_not_after_an_error() {
+        let ev = |e: Event<Obj>| complete_after(&Ok(e));
+        assert_eq!(ev(Event::Init), Some(false));
+        assert_eq!(ev(Event::InitApply(("a", 1))), None);
+        assert_eq!(ev(Event::InitDone), Some(true));
+        assert_eq!(ev(Event::Apply(("a", 2))), None);
+        assert_eq!(ev(Event::Delete(("a", 2))), None);
+        // The watcher resumes from its resourceVersion; a 410 comes back through Init.
+        let failed: WatchItem<Obj> = Err(watcher::Error::NoResourceVersion);
+        assert_eq!(complete_after(&failed), None);
     }
 
     #[test]
