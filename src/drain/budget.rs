@@ -105,20 +105,24 @@ impl Budget {
     }
 
     /// What this budget, seen by the watch as `self` after `before` (`None`: not seen before),
-    /// ends of the holds its refusals put on pods: [`Relief::Allows`] when it allows a
-    /// disruption now (every sighting); [`Relief::LetsGoUnready`] when it has just come to let
-    /// its pods that are not Ready go ([`Budget::lets_go_unready`]: its healthy count regained,
-    /// or `AlwaysAllow` set), which it refused while it did not; `None` otherwise. A budget that
+    /// ends of what its refusals hold, `None` when nothing. While it allows a disruption (every
+    /// sighting), the hold on the pods no request was sent for; the retries of the pods it
+    /// refused only when it has changed since it refused them, a new fact from the API server:
+    /// it allows a disruption where it allowed none, or it has just come to let its pods that
+    /// are not Ready go ([`Budget::lets_go_unready`]: its healthy count regained, or
+    /// `AlwaysAllow` set; its Ready pods stay held, as it still refuses them). A budget that
     /// stays healthy while allowing none ends nothing: a pod not Ready that it refused meanwhile
     /// (the API server's status ahead of the watch's) waits for its own retry.
     pub(crate) fn relief_after(&self, before: Option<&Budget>) -> Option<Relief> {
-        if self.allowed > 0 {
-            Some(Relief::Allows(self.cause()))
-        } else if self.lets_go_unready() && !before.is_some_and(Budget::lets_go_unready) {
-            Some(Relief::LetsGoUnready(self.cause()))
-        } else {
-            None
-        }
+        let allowed_none = before.is_none_or(|b| b.allowed <= 0);
+        let lets_go_unready =
+            self.lets_go_unready() && !before.is_some_and(Budget::lets_go_unready);
+        let relief = Relief {
+            cause: self.cause(),
+            hold: self.allowed > 0,
+            retries: (self.allowed > 0 && allowed_none) || lets_go_unready,
+        };
+        (relief.hold || relief.retries).then_some(relief)
     }
 
     /// Whether it covers a pod of `namespace` with `labels`.
@@ -217,15 +221,28 @@ pub(crate) enum SharedCause {
     },
 }
 
-/// What the budget watch saw that may end the holds a budget's refusals put on pods
-/// ([`RetrySchedule::release`](super::RetrySchedule::release)).
+/// What the budget watch saw that ends what a budget's refusals hold
+/// ([`RetrySchedule::release`](super::RetrySchedule::release); [`Budget::relief_after`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Relief {
-    /// It allows a disruption now, or is gone: every pod it held may be asked.
-    Allows(SharedCause),
-    /// It newly lets its pods that are not Ready go ([`Budget::relief_after`]) while allowing
-    /// none: those pods may be asked, its Ready pods are still refused.
-    LetsGoUnready(SharedCause),
+pub(crate) struct Relief {
+    /// The budget.
+    pub cause: SharedCause,
+    /// The hold on the pods no request was sent for ends: it allows a disruption, or is gone.
+    pub hold: bool,
+    /// The retries of the pods it refused end: it changed since (it allows a disruption where
+    /// it allowed none, lets its pods that are not Ready go, or is gone).
+    pub retries: bool,
+}
+
+impl Relief {
+    /// All of it: the budget is gone.
+    pub(crate) fn gone(cause: SharedCause) -> Self {
+        Self {
+            cause,
+            hold: true,
+            retries: true,
+        }
+    }
 }
 
 /// The controller's watch of every PodDisruptionBudget, read by each drain round.
@@ -277,7 +294,7 @@ impl BudgetWatch {
                         }
                     }
                     watcher::Event::Delete(pdb) => {
-                        let _ = relaxed_tx.unbounded_send(Relief::Allows(Budget::of(pdb).cause()));
+                        let _ = relaxed_tx.unbounded_send(Relief::gone(Budget::of(pdb).cause()));
                     }
                     _ => {}
                 }
@@ -386,24 +403,33 @@ mod tests {
             always_allow_unhealthy: always,
             ..Budget::default()
         };
-        let allows = Some(Relief::Allows(Budget::default().cause()));
-        let unready = Some(Relief::LetsGoUnready(Budget::default().cause()));
+        let relief = |hold: bool, retries: bool| {
+            Some(Relief {
+                cause: Budget::default().cause(),
+                hold,
+                retries,
+            })
+        };
         let unhealthy = budget(0, 2, 3, false);
         let healthy = budget(0, 3, 3, false);
-        // Allows a disruption: every sighting.
         let allowing = budget(1, 4, 3, false);
-        assert_eq!(allowing.relief_after(Some(&allowing)), allows);
-        assert_eq!(allowing.relief_after(None), allows);
-        // Regains its healthy count while allowing none: its pods not Ready now go.
-        assert_eq!(healthy.relief_after(Some(&unhealthy)), unready);
-        assert_eq!(healthy.relief_after(None), unready);
+        // Allows a disruption where it allowed none: the hold and the refusals' retries.
+        assert_eq!(allowing.relief_after(Some(&healthy)), relief(true, true));
+        assert_eq!(allowing.relief_after(Some(&unhealthy)), relief(true, true));
+        assert_eq!(allowing.relief_after(None), relief(true, true));
+        // Still allows: the hold only; a pod it refused meanwhile keeps its retry.
+        assert_eq!(allowing.relief_after(Some(&allowing)), relief(true, false));
+        // Regains its healthy count while allowing none: the retries, not the hold.
+        assert_eq!(healthy.relief_after(Some(&unhealthy)), relief(false, true));
+        assert_eq!(healthy.relief_after(None), relief(false, true));
         // AlwaysAllow set on a budget below its healthy count.
         assert_eq!(
             budget(0, 2, 3, true).relief_after(Some(&unhealthy)),
-            unready
+            relief(false, true)
         );
         // Stays healthy or unhealthy, allowing none: nothing it refuses is let go.
         assert_eq!(healthy.relief_after(Some(&healthy)), None);
+        assert_eq!(healthy.relief_after(Some(&allowing)), None);
         assert_eq!(unhealthy.relief_after(Some(&unhealthy)), None);
         assert_eq!(unhealthy.relief_after(None), None);
         assert_eq!(unhealthy.relief_after(Some(&healthy)), None);

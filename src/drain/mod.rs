@@ -33,7 +33,8 @@
 //!   pod is left, the operator's own pod (`POD_NAME`/`POD_NAMESPACE`) last, so the drain never
 //!   stops half-way and the webhook is not left without a running pod after the node reboots.
 //! - A refused eviction is retried per pod, no sooner than [`EVICTION_RETRY_INTERVAL`] later,
-//!   whatever triggers the next pass.
+//!   whatever triggers the next pass, unless the PodDisruptionBudget that refused it changed
+//!   since, as its watch saw ([`Budget::relief_after`]).
 
 mod act;
 mod gone;
@@ -80,7 +81,8 @@ pub(crate) const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// `StuckTerminating`: 60 s, Karpenter's threshold for the same situation.
 pub(crate) const STUCK_TERMINATING_MARGIN: Duration = Duration::from_secs(60);
 /// Shortest time between two eviction requests for the same pod after one was refused
-/// (upstream's `waitDurationOnDrainError`). Kept per pod UID in memory, not in the status.
+/// (upstream's `waitDurationOnDrainError`), unless the budget that refused it changed since
+/// ([`RetrySchedule::release`]). Kept per pod UID in memory, not in the status.
 pub(crate) const EVICTION_RETRY_INTERVAL: Duration = Duration::from_secs(5);
 /// Shortest time between two eviction requests for a pod whose responder is evacuating it
 /// ([`Answer::Evacuating`]): 30 s. Asking again only confirms what the first answer said
@@ -702,21 +704,23 @@ impl RetrySchedule {
     pub(crate) fn shared(&self, cause: &SharedCause, now: Instant) -> Option<&SharedEntry> {
         self.shared.get(cause).filter(|e| e.due > now)
     }
-    /// Ends what the refusals naming `relief`'s cause hold: the retries of the pods refused (the
-    /// probe's included, often the only pod of its budget on a node), and with
-    /// [`Relief::Allows`] the hold on the pods no request was sent for (with
-    /// [`Relief::LetsGoUnready`] that hold stays: the Ready pods it holds are still refused,
-    /// those not Ready are asked on their own, `Budget::decides`). Whether anything was held.
+    /// Ends what `relief` says of the refusals naming its budget: the hold on the pods no
+    /// request was sent for (`hold`), the retries of the pods it refused (`retries`: the probe's
+    /// included, often the only pod of its budget on a node; Ready pods refused too, which a
+    /// hold still due keeps from being asked). Whether anything was held. Scans the node's
+    /// retries only when `retries` (a change of the budget, rare).
     pub(crate) fn release(&mut self, relief: &Relief) -> bool {
-        let (cause, all) = match relief {
-            Relief::Allows(c) => (c, true),
-            Relief::LetsGoUnready(c) => (c, false),
-        };
-        let before = self.entries.len();
-        self.entries.retain(|_, e| e.shared.as_ref() != Some(cause));
-        let refused = self.entries.len() != before;
-        let held = all && self.shared.remove(cause).is_some();
-        refused || held
+        let mut released = false;
+        if relief.retries {
+            let before = self.entries.len();
+            self.entries
+                .retain(|_, e| e.shared.as_ref() != Some(&relief.cause));
+            released = self.entries.len() != before;
+        }
+        if relief.hold {
+            released |= self.shared.remove(&relief.cause).is_some();
+        }
+        released
     }
     /// The last refusal that named `cause`, due or not (its texts, for pods held by it).
     pub(crate) fn last_shared(&self, cause: &SharedCause) -> Option<&SharedEntry> {

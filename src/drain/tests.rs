@@ -443,7 +443,7 @@ fn a_refused_pod_is_not_asked_again_before_its_retry_is_due() {
 }
 
 #[test]
-fn a_budgets_relief_ends_the_retries_of_the_pods_it_refused_and_with_allows_its_hold() {
+fn a_budgets_relief_ends_what_it_says_of_its_refusals() {
     let t0 = Instant::now();
     let refused_by = |pod: &str, budget: &str| {
         let e = api_err(
@@ -465,21 +465,30 @@ fn a_budgets_relief_ends_the_retries_of_the_pods_it_refused_and_with_allows_its_
         s
     };
     let soon = t0 + Duration::from_millis(100);
+    let relief = |hold: bool, retries: bool| Relief {
+        cause: cause.clone(),
+        hold,
+        retries,
+    };
     // Lets its pods that are not Ready go: the probe's own retry ends (it may be one of them),
     // the hold on the pods no request was sent for stays (its Ready pods are still refused).
     let mut s = fresh();
-    assert!(s.release(&Relief::LetsGoUnready(cause.clone())));
+    assert!(s.release(&relief(false, true)));
     assert!(s.held("uid-p", soon).is_none());
     assert!(s.shared(&cause, soon).is_some());
-    // Allows a disruption, or gone: both end.
+    // Still allows: the hold ends, the refused pod keeps its retry.
     let mut s = fresh();
-    assert!(s.release(&Relief::Allows(cause.clone())));
+    assert!(s.release(&relief(true, false)));
+    assert!(s.held("uid-p", soon).is_some());
+    assert!(s.shared(&cause, soon).is_none());
+    // Allows where it allowed none, or gone: both end.
+    let mut s = fresh();
+    assert!(s.release(&Relief::gone(cause.clone())));
     assert!(s.held("uid-p", soon).is_none());
     assert!(s.shared(&cause, soon).is_none());
     // Another budget's refusal is not ended; with nothing left held, nothing to wake.
     assert!(s.held("uid-q", soon).is_some());
-    assert!(!s.release(&Relief::Allows(cause.clone())));
-    assert!(!s.release(&Relief::LetsGoUnready(cause)));
+    assert!(!s.release(&Relief::gone(cause.clone())));
 }
 
 #[test]

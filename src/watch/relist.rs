@@ -60,9 +60,12 @@ pub(crate) fn log_error<K>(
 
 /// Whether a reflector's store holds every object after `ev`: `Some(false)` when a relist
 /// starts (kube's `Init`: deletions made while the watch was away are only known at its end),
-/// `Some(true)` at its end (`InitDone`), `None` (unchanged) otherwise, a watch error included:
-/// kube's watcher resumes from the last resourceVersion after any error but a 410, which comes
-/// back through `Init` (`kube-runtime` `watcher::step_trampolined`); the store stays whole meanwhile.
+/// `Some(true)` at its end (`InitDone`), `None` (unchanged) otherwise, a watch error included.
+/// kube's watcher resumes from the last resourceVersion after a failed or ended watch; after a
+/// 410 Expired, a failed list or an object without a resourceVersion it relists, through
+/// `Init` once its back-off has passed (`kube-runtime` 5, `watcher::step_trampolined`). Until
+/// then the store is stale but kept: the API server's answers still decide, and a round reads
+/// stale budgets for at most that back-off rather than none at all.
 pub(crate) fn complete_after<K>(ev: &WatchItem<K>) -> Option<bool> {
     match ev {
         Ok(watcher::Event::Init) => Some(false),
@@ -157,9 +160,14 @@ mod tests {
         assert_eq!(ev(Event::InitDone), Some(true));
         assert_eq!(ev(Event::Apply(("a", 2))), None);
         assert_eq!(ev(Event::Delete(("a", 2))), None);
-        // The watcher resumes from its resourceVersion; a 410 comes back through Init.
-        let failed: WatchItem<Obj> = Err(watcher::Error::NoResourceVersion);
+        // A failed watch is resumed from its resourceVersion; an error that relists (a 410, a
+        // failed list) comes back through Init.
+        let failed: WatchItem<Obj> = Err(watcher::Error::WatchFailed(
+            kube::Error::LinesCodecMaxLineLengthExceeded,
+        ));
         assert_eq!(complete_after(&failed), None);
+        let relists: WatchItem<Obj> = Err(watcher::Error::NoResourceVersion);
+        assert_eq!(complete_after(&relists), None);
     }
 
     #[test]
