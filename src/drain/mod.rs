@@ -706,8 +706,9 @@ impl RetrySchedule {
     }
     /// Ends what `relief` says of the refusals naming its budget: the hold on the pods no
     /// request was sent for (`hold`), the retries of the pods it refused (`retries`: the probe's
-    /// included, often the only pod of its budget on a node; Ready pods refused too, which a
-    /// hold still due keeps from being asked). Whether anything was held. Scans the node's
+    /// included, often the only pod of its budget on a node; Ready pods refused too, which only
+    /// a hold still due keeps from being asked: where none is left, one may be asked early into
+    /// a 429). Whether anything was held. Scans the node's
     /// retries only when `retries` (a change of the budget, rare).
     pub(crate) fn release(&mut self, relief: &Relief) -> bool {
         let mut released = false;

@@ -64,8 +64,8 @@ pub(crate) fn log_error<K>(
 /// kube's watcher resumes from the last resourceVersion after a failed or ended watch; after a
 /// 410 Expired, a failed list or an object without a resourceVersion it relists, through
 /// `Init` once its back-off has passed (`kube-runtime` 5, `watcher::step_trampolined`). Until
-/// then the store is stale but kept: the API server's answers still decide, and a round reads
-/// stale budgets for at most that back-off rather than none at all.
+/// then, and through an outage the watcher resumes from, the store is stale but kept marked
+/// complete: the API server's answers still decide.
 pub(crate) fn complete_after<K>(ev: &WatchItem<K>) -> Option<bool> {
     match ev {
         Ok(watcher::Event::Init) => Some(false),
