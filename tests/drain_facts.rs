@@ -739,6 +739,77 @@ async fn a_budget_held_drain_asks_through_one_pod_and_finishes_when_the_budget_a
     nm::wait_gone(&client, &name, LIMIT).await;
 }
 
+/// `docs/drain-contract.md` §1 ("Causes many pods share"; issue 46 item 10): two pods under a
+/// budget that allows no disruption, no eviction webhook anywhere. Once status names both with
+/// the budget, every status the API server stores for the next three retries (the
+/// NodeMaintenance's own watch, so no write is missed) names both with it: the probe, asked
+/// again each 5 s, is not shown `Evicting` for the milliseconds of its ask, and `lastError`
+/// keeps naming both.
+#[tokio::test]
+async fn each_held_pod_stays_named_with_its_budget_through_the_retries() {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    const WINDOW: Duration = Duration::from_secs(16);
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("steady");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "steady").await;
+    let budgets = held_by_one_budget(&client, &ns, &node, 2).await;
+    let name = unique("nm-steady");
+    nm::create(&client, &name, &node).await;
+    let both_held = |s: &node_maintenance_operator::api::NodeMaintenanceStatus| {
+        let held = s
+            .blockers
+            .iter()
+            .flatten()
+            .filter(|b| b.reason == "PodDisruptionBudget")
+            .filter(|b| b.pod_disruption_budget.as_deref() == Some("held"))
+            .count();
+        let error = s.last_error.as_deref().unwrap_or_default();
+        held == 2 && error.contains("held-00") && error.contains("held-01")
+    };
+    nm::wait_status(
+        &client,
+        &name,
+        "both pods named with the budget",
+        LIMIT,
+        |s| both_held(s),
+    )
+    .await;
+    let api: Api<node_maintenance_operator::api::NodeMaintenance> = Api::all(client.clone());
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut seen = Vec::new();
+    let mut stream = watcher::watcher(api, config).boxed();
+    let _ = tokio::time::timeout(WINDOW, async {
+        while let Some(Ok(event)) = stream.next().await {
+            if let watcher::Event::Apply(nm) | watcher::Event::InitApply(nm) = event {
+                seen.push(nm.status.unwrap_or_default());
+            }
+        }
+    })
+    .await;
+    assert!(!seen.is_empty(), "the watch saw no status");
+    let flipped: Vec<_> = seen
+        .iter()
+        .filter(|s| !both_held(s))
+        .map(|s| (&s.blockers, &s.last_error))
+        .collect();
+    assert!(
+        flipped.is_empty(),
+        "{} of {} statuses in {}s do not name both pods with the budget: {flipped:?}",
+        flipped.len(),
+        seen.len(),
+        WINDOW.as_secs()
+    );
+    budgets.delete("held", &Default::default()).await.unwrap();
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+}
+
 /// `docs/drain-contract.md` §1 ("Causes many pods share"): 4 pods under a budget of
 /// `minAvailable: 4`, `held-00` and `held-03` not Ready. Below its healthy count the budget
 /// refuses all four, those not Ready too: `held-00`, listed first, is its probe and refused,

@@ -662,6 +662,17 @@ impl RetrySchedule {
     pub(crate) fn last_refusal(&self, uid: &str) -> Option<&PodBlocker> {
         self.entries.get(uid).map(|e| &e.blocker)
     }
+    /// What status shows for pod `uid` while its eviction is sent and unanswered: its last
+    /// refusal (blocker and lastError text) when it was refused before, so a budget's probe,
+    /// asked again each retry, stays named with the budget that holds it instead of flipping to
+    /// `Evicting` for the milliseconds of each ask (docs/drain-contract.md §1); else
+    /// [`evicting`] and no error.
+    pub(crate) fn asking(&self, pod: &PodReference, uid: &str) -> (PodBlocker, Option<String>) {
+        match self.entries.get(uid) {
+            Some(e) => (e.blocker.clone(), e.error.clone()),
+            None => (evicting(pod), None),
+        }
+    }
     /// Records the outcome of an eviction of pod `uid` on `node`: a refusal (a blocker other than
     /// `Terminating`) schedules the next try one interval after `now`; anything else clears it.
     /// A refusal that names a cause many pods share also holds those pods until the same time

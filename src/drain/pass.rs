@@ -356,7 +356,9 @@ pub(crate) fn plan_pass(
         }
         plan.listed.insert(uid.clone());
         if schedule.in_flight(&uid) {
-            plan.pending.push(super::evicting(&r));
+            let (b, error) = schedule.asking(&r, &uid);
+            plan.pending.push(b);
+            plan.errors.extend(error);
             continue;
         }
         if let Some((b, error)) = schedule.held(&uid, at) {
@@ -620,13 +622,14 @@ pub(crate) struct Settled {
     pub forced: Vec<(String, PodBlocker)>,
 }
 
-/// Settles a round (pure): its report, with the evictions it sends pending as `Evicting`, the
+/// Settles a round (pure): its report, with the evictions it sends pending as `Evicting` (or as
+/// their last refusal, for a pod asked again: [`RetrySchedule::asking`]), the
 /// kept pods not in `schedule`'s announcements newly announced, and the next retry (`retry_in`,
 /// from `answered`); and what the node's memory becomes ([`Settled`]). Lists are sorted by
 /// namespace and name, errors by text, so an unchanged node gives an unchanged report.
 pub(crate) fn settle(
     node: &str,
-    plan: PassPlan,
+    mut plan: PassPlan,
     schedule: &RetrySchedule,
     answered: Instant,
 ) -> (DrainReport, Settled) {
@@ -645,7 +648,12 @@ pub(crate) fn settle(
         .map(|(_, b)| b.clone())
         .collect();
     let retry_in = probe.next_due(node, answered);
-    let sending: Vec<PodBlocker> = plan.evict.iter().map(|e| super::evicting(&e.pod)).collect();
+    let (sending, resent): (Vec<PodBlocker>, Vec<Option<String>>) = plan
+        .evict
+        .iter()
+        .map(|e| schedule.asking(&e.pod, e.uid.as_deref().unwrap_or_default()))
+        .unzip();
+    plan.errors.extend(resent.into_iter().flatten());
     let settled = Settled {
         listed: plan.listed.clone(),
         kept: plan.kept_uids.clone(),
@@ -950,6 +958,39 @@ mod tests {
         memory.apply("n", settled);
         assert!(memory.accepted("uid-p").is_none());
         assert!(memory.is_empty());
+    }
+
+    #[test]
+    fn a_pod_asked_again_stays_named_with_the_budget_that_refused_it() {
+        // Issue 46 item 10: the probe of a budget, asked again at each retry, flipped to
+        // `Evicting` for the milliseconds of each ask, and dropped its lastError meanwhile.
+        let at = Instant::now();
+        let mut memory = RetrySchedule::default();
+        let pods = || vec![(pod("probe", json!({})), ordinary())];
+        let policy = DrainPolicy::default();
+        let none = Budgets::default();
+        let refused = crate::drain::tests::pdb_refusal("probe");
+        memory.sent("uid-probe");
+        memory.answered("uid-probe", "n", Some(&refused), None, at);
+        // Due again: asked, and the report of the round that sends it names the budget.
+        let later = at + Duration::from_secs(6);
+        let plan = plan_pass(pods(), &memory, &none, &policy, None, t(6), later);
+        assert_eq!(plan.evict.len(), 1, "asked again once due");
+        let (rep, _) = settle("n", plan, &memory, later);
+        assert_eq!(rep.pending.len(), 1);
+        assert_eq!(rep.pending[0].reason, reason::PDB, "{:?}", rep.pending);
+        assert_eq!(rep.pending[0].pod_disruption_budget.as_deref(), Some("b"));
+        assert!(rep.last_error().is_some(), "the refusal's error stays");
+        // While that ask is unanswered, the next round names the budget too.
+        memory.sent("uid-probe");
+        let plan = plan_pass(pods(), &memory, &none, &policy, None, t(7), later);
+        assert!(plan.evict.is_empty());
+        assert_eq!(plan.pending[0].reason, reason::PDB);
+        // A pod never refused before still shows `Evicting` while its first ask is out.
+        let fresh = RetrySchedule::default();
+        let plan = plan_pass(pods(), &fresh, &none, &policy, None, t(0), at);
+        let (rep, _) = settle("n", plan, &fresh, at);
+        assert_eq!(rep.pending[0].reason, reason::EVICTING);
     }
 
     #[test]
