@@ -385,6 +385,157 @@ async fn a_migration_its_responder_reports_in_progress_is_asked_once_however_lon
     nm::delete_and_wait_restored(&client, &nm, &node).await;
 }
 
+/// `docs/drain-contract.md` §4a (issue 46 item 11): a VM whose evacuation migration fails.
+/// The test plays KubeVirt's migration controller: the stand-in's migration is marked `Failed`
+/// and the next one created `Pending` (its back-off). While no migration runs, the launcher's
+/// blocker is `MigrationFailed` naming the failed migration (and the next, `Pending`),
+/// `lastError` names it, and one `PodMigrationFailed` Warning is recorded per failed migration;
+/// once the next one runs the pod is `Evacuating` again.
+#[tokio::test]
+async fn a_failed_migration_is_named_with_one_warning_each_until_the_next_one_runs() {
+    let env = env();
+    standin().await;
+    let client = env.cluster.client().await;
+    let node = worker_nodes(env.cluster, &client, "evac-fail", 1)
+        .await
+        .remove(0);
+    let ns = kubevirt_namespace(&client, "evac-fail").await;
+    // Its migration would run for ten minutes: this test ends it.
+    let launcher = vm_taking(&client, &ns, "vm-f", &node, true, "10m").await;
+    let nm = unique("evac-fail");
+    nm::create(&client, &nm, &node).await;
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "kubevirt.io",
+        "v1",
+        "VirtualMachineInstanceMigration",
+    ));
+    let migrations = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &ar);
+    let first = wait_for("the stand-in's migration running", LIMIT, || async {
+        let list = migrations
+            .list(&ListParams::default().labels("kubevirt.io/vmi-name=vm-f"))
+            .await
+            .map_err(|e| e.to_string())?;
+        list.items
+            .iter()
+            .find(|m| m.data["status"]["phase"] == "Running")
+            .and_then(|m| m.metadata.name.clone())
+            .ok_or_else(|| format!("{} migrations, none Running", list.items.len()))
+    })
+    .await;
+    let set_phase = |name: String, phase: &'static str| {
+        let migrations = migrations.clone();
+        async move {
+            let patch = json!({"status": {"phase": phase}});
+            migrations
+                .patch_status(&name, &Default::default(), &kube::api::Patch::Merge(&patch))
+                .await
+                .unwrap_or_else(|e| panic!("migration {name} to {phase}: {e}"));
+        }
+    };
+    // KubeVirt's answer to a failure: Failed, and the next one created after its back-off.
+    let fail_and_retry = |failed: String, next: &'static str| {
+        let migrations = migrations.clone();
+        async move {
+            set_phase(failed, "Failed").await;
+            let obj: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                "metadata": {"name": next, "labels": {"kubevirt.io/vmi-name": "vm-f"}},
+                "spec": {"vmiName": "vm-f"}
+            }))
+            .unwrap();
+            migrations
+                .create(&PostParams::default(), &obj)
+                .await
+                .unwrap();
+            set_phase(next.to_string(), "Pending").await;
+        }
+    };
+    let warnings = || async {
+        nm::events(&client, "NodeMaintenance", &nm)
+            .await
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("PodMigrationFailed"))
+            .map(|e| e.message.unwrap_or_default())
+            .collect::<Vec<_>>()
+    };
+    let held_by = |failed: String, next: &'static str| {
+        let launcher = launcher.clone();
+        move |s: &NodeMaintenanceStatus| {
+            let b = s.blockers.iter().flatten().find(|b| b.name == launcher);
+            b.is_some_and(|b| {
+                b.reason == "MigrationFailed"
+                    && b.migration.as_deref() == Some(next)
+                    && b.migration_phase.as_deref() == Some("Pending")
+                    && b.message.as_deref().unwrap_or_default().contains(&failed)
+            }) && s
+                .last_error
+                .as_deref()
+                .unwrap_or_default()
+                .contains(&failed)
+        }
+    };
+    fail_and_retry(first.clone(), "retry-1").await;
+    nm::wait_status(
+        &client,
+        &nm,
+        "the failed migration named",
+        LIMIT,
+        held_by(first.clone(), "retry-1"),
+    )
+    .await;
+    wait_for("one Warning for the failed migration", LIMIT, || async {
+        let w = warnings().await;
+        (w.len() == 1 && w[0].contains(&first))
+            .then_some(())
+            .ok_or(format!("{w:?}"))
+    })
+    .await;
+    fail_and_retry("retry-1".to_string(), "retry-2").await;
+    nm::wait_status(
+        &client,
+        &nm,
+        "the second failure named",
+        LIMIT,
+        held_by("retry-1".into(), "retry-2"),
+    )
+    .await;
+    wait_for("one Warning per failed migration", LIMIT, || async {
+        let w = warnings().await;
+        let failed = |m: &str| {
+            let named = format!("live migration {m} of");
+            w.iter().filter(|n| n.contains(&named)).count() == 1
+        };
+        let each = failed(&first) && failed("retry-1");
+        (w.len() == 2 && each).then_some(()).ok_or(format!("{w:?}"))
+    })
+    .await;
+    set_phase("retry-2".to_string(), "Running").await;
+    let seen = nm::wait_status(
+        &client,
+        &nm,
+        "Evacuating again once the next runs",
+        LIMIT,
+        |s| blocker_reason(s, &launcher).as_deref() == Some("Evacuating"),
+    )
+    .await;
+    let status = seen.status.unwrap();
+    assert!(
+        !status
+            .last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("live migration"),
+        "the failure leaves lastError once the next migration runs: {:?}",
+        status.last_error
+    );
+    assert_eq!(
+        warnings().await.len(),
+        2,
+        "no Warning for a running migration"
+    );
+    nm::delete_and_wait_restored(&client, &nm, &node).await;
+}
+
 /// The event with `reason` about NodeMaintenance `nm` (which may be gone by now: events outlive
 /// it), its message and time.
 async fn event_of(client: &kube::Client, nm: &str, reason: &str) -> Option<(String, String)> {

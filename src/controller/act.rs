@@ -462,9 +462,14 @@ async fn publish(
                 ..ObjectReference::default()
             })
             .or_else(|| {
-                e.vmi.as_ref().map(|v| ObjectReference {
+                let kubevirt = [
+                    (e.vmi.as_ref(), "VirtualMachineInstance"),
+                    (e.migration.as_ref(), "VirtualMachineInstanceMigration"),
+                ];
+                let (v, kind) = kubevirt.into_iter().find_map(|(v, k)| Some((v?, k)))?;
+                Some(ObjectReference {
                     api_version: Some(crate::drain::migration::KUBEVIRT_GROUP_VERSION.into()),
-                    kind: Some("VirtualMachineInstance".into()),
+                    kind: Some(kind.into()),
                     namespace: Some(v.namespace.clone()),
                     name: Some(v.name.clone()),
                     ..ObjectReference::default()

@@ -381,7 +381,7 @@ impl Drainer {
         let pods = self.classified(pods, &arrival, &policy.drain_rules).await?;
         // Decide (pure).
         let mut plan = pass::plan_pass(pods, &schedule, &budgets, policy, started, now, at);
-        pass::show_migrations(&mut plan, &self.migrations.read());
+        pass::show_migrations(&mut plan, &self.migrations.read(), started);
         let evict = plan.evict.clone();
         let delete = plan.delete.clone();
         let (report, settled) = pass::settle(node, plan, &schedule, Instant::now());

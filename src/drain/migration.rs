@@ -67,32 +67,73 @@ impl Migration {
     }
 }
 
-/// Each VMI's newest migration, by `(namespace, vmi)`; empty when KubeVirt is not watched.
+/// Each VMI's newest migration, and its newest `Failed` one, by `(namespace, vmi)`; empty when
+/// KubeVirt is not watched.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct Migrations(HashMap<(String, String), Migration>);
+pub(crate) struct Migrations {
+    newest: HashMap<(String, String), Migration>,
+    failed: HashMap<(String, String), Migration>,
+}
+
+/// The phase KubeVirt gives a migration that failed (it then creates the next one after its
+/// back-off, `MigrationBackoff` on the VMI).
+const FAILED: &str = "Failed";
 
 impl Migrations {
-    /// The newest of `migrations` (`(namespace, vmi, migration)`) per VMI: the latest
-    /// creation, then the greatest name (two created in one second).
+    /// The newest of `migrations` (`(namespace, vmi, migration)`) per VMI, and the newest of
+    /// those `Failed`: the latest creation, then the greatest name (two created in one second).
     pub(crate) fn newest(
         migrations: impl IntoIterator<Item = (String, String, Migration)>,
     ) -> Self {
-        let mut by_vmi: HashMap<(String, String), Migration> = HashMap::new();
-        for (namespace, vmi, m) in migrations {
-            let key = (namespace, vmi);
-            let newer = by_vmi
-                .get(&key)
+        fn keep(
+            map: &mut HashMap<(String, String), Migration>,
+            key: &(String, String),
+            m: &Migration,
+        ) {
+            let newer = map
+                .get(key)
                 .is_none_or(|old| (m.created, &m.name) > (old.created, &old.name));
             if newer {
-                by_vmi.insert(key, m);
+                map.insert(key.clone(), m.clone());
             }
         }
-        Self(by_vmi)
+        let mut all = Self::default();
+        for (namespace, vmi, m) in migrations {
+            let key = (namespace, vmi);
+            if m.phase.as_deref() == Some(FAILED) {
+                keep(&mut all.failed, &key, &m);
+            }
+            keep(&mut all.newest, &key, &m);
+        }
+        all
     }
 
     /// The newest migration of VMI `vmi` in `namespace`.
     pub(crate) fn of(&self, namespace: &str, vmi: &str) -> Option<&Migration> {
-        self.0.get(&(namespace.to_string(), vmi.to_string()))
+        self.newest.get(&(namespace.to_string(), vmi.to_string()))
+    }
+
+    /// The migration of VMI `vmi` that failed and is not yet followed by one that runs: the
+    /// newest `Failed` one, created at or after `since` (the drain's start: an older failure is
+    /// not this evacuation's), while the newest migration is that one or one that has not
+    /// started (no phase, `Pending`, `Scheduling`: KubeVirt's back-off).
+    pub(crate) fn failed(
+        &self,
+        namespace: &str,
+        vmi: &str,
+        since: Option<jiff::Timestamp>,
+    ) -> Option<&Migration> {
+        let key = (namespace.to_string(), vmi.to_string());
+        let failed = self.failed.get(&key)?;
+        if since.is_some_and(|t| failed.created.is_some_and(|c| c < t)) {
+            return None;
+        }
+        let newest = self.newest.get(&key)?;
+        let waiting = matches!(
+            newest.phase.as_deref(),
+            None | Some("Pending" | "Scheduling")
+        );
+        (newest.name == failed.name || waiting).then_some(failed)
     }
 }
 
@@ -106,11 +147,19 @@ pub(crate) fn launcher_of(pod: &DrainPod) -> Option<&str> {
 }
 
 /// Puts into the `Evacuating` blocker `b` of the launcher pod of VMI `vmi` the VMI's name and,
-/// when one is known, its newest migration: name, phase and start time. Other blockers are left
-/// as they are.
-pub(crate) fn show(b: &mut PodBlocker, vmi: &str, migrations: &Migrations) {
+/// when one is known, its newest migration: name, phase and start time. When the VMI's
+/// migration failed since `since` and none runs yet ([`Migrations::failed`]), the blocker is
+/// `MigrationFailed` naming the failed one, and the failed migration's name and the failure's
+/// text are returned (for `lastError` and its one Warning, docs/drain-contract.md §4a). Other
+/// blockers are left as they are.
+pub(crate) fn show(
+    b: &mut PodBlocker,
+    vmi: &str,
+    migrations: &Migrations,
+    since: Option<jiff::Timestamp>,
+) -> Option<(String, String)> {
     if b.reason != super::reason::EVACUATING {
-        return;
+        return None;
     }
     b.virtual_machine_instance = Some(vmi.to_string());
     if let Some(m) = migrations.of(&b.namespace, vmi) {
@@ -118,6 +167,20 @@ pub(crate) fn show(b: &mut PodBlocker, vmi: &str, migrations: &Migrations) {
         b.migration_phase = m.phase.clone();
         b.migration_start_time = m.started.clone();
     }
+    let failed = migrations.failed(&b.namespace, vmi, since)?;
+    let text = format!(
+        "live migration {} of VMI {}/{} failed; KubeVirt creates the next one after its back-off",
+        failed.name, b.namespace, vmi
+    );
+    b.reason = super::reason::MIGRATION_FAILED.to_string();
+    b.message = Some(match (&b.migration, &b.migration_phase) {
+        (Some(next), phase) if *next != failed.name => format!(
+            "{text} (next: {next}, {})",
+            phase.as_deref().unwrap_or("no phase yet")
+        ),
+        _ => text.clone(),
+    });
+    Some((failed.name.clone(), text))
 }
 
 fn api_resource() -> ApiResource {
@@ -268,7 +331,7 @@ mod tests {
             reason: super::super::reason::EVACUATING.into(),
             ..PodBlocker::default()
         };
-        show(&mut b, vmi, &migrations);
+        assert_eq!(show(&mut b, vmi, &migrations, None), None);
         assert_eq!(
             (
                 b.virtual_machine_instance.as_deref(),
@@ -289,7 +352,7 @@ mod tests {
             namespace: "ns".into(),
             ..PodBlocker::default()
         };
-        show(&mut early, "vm-c", &migrations);
+        show(&mut early, "vm-c", &migrations, None);
         assert_eq!(early.virtual_machine_instance.as_deref(), Some("vm-c"));
         assert_eq!(early.migration, None);
         let mut pinned = PodBlocker {
@@ -297,7 +360,7 @@ mod tests {
             namespace: "ns".into(),
             ..PodBlocker::default()
         };
-        show(&mut pinned, "vm-a", &migrations);
+        show(&mut pinned, "vm-a", &migrations, None);
         assert_eq!(
             pinned,
             PodBlocker {
@@ -313,5 +376,53 @@ mod tests {
                                  "name": "vm-a", "uid": "u", "controller": true}]}}))
         .unwrap();
         assert_eq!(launcher_of(&other), None);
+    }
+
+    #[test]
+    fn a_failed_migration_holds_its_launcher_until_the_next_one_runs() {
+        // Issue 46 item 11: KubeVirt marks the migration Failed and creates the next after its
+        // back-off; meanwhile the newest is Pending, which read as healthy progress.
+        let of = |objs: &[DynamicObject]| {
+            Migrations::newest(objs.iter().map(|o| {
+                let (vmi, m) = Migration::of(o).unwrap();
+                ("ns".to_string(), vmi, m)
+            }))
+        };
+        let shown = |migrations: &Migrations, since: Option<&str>| {
+            let mut b = PodBlocker {
+                namespace: "ns".into(),
+                name: "virt-launcher-vm-a-x".into(),
+                reason: super::super::reason::EVACUATING.into(),
+                ..PodBlocker::default()
+            };
+            let since = since.map(|t| t.parse().unwrap());
+            let failure = show(&mut b, "vm-a", migrations, since);
+            (b, failure)
+        };
+        let failed = migration("m1", "vm-a", "2026-01-01T00:01:00Z", "Failed");
+        let (b, failure) = shown(&of(std::slice::from_ref(&failed)), None);
+        assert_eq!(b.reason, super::super::reason::MIGRATION_FAILED);
+        let (name, text) = failure.unwrap();
+        assert_eq!(name, "m1");
+        assert!(text.contains("live migration m1 of VMI ns/vm-a failed"));
+        let backoff = [
+            failed.clone(),
+            migration("m2", "vm-a", "2026-01-01T00:01:20Z", "Pending"),
+        ];
+        let (b, failure) = shown(&of(&backoff), Some("2026-01-01T00:00:00Z"));
+        assert_eq!(b.reason, super::super::reason::MIGRATION_FAILED);
+        assert_eq!(b.migration.as_deref(), Some("m2"), "the next one shown");
+        assert!(b.message.unwrap().contains("(next: m2, Pending)"));
+        assert_eq!(failure.unwrap().0, "m1", "the failed one named");
+        // The next one runs: progress again.
+        let running = [
+            failed.clone(),
+            migration("m2", "vm-a", "2026-01-01T00:01:20Z", "Running"),
+        ];
+        let (b, failure) = shown(&of(&running), None);
+        assert_eq!((b.reason.as_str(), failure), ("Evacuating", None));
+        // A failure from before this drain started is not this evacuation's.
+        let (b, failure) = shown(&of(&backoff), Some("2026-01-01T00:05:00Z"));
+        assert_eq!((b.reason.as_str(), failure), ("Evacuating", None));
     }
 }

@@ -144,6 +144,9 @@ pub(crate) mod reason {
     /// KubeVirt refuses: the VMI must live-migrate to leave and cannot
     /// ([`super::NOT_LIVE_MIGRATABLE`]). A hard blocker until the VM is stopped or changed.
     pub(crate) const NOT_MIGRATABLE: &str = "NotMigratable";
+    /// The launcher pod's VMI: its live migration failed and the next has not started
+    /// (KubeVirt's back-off; `drain::migration::show`).
+    pub(crate) const MIGRATION_FAILED: &str = "MigrationFailed";
     /// Any other eviction failure.
     pub(crate) const EVICTION_ERROR: &str = "EvictionError";
     /// The eviction was sent and the API server has not answered yet (an admission webhook on

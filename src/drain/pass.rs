@@ -59,6 +59,9 @@ pub(crate) struct DrainReport {
     /// The `NotMigratable` pods of `pending` reported for the first time by this process (one
     /// Warning event each, not one per retry).
     pub newly_not_migratable: Vec<PodBlocker>,
+    /// Launcher pods whose VMI's migration failed, reported for the first time (one Warning per
+    /// failed migration).
+    pub newly_failed_migrations: Vec<FailedMigration>,
     /// Time until the earliest per-pod eviction retry on this node; the next round is not useful
     /// before then (`None`: no refused eviction waits).
     pub retry_in: Option<Duration>,
@@ -163,6 +166,9 @@ pub(crate) struct PassPlan {
     pub kept_uids: Vec<String>,
     /// The pods held by a `NotMigratable` refusal, by UID, for their one Warning.
     pub not_migratable: Vec<(String, PodBlocker)>,
+    /// The launcher pods whose VMI's migration failed, keyed by the failed migration
+    /// (`migration/<namespace>/<name>`), for its one Warning ([`show_migrations`]).
+    pub failed_migrations: Vec<(String, FailedMigration)>,
     /// The VMI of each evictable virt-launcher pod, by the pod's namespace and name
     /// ([`show_migrations`]).
     pub launchers: HashMap<(String, String), String>,
@@ -414,14 +420,43 @@ pub(crate) fn plan_pass(
 }
 
 /// Shows in each `Evacuating` blocker of a virt-launcher pod its VMI and the VMI's newest
-/// migration ([`super::migration::show`]).
-pub(crate) fn show_migrations(plan: &mut PassPlan, migrations: &super::migration::Migrations) {
+/// migration, or the failed one that holds it since the drain `started`
+/// ([`super::migration::show`]): that failure also in `lastError` and up for its one Warning.
+pub(crate) fn show_migrations(
+    plan: &mut PassPlan,
+    migrations: &super::migration::Migrations,
+    started: Option<jiff::Timestamp>,
+) {
     for b in &mut plan.pending {
         let key = (b.namespace.clone(), b.name.clone());
-        if let Some(vmi) = plan.launchers.get(&key) {
-            super::migration::show(b, vmi, migrations);
+        let Some(vmi) = plan.launchers.get(&key) else {
+            continue;
+        };
+        if let Some((migration, text)) = super::migration::show(b, vmi, migrations, started) {
+            let pod = PodReference {
+                namespace: b.namespace.clone(),
+                name: b.name.clone(),
+            };
+            plan.errors.push(super::evicting_error(&pod, &text));
+            let key = format!("migration/{}/{migration}", b.namespace);
+            plan.listed.insert(key.clone());
+            let failed = FailedMigration {
+                blocker: b.clone(),
+                migration,
+            };
+            plan.failed_migrations.push((key, failed));
         }
     }
+}
+
+/// A launcher pod held by its VMI's failed migration: its blocker, and the failed migration's
+/// name (in the pod's namespace), the related object of its one Warning.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct FailedMigration {
+    /// The pod's `MigrationFailed` blocker.
+    pub blocker: PodBlocker,
+    /// The failed `VirtualMachineInstanceMigration`.
+    pub migration: String,
 }
 
 /// Whether a pod that is up for eviction is asked in this round.
@@ -647,6 +682,12 @@ pub(crate) fn settle(
         .filter(|(uid, _)| probe.warn(uid, node))
         .map(|(_, b)| b.clone())
         .collect();
+    let newly_failed_migrations: Vec<FailedMigration> = plan
+        .failed_migrations
+        .iter()
+        .filter(|(key, _)| probe.warn(key, node))
+        .map(|(_, f)| f.clone())
+        .collect();
     let retry_in = probe.next_due(node, answered);
     let (sending, resent): (Vec<PodBlocker>, Vec<Option<String>>) = plan
         .evict
@@ -660,7 +701,9 @@ pub(crate) fn settle(
         warned: plan
             .not_migratable
             .iter()
-            .map(|(uid, _)| uid.clone())
+            .map(|(uid, _)| uid)
+            .chain(plan.failed_migrations.iter().map(|(key, _)| key))
+            .cloned()
             .collect(),
         first_listing: plan.first_listing.clone(),
         awaited: plan.awaited.clone(),
@@ -670,6 +713,7 @@ pub(crate) fn settle(
     };
     let mut report = report(plan, sending, &newly_kept, retry_in);
     report.newly_not_migratable = newly_not_migratable;
+    report.newly_failed_migrations = newly_failed_migrations;
     let done = report.done();
     (report, Settled { done, ..settled })
 }

@@ -95,6 +95,9 @@ pub(crate) mod event {
     /// Warning, once per pod: KubeVirt refuses to evict the launcher pod of a VMI that must
     /// live-migrate and cannot (the note names the VMI, in KubeVirt's words).
     pub(crate) const POD_NOT_MIGRATABLE: &str = "PodNotMigratable";
+    /// Warning, once per failed live migration of a launcher pod's VMI (docs/drain-contract.md
+    /// §4a).
+    pub(crate) const POD_MIGRATION_FAILED: &str = "PodMigrationFailed";
     /// Normal, on the NodeMaintenance, when it starts waiting for a drain slot (ours).
     pub(crate) const QUEUED: &str = "DrainQueued";
     /// Normal, on the NodeMaintenance, when the operator deletes it `expireAfter` after it
@@ -133,6 +136,8 @@ pub(crate) struct PlannedEvent {
     pub pod: Option<PodReference>,
     /// The KubeVirt VMI it is about besides (the event's `related` object, as `pod`).
     pub vmi: Option<crate::drain::cancel::VmiRef>,
+    /// The KubeVirt migration it is about besides (the event's `related` object, as `pod`).
+    pub migration: Option<crate::drain::cancel::VmiRef>,
 }
 
 impl PlannedEvent {
@@ -145,6 +150,7 @@ impl PlannedEvent {
             message: message.to_string(),
             pod: None,
             vmi: None,
+            migration: None,
         }
     }
     /// A Warning event.
@@ -160,6 +166,7 @@ impl PlannedEvent {
             message: message.into(),
             pod: None,
             vmi: None,
+            migration: None,
         }
     }
 
@@ -817,6 +824,25 @@ pub(crate) fn drained(
             };
             events.push(e.about(b));
         }
+    }
+    // About the failed migration, not the pod: an event recorder folds events of one reason
+    // about one related object into a series that keeps the first one's note.
+    for f in &report.newly_failed_migrations {
+        let b = &f.blocker;
+        let note = format!(
+            "Pod {}/{} {}",
+            b.namespace,
+            b.name,
+            b.message.as_deref().unwrap_or(&b.reason)
+        );
+        let note = crate::bounds::truncate(&note, crate::bounds::MAX_EVENT_NOTE);
+        let mut e =
+            PlannedEvent::warning(EventTarget::Maintenance, event::POD_MIGRATION_FAILED, note);
+        e.migration = Some(crate::drain::cancel::VmiRef {
+            namespace: b.namespace.clone(),
+            name: f.migration.clone(),
+        });
+        events.push(e);
     }
     if report.done() {
         if old.phase != Some(MaintenancePhase::Succeeded) {
