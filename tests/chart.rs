@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use nmo_devcluster::Cluster;
-use node_maintenance_operator::bundle::{self, parse_documents};
-use node_maintenance_operator::chart::{self, CHART_DIR, Renderings};
+use nmo_packaging::bundle::{self, parse_documents};
+use nmo_packaging::chart::{self, CHART_DIR, Renderings};
 use serde_json::Value;
 
 fn root() -> &'static Path {
@@ -126,7 +126,8 @@ fn chart_files_are_what_chartgen_renders() {
         env!("CARGO_PKG_VERSION"),
     )
     .expect("the manifests render into a chart");
-    let regen = "regenerate with\n\n    KUBECTL=<kubectl> cargo run --bin chartgen\n";
+    let regen =
+        "regenerate with\n\n    KUBECTL=<kubectl> cargo run -p nmo-packaging --bin chartgen\n";
     let mut on_disk = BTreeSet::new();
     fn walk(dir: &Path, out: &mut BTreeSet<String>) {
         for e in std::fs::read_dir(dir).unwrap().flatten() {

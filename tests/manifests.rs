@@ -442,7 +442,7 @@ fn every_shipped_pod_spec_passes_restricted_v2() {
     }
     let csv_path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
         "bundle/manifests/{}.clusterserviceversion.yaml",
-        node_maintenance_operator::bundle::PACKAGE
+        nmo_packaging::bundle::PACKAGE
     ));
     let csv: Value = serde_yaml::from_str(&std::fs::read_to_string(&csv_path).unwrap()).unwrap();
     for d in csv["spec"]["install"]["spec"]["deployments"]
