@@ -67,6 +67,10 @@ fn helm(args: &[&str]) -> (bool, String, String) {
 /// assume the Kubernetes that helm was built against, v1.20 without release ldflags).
 const KUBE_VERSION: &str = "v1.36.3";
 
+/// The image an install names (`--set`): the chart refuses its placeholder default at install
+/// (nothing is published there), and on kwok no image is pulled anyway.
+const IMAGE: &str = "image.repository=registry.example/node-maintenance-operator";
+
 fn chart_path() -> String {
     root().join(CHART_DIR).display().to_string()
 }
@@ -295,6 +299,37 @@ fn the_chart_renders_what_kustomize_renders() {
     );
 }
 
+/// `helm template` with no flag at all (default values, helm's default Kubernetes version: v1.20
+/// for a helm built without release flags, as ours) renders the chart, prints nothing on stderr,
+/// and leaves the placeholder image to an install, which has a cluster to refuse it on
+/// (`helm_install_alone_gives_a_working_webhook`).
+#[test]
+fn helm_template_with_default_flags_renders_without_a_warning() {
+    let (ok, out, err) = helm(&["template", "nmo", &chart_path()]);
+    assert!(ok, "helm template with default flags failed:\n{err}");
+    assert_eq!(err.trim(), "", "helm template printed on stderr");
+    let rendered = objects(&out);
+    let want = objects(&kustomize("manifests"));
+    for kind in [
+        "Deployment",
+        "ValidatingWebhookConfiguration",
+        "ClusterRole",
+    ] {
+        assert!(
+            rendered.keys().any(|k| k.0 == kind),
+            "no {kind} rendered:\n{out}"
+        );
+    }
+    // The Deployment is kustomize's, the placeholder image included.
+    let deployment = |o: &Objects| {
+        o.iter()
+            .find(|(k, _)| k.0 == "Deployment")
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    assert_eq!(deployment(&rendered), deployment(&want));
+}
+
 #[test]
 fn helm_lint_passes_and_refuses_values_outside_the_schema() {
     let path = chart_path();
@@ -415,6 +450,8 @@ fn the_chart_installs_on_the_control_plane_in_a_server_side_dry_run() {
             &kubeconfig,
             "--set",
             sets,
+            "--set",
+            IMAGE,
         ]);
         assert!(ok, "helm install --dry-run=server {sets}:\n{out}{err}");
         assert!(out.contains("STATUS: pending-install"), "{out}");
@@ -523,8 +560,55 @@ fn helm_install_alone_gives_a_working_webhook() {
     let node = cluster.nodes()[0].clone();
     let kubeconfig = cluster.kubeconfig().display().to_string();
     let path = chart_path();
+    // With default values the image is the unpublished placeholder: refused, with the value to
+    // set and where the README says how, and nothing installed.
     let (ok, out, err) = helm(&["install", "nmo", &path, "--kubeconfig", &kubeconfig]);
+    assert!(
+        !ok,
+        "helm install with the placeholder image was not refused:\n{out}{err}"
+    );
+    for needle in ["image.repository", "placeholder", "Dockerfile", "README"] {
+        assert!(
+            err.contains(needle),
+            "the refusal does not say {needle:?}:\n{err}"
+        );
+    }
+    let (ok, releases, err) = helm(&["list", "-q", "--all", "--kubeconfig", &kubeconfig]);
+    assert!(
+        ok && releases.trim().is_empty(),
+        "after a refusal: {releases}{err}"
+    );
+    assert!(
+        cluster
+            .kubectl_run(&["get", "namespace", NS], None)
+            .is_err(),
+        "the refused install created {NS}"
+    );
+
+    let (ok, out, err) = helm(&[
+        "install",
+        "nmo",
+        &path,
+        "--kubeconfig",
+        &kubeconfig,
+        "--set",
+        IMAGE,
+    ]);
     assert!(ok, "helm install:\n{out}{err}");
+    // The API server's warnings (a deprecated node label, ...) reach helm's stderr.
+    assert_eq!(err.trim(), "", "helm install printed warnings");
+    // NOTES.txt: what to check after install.
+    for needle in [
+        "kubectl -n node-maintenance-operator-system rollout status deployment/node-maintenance-operator-controller-manager",
+        "kubectl -n node-maintenance-operator-system get secret webhook-server-cert",
+        "kubectl get crd nodemaintenances.nodemaintenance.medik8s.io",
+        "kubectl nm list",
+    ] {
+        assert!(
+            out.contains(needle),
+            "the NOTES do not say {needle:?}:\n{out}"
+        );
+    }
     let pair = secret_data(&cluster, NS, SERVING_SECRET);
 
     let cert_dir = cluster.dir().join("chart-operator-certs");
@@ -614,7 +698,15 @@ fn helm_install_alone_gives_a_working_webhook() {
     refused("chart-typo");
     succeeds("chart-valid");
 
-    let (ok, out, err) = helm(&["upgrade", "nmo", &path, "--kubeconfig", &kubeconfig]);
+    let (ok, out, err) = helm(&[
+        "upgrade",
+        "nmo",
+        &path,
+        "--kubeconfig",
+        &kubeconfig,
+        "--set",
+        IMAGE,
+    ]);
     assert!(ok, "helm upgrade:\n{out}{err}");
     assert_eq!(
         secret_data(&cluster, NS, SERVING_SECRET),
@@ -644,7 +736,15 @@ fn helm_install_alone_gives_a_working_webhook() {
             None,
         )
         .unwrap();
-    let (ok, out, err) = helm(&["upgrade", "nmo", &path, "--kubeconfig", &kubeconfig]);
+    let (ok, out, err) = helm(&[
+        "upgrade",
+        "nmo",
+        &path,
+        "--kubeconfig",
+        &kubeconfig,
+        "--set",
+        IMAGE,
+    ]);
     assert!(ok, "helm upgrade:\n{out}{err}");
     let renewed = secret_data(&cluster, NS, SERVING_SECRET);
     assert_ne!(

@@ -23,12 +23,17 @@
 //!   renders the serving Secret the Deployment mounts, with a pair the chart generates, and its
 //!   CA as the `caBundle` (`generated_pair_template`).
 //! - `{{`/`}}` in the manifests (Prometheus and Grafana templates) are escaped for Helm.
+//! - Beyond the manifests, `helm install` refuses the placeholder image of `manifests/` and prints
+//!   `NOTES.txt` (`chart/install.rs`). Chart.yaml names no `kubeVersion` (it says why): helm
+//!   checks it against its own default version under `helm template`.
 
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::bundle::{BundleError, BundleFile, REPOSITORY, parse_documents};
+use crate::bundle::{BundleError, BundleFile, MIN_KUBE_VERSION, REPOSITORY, parse_documents};
+
+mod install;
 
 /// Where the chart lives, relative to the repository root.
 pub const CHART_DIR: &str = "charts/node-maintenance-operator";
@@ -417,6 +422,8 @@ fn values_yaml(image: &str) -> String {
 # The operator's namespace (created by the chart; pass the same to `helm install -n`).
 namespace: {NAMESPACE}
 
+# The operator image. No image is published yet: {repo} is a placeholder, which
+# `helm install` refuses. Build the repository's Dockerfile, push it, and set both (README, Image).
 image:
   repository: {repo}
   tag: {tag}
@@ -656,6 +663,19 @@ pub fn render(r: &Renderings, version: &str) -> Result<Vec<BundleFile>, BundleEr
         .map(|(_, v)| v)
         .ok_or_else(|| shape("the default rendering has no CRD"))?;
     let crd_name = crd["metadata"]["name"].as_str().unwrap_or_default();
+    let certificate = c
+        .keys()
+        .find(|k| k.0 == "Certificate")
+        .map(|k| k.2.clone())
+        .ok_or_else(|| shape("the cert-manager rendering has no Certificate"))?;
+    let deployment = d
+        .keys()
+        .find(|k| k.0 == "Deployment")
+        .map(|k| k.2.clone())
+        .unwrap_or_default();
+    let (placeholder, _) = image
+        .rsplit_once(':')
+        .ok_or_else(|| shape("the Deployment's image has no tag"))?;
     let mut out = vec![
         BundleFile {
             path: format!("{CHART_DIR}/Chart.yaml"),
@@ -667,7 +687,10 @@ pub fn render(r: &Renderings, version: &str) -> Result<Vec<BundleFile>, BundleEr
                  type: application\n\
                  version: {version}\n\
                  appVersion: \"{version}\"\n\
-                 kubeVersion: \">= 1.25.0-0\"\n\
+                 # No kubeVersion: helm checks it against the Kubernetes version it renders for, which\n\
+                 # for `helm template` without --kube-version is helm's own default (v1.20 for a helm\n\
+                 # built without release flags), so a floor refused the default render. The oldest\n\
+                 # Kubernetes supported is {MIN_KUBE_VERSION} (the OLM bundle's minKubeVersion; README).\n\
                  keywords: [medik8s, node-maintenance, drain, cordon]\n\
                  home: {REPOSITORY}\n\
                  sources: [\"{REPOSITORY}\"]\n"
@@ -684,6 +707,20 @@ pub fn render(r: &Renderings, version: &str) -> Result<Vec<BundleFile>, BundleEr
         BundleFile {
             path: format!("{CHART_DIR}/crds/{crd_name}.yaml"),
             content: to_yaml(crd),
+        },
+        BundleFile {
+            path: format!("{CHART_DIR}/{}", install::CHECKS_FILE),
+            content: install::checks_template(placeholder),
+        },
+        BundleFile {
+            path: format!("{CHART_DIR}/{}", install::NOTES_FILE),
+            content: install::notes(&install::Names {
+                deployment: &deployment,
+                serving_secret: &serving_secret,
+                certificate: &certificate,
+                crd: crd_name,
+                not_after_annotation: CERT_NOT_AFTER_ANNOTATION,
+            }),
         },
     ];
     for (path, body) in files {
