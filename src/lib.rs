@@ -2,9 +2,10 @@
 //! `NodeMaintenance` exists, and restores it when the object is deleted. A drop-in replacement for
 //! the medik8s Node Maintenance Operator: same API, names and strings.
 //!
-//! Public for the binaries (`main`, `crdgen`, `bundlegen`), the tests and the benches: the CRD
-//! types ([`api`]), the flags ([`config`]), [`run::run`], [`telemetry::init`], the OLM bundle
-//! generator ([`bundle`]) and [`admission::WEBHOOK_PATH`]. Everything else is crate-private.
+//! Public for the binaries (`main`, `crdgen`), the tests and the benches: the CRD types
+//! ([`api`]), the flags ([`config`]), [`run::run`], [`telemetry::init`] and
+//! [`admission::WEBHOOK_PATH`]. Everything else is crate-private. The OLM bundle and Helm chart
+//! generators are the workspace crate `nmo-packaging` (`packaging/`).
 
 pub mod admission;
 // kube's `KubeSchema` derive re-emits `NodeMaintenanceSpec` as a `pub` copy inside a function to
@@ -13,8 +14,6 @@ pub mod admission;
 #[allow(unreachable_pub)]
 pub mod api;
 pub(crate) mod bounds;
-pub mod bundle;
-pub mod chart;
 /// The Kubernetes clients: kube's stack with `TCP_NODELAY` (public for the benchmarks' bare
 /// clients, which must be no slower than the operator's).
 pub mod client;

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use node_maintenance_operator::bundle::{self, PACKAGE, SOURCE_OVERLAY};
+use nmo_packaging::bundle::{self, PACKAGE, SOURCE_OVERLAY};
 use serde_json::Value;
 
 fn root() -> &'static Path {
@@ -71,7 +71,7 @@ fn bundle_files_are_what_bundlegen_renders() {
     let files = bundle::render(&kustomize(SOURCE_OVERLAY), &crd, env!("CARGO_PKG_VERSION"))
         .expect("the manifests render into a bundle");
     let regen = format!(
-        "regenerate with\n\n    kubectl kustomize {SOURCE_OVERLAY} | cargo run --bin bundlegen\n"
+        "regenerate with\n\n    kubectl kustomize {SOURCE_OVERLAY} | cargo run -p nmo-packaging --bin bundlegen\n"
     );
     let rendered: BTreeSet<String> = files.iter().map(|f| f.path.clone()).collect();
     assert_eq!(

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use nmo_devcluster::Cluster;
-use node_maintenance_operator::bundle::{self, parse_documents};
-use node_maintenance_operator::chart::{self, CHART_DIR, Renderings};
+use nmo_packaging::bundle::{self, parse_documents};
+use nmo_packaging::chart::{self, CHART_DIR, Renderings};
 use serde_json::Value;
 
 fn root() -> &'static Path {
@@ -66,6 +66,10 @@ fn helm(args: &[&str]) -> (bool, String, String) {
 /// The local control plane's version, for `helm template` and `helm lint` (which otherwise
 /// assume the Kubernetes that helm was built against, v1.20 without release ldflags).
 const KUBE_VERSION: &str = "v1.36.3";
+
+/// The image an install names (`--set`): the chart refuses its placeholder default at install
+/// (nothing is published there), and on kwok no image is pulled anyway.
+const IMAGE: &str = "image.repository=registry.example/node-maintenance-operator";
 
 fn chart_path() -> String {
     root().join(CHART_DIR).display().to_string()
@@ -126,7 +130,8 @@ fn chart_files_are_what_chartgen_renders() {
         env!("CARGO_PKG_VERSION"),
     )
     .expect("the manifests render into a chart");
-    let regen = "regenerate with\n\n    KUBECTL=<kubectl> cargo run --bin chartgen\n";
+    let regen =
+        "regenerate with\n\n    KUBECTL=<kubectl> cargo run -p nmo-packaging --bin chartgen\n";
     let mut on_disk = BTreeSet::new();
     fn walk(dir: &Path, out: &mut BTreeSet<String>) {
         for e in std::fs::read_dir(dir).unwrap().flatten() {
@@ -294,6 +299,37 @@ fn the_chart_renders_what_kustomize_renders() {
     );
 }
 
+/// `helm template` with no flag at all (default values, helm's default Kubernetes version: v1.20
+/// for a helm built without release flags, as ours) renders the chart, prints nothing on stderr,
+/// and leaves the placeholder image to an install, which has a cluster to refuse it on
+/// (`helm_install_alone_gives_a_working_webhook`).
+#[test]
+fn helm_template_with_default_flags_renders_without_a_warning() {
+    let (ok, out, err) = helm(&["template", "nmo", &chart_path()]);
+    assert!(ok, "helm template with default flags failed:\n{err}");
+    assert_eq!(err.trim(), "", "helm template printed on stderr");
+    let rendered = objects(&out);
+    let want = objects(&kustomize("manifests"));
+    for kind in [
+        "Deployment",
+        "ValidatingWebhookConfiguration",
+        "ClusterRole",
+    ] {
+        assert!(
+            rendered.keys().any(|k| k.0 == kind),
+            "no {kind} rendered:\n{out}"
+        );
+    }
+    // The Deployment is kustomize's, the placeholder image included.
+    let deployment = |o: &Objects| {
+        o.iter()
+            .find(|(k, _)| k.0 == "Deployment")
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    assert_eq!(deployment(&rendered), deployment(&want));
+}
+
 #[test]
 fn helm_lint_passes_and_refuses_values_outside_the_schema() {
     let path = chart_path();
@@ -414,6 +450,8 @@ fn the_chart_installs_on_the_control_plane_in_a_server_side_dry_run() {
             &kubeconfig,
             "--set",
             sets,
+            "--set",
+            IMAGE,
         ]);
         assert!(ok, "helm install --dry-run=server {sets}:\n{out}{err}");
         assert!(out.contains("STATUS: pending-install"), "{out}");
@@ -522,8 +560,55 @@ fn helm_install_alone_gives_a_working_webhook() {
     let node = cluster.nodes()[0].clone();
     let kubeconfig = cluster.kubeconfig().display().to_string();
     let path = chart_path();
+    // With default values the image is the unpublished placeholder: refused, with the value to
+    // set and where the README says how, and nothing installed.
     let (ok, out, err) = helm(&["install", "nmo", &path, "--kubeconfig", &kubeconfig]);
+    assert!(
+        !ok,
+        "helm install with the placeholder image was not refused:\n{out}{err}"
+    );
+    for needle in ["image.repository", "placeholder", "Dockerfile", "README"] {
+        assert!(
+            err.contains(needle),
+            "the refusal does not say {needle:?}:\n{err}"
+        );
+    }
+    let (ok, releases, err) = helm(&["list", "-q", "--all", "--kubeconfig", &kubeconfig]);
+    assert!(
+        ok && releases.trim().is_empty(),
+        "after a refusal: {releases}{err}"
+    );
+    assert!(
+        cluster
+            .kubectl_run(&["get", "namespace", NS], None)
+            .is_err(),
+        "the refused install created {NS}"
+    );
+
+    let (ok, out, err) = helm(&[
+        "install",
+        "nmo",
+        &path,
+        "--kubeconfig",
+        &kubeconfig,
+        "--set",
+        IMAGE,
+    ]);
     assert!(ok, "helm install:\n{out}{err}");
+    // The API server's warnings (a deprecated node label, ...) reach helm's stderr.
+    assert_eq!(err.trim(), "", "helm install printed warnings");
+    // NOTES.txt: what to check after install.
+    for needle in [
+        "kubectl -n node-maintenance-operator-system rollout status deployment/node-maintenance-operator-controller-manager",
+        "kubectl -n node-maintenance-operator-system get secret webhook-server-cert",
+        "kubectl get crd nodemaintenances.nodemaintenance.medik8s.io",
+        "kubectl nm list",
+    ] {
+        assert!(
+            out.contains(needle),
+            "the NOTES do not say {needle:?}:\n{out}"
+        );
+    }
     let pair = secret_data(&cluster, NS, SERVING_SECRET);
 
     let cert_dir = cluster.dir().join("chart-operator-certs");
@@ -613,7 +698,15 @@ fn helm_install_alone_gives_a_working_webhook() {
     refused("chart-typo");
     succeeds("chart-valid");
 
-    let (ok, out, err) = helm(&["upgrade", "nmo", &path, "--kubeconfig", &kubeconfig]);
+    let (ok, out, err) = helm(&[
+        "upgrade",
+        "nmo",
+        &path,
+        "--kubeconfig",
+        &kubeconfig,
+        "--set",
+        IMAGE,
+    ]);
     assert!(ok, "helm upgrade:\n{out}{err}");
     assert_eq!(
         secret_data(&cluster, NS, SERVING_SECRET),
@@ -643,7 +736,15 @@ fn helm_install_alone_gives_a_working_webhook() {
             None,
         )
         .unwrap();
-    let (ok, out, err) = helm(&["upgrade", "nmo", &path, "--kubeconfig", &kubeconfig]);
+    let (ok, out, err) = helm(&[
+        "upgrade",
+        "nmo",
+        &path,
+        "--kubeconfig",
+        &kubeconfig,
+        "--set",
+        IMAGE,
+    ]);
     assert!(ok, "helm upgrade:\n{out}{err}");
     let renewed = secret_data(&cluster, NS, SERVING_SECRET);
     assert_ne!(

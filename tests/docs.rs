@@ -11,7 +11,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The folders whose files may cite the docs, relative to the repository root.
-const SCANNED: [&str; 5] = ["src", "webhook/src", "tests", "benches", "certs/src"];
+const SCANNED: [&str; 6] = [
+    "src",
+    "webhook/src",
+    "tests",
+    "benches",
+    "certs/src",
+    "packaging/src",
+];
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

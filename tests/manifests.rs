@@ -1,9 +1,10 @@
 //! Static checks of `manifests/`: the Deployment's hardening and probes, that its args are flags
 //! the binary accepts, the webhook registration, that the RBAC has no wildcard and exactly the
 //! rules the code's API calls need, the metrics-secure overlay, and that every pod spec we ship
-//! (kustomize renderings and the OLM bundle) passes OpenShift's restricted-v2 rules. The
-//! end-to-end suite proves the same RBAC is sufficient by running the operator as the
-//! ServiceAccount.
+//! (kustomize renderings and the OLM bundle) passes OpenShift's restricted-v2 rules and selects
+//! no deprecated node label. One test is live: `kubectl apply -k manifests/` on the local control
+//! plane prints no warning. The end-to-end suite proves the same RBAC is sufficient by running
+//! the operator as the ServiceAccount.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -415,8 +416,9 @@ containers:
     );
 }
 
-#[test]
-fn every_shipped_pod_spec_passes_restricted_v2() {
+/// Every pod spec we ship, named by where it comes from: the Deployment of the base and of the
+/// seven overlays (kustomize renderings) and of the OLM bundle's CSV.
+fn shipped_pod_specs() -> Vec<(String, Value)> {
     let mut specs: Vec<(String, Value)> = Vec::new();
     for dir in [
         "manifests",
@@ -442,7 +444,7 @@ fn every_shipped_pod_spec_passes_restricted_v2() {
     }
     let csv_path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
         "bundle/manifests/{}.clusterserviceversion.yaml",
-        node_maintenance_operator::bundle::PACKAGE
+        nmo_packaging::bundle::PACKAGE
     ));
     let csv: Value = serde_yaml::from_str(&std::fs::read_to_string(&csv_path).unwrap()).unwrap();
     for d in csv["spec"]["install"]["spec"]["deployments"]
@@ -461,6 +463,199 @@ fn every_shipped_pod_spec_passes_restricted_v2() {
         "{:?}",
         specs.iter().map(|s| &s.0).collect::<Vec<_>>()
     );
+    specs
+}
+
+/// The node labels the API server warns about when a pod spec selects them (Kubernetes
+/// `pkg/api/node/util.go`, v1.36): each with the label to use instead.
+const DEPRECATED_NODE_LABELS: [(&str, &str); 6] = [
+    ("beta.kubernetes.io/arch", "kubernetes.io/arch"),
+    ("beta.kubernetes.io/os", "kubernetes.io/os"),
+    (
+        "failure-domain.beta.kubernetes.io/region",
+        "topology.kubernetes.io/region",
+    ),
+    (
+        "failure-domain.beta.kubernetes.io/zone",
+        "topology.kubernetes.io/zone",
+    ),
+    (
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+    ),
+    (
+        "node-role.kubernetes.io/master",
+        "node-role.kubernetes.io/control-plane",
+    ),
+];
+
+/// The deprecated node labels a pod spec selects, where the API server looks for them:
+/// `nodeSelector` keys and the node affinity's required and preferred terms. Tolerations are not
+/// label selectors (a taint key is not a node label) and the API server does not warn about them.
+fn deprecated_node_label_uses(pod: &Value) -> Vec<String> {
+    let mut keys: Vec<(String, String)> = Vec::new();
+    if let Some(m) = pod["nodeSelector"].as_mapping() {
+        for k in m.keys() {
+            keys.push(("nodeSelector".into(), k.as_str().unwrap_or_default().into()));
+        }
+    }
+    let affinity = &pod["affinity"]["nodeAffinity"];
+    let required = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        .as_sequence()
+        .cloned()
+        .unwrap_or_default();
+    let preferred: Vec<Value> = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+        .as_sequence()
+        .map(|p| p.iter().map(|t| t["preference"].clone()).collect())
+        .unwrap_or_default();
+    for (what, terms) in [("required", required), ("preferred", preferred)] {
+        for term in terms {
+            for e in term["matchExpressions"].as_sequence().into_iter().flatten() {
+                keys.push((
+                    format!("nodeAffinity {what}"),
+                    e["key"].as_str().unwrap_or_default().into(),
+                ));
+            }
+        }
+    }
+    keys.into_iter()
+        .filter_map(|(place, key)| {
+            DEPRECATED_NODE_LABELS
+                .iter()
+                .find(|(old, _)| *old == key)
+                .map(|(old, new)| format!("{place}: {old} (use {new})"))
+        })
+        .collect()
+}
+
+#[test]
+fn the_deprecated_label_check_sees_affinity_and_node_selector() {
+    let pod: Value = serde_yaml::from_str(
+        r#"
+nodeSelector: {beta.kubernetes.io/os: linux}
+affinity:
+  nodeAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 1
+      preference:
+        matchExpressions: [{key: node-role.kubernetes.io/master, operator: Exists}]
+tolerations: [{key: node-role.kubernetes.io/master, operator: Exists, effect: NoSchedule}]
+"#,
+    )
+    .unwrap();
+    assert_eq!(
+        deprecated_node_label_uses(&pod),
+        [
+            "nodeSelector: beta.kubernetes.io/os (use kubernetes.io/os)",
+            "nodeAffinity preferred: node-role.kubernetes.io/master (use node-role.kubernetes.io/control-plane)",
+        ]
+    );
+}
+
+/// No pod spec we ship selects a node label the API server warns about (issue 48: `kubectl apply
+/// -k` and `helm install` printed one for `node-role.kubernetes.io/master`); the live check is
+/// `kubectl_apply_of_the_manifests_prints_no_warning`.
+#[test]
+fn no_shipped_pod_spec_selects_a_deprecated_node_label() {
+    let uses: Vec<String> = shipped_pod_specs()
+        .iter()
+        .flat_map(|(what, pod)| {
+            deprecated_node_label_uses(pod)
+                .into_iter()
+                .map(move |u| format!("{what}: {u}"))
+        })
+        .collect();
+    assert!(uses.is_empty(), "{uses:#?}");
+}
+
+/// `kubectl apply -k manifests/` against the real API server (this test binary's own control
+/// plane, which nothing else here uses: the webhook it registers has no operator behind it) prints
+/// nothing on stderr, where kubectl shows the API server's warnings (`Warning: ...`), neither
+/// when it creates the objects nor when it applies them again.
+#[test]
+fn kubectl_apply_of_the_manifests_prints_no_warning() {
+    let cluster = nmo_devcluster::Cluster::shared();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    for round in ["create", "apply again"] {
+        let out = cluster
+            .kubectl()
+            .args(["apply", "-k", &dir.display().to_string()])
+            .output()
+            .expect("kubectl runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "{round}: kubectl apply -k manifests/ failed:\n{stdout}{stderr}"
+        );
+        assert!(
+            stdout.contains("deployment.apps/node-maintenance-operator-controller-manager"),
+            "{round}: {stdout}"
+        );
+        assert_eq!(
+            stderr.trim(),
+            "",
+            "{round}: kubectl apply -k manifests/ printed warnings"
+        );
+    }
+}
+
+/// The README's way to name a built image with kustomize (section "Image": a kustomization of
+/// one's own over `manifests/` with `images:`) renders the Deployment with that image.
+#[test]
+fn the_readmes_kustomize_image_override_names_the_image() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let marker = "# my-install/kustomization.yaml\n";
+    let start = readme
+        .find(marker)
+        .expect("the README shows my-install/kustomization.yaml")
+        + marker.len();
+    let block: String = readme[start..]
+        .lines()
+        .take_while(|l| l.trim() != "```")
+        .map(|l| format!("{}\n", l.strip_prefix("  ").unwrap_or(l)))
+        .collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("my-install");
+    std::fs::create_dir(&dir).unwrap();
+    // `../manifests` from a folder beside manifests/; here the folder is a temporary one, and
+    // kustomize takes only relative paths: up to `/`, then down to manifests/.
+    assert!(block.contains("- ../manifests\n"), "{block}");
+    let up = "../".repeat(dir.components().count() - 1);
+    let down = root.join("manifests");
+    let down = down.strip_prefix("/").expect("an absolute path");
+    let text = block.replace("- ../manifests\n", &format!("- {up}{}\n", down.display()));
+    std::fs::write(dir.join("kustomization.yaml"), &text).unwrap();
+    let bins = nmo_devcluster::ensure_binaries().expect("control plane binaries");
+    let out = std::process::Command::new(bins.join("bin/kubectl"))
+        .args(["kustomize", &dir.display().to_string()])
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize of the README's kustomization:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs: Vec<Value> =
+        serde_yaml::Deserializer::from_str(&String::from_utf8_lossy(&out.stdout))
+            .map(|d| Value::deserialize(d).unwrap())
+            .filter(|v| !v.is_null())
+            .collect();
+    let images: Vec<&str> = docs
+        .iter()
+        .filter(|d| d["kind"].as_str() == Some("Deployment"))
+        .filter_map(|d| d["spec"]["template"]["spec"]["containers"][0]["image"].as_str())
+        .collect();
+    assert_eq!(
+        images,
+        ["registry.example.com/nmo/node-maintenance-operator:v0.1.0"]
+    );
+}
+
+#[test]
+fn every_shipped_pod_spec_passes_restricted_v2() {
+    let specs = shipped_pod_specs();
     let breaches: Vec<String> = specs
         .iter()
         .flat_map(|(what, pod)| {

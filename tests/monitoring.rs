@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use node_maintenance_operator::bundle;
+use nmo_packaging::bundle;
 use serde_json::Value;
 
 const RULES: &str = "manifests/overlays/monitoring/rules/prometheusrule.yaml";
@@ -175,7 +175,7 @@ fn every_alert_links_its_runbook() {
         let url = r["annotations"]["runbook_url"].as_str().unwrap_or_default();
         let doc = format!("docs/runbooks/{alert}.md");
         // The link names this project's repository, the one setting (Cargo.toml's
-        // `repository`) that the bundle's and the chart's links follow too.
+        // `[workspace.package] repository`) that the bundle's and the chart's links follow too.
         assert_eq!(
             url,
             bundle::runbook_url(alert),

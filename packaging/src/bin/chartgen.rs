@@ -1,19 +1,18 @@
 //! Writes the Helm chart (`charts/node-maintenance-operator/`) from the kustomize renderings of
-//! `manifests/` and its overlays (`src/chart.rs`), running `kubectl kustomize` itself
+//! `manifests/` and its overlays (`packaging/src/chart.rs`), running `kubectl kustomize` itself
 //! (`$KUBECTL`, else `kubectl` on the PATH):
 //!
 //! ```sh
-//! cargo run --bin chartgen
+//! cargo run -p nmo-packaging --bin chartgen
 //! ```
 //!
 //! `tests/chart.rs` fails when the files on disk differ from what this writes.
-use std::path::Path;
 use std::process::{Command, ExitCode};
 
-use node_maintenance_operator::chart::{self, CHART_DIR, Renderings};
+use nmo_packaging::chart::{self, CHART_DIR, Renderings};
 
 fn main() -> ExitCode {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = nmo_packaging::repository_root();
     let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
     let renderings = Renderings::with(|dir| {
         let out = Command::new(&kubectl)
@@ -30,7 +29,7 @@ fn main() -> ExitCode {
     });
     let files = match renderings
         .map_err(|e| e.to_string())
-        .and_then(|r| chart::render(&r, env!("CARGO_PKG_VERSION")).map_err(|e| e.to_string()))
+        .and_then(|r| chart::render(&r, nmo_packaging::VERSION).map_err(|e| e.to_string()))
     {
         Ok(f) => f,
         Err(e) => {

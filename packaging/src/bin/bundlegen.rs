@@ -3,18 +3,17 @@
 //! `manifests/overlays/monitoring/secure` (read from stdin) and `manifests/crd.yaml`:
 //!
 //! ```sh
-//! kubectl kustomize manifests/overlays/monitoring/secure | cargo run --bin bundlegen
+//! kubectl kustomize manifests/overlays/monitoring/secure | cargo run -p nmo-packaging --bin bundlegen
 //! ```
 //!
 //! `tests/bundle.rs` fails when the files on disk differ from what this prints.
 use std::io::Read;
-use std::path::Path;
 use std::process::ExitCode;
 
-use node_maintenance_operator::bundle;
+use nmo_packaging::bundle;
 
 fn main() -> ExitCode {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = nmo_packaging::repository_root();
     let mut rendered = String::new();
     if let Err(e) = std::io::stdin().read_to_string(&mut rendered) {
         eprintln!("error: cannot read the rendered manifests from stdin: {e}");
@@ -27,7 +26,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let files = match bundle::render(&rendered, &crd, env!("CARGO_PKG_VERSION")) {
+    let files = match bundle::render(&rendered, &crd, nmo_packaging::VERSION) {
         Ok(f) => f,
         Err(e) => {
             eprintln!(
