@@ -766,6 +766,29 @@ async fn drain_rules_with_an_unknown_key_are_refused_naming_it() {
             .to_string();
         assert!(err.contains(pruned), "{rules}: {err}");
     }
+    // An unknown behavior, a wrong type or a missing behavior in the spec: the CRD's schema
+    // refuses them whatever the field validation.
+    for (rules, said) in [
+        (
+            json!([{"podSelector": {"matchLabels": {"app": "db"}}, "behavior": "Keep"}]),
+            "spec.drainRules[0].behavior: Unsupported value: \"Keep\"",
+        ),
+        (
+            json!([{"podSelector": {"matchLabels": {"app": "db"}}, "behavior": "Drain", "order": "2"}]),
+            "spec.drainRules[0].order: Invalid value: \"string\"",
+        ),
+        (
+            json!([{"podSelector": {"matchLabels": {"app": "db"}}}]),
+            "spec.drainRules[0].behavior: Required value",
+        ),
+    ] {
+        let err = kubectl(
+            &["create", "--dry-run=server", "--validate=false", "-f", "-"],
+            &object(&rules, false),
+        )
+        .expect_err("the schema admitted it");
+        assert!(err.contains(said), "{rules}: {err}");
+    }
     // A knob annotation's name with a typo is an unknown key too.
     let mut typo = object(&right_rules(), true);
     typo["metadata"]["annotations"] = json!({"nodemaintenance.medik8s.io/pause": "true"});

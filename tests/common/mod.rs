@@ -345,14 +345,16 @@ pub(crate) fn manifests_dir() -> std::path::PathBuf {
 /// shared by every checkout building into one `CARGO_TARGET_DIR` (the last build's binary is
 /// copied there), so a checkout sharing it points this at its own binary in `deps/`.
 pub(crate) fn operator_binary() -> std::path::PathBuf {
-    std::env::var_os("NMO_OPERATOR_BIN")
-        .map_or_else(|| env!("CARGO_BIN_EXE_node-maintenance-operator").into(), Into::into)
+    std::env::var_os("NMO_OPERATOR_BIN").map_or_else(
+        || env!("CARGO_BIN_EXE_node-maintenance-operator").into(),
+        Into::into,
+    )
 }
 
 /// `manifests/` installed on `cluster` for this package's operator binary ([`Installed`]).
 pub(crate) fn installed(cluster: &Cluster) -> Installed {
     Installed::new(cluster, &manifests_dir(), operator_binary())
-    .unwrap_or_else(|e| panic!("installing manifests/: {e}"))
+        .unwrap_or_else(|e| panic!("installing manifests/: {e}"))
 }
 
 /// Options to start the operator binary of this package as `account`.
