@@ -217,6 +217,9 @@ fn check_selector(s: &LabelSelector, at: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::{
+        DRAIN_RULES_ANNOTATION, Defaults, KNOB_ANNOTATIONS, KNOBS_ACCEPTED, resolve,
+    };
 
     const AT: &str = "nodemaintenance.medik8s.io/drainRules";
 
@@ -361,5 +364,86 @@ mod tests {
                 &"true".to_string()
             )]
         );
+    }
+
+    /// The issue's inputs (Cluster API's MachineDrainRule shape, a label map as podSelector),
+    /// by annotation and as the API server leaves them in the spec, each with an unknown value
+    /// and an empty rule: refused naming the path and the key, and the default (no rule: every
+    /// pod evicted) applies, never "every pod selected by a Skip rule".
+    #[test]
+    fn a_rule_that_cannot_be_read_is_refused_by_name_and_the_default_applies() {
+        let defaults = Defaults::default();
+        let annotated = |text: &str| {
+            let mut nm = NodeMaintenance::new("nm", Default::default());
+            nm.annotations_mut()
+                .insert(DRAIN_RULES_ANNOTATION.into(), text.into());
+            nm
+        };
+        let in_spec = |text: &str| {
+            let mut nm = NodeMaintenance::new("nm", Default::default());
+            nm.spec.drain_rules = Some(serde_json::from_str(text).unwrap());
+            nm
+        };
+        // (object, the start of the refusal)
+        for (nm, refused) in [
+            (
+                annotated(r#"[{"selector": {"matchLabels": {"app": "db"}}, "behavior": "Skip"}]"#),
+                r#"nodemaintenance.medik8s.io/drainRules[0].selector: unknown field "selector""#,
+            ),
+            (
+                annotated(r#"[{"podSelector": {"app": "db"}, "behavior": "Skip"}]"#),
+                r#"nodemaintenance.medik8s.io/drainRules[0].podSelector.app: unknown field "app""#,
+            ),
+            (
+                annotated(
+                    r#"[{"podSelector": {"matchLabels": {"app": "db"}}, "behavior": "Keep"}]"#,
+                ),
+                r#"nodemaintenance.medik8s.io/drainRules[0].behavior: unknown variant "Keep""#,
+            ),
+            (
+                annotated("[{}]"),
+                r#"nodemaintenance.medik8s.io/drainRules[0]: missing field "behavior""#,
+            ),
+            // The two inputs in the spec, once pruned by the API server.
+            (
+                in_spec(r#"[{"behavior": "Skip"}]"#),
+                "spec.drainRules[0]: the rule has neither podSelector nor namespaceSelector",
+            ),
+            (
+                in_spec(r#"[{"podSelector": {}, "behavior": "Skip"}]"#),
+                "spec.drainRules[0].podSelector: the selector has no matchLabels",
+            ),
+        ] {
+            let (p, invalid) = resolve(&nm, &defaults);
+            assert!(p.drain_rules.is_empty(), "the default applies: {p:?}");
+            let said = invalid.first().map(ToString::to_string).unwrap_or_default();
+            assert!(said.starts_with(refused), "{said}\nexpected: {refused}");
+            assert_eq!(invalid[0].knob, "drainRules");
+        }
+        let (p, invalid) = resolve(
+            &annotated(r#"[{"podSelector": {"matchLabels": {"app": "db"}}, "behavior": "Skip"}]"#),
+            &defaults,
+        );
+        assert_eq!((p.drain_rules.len(), invalid), (1, Vec::new()), "valid");
+    }
+
+    #[test]
+    fn an_unknown_knob_annotation_is_refused_by_name() {
+        let mut nm = NodeMaintenance::new("nm", Default::default());
+        nm.annotations_mut()
+            .insert("nodemaintenance.medik8s.io/pause".into(), "true".into());
+        let (p, invalid) = resolve(&nm, &Defaults::default());
+        assert!(!p.paused);
+        assert_eq!(
+            invalid[0].to_string(),
+            "nodemaintenance.medik8s.io/pause: unknown annotation of the drain policy (no knob \
+             has this name) (value \"true\"; accepted: nodemaintenance.medik8s.io/ followed by \
+             paused, drainTimeout, onTimeout, drainRules, stage, nodeConditions, startAt or \
+             expireAfter)"
+        );
+        for knob in KNOB_ANNOTATIONS {
+            let name = knob.strip_prefix(PREFIX).unwrap();
+            assert!(KNOBS_ACCEPTED.contains(name), "{name}");
+        }
     }
 }
