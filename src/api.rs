@@ -101,7 +101,9 @@ pub struct NodeMaintenanceSpec {
     pub on_timeout: Option<OnTimeout>,
     /// Rules for the pods of this maintenance's node, the first whose selectors select a pod
     /// applying to it (a pod's own nodemaintenance.medik8s.io/drain or cluster.x-k8s.io/drain
-    /// label wins over them). The annotation nodemaintenance.medik8s.io/drainRules (the same list
+    /// label wins over them). Each rule needs podSelector or namespaceSelector, each with at
+    /// least one matchLabels or matchExpressions entry; a rule without is refused, never read as
+    /// every pod. The annotation nodemaintenance.medik8s.io/drainRules (the same list
     /// as JSON) wins over this field, which wins over the operator's --drain-rules flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_rules: Option<Vec<DrainRule>>,
@@ -183,10 +185,12 @@ impl std::fmt::Display for Stage {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DrainRule {
-    /// The pods it selects by their labels; absent: every pod.
+    /// The pods it selects by their labels (at least one matchLabels or matchExpressions entry);
+    /// absent: every pod, if namespaceSelector is set (a rule needs one of the two).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
-    /// The pods it selects by their namespace's labels; absent: every namespace.
+    /// The pods it selects by their namespace's labels (at least one matchLabels or
+    /// matchExpressions entry); absent: every namespace, if podSelector is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
     /// Drain (evict, in `order`), Skip (never evicted, reported as kept) or WaitCompleted

@@ -352,7 +352,7 @@ pub struct Config {
 }
 
 fn parse_drain_rules(s: &str) -> Result<Vec<crate::api::DrainRule>, String> {
-    crate::policy::parse_rules(s).map_err(|accepted| format!("expected {accepted}"))
+    crate::policy::parse_rules(s, "--drain-rules")
 }
 
 fn parse_drain_timeout(s: &str) -> Result<std::time::Duration, String> {

@@ -13,6 +13,8 @@ use kube::ResourceExt;
 
 use crate::api::{DrainRule, NodeMaintenance, OnTimeout, Stage};
 
+mod strict;
+
 /// Annotation of the `paused` knob: `"true"` or `"false"`.
 pub const PAUSED_ANNOTATION: &str = "nodemaintenance.medik8s.io/paused";
 /// Annotation of the `drainTimeout` knob: a duration ([`parse_duration`]).
@@ -29,31 +31,32 @@ pub const START_AT_ANNOTATION: &str = "nodemaintenance.medik8s.io/startAt";
 pub const EXPIRE_AFTER_ANNOTATION: &str = "nodemaintenance.medik8s.io/expireAfter";
 /// Annotation of the `stage` knob: one of [`Stage::ALL`].
 pub const STAGE_ANNOTATION: &str = "nodemaintenance.medik8s.io/stage";
+/// Every knob annotation: any other of the group on a NodeMaintenance, save the operator's own
+/// records, is refused as a typo of one of them ([`strict::unknown_annotations`]).
+pub const KNOB_ANNOTATIONS: [&str; 8] = [
+    PAUSED_ANNOTATION,
+    DRAIN_TIMEOUT_ANNOTATION,
+    ON_TIMEOUT_ANNOTATION,
+    DRAIN_RULES_ANNOTATION,
+    STAGE_ANNOTATION,
+    NODE_CONDITIONS_ANNOTATION,
+    START_AT_ANNOTATION,
+    EXPIRE_AFTER_ANNOTATION,
+];
 const RULES_ACCEPTED: &str = "a JSON list of rules {podSelector, namespaceSelector, behavior: \
-                              Drain, Skip or WaitCompleted, order}";
+                              Drain, Skip or WaitCompleted, order}, each with at least one \
+                              selector of at least one matchLabels or matchExpressions entry";
+const KNOBS_ACCEPTED: &str = "nodemaintenance.medik8s.io/ followed by paused, drainTimeout, \
+                              onTimeout, drainRules, stage, nodeConditions, startAt or expireAfter";
 
-/// Parses drain rules given as JSON (the annotation and `--drain-rules`).
+/// Parses drain rules given as JSON text at `source` (the annotation's name, `--drain-rules`),
+/// strictly: exactly the keys of [`DrainRule`] at every depth, known values, and every rule
+/// selecting what it names ([`strict`]).
 ///
 /// # Errors
-/// The accepted form, when `s` is not a JSON list of rules or a selector in it cannot be
-/// evaluated ([`valid_rules`]).
-pub fn parse_rules(s: &str) -> Result<Vec<DrainRule>, &'static str> {
-    serde_json::from_str(s)
-        .ok()
-        .filter(|r: &Vec<DrainRule>| valid_rules(r))
-        .ok_or(RULES_ACCEPTED)
-}
-
-/// Whether every selector of `rules` can be evaluated (known operators, values where they are
-/// needed): a rule that could not select anything would let the pods it was meant to keep be
-/// evicted.
-pub fn valid_rules(rules: &[DrainRule]) -> bool {
-    rules.iter().all(|r| {
-        [&r.pod_selector, &r.namespace_selector]
-            .into_iter()
-            .flatten()
-            .all(|s| kube::core::Selector::try_from(s.clone()).is_ok())
-    })
+/// What is wrong and where: `<source>[0]: unknown field "selector", expected one of …`.
+pub fn parse_rules(s: &str, source: &str) -> Result<Vec<DrainRule>, String> {
+    strict::parse_rules(s, source)
 }
 
 const DURATION_ACCEPTED: &str = "a positive duration such as 90s, 15m or 1h30m";
@@ -129,9 +132,10 @@ impl DrainPolicy {
     }
 }
 
-/// A knob whose value was refused, as the webhook denial and the status say it.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{source_name} has the invalid value {value:?} for the knob {knob} (accepted: {accepted})")]
+/// A knob whose value was refused, as the webhook denial and the status say it: `<source> has
+/// the invalid value "<value>" for the knob <knob> (accepted: …)`, or with a `detail`
+/// `<path>: <problem> (value "<value>"; accepted: …)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InvalidKnob {
     /// The knob (`paused`).
     pub knob: &'static str,
@@ -141,7 +145,32 @@ pub struct InvalidKnob {
     pub value: String,
     /// The accepted values.
     pub accepted: &'static str,
+    /// Where in the value the problem is and what it is, when the value has parts (the drain
+    /// rules: `spec.drainRules[0].podSelector: …`), or the name of an unknown annotation.
+    pub detail: Option<String>,
 }
+
+impl std::fmt::Display for InvalidKnob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self {
+            knob,
+            source_name,
+            value,
+            accepted,
+            detail,
+        } = self;
+        match detail {
+            None => write!(
+                f,
+                "{source_name} has the invalid value {value:?} for the knob {knob} (accepted: \
+                 {accepted})"
+            ),
+            Some(detail) => write!(f, "{detail} (value {value:?}; accepted: {accepted})"),
+        }
+    }
+}
+
+impl std::error::Error for InvalidKnob {}
 
 /// Parses a knob's duration: jiff's friendly format (`90s`, `15m`, `1h30m`, `1h 30m`, Go's
 /// `time.ParseDuration` spellings of whole units) or ISO 8601 (`PT90S`); it must be positive.
@@ -180,21 +209,34 @@ struct Knobs<'a> {
 impl Knobs<'_> {
     fn parse<T>(
         &mut self,
-        (knob, source_name, accepted): (&'static str, &'static str, &'static str),
+        knob: (&'static str, &'static str, &'static str),
         value: Option<&String>,
         parse: impl Fn(&str) -> Option<T>,
     ) -> Option<T> {
+        self.detailed(knob, value, |v| parse(v).ok_or(None))
+    }
+
+    /// As [`Knobs::parse`], with the problem's own words (`Err(Some(detail))`) where there are.
+    fn detailed<T>(
+        &mut self,
+        (knob, source_name, accepted): (&'static str, &'static str, &'static str),
+        value: Option<&String>,
+        parse: impl Fn(&str) -> Result<T, Option<String>>,
+    ) -> Option<T> {
         let value = value?;
-        let parsed = parse(value);
-        if parsed.is_none() {
-            self.invalid.push(InvalidKnob {
-                knob,
-                source_name,
-                value: value.clone(),
-                accepted,
-            });
+        match parse(value) {
+            Ok(parsed) => Some(parsed),
+            Err(detail) => {
+                self.invalid.push(InvalidKnob {
+                    knob,
+                    source_name,
+                    value: value.clone(),
+                    accepted,
+                    detail,
+                });
+                None
+            }
         }
-        parsed
     }
 
     fn annotation<T>(
@@ -243,17 +285,22 @@ pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> (DrainPolicy, Vec<I
         )
         .or(nm.spec.on_timeout)
         .unwrap_or(defaults.on_timeout);
+    // A rule list with one rule that cannot be read is refused whole: the knob falls back as if
+    // absent (a rule that cannot be read selects nothing, never every pod).
     let drain_rules = k
-        .annotation(
+        .detailed(
             ("drainRules", DRAIN_RULES_ANNOTATION, RULES_ACCEPTED),
-            |v| parse_rules(v).ok(),
+            nm.annotations().get(DRAIN_RULES_ANNOTATION),
+            |v| parse_rules(v, DRAIN_RULES_ANNOTATION).map_err(Some),
         )
         .or_else(|| {
             let spec = ("drainRules", "spec.drainRules", RULES_ACCEPTED);
             let rules = nm.spec.drain_rules.as_ref();
             let text = rules.map(|r| serde_json::to_string(r).unwrap_or_default());
-            k.parse(spec, text.as_ref(), |_| {
-                rules.filter(|r| valid_rules(r)).cloned()
+            k.detailed(spec, text.as_ref(), |_| {
+                let rules = rules.cloned().unwrap_or_default();
+                strict::check_rules(&rules, "spec.drainRules").map_err(Some)?;
+                Ok(rules)
             })
         })
         .unwrap_or_else(|| defaults.drain_rules.clone());
@@ -283,6 +330,17 @@ pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> (DrainPolicy, Vec<I
             k.parse(spec, nm.spec.expire_after.as_ref(), duration)
         })
         .or(defaults.expire_after);
+    for (name, value) in strict::unknown_annotations(nm, &KNOB_ANNOTATIONS) {
+        k.invalid.push(InvalidKnob {
+            knob: "annotations",
+            source_name: "metadata.annotations",
+            value: value.clone(),
+            accepted: KNOBS_ACCEPTED,
+            detail: Some(format!(
+                "{name}: unknown annotation of the drain policy (no knob has this name)"
+            )),
+        });
+    }
     let policy = DrainPolicy {
         paused,
         node_conditions,
@@ -619,6 +677,12 @@ mod tests {
     fn drain_rules_come_from_the_annotation_the_spec_or_the_flag_whole() {
         use crate::api::DrainBehavior;
         let rule = |behavior| DrainRule {
+            pod_selector: Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                    match_labels: Some([("app".to_string(), "db".to_string())].into()),
+                    ..Default::default()
+                },
+            ),
             behavior,
             ..DrainRule::default()
         };
@@ -657,15 +721,15 @@ mod tests {
     #[test]
     fn a_rule_whose_selector_cannot_be_evaluated_is_refused() {
         let bad = r#"[{"podSelector": {"matchExpressions": [{"key": "app", "operator": "in", "values": ["db"]}]}, "behavior": "Skip"}]"#;
-        assert!(parse_rules(bad).is_err());
+        assert!(parse_rules(bad, DRAIN_RULES_ANNOTATION).is_err());
         let mut nm = nm(None, None);
         nm.spec.drain_rules = Some(serde_json::from_str(bad).unwrap());
         let (p, invalid) = resolve(&nm, &Defaults::default());
         assert!(p.drain_rules.is_empty(), "the default applies");
         assert!(
-            invalid[0]
-                .to_string()
-                .starts_with("spec.drainRules has the invalid value"),
+            invalid[0].to_string().starts_with(
+                "spec.drainRules[0].podSelector.matchExpressions[0].operator: unknown value \"in\""
+            ),
             "{invalid:?}"
         );
     }

@@ -671,6 +671,156 @@ async fn refused_knob_values_are_denied_naming_the_knob_and_the_value() {
     nm::wait_gone(&client, &name, LIMIT).await;
 }
 
+fn right_rules() -> serde_json::Value {
+    json!([{"podSelector": {"matchLabels": {"app": "db"}}, "behavior": "Skip"}])
+}
+
+/// Issue 46 item 6: drain rules meant to keep the database (`behavior: Skip`) written as Cluster
+/// API's MachineDrainRule (`selector:`) or with a label map as `podSelector` are refused naming
+/// the key, in every way a user can write them, and nothing is created (all dry runs):
+/// - the annotation (JSON text, which the webhook reads strictly): the webhook names the path and
+///   the unknown key;
+/// - `spec.drainRules` with kubectl's default `--validate=strict`: the API server itself refuses
+///   the unknown field, naming it;
+/// - `spec.drainRules` from a client that leaves field validation at the server's default (kube's
+///   client: `Warn`) or turns it off (`kubectl --validate=false`): the API server prunes the key
+///   before the webhook sees the object, and the webhook refuses what is left, a rule with no
+///   selector or a selector with no entry (both would select every pod), naming the path.
+#[tokio::test]
+async fn drain_rules_with_an_unknown_key_are_refused_naming_it() {
+    use kube::api::DynamicObject;
+    use kube::discovery::ApiResource;
+    use node_maintenance_operator::policy::DRAIN_RULES_ANNOTATION;
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let node = worker_nodes(env.cluster, &client, &unique("strict"), 1)
+        .await
+        .remove(0);
+    let object = |rules: &serde_json::Value, annotation: bool| {
+        let mut o: serde_json::Value =
+            serde_json::from_str(&manifest(&unique("strict"), &node)).unwrap();
+        if annotation {
+            o["metadata"]["annotations"] = json!({ DRAIN_RULES_ANNOTATION: rules.to_string() });
+        } else {
+            o["spec"]["drainRules"] = rules.clone();
+        }
+        o
+    };
+    let kubectl = |args: &[&str], o: &serde_json::Value| {
+        env.cluster
+            .kubectl_run(args, Some(&o.to_string()))
+            .map_err(|e| e.to_string())
+    };
+    let dynamic: Api<DynamicObject> =
+        Api::all_with(client.clone(), &ApiResource::erase::<NodeMaintenance>(&()));
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    // (rules, what the webhook names in the annotation, what the API server names in the spec,
+    //  what the webhook names once the API server pruned the spec)
+    let inputs = [
+        (
+            json!([{"selector": {"matchLabels": {"app": "db"}}, "behavior": "Skip"}]),
+            r#"nodemaintenance.medik8s.io/drainRules[0].selector: unknown field "selector""#,
+            r#"unknown field "spec.drainRules[0].selector""#,
+            "spec.drainRules[0]: the rule has neither podSelector nor namespaceSelector",
+        ),
+        (
+            json!([{"podSelector": {"app": "db"}, "behavior": "Skip"}]),
+            r#"nodemaintenance.medik8s.io/drainRules[0].podSelector.app: unknown field "app""#,
+            r#"unknown field "spec.drainRules[0].podSelector.app""#,
+            "spec.drainRules[0].podSelector: the selector has no matchLabels or matchExpressions",
+        ),
+    ];
+    for (rules, annotation, strict, pruned) in &inputs {
+        let err = kubectl(
+            &["create", "--dry-run=server", "-f", "-"],
+            &object(rules, true),
+        )
+        .expect_err("the annotation was admitted");
+        assert!(
+            err.contains("denied the request") && err.contains(annotation),
+            "{rules}: {err}"
+        );
+        let err = kubectl(
+            &["create", "--dry-run=server", "-f", "-"],
+            &object(rules, false),
+        )
+        .expect_err("the spec was admitted under strict field validation");
+        assert!(err.contains(strict), "{rules}: {err}");
+        let err = kubectl(
+            &["create", "--dry-run=server", "--validate=false", "-f", "-"],
+            &object(rules, false),
+        )
+        .expect_err("the pruned spec was admitted (kubectl --validate=false)");
+        assert!(
+            err.contains("denied the request") && err.contains(pruned),
+            "{rules}: {err}"
+        );
+        let o: DynamicObject = serde_json::from_value(object(rules, false)).unwrap();
+        let err = dynamic
+            .create(&dry, &o)
+            .await
+            .expect_err("the pruned spec was admitted (kube's client)")
+            .to_string();
+        assert!(err.contains(pruned), "{rules}: {err}");
+    }
+    // An unknown behavior, a wrong type or a missing behavior in the spec: the CRD's schema
+    // refuses them whatever the field validation.
+    for (rules, said) in [
+        (
+            json!([{"podSelector": {"matchLabels": {"app": "db"}}, "behavior": "Keep"}]),
+            "spec.drainRules[0].behavior: Unsupported value: \"Keep\"",
+        ),
+        (
+            json!([{"podSelector": {"matchLabels": {"app": "db"}}, "behavior": "Drain", "order": "2"}]),
+            "spec.drainRules[0].order: Invalid value: \"string\"",
+        ),
+        (
+            json!([{"podSelector": {"matchLabels": {"app": "db"}}}]),
+            "spec.drainRules[0].behavior: Required value",
+        ),
+    ] {
+        let err = kubectl(
+            &["create", "--dry-run=server", "--validate=false", "-f", "-"],
+            &object(&rules, false),
+        )
+        .expect_err("the schema admitted it");
+        assert!(err.contains(said), "{rules}: {err}");
+    }
+    // A knob annotation's name with a typo is an unknown key too.
+    let mut typo = object(&right_rules(), true);
+    typo["metadata"]["annotations"] = json!({"nodemaintenance.medik8s.io/pause": "true"});
+    let err = kubectl(&["create", "--dry-run=server", "-f", "-"], &typo)
+        .expect_err("an unknown knob annotation was admitted");
+    assert!(
+        err.contains("denied the request")
+            && err.contains("nodemaintenance.medik8s.io/pause: unknown annotation"),
+        "{err}"
+    );
+    // The same rule, written right, is admitted in both forms.
+    let right = right_rules();
+    for annotation in [true, false] {
+        if let Err(err) = kubectl(
+            &["create", "--dry-run=server", "-f", "-"],
+            &object(&right, annotation),
+        ) {
+            panic!("{right} (annotation: {annotation}) was refused: {err}");
+        }
+    }
+    let api: Api<NodeMaintenance> = Api::all(client.clone());
+    assert!(
+        api.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .all(|o| o.spec.node_name != node),
+        "a dry run created an object"
+    );
+}
+
 /// The other CREATE warnings, from the webhook's pod cache: on a node with a DaemonSet pod, a
 /// pod with an emptyDir volume, a bare pod and the only ready replica of a Deployment,
 /// `kubectl create --dry-run=server` prints a warning for the pods that stay, one for the

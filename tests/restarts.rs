@@ -373,6 +373,122 @@ async fn malformed_node_name_is_reported_and_touches_nothing() {
     }
 }
 
+/// Issue 46 item 6 where the webhook is bypassed (not registered, as when it is down with
+/// `failurePolicy: Ignore` or the object predates it): drain rules meant to keep the database
+/// (`behavior: Skip`), written as Cluster API's MachineDrainRule (`selector:`) or with a label map
+/// as `podSelector`, in the annotation (JSON text) and in `spec.drainRules` (which the API server
+/// prunes to a rule with no selector, or an empty selector). Each maintenance says
+/// `DrainPolicyValid=False` naming the path and the key, and the default applies: no rule, so the
+/// database pod is evicted like every other and nothing is reported kept.
+#[tokio::test]
+async fn drain_rules_that_bypassed_the_webhook_are_reported_and_select_nothing() {
+    use node_maintenance_operator::policy::DRAIN_RULES_ANNOTATION;
+    let _serial = SERIAL.lock().await;
+    let (cluster, account, kubeconfig) = setup();
+    let client = cluster.client().await;
+    let group = unique("bypass");
+    let nodes = worker_nodes(cluster, &client, &group, 4).await;
+    let ns = namespace(&client, "bypass").await;
+    for node in &nodes {
+        for app in ["db", "web"] {
+            let pod = format!("{app}-{node}");
+            bare_pod(
+                &client,
+                &ns,
+                &pod,
+                node,
+                json!({"metadata": {"labels": {"app": app}}}),
+            )
+            .await;
+        }
+    }
+    let _op = start(cluster, &account, &kubeconfig, "op-bypass", false);
+    let machine_drain_rule =
+        json!([{"selector": {"matchLabels": {"app": "db"}}, "behavior": "Skip"}]);
+    let label_map = json!([{"podSelector": {"app": "db"}, "behavior": "Skip"}]);
+    // (rules, in the annotation, what DrainPolicyValid names)
+    let inputs = [
+        (
+            &machine_drain_rule,
+            true,
+            r#"nodemaintenance.medik8s.io/drainRules[0].selector: unknown field "selector""#,
+        ),
+        (
+            &label_map,
+            true,
+            r#"nodemaintenance.medik8s.io/drainRules[0].podSelector.app: unknown field "app""#,
+        ),
+        (
+            &machine_drain_rule,
+            false,
+            "spec.drainRules[0]: the rule has neither podSelector nor namespaceSelector",
+        ),
+        (
+            &label_map,
+            false,
+            "spec.drainRules[0].podSelector: the selector has no matchLabels or matchExpressions entry",
+        ),
+    ];
+    let mut names = Vec::new();
+    for ((rules, annotation, _), node) in inputs.iter().zip(&nodes) {
+        let name = unique("nm-bypass");
+        let mut o = serde_json::to_value(nm::new(&name, node, "e2e")).unwrap();
+        if *annotation {
+            o["metadata"]["annotations"] = json!({ DRAIN_RULES_ANNOTATION: rules.to_string() });
+        } else {
+            o["spec"]["drainRules"] = (*rules).clone();
+        }
+        // kube's client: the server's default field validation (Warn), so the spec's unknown key
+        // is pruned with a warning, not refused.
+        let o: kube::api::DynamicObject = serde_json::from_value(o).unwrap();
+        Api::<kube::api::DynamicObject>::all_with(
+            client.clone(),
+            &kube::discovery::ApiResource::erase::<NodeMaintenance>(&()),
+        )
+        .create(&PostParams::default(), &o)
+        .await
+        .unwrap_or_else(|e| panic!("{rules} was refused without the webhook: {e}"));
+        names.push(name);
+    }
+    for ((rules, annotation, named), (name, node)) in inputs.iter().zip(names.iter().zip(&nodes)) {
+        let done = nm::wait_phase(&client, name, MaintenancePhase::Succeeded, LIMIT).await;
+        let status = done.status.unwrap_or_default();
+        let valid = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "DrainPolicyValid")
+            .unwrap_or_else(|| panic!("{rules} ({annotation}): no DrainPolicyValid: {status:?}"));
+        assert!(
+            valid.status == "False" && valid.message.contains(named),
+            "{rules} (annotation: {annotation}): {valid:?}"
+        );
+        // Every pod evicted (the default: no rule), none kept by the rule that could not be read.
+        let left: Vec<String> = pods_on(&client, &ns, node).await;
+        assert!(
+            left.is_empty(),
+            "{rules} (annotation: {annotation}): pods left {left:?}"
+        );
+        assert_eq!(status.eviction_pods, Some(2), "{rules}: {status:?}");
+    }
+    for (name, node) in names.iter().zip(&nodes) {
+        nm::delete_and_wait_restored(&client, name, node).await;
+    }
+}
+
+/// The names of the pods of `ns` on `node` that are not terminating.
+async fn pods_on(client: &kube::Client, ns: &str, node: &str) -> Vec<String> {
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns)
+        .list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.name)
+        .collect()
+}
+
 /// SIGTERM: in-flight work finishes, leadership is released (a standby takes over at once rather
 /// than after the lease expires), exit code 0.
 #[tokio::test]

@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
 use super::pod::DrainPod;
 use super::{DRAIN_LABEL, Disposition, DrainOptions, PodRule, pod_rule, selector_matches, stage};
 use crate::api::{DrainBehavior, DrainRule};
@@ -25,13 +27,23 @@ pub(crate) fn says(label: &str, value: &str) -> String {
 }
 
 /// The first of `rules` that selects `pod` in a namespace labelled `namespace_labels` (`None`:
-/// not read, which only rules without a namespace selector can match).
+/// not read, which only rules without a namespace selector can match). A rule with no selector,
+/// or with a selector of no entry, selects nothing: the policy refuses such rules
+/// (`policy::strict`), and one that got here anyway must not read as "every pod".
 pub(crate) fn matching<'a>(
     rules: &'a [DrainRule],
     pod: &DrainPod,
     namespace_labels: Option<&BTreeMap<String, String>>,
 ) -> Option<&'a DrainRule> {
+    let empty = |s: &LabelSelector| {
+        s.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+            && s.match_expressions.as_ref().is_none_or(Vec::is_empty)
+    };
     rules.iter().find(|r| {
+        let selectors = [&r.pod_selector, &r.namespace_selector];
+        if selectors.iter().all(|s| s.is_none()) || selectors.into_iter().flatten().any(empty) {
+            return false;
+        }
         let pods = r
             .pod_selector
             .as_ref()
@@ -88,7 +100,6 @@ pub(crate) fn apply(
 mod tests {
     use super::*;
     use crate::drain::Stage;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
     fn pod(labels: &[(&str, &str)]) -> DrainPod {
         let mut p = DrainPod::default();
@@ -171,5 +182,27 @@ mod tests {
             Disposition::SkipDaemonSet
         );
         assert!(need_namespaces(&rules) && !need_namespaces(&rules[..1]));
+    }
+
+    #[test]
+    fn a_rule_without_a_selector_or_with_an_empty_one_selects_nothing() {
+        let rules = |pod_selector, namespace_selector| {
+            vec![DrainRule {
+                pod_selector,
+                namespace_selector,
+                behavior: DrainBehavior::Skip,
+                ..DrainRule::default()
+            }]
+        };
+        let labels: BTreeMap<String, String> = [("team".to_string(), "a".to_string())].into();
+        let p = pod(&[("app", "db")]);
+        for r in [
+            rules(None, None),
+            rules(Some(LabelSelector::default()), None),
+            rules(selector("app", "db"), Some(LabelSelector::default())),
+        ] {
+            assert_eq!(matching(&r, &p, Some(&labels)), None, "{r:?}");
+        }
+        assert!(matching(&rules(selector("app", "db"), None), &p, Some(&labels)).is_some());
     }
 }

@@ -341,14 +341,20 @@ pub(crate) fn manifests_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests")
 }
 
+/// The operator binary under test: `NMO_OPERATOR_BIN` when set, else cargo's. Cargo's path is
+/// shared by every checkout building into one `CARGO_TARGET_DIR` (the last build's binary is
+/// copied there), so a checkout sharing it points this at its own binary in `deps/`.
+pub(crate) fn operator_binary() -> std::path::PathBuf {
+    std::env::var_os("NMO_OPERATOR_BIN").map_or_else(
+        || env!("CARGO_BIN_EXE_node-maintenance-operator").into(),
+        Into::into,
+    )
+}
+
 /// `manifests/` installed on `cluster` for this package's operator binary ([`Installed`]).
 pub(crate) fn installed(cluster: &Cluster) -> Installed {
-    Installed::new(
-        cluster,
-        &manifests_dir(),
-        env!("CARGO_BIN_EXE_node-maintenance-operator"),
-    )
-    .unwrap_or_else(|e| panic!("installing manifests/: {e}"))
+    Installed::new(cluster, &manifests_dir(), operator_binary())
+        .unwrap_or_else(|e| panic!("installing manifests/: {e}"))
 }
 
 /// Options to start the operator binary of this package as `account`.
@@ -360,7 +366,7 @@ pub(crate) fn operator_options(
     Installed {
         account: account.clone(),
         kubeconfig: kubeconfig.to_path_buf(),
-        binary: env!("CARGO_BIN_EXE_node-maintenance-operator").into(),
+        binary: operator_binary(),
     }
     .options(name)
 }
