@@ -45,9 +45,8 @@ pub(crate) async fn create(
     let code = response.status().as_u16();
     let bytes = response.into_body().collect_bytes().await?;
     if ok {
-        let created = serde_json::from_slice(&bytes).map_err(|e| {
-            Failure::error(format!("reading the created object: {e}"))
-        })?;
+        let created = serde_json::from_slice(&bytes)
+            .map_err(|e| Failure::error(format!("reading the created object: {e}")))?;
         return Ok((warnings, created));
     }
     // Not every refusal is a `Status` (a resource the API server does not serve answers a bare
@@ -82,7 +81,6 @@ fn warning_text(header: &str) -> String {
     }
     text
 }
-
 
 #[cfg(test)]
 mod tests {

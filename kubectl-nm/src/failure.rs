@@ -51,8 +51,10 @@ pub(crate) fn from_status(s: &Status) -> Failure {
         return Failure(EXIT_ERROR, CRD_MISSING.into());
     }
     let line = format!("Error from server ({}): {}", s.reason, s.message);
-    let denied = (s.message.contains("admission webhook") && s.message.contains("denied the request"))
-        || (s.message.contains("ValidatingAdmissionPolicy") && s.message.contains("denied request"));
+    let denied = (s.message.contains("admission webhook")
+        && s.message.contains("denied the request"))
+        || (s.message.contains("ValidatingAdmissionPolicy")
+            && s.message.contains("denied request"));
     let code = if s.message.contains("failed calling webhook") || s.code >= 500 {
         EXIT_UNAVAILABLE
     } else if (400..500).contains(&s.code) && denied {
@@ -108,7 +110,11 @@ mod tests {
 
     #[test]
     fn a_bare_404_names_the_missing_crd() {
-        let f = from_status(&status(404, "Failed to parse error data", "404 page not found"));
+        let f = from_status(&status(
+            404,
+            "Failed to parse error data",
+            "404 page not found",
+        ));
         assert_eq!((f.0, f.1.as_str()), (EXIT_ERROR, CRD_MISSING));
         let f = from_status(&status(404, "NotFound", "nodemaintenances \"x\" not found"));
         assert!(f.1.contains("not found") && f.1 != CRD_MISSING, "{}", f.1);

@@ -4,8 +4,10 @@
 //! the phase, the drain progress or the blocker rows ([`crate::render::blocker_rows`], one
 //! stable row per pod). A drain held by a budget therefore prints one block until something
 //! changes, however often the operator rewrites its status (each `lastUpdate`, each retry's
-//! `lastError`).
+//! `lastError`), and each held pod stays attributed to what holds it while it is asked again
+//! ([`Attribution`]).
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
@@ -17,7 +19,7 @@ use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance, NodeMain
 
 use crate::failure::Failure;
 use crate::preflight::human;
-use crate::render::{blocker_rows, blocker_table, summary};
+use crate::render::{blocker_rows, blocker_table, summary, table_of};
 use crate::{EXIT_ERROR, EXIT_TIMEOUT};
 
 /// How long a maintenance may go without any status before the wait says that no operator
@@ -25,8 +27,42 @@ use crate::{EXIT_ERROR, EXIT_TIMEOUT};
 /// finalizer and phase), even with its queue full.
 pub(crate) const NO_STATUS_HINT_AFTER: Duration = Duration::from_secs(60);
 
+/// The reason the operator gives a pod whose eviction was sent and not answered yet
+/// (`src/drain/mod.rs`, `reason::EVICTING`): a question in flight, not an answer.
+const EVICTING: &str = "Evicting";
+
+/// Each pod's last answered row (any reason but [`EVICTING`]) seen by this wait. A pod held by
+/// a budget is asked again every few seconds, and the operator shows it `Evicting` while each
+/// ask is in flight, so the table would flip between `PodDisruptionBudget` and `Evicting` while
+/// nothing changed. What holds a pod is the last answer about it until a new answer comes:
+/// a pod shown `Evicting` keeps its last answered row; a pod never answered yet shows
+/// `Evicting`.
+#[derive(Debug, Default)]
+pub(crate) struct Attribution {
+    answered: BTreeMap<String, [String; 5]>,
+}
+
+impl Attribution {
+    /// `rows` (as [`blocker_rows`]) with each `Evicting` pod given its last answered row;
+    /// remembers the answered ones, and forgets pods no longer listed.
+    pub(crate) fn rows(&mut self, rows: Vec<[String; 5]>) -> Vec<[String; 5]> {
+        self.answered
+            .retain(|pod, _| rows.iter().any(|r| &r[0] == pod));
+        rows.into_iter()
+            .map(|row| {
+                if row[1] == EVICTING {
+                    self.answered.get(&row[0]).cloned().unwrap_or(row)
+                } else {
+                    self.answered.insert(row[0].clone(), row.clone());
+                    row
+                }
+            })
+            .collect()
+    }
+}
+
 /// What a printed block shows, compared to decide whether to print again: phase, drain
-/// progress and the blocker rows.
+/// progress and the blocker rows (as [`Attribution`] gives them).
 #[derive(PartialEq, Eq, Debug, Default)]
 pub(crate) struct Shown {
     phase: Option<String>,
@@ -35,12 +71,12 @@ pub(crate) struct Shown {
 }
 
 impl Shown {
-    /// What `status` shows.
-    pub(crate) fn of(status: &NodeMaintenanceStatus) -> Self {
+    /// What `status` shows with `rows` for its blockers.
+    pub(crate) fn of(status: &NodeMaintenanceStatus, rows: Vec<[String; 5]>) -> Self {
         Shown {
             phase: status.phase.map(|p| p.to_string()),
             progress: status.drain_progress,
-            rows: blocker_rows(status),
+            rows,
         }
     }
 }
@@ -51,8 +87,7 @@ impl Shown {
 ///
 /// # Errors
 /// [`EXIT_ERROR`] when it Fails (its `lastError`), is deleted or is not there;
-/// [`EXIT_TIMEOUT`] when `timeout` passes (the last blocker table printed if it was not the last
-/// block).
+/// [`EXIT_TIMEOUT`] when `timeout` passes (the blocker table printed if no block was).
 pub(crate) async fn wait_succeeded(
     nms: &Api<NodeMaintenance>,
     name: &str,
@@ -62,6 +97,7 @@ pub(crate) async fn wait_succeeded(
 ) -> Result<(), Failure> {
     let mut last: Option<NodeMaintenanceStatus> = None;
     let mut shown: Option<Shown> = None;
+    let mut attribution = Attribution::default();
     let watch = async {
         let mut stream = watcher(
             nms.clone(),
@@ -90,10 +126,14 @@ pub(crate) async fn wait_succeeded(
                     continue;
                 }
             };
-            let nm = match event.map_err(|e| {
-                Failure::error(format!("watching nodemaintenance/{name}: {e}"))
-            })? {
-                None => return Err(Failure::error(format!("the watch of nodemaintenance/{name} ended"))),
+            let nm = match event
+                .map_err(|e| Failure::error(format!("watching nodemaintenance/{name}: {e}")))?
+            {
+                None => {
+                    return Err(Failure::error(format!(
+                        "the watch of nodemaintenance/{name} ended"
+                    )));
+                }
                 Some(Event::Init) => {
                     seen_in_list = false;
                     continue;
@@ -114,13 +154,13 @@ pub(crate) async fn wait_succeeded(
                 Some(Event::Apply(nm)) => nm,
             };
             let status = nm.status.clone().unwrap_or_default();
-            let now = Shown::of(&status);
+            let now = Shown::of(&status, attribution.rows(blocker_rows(&status)));
             if shown.as_ref() != Some(&now) {
                 let _ = write!(
                     out,
                     "nodemaintenance/{name}: {}\n{}",
                     summary(&status),
-                    blocker_table(&status)
+                    table_of(now.rows.clone(), &status)
                 );
                 shown = Some(now);
             }
@@ -143,9 +183,9 @@ pub(crate) async fn wait_succeeded(
     match tokio::time::timeout(timeout, watch).await {
         Ok(r) => r,
         Err(_) => {
-            let last = last.unwrap_or_default();
-            if shown.as_ref() != Some(&Shown::of(&last)) {
-                let _ = write!(out, "{}", blocker_table(&last));
+            // The last block printed is the last status's table, unless it never printed.
+            if shown.is_none() {
+                let _ = write!(out, "{}", blocker_table(&last.unwrap_or_default()));
             }
             Err(Failure(
                 EXIT_TIMEOUT,
@@ -162,24 +202,55 @@ pub(crate) async fn wait_succeeded(
 mod tests {
     use super::*;
 
+    fn status(v: serde_json::Value) -> NodeMaintenanceStatus {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn shown(a: &mut Attribution, v: &serde_json::Value) -> Shown {
+        let s = status(v.clone());
+        Shown::of(&s, a.rows(blocker_rows(&s)))
+    }
+
     #[test]
     fn a_block_is_shown_again_only_for_phase_progress_or_rows() {
-        let status = |v: serde_json::Value| -> NodeMaintenanceStatus {
-            serde_json::from_value(v).unwrap()
-        };
         let held = serde_json::json!({"phase": "Running", "drainProgress": 0,
             "lastError": "one", "pendingPods": ["a"],
             "blockers": [{"namespace": "ns", "name": "a", "reason": "PodDisruptionBudget",
                           "podDisruptionBudget": "g"}]});
+        let a = &mut Attribution::default();
         let mut rewritten = held.clone();
         rewritten["lastError"] = "two".into();
         rewritten["lastUpdate"] = "2026-01-01T00:00:00Z".into();
-        assert_eq!(Shown::of(&status(held.clone())), Shown::of(&status(rewritten)));
+        assert_eq!(shown(a, &held), shown(a, &rewritten));
         let mut moved = held.clone();
         moved["drainProgress"] = 50.into();
-        assert_ne!(Shown::of(&status(held.clone())), Shown::of(&status(moved)));
+        assert_ne!(shown(a, &held), shown(a, &moved));
         let mut other = held.clone();
         other["blockers"][0]["reason"] = "Terminating".into();
-        assert_ne!(Shown::of(&status(held)), Shown::of(&status(other)));
+        assert_ne!(shown(a, &held), shown(a, &other));
+    }
+
+    #[test]
+    fn a_held_pod_asked_again_stays_attributed_to_its_budget() {
+        let a = &mut Attribution::default();
+        let evicting = serde_json::json!({"blockers": [
+            {"namespace": "ns", "name": "a", "reason": "Evicting"}]});
+        let held = serde_json::json!({"blockers": [
+            {"namespace": "ns", "name": "a", "reason": "PodDisruptionBudget",
+             "podDisruptionBudget": "g", "desiredHealthy": 2, "currentHealthy": 2}]});
+        // Never answered yet: shown as asked.
+        assert_eq!(shown(a, &evicting).rows[0][1], "Evicting");
+        let first = shown(a, &held);
+        assert_eq!(first.rows[0][2], "g");
+        // Asked again: the budget's answer stands.
+        assert_eq!(shown(a, &evicting), first);
+        // A new answer replaces it.
+        let gone = serde_json::json!({"blockers": [
+            {"namespace": "ns", "name": "a", "reason": "Terminating"}]});
+        assert_eq!(shown(a, &gone).rows[0][1], "Terminating");
+        assert_eq!(shown(a, &evicting).rows[0][1], "Terminating");
+        // A pod no longer listed is forgotten.
+        assert!(shown(a, &serde_json::json!({})).rows.is_empty());
+        assert_eq!(shown(a, &evicting).rows[0][1], "Evicting");
     }
 }

@@ -321,7 +321,9 @@ async fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<(
                 .filter(|nm| nm.spec.node_name == node)
                 .collect();
             if found.is_empty() {
-                return Err(Failure::error(format!("no NodeMaintenance for node {node}")));
+                return Err(Failure::error(format!(
+                    "no NodeMaintenance for node {node}"
+                )));
             }
             // Read before the deletion: the exit removes the record of the node's prior state.
             let expected = Api::<Node>::all(client.clone())
@@ -452,8 +454,10 @@ mod tests {
             err.starts_with("error:") && err.contains("--reason"),
             "{err}"
         );
-        let (code, _, err) =
-            run_args(&["start", "n1", "--reason", "r", "--stage", "Cordon", "--wait"]).await;
+        let (code, _, err) = run_args(&[
+            "start", "n1", "--reason", "r", "--stage", "Cordon", "--wait",
+        ])
+        .await;
         assert_eq!(code, EXIT_ERROR);
         assert!(err.contains("only stage Drain"), "{err}");
         let (code, _, err) = run_args(&["stage", "n1", "Later"]).await;

@@ -133,4 +133,3 @@ pub(crate) async fn delete_and_wait(
 pub(crate) fn human(d: Duration) -> String {
     jiff::SignedDuration::try_from(d).map_or_else(|_| format!("{d:?}"), |d| format!("{d:#}"))
 }
-

@@ -65,8 +65,12 @@ pub(crate) fn stage_shown(nm: &NodeMaintenance) -> String {
 
 /// `list`'s table: NAME, NODE, STAGE, PHASE, DRAIN, PENDING, REASON.
 pub(crate) fn list_table(list: &[NodeMaintenance]) -> String {
-    let mut rows =
-        vec![["NAME", "NODE", "STAGE", "PHASE", "DRAIN", "PENDING", "REASON"].map(String::from)];
+    let mut rows = vec![
+        [
+            "NAME", "NODE", "STAGE", "PHASE", "DRAIN", "PENDING", "REASON",
+        ]
+        .map(String::from),
+    ];
     for nm in list {
         let s = nm.status.clone().unwrap_or_default();
         rows.push([
@@ -108,7 +112,8 @@ pub(crate) fn blocker_rows(s: &NodeMaintenanceStatus) -> Vec<[String; 5]> {
             .entry((&b.namespace, &b.name))
             .and_modify(|kept| {
                 if kept.pod_disruption_budget.is_none() && b.pod_disruption_budget.is_some() {
-                    kept.pod_disruption_budget.clone_from(&b.pod_disruption_budget);
+                    kept.pod_disruption_budget
+                        .clone_from(&b.pod_disruption_budget);
                     kept.desired_healthy = b.desired_healthy;
                     kept.current_healthy = b.current_healthy;
                 }
@@ -134,7 +139,11 @@ pub(crate) fn blocker_rows(s: &NodeMaintenanceStatus) -> Vec<[String; 5]> {
 /// DUE being the drain's deadline and what happens then (`onTimeout`); "no blockers" when there
 /// are none.
 pub(crate) fn blocker_table(s: &NodeMaintenanceStatus) -> String {
-    let rows = blocker_rows(s);
+    table_of(blocker_rows(s), s)
+}
+
+/// `rows` (as [`blocker_rows`]) as [`blocker_table`] prints them, DUE read from `s`.
+pub(crate) fn table_of(rows: Vec<[String; 5]>, s: &NodeMaintenanceStatus) -> String {
     if rows.is_empty() {
         return "no blockers\n".into();
     }
@@ -143,8 +152,7 @@ pub(crate) fn blocker_table(s: &NodeMaintenanceStatus) -> String {
         (Some(t), None) => t.0.to_string(),
         _ => "-".into(),
     };
-    let mut table_rows =
-        vec![["POD", "REASON", "BUDGET", "NEEDS", "HAS", "DUE"].map(String::from)];
+    let mut table_rows = vec![["POD", "REASON", "BUDGET", "NEEDS", "HAS", "DUE"].map(String::from)];
     for [pod, reason, budget, needs, has] in rows {
         table_rows.push([pod, reason, budget, needs, has, due.clone()]);
     }

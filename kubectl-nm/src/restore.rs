@@ -125,7 +125,10 @@ pub(crate) fn left(
 ) -> Option<String> {
     let mut left = Vec::new();
     if !maintenances.is_empty() {
-        left.push(format!("nodemaintenance {} still there", maintenances.join(", ")));
+        left.push(format!(
+            "nodemaintenance {} still there",
+            maintenances.join(", ")
+        ));
     }
     if let Some(node) = node {
         if let Some(h) = node
@@ -257,13 +260,15 @@ mod tests {
 
     #[test]
     fn an_admins_cordon_recorded_before_the_maintenance_is_not_waited_away() {
-        let held = node(serde_json::json!({"metadata": {"name": "n", "annotations": {
+        let held = node(
+            serde_json::json!({"metadata": {"name": "n", "annotations": {
             HOLDER_ANNOTATION: "nm-n",
             PRIOR_STATE_ANNOTATION: r#"{"unschedulable":true,"taints":[],"excludeLabel":false}"#},
             "labels": {EXCLUDE_LABEL: "true"}},
             "spec": {"unschedulable": true, "taints": [
                 {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
-                {"key": "medik8s.io/drain", "effect": "NoSchedule"}]}}));
+                {"key": "medik8s.io/drain", "effect": "NoSchedule"}]}}),
+        );
         let expected = Expected::of(&held);
         assert!(expected.cordoned);
         // Still held: the record, the drain taint, the label and the lease are left.
@@ -281,8 +286,10 @@ mod tests {
 
     #[test]
     fn a_node_that_was_schedulable_is_waited_until_it_is_again() {
-        let held = node(serde_json::json!({"metadata": {"name": "n", "annotations": {
-            HOLDER_ANNOTATION: "nm-n"}}, "spec": {"unschedulable": true}}));
+        let held = node(
+            serde_json::json!({"metadata": {"name": "n", "annotations": {
+            HOLDER_ANNOTATION: "nm-n"}}, "spec": {"unschedulable": true}}),
+        );
         let expected = Expected::of(&held);
         assert_eq!(expected, Expected::default());
         let unheld_but_cordoned =
