@@ -10,7 +10,8 @@
 //! `--reason` is refused with nothing created; `stop --wait` on a node the admin had cordoned
 //! returns 0 with the cordon kept; an unreachable webhook exits 4; `--context` reaches a second
 //! context of a kubeconfig and `-o json|yaml` print the objects; a budget-held `start --wait`
-//! prints one block until something changes and `watch` follows an existing maintenance.
+//! prints one block until something changes and `watch` follows an existing maintenance; without
+//! the CRD one line names it, and without an operator the wait says so after a minute.
 
 mod common;
 
@@ -734,4 +735,71 @@ async fn a_budget_held_wait_prints_one_block_until_something_changes_and_watch_f
     let (code, _, err) = kubectl_nm(cluster, &["watch", node, "--timeout", "5s"]).await;
     assert_eq!(code, 1, "{err}");
     assert!(err.starts_with("error: no NodeMaintenance"), "{err}");
+}
+
+/// Issue 48 item 5: on a control plane of its own without the CRD, `list`, `why` and `start`
+/// print one line naming the CRD and what to install (not the 404's parse error); once the CRD
+/// is installed and no operator runs, `start --wait` says after a minute that no operator seems
+/// to be running, and goes on waiting until its timeout (exit 2).
+#[tokio::test]
+async fn without_the_crd_one_line_names_it_and_without_an_operator_the_wait_says_so() {
+    let cluster = tokio::task::spawn_blocking(|| {
+        Cluster::start(nmo_devcluster::Options {
+            workers: 1,
+            control_planes: 0,
+            audit_policy: None,
+        })
+        .unwrap_or_else(|e| panic!("the local control plane did not start: {e}"))
+    })
+    .await
+    .unwrap();
+    let crd_line = "error: the NodeMaintenance CRD (nodemaintenances.nodemaintenance.medik8s.io) \
+                    is not installed; install manifests/crd.yaml\n";
+    for args in [
+        &["list"][..],
+        &["why", "n1"],
+        &["start", "n1", "--reason", "e2e"],
+    ] {
+        let (code, out, err) = kubectl_nm(&cluster, args).await;
+        assert_eq!(code, 1, "{args:?}: {out}{err}");
+        assert_eq!(err, crd_line, "{args:?}");
+    }
+
+    let crd = manifests_dir().join("crd.yaml").display().to_string();
+    cluster.kubectl_run(&["apply", "-f", &crd], None).unwrap();
+    cluster
+        .kubectl_run(
+            &[
+                "wait",
+                "--for=condition=established",
+                "crd/nodemaintenances.nodemaintenance.medik8s.io",
+                "--timeout=60s",
+            ],
+            None,
+        )
+        .unwrap();
+    let node = cluster.nodes()[0].clone();
+    let (code, out, err) = kubectl_nm(
+        &cluster,
+        &[
+            "start",
+            &node,
+            "--reason",
+            "e2e",
+            "--wait",
+            "--timeout",
+            "75s",
+        ],
+    )
+    .await;
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("has no status after 1m: no operator seems to be running"),
+        "{err}"
+    );
+    assert_eq!(
+        out.matches(&format!("nodemaintenance/nm-{node}: ")).count(),
+        1,
+        "{out}"
+    );
 }
