@@ -28,10 +28,10 @@ pub(crate) async fn create(
     nm: &NodeMaintenance,
 ) -> Result<(Vec<String>, NodeMaintenance), Failure> {
     use kube::Resource;
-    let body = serde_json::to_vec(nm).map_err(|e| Failure::error(e))?;
+    let body = serde_json::to_vec(nm).map_err(Failure::error)?;
     let request = kube::core::Request::new(NodeMaintenance::url_path(&(), None))
         .create(&PostParams::default(), body)
-        .map_err(|e| Failure::error(e))?
+        .map_err(Failure::error)?
         .map(kube::client::Body::from);
     let response = client.send(request).await?;
     let warnings: Vec<String> = response
