@@ -610,6 +610,11 @@ async fn context_reaches_a_second_kubeconfig_context_and_output_prints_the_objec
 
     let (code, out, err) = kubectl_nm_raw(&["--kubeconfig", &path, "list"]).await;
     assert_eq!(code, 1, "the current context points nowhere\n{out}\n{err}");
+    // One line that says why, not only kube's `client error (Connect)`.
+    assert!(
+        err.starts_with("error:") && err.contains("onnection refused") && err.lines().count() == 1,
+        "{err}"
+    );
     let (code, out, err) = kubectl_nm_raw(&[
         "--kubeconfig",
         &path,

@@ -21,6 +21,21 @@ impl Failure {
     }
 }
 
+/// `e` and its sources, `: `-separated: kube's transport errors say only `client error
+/// (Connect)`, their sources say why (`tcp connect error: Connection refused`).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let next = s.to_string();
+        if !text.contains(&next) {
+            text = format!("{text}: {next}");
+        }
+        source = s.source();
+    }
+    text
+}
+
 /// The line printed when the API server does not serve NodeMaintenances.
 pub(crate) const CRD_MISSING: &str = "error: the NodeMaintenance CRD \
      (nodemaintenances.nodemaintenance.medik8s.io) is not installed; install manifests/crd.yaml";
@@ -29,7 +44,7 @@ impl From<kube::Error> for Failure {
     fn from(e: kube::Error) -> Self {
         match e {
             kube::Error::Api(s) => from_status(&s),
-            e => Failure::error(e),
+            e => Failure::error(chain(&e)),
         }
     }
 }

@@ -283,6 +283,16 @@ async fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<(
                     )));
                 }
             };
+            if let Some(nm) = found.first()
+                && render::stage_shown(nm) != Stage::Drain.to_string()
+            {
+                // It may be moved to Drain while this waits (`kubectl nm stage`): said, not refused.
+                let _ = writeln!(
+                    err,
+                    "warning: nodemaintenance/{name} is in stage {}: only stage Drain Succeeds",
+                    render::stage_shown(nm)
+                );
+            }
             follow::wait_succeeded(&nms, &name, timeout, out, err).await
         }
         Command::Why { target, output } => {
