@@ -6,7 +6,12 @@
 //! `list` describe the maintenance; a NodeMaintenance the webhook refuses exits 3; `preflight`
 //! exits 2 with a row naming the blocking budget and its pod, 0 without the budget, and leaves
 //! neither a NodeMaintenance nor a write on the Node; `start --stage Cordon` cordons without
-//! draining and `stage` moves it back to Idle (node restored) and on to Drain.
+//! draining and `stage` moves it back to Idle (node restored) and on to Drain. An empty or blank
+//! `--reason` is refused with nothing created; `stop --wait` on a node the admin had cordoned
+//! returns 0 with the cordon kept; an unreachable webhook exits 4; `--context` reaches a second
+//! context of a kubeconfig and `-o json|yaml` print the objects; a budget-held `start --wait`
+//! prints one block until something changes and `watch` follows an existing maintenance; without
+//! the CRD one line names it, and without an operator the wait says so after a minute.
 
 mod common;
 
@@ -310,4 +315,496 @@ async fn start_with_a_stage_cordons_only_and_stage_moves_it_back_and_on() {
     let (code, out, err) =
         kubectl_nm(cluster, &["stop", &node, "--wait", "--timeout", "60s"]).await;
     assert_eq!(code, 0, "{out}{err}");
+}
+
+/// Runs `kubectl nm <args>` with no `--kubeconfig` of the cluster's: (exit status, stdout,
+/// stderr).
+async fn kubectl_nm_raw(args: &[&str]) -> (u8, String, String) {
+    let mut argv = vec!["kubectl-nm"];
+    argv.extend(args);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = kubectl_nm::run(argv, &mut out, &mut err).await;
+    (
+        code,
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
+}
+
+/// Issue 46 item 9, issue 48 item 2: an empty or blank `--reason` is a typo, refused naming
+/// `--reason` before any request, so nothing is created and the node is untouched.
+#[tokio::test]
+async fn a_blank_reason_is_refused_naming_it_and_creates_nothing() {
+    let env = operator_env();
+    let cluster = env.cluster;
+    let client = cluster.client().await;
+    let group = unique("knmreason");
+    let node = worker_nodes(cluster, &client, &group, 1).await.remove(0);
+    let before = Api::<Node>::all(client.clone())
+        .get(&node)
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    for reason in ["", "  ", "\t"] {
+        let (code, out, err) = kubectl_nm(cluster, &["start", &node, "--reason", reason]).await;
+        assert_eq!(code, 1, "{reason:?}: {out}{err}");
+        assert!(
+            err.starts_with("error:") && err.contains("--reason") && err.contains("empty or blank"),
+            "{reason:?}: {err}"
+        );
+        assert!(!out.contains("created"), "{out}");
+    }
+    assert_eq!(maintenances_of(&client, &node).await, Vec::<String>::new());
+    assert_eq!(
+        Api::<Node>::all(client.clone())
+            .get(&node)
+            .await
+            .unwrap()
+            .metadata
+            .resource_version,
+        before,
+        "the node was written"
+    );
+}
+
+/// Issue 46 item 8: `stop --wait` for a node the admin had cordoned before the maintenance
+/// returns 0 once the maintenance is gone and the node restored (the admin's cordon kept; our
+/// taints, label, record and lease gone), instead of waiting for a schedulable node.
+#[tokio::test]
+async fn stop_wait_on_a_node_cordoned_before_returns_0_with_the_admins_cordon_kept() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let env = operator_env();
+    let cluster = env.cluster;
+    let client = cluster.client().await;
+    let group = unique("knmcord");
+    let node = worker_nodes(cluster, &client, &group, 1).await.remove(0);
+    cluster.kubectl_run(&["cordon", &node], None).unwrap();
+    let (code, out, err) = kubectl_nm(
+        cluster,
+        &[
+            "start",
+            &node,
+            "--reason",
+            "e2e",
+            "--wait",
+            "--timeout",
+            "60s",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    wait_for("the node in maintenance", LIMIT, || {
+        node::in_maintenance(&client, &node)
+    })
+    .await;
+
+    let (code, out, err) =
+        kubectl_nm(cluster, &["stop", &node, "--wait", "--timeout", "60s"]).await;
+    assert_eq!(
+        code, 0,
+        "stop --wait of a node cordoned before\n{out}\n{err}"
+    );
+    assert!(
+        out.contains(&format!(
+            "node/{node} restored, still cordoned as before the maintenance"
+        )),
+        "{out}"
+    );
+    assert_eq!(maintenances_of(&client, &node).await, Vec::<String>::new());
+    let (cordoned, taints, labels) = node::state(&client, &node).await;
+    assert!(cordoned, "the admin's cordon was not kept");
+    assert!(
+        !taints.iter().any(|t| t.starts_with("medik8s.io/drain")),
+        "{taints:?}"
+    );
+    assert!(
+        !labels.contains_key("remediation.medik8s.io/exclude-from-remediation"),
+        "{labels:?}"
+    );
+    let annotations = Api::<Node>::all(client.clone())
+        .get(&node)
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .unwrap_or_default();
+    assert!(
+        !annotations.contains_key("nodemaintenance.medik8s.io/holder"),
+        "{annotations:?}"
+    );
+    let lease = Api::<Lease>::namespaced(client.clone(), "medik8s-leases")
+        .get_opt(&format!("node-{node}"))
+        .await
+        .unwrap();
+    assert!(
+        lease
+            .and_then(|l| l.spec?.holder_identity)
+            .is_none_or(|h| h != "node-maintenance"),
+        "the lease is still ours"
+    );
+    cluster.kubectl_run(&["uncordon", &node], None).unwrap();
+}
+
+/// Issue 48 item 3: a webhook that cannot be reached (the API server answers `InternalError
+/// ... failed calling webhook`) exits 4 and creates nothing; once it is gone, the webhook's
+/// denial of a second maintenance of the node exits 3 (as `a_maintenance_the_webhook_refuses_
+/// exits_3`).
+///
+/// The unreachable webhook is a ValidatingWebhookConfiguration of its own pointing at a closed
+/// loopback port with `failurePolicy: Fail`, matched by CEL to this test's node only, so the
+/// tests that share the cluster keep a working admission.
+#[tokio::test]
+async fn an_unreachable_webhook_exits_4_and_creates_nothing() {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    let env = operator_env();
+    let cluster = env.cluster;
+    let client = cluster.client().await;
+    let group = unique("knmhook");
+    let node = worker_nodes(cluster, &client, &group, 1).await.remove(0);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let config_name = unique("knm-unreachable");
+    let configs = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+    let config: ValidatingWebhookConfiguration = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": config_name},
+        "webhooks": [{
+            "name": "unreachable.knm.e2e.nodemaintenance.medik8s.io",
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}/validate")},
+            "rules": [{"apiGroups": ["nodemaintenance.medik8s.io"], "apiVersions": ["*"],
+                       "operations": ["CREATE"], "resources": ["nodemaintenances"]}],
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+            "matchConditions": [{"name": "this-test-node",
+                                 "expression": format!("object.spec.nodeName == '{node}'")}],
+        }]
+    }))
+    .unwrap();
+    configs
+        .create(&kube::api::PostParams::default(), &config)
+        .await
+        .unwrap();
+    // The API server reads webhook configurations from its informer: a dry run says when this
+    // one is in force.
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    let probe = NodeMaintenance::new(
+        &format!("nm-{node}"),
+        node_maintenance_operator::api::NodeMaintenanceSpec {
+            node_name: node.clone(),
+            reason: Some("e2e".into()),
+            ..Default::default()
+        },
+    );
+    wait_for("the unreachable webhook in force", LIMIT, || async {
+        match nms
+            .create(
+                &kube::api::PostParams {
+                    dry_run: true,
+                    ..Default::default()
+                },
+                &probe,
+            )
+            .await
+        {
+            Err(kube::Error::Api(s)) if s.message.contains("failed calling webhook") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    let (code, out, err) = kubectl_nm(cluster, &["start", &node, "--reason", "e2e"]).await;
+    assert_eq!(
+        code, 4,
+        "exit status with the webhook unreachable\n{out}\n{err}"
+    );
+    assert!(
+        err.starts_with("Error from server (InternalError)")
+            && err.contains("failed calling webhook"),
+        "{err}"
+    );
+    assert_eq!(maintenances_of(&client, &node).await, Vec::<String>::new());
+
+    configs
+        .delete(&config_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the unreachable webhook gone", LIMIT, || async {
+        nms.create(
+            &kube::api::PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &probe,
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+    })
+    .await;
+    let (code, out, err) = kubectl_nm(cluster, &["start", &node, "--reason", "e2e"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = kubectl_nm(cluster, &["start", &node, "--reason", "e2e"]).await;
+    assert_eq!(
+        code, 3,
+        "a second start is denied by the webhook\n{out}\n{err}"
+    );
+    assert!(
+        err.starts_with("Error from server (Forbidden)") && err.contains("already exists"),
+        "{err}"
+    );
+    let (code, out, err) =
+        kubectl_nm(cluster, &["stop", &node, "--wait", "--timeout", "60s"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+/// Issue 48 item 5: `--context` picks a context of the kubeconfig (kube's kubeconfig loading),
+/// so another cluster is reached without switching the current context; a context the file
+/// does not have is one line naming it; `-o json|yaml` print the objects.
+#[tokio::test]
+async fn context_reaches_a_second_kubeconfig_context_and_output_prints_the_objects() {
+    let env = operator_env();
+    let cluster = env.cluster;
+    let client = cluster.client().await;
+    let group = unique("knmctx");
+    let node = worker_nodes(cluster, &client, &group, 1).await.remove(0);
+    let name = format!("nm-{node}");
+
+    // Two contexts: the current one points at a closed port, `real` at the test cluster.
+    let mut kubeconfig = kube::config::Kubeconfig::read_from(cluster.kubeconfig()).unwrap();
+    let real = kubeconfig
+        .current_context
+        .clone()
+        .or_else(|| kubeconfig.contexts.first().map(|c| c.name.clone()))
+        .unwrap();
+    let mut real_context = kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == real)
+        .unwrap()
+        .clone();
+    real_context.name = "real".into();
+    let mut nowhere = real_context.clone();
+    nowhere.name = "nowhere".into();
+    let mut nowhere_cluster = kubeconfig
+        .clusters
+        .iter()
+        .find(|c| Some(&c.name) == real_context.context.as_ref().map(|c| &c.cluster))
+        .unwrap()
+        .clone();
+    nowhere_cluster.name = "nowhere".into();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    nowhere_cluster.cluster.as_mut().unwrap().server = Some(format!("https://127.0.0.1:{port}"));
+    nowhere.context.as_mut().unwrap().cluster = "nowhere".into();
+    kubeconfig.clusters.push(nowhere_cluster);
+    kubeconfig.contexts = vec![nowhere, real_context];
+    kubeconfig.current_context = Some("nowhere".into());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(&path, serde_yaml::to_string(&kubeconfig).unwrap()).unwrap();
+    let path = path.display().to_string();
+
+    let (code, out, err) = kubectl_nm_raw(&["--kubeconfig", &path, "list"]).await;
+    assert_eq!(code, 1, "the current context points nowhere\n{out}\n{err}");
+    // One line that says why, not only kube's `client error (Connect)`.
+    assert!(
+        err.starts_with("error:") && err.contains("onnection refused") && err.lines().count() == 1,
+        "{err}"
+    );
+    let (code, out, err) = kubectl_nm_raw(&[
+        "--kubeconfig",
+        &path,
+        "--context",
+        "real",
+        "start",
+        &node,
+        "--reason",
+        "e2e",
+        "--wait",
+        "--timeout",
+        "60s",
+    ])
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) =
+        kubectl_nm_raw(&["--kubeconfig", &path, "list", "--context", "real"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.lines().any(|l| l.starts_with(&name)), "{out}");
+    let (code, out, err) =
+        kubectl_nm_raw(&["--kubeconfig", &path, "--context", "gone", "list"]).await;
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(err, "error: context \"gone\" not found in the kubeconfig\n");
+
+    let (code, out, err) = kubectl_nm(cluster, &["list", "-o", "json"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let list: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(list["kind"], "List");
+    assert!(
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["metadata"]["name"] == name.as_str() && i["kind"] == "NodeMaintenance"),
+        "{out}"
+    );
+    let (code, out, err) = kubectl_nm(cluster, &["why", &node, "-o", "yaml"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let why: serde_json::Value = serde_yaml::from_str(&out).unwrap();
+    assert_eq!(why["items"][0]["metadata"]["name"], name.as_str(), "{out}");
+    assert_eq!(why["items"][0]["status"]["phase"], "Succeeded", "{out}");
+
+    let (code, out, err) =
+        kubectl_nm(cluster, &["stop", &node, "--wait", "--timeout", "60s"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+/// Issue 48 item 4, issue 46 item 10 (the plugin's side): while a budget that allows nothing
+/// holds both of a node's pods, `start --wait` prints one block once both pods are shown held
+/// by the budget, and none after it while nothing changes (the operator rewrites its status
+/// meanwhile); `watch` follows the existing maintenance with `start --wait`'s exit statuses: 2
+/// on timeout, 0 once it Succeeds after the budget is gone.
+#[tokio::test]
+async fn a_budget_held_wait_prints_one_block_until_something_changes_and_watch_follows_it() {
+    let env = operator_env();
+    let cluster = env.cluster;
+    let client = cluster.client().await;
+    let group = unique("knmheld");
+    let nodes = worker_nodes(cluster, &client, &group, 2).await;
+    let ns = namespace(&client, "knmheld").await;
+    cluster.kubectl_run(&["cordon", &nodes[1]], None).unwrap();
+    deployment(&client, &ns, "db", &group, 2, 0).await;
+    wait_running(&client, &ns, "db", 2, LIMIT).await;
+    cluster.kubectl_run(&["uncordon", &nodes[1]], None).unwrap();
+    let pdbs = budget(&client, &ns, "db-guard", "db", 0, 2).await;
+    let node = nodes[0].as_str();
+    let name = format!("nm-{node}");
+
+    let (code, out, err) = kubectl_nm(
+        cluster,
+        &[
+            "start",
+            node,
+            "--reason",
+            "e2e",
+            "--wait",
+            "--timeout",
+            "45s",
+        ],
+    )
+    .await;
+    assert_eq!(code, 2, "exit status of a timed-out wait\n{out}\n{err}");
+    let header = format!("nodemaintenance/{name}: ");
+    let blocks: Vec<&str> = out.split(&header).skip(1).collect();
+    let held = |block: &str| block.lines().filter(|l| l.contains("db-guard")).count() == 2;
+    let first_held = blocks
+        .iter()
+        .position(|b| held(b))
+        .unwrap_or_else(|| panic!("no block shows both pods held by the budget:\n{out}"));
+    eprintln!(
+        "{} blocks in 45 s, both pods held from block {}",
+        blocks.len(),
+        first_held + 1
+    );
+    assert_eq!(
+        blocks.len(),
+        first_held + 1,
+        "blocks printed after both pods were held while nothing changed:\n{out}"
+    );
+
+    let (code, out, err) = kubectl_nm(cluster, &["watch", node, "--timeout", "5s"]).await;
+    assert_eq!(
+        code, 2,
+        "watch times out as start --wait does\n{out}\n{err}"
+    );
+    // A new watch has not seen the budget's answer for a pod being asked again at its start:
+    // one more block once it has.
+    let blocks: Vec<&str> = out.split(&header).skip(1).collect();
+    assert!(
+        (1..=2).contains(&blocks.len()) && blocks.last().is_some_and(|b| held(b)),
+        "{out}"
+    );
+    assert!(err.contains("timed out"), "{err}");
+
+    pdbs.delete("db-guard", &DeleteParams::default())
+        .await
+        .unwrap();
+    let (code, out, err) = kubectl_nm(cluster, &["watch", &name, "--timeout", "60s"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("Succeeded"), "{out}");
+    let (code, out, err) = kubectl_nm(cluster, &["stop", node, "--wait", "--timeout", "60s"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, _, err) = kubectl_nm(cluster, &["watch", node, "--timeout", "5s"]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.starts_with("error: no NodeMaintenance"), "{err}");
+}
+
+/// Issue 48 item 5: on a control plane of its own without the CRD, `list`, `why` and `start`
+/// print one line naming the CRD and what to install (not the 404's parse error); once the CRD
+/// is installed and no operator runs, `start --wait` says after a minute that no operator seems
+/// to be running, and goes on waiting until its timeout (exit 2).
+#[tokio::test]
+async fn without_the_crd_one_line_names_it_and_without_an_operator_the_wait_says_so() {
+    let cluster = tokio::task::spawn_blocking(|| {
+        Cluster::start(nmo_devcluster::Options {
+            workers: 1,
+            control_planes: 0,
+            audit_policy: None,
+        })
+        .unwrap_or_else(|e| panic!("the local control plane did not start: {e}"))
+    })
+    .await
+    .unwrap();
+    let crd_line = "error: the NodeMaintenance CRD (nodemaintenances.nodemaintenance.medik8s.io) \
+                    is not installed; install manifests/crd.yaml\n";
+    for args in [
+        &["list"][..],
+        &["why", "n1"],
+        &["start", "n1", "--reason", "e2e"],
+    ] {
+        let (code, out, err) = kubectl_nm(&cluster, args).await;
+        assert_eq!(code, 1, "{args:?}: {out}{err}");
+        assert_eq!(err, crd_line, "{args:?}");
+    }
+
+    let crd = manifests_dir().join("crd.yaml").display().to_string();
+    cluster.kubectl_run(&["apply", "-f", &crd], None).unwrap();
+    cluster
+        .kubectl_run(
+            &[
+                "wait",
+                "--for=condition=established",
+                "crd/nodemaintenances.nodemaintenance.medik8s.io",
+                "--timeout=60s",
+            ],
+            None,
+        )
+        .unwrap();
+    let node = cluster.nodes()[0].clone();
+    let (code, out, err) = kubectl_nm(
+        &cluster,
+        &[
+            "start",
+            &node,
+            "--reason",
+            "e2e",
+            "--wait",
+            "--timeout",
+            "75s",
+        ],
+    )
+    .await;
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("has no status after 1m: no operator seems to be running"),
+        "{err}"
+    );
+    assert_eq!(
+        out.matches(&format!("nodemaintenance/nm-{node}: ")).count(),
+        1,
+        "{out}"
+    );
 }

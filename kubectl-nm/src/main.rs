@@ -1,6 +1,6 @@
 //! `kubectl nm`: see [`kubectl_nm`]. Exit status: 0 done (Succeeded, stopped; preflight: nothing
 //! blocks), 1 any error, 2 timed out (the blockers printed; preflight: something blocks), 3
-//! refused at admission.
+//! denied at admission, 4 the API server could not reach the webhook or answered 5xx.
 
 use std::process::ExitCode;
 
