@@ -121,6 +121,8 @@ pub(crate) struct Drainer {
     migrations: MigrationWatch,
     pages: Arc<tokio::sync::Semaphore>,
     slots: Arc<tokio::sync::Semaphore>,
+    /// One eviction in flight per budget ([`super::lanes`]).
+    lanes: super::lanes::BudgetLanes,
     metrics: Arc<Metrics>,
     /// Cancelled when the controller stops: no eviction is sent after that.
     stopped: CancellationToken,
@@ -161,6 +163,7 @@ impl Drainer {
             migrations,
             pages: Arc::new(tokio::sync::Semaphore::new(LIST_PAGES_IN_FLIGHT)),
             slots: Arc::new(tokio::sync::Semaphore::new(EVICTION_PARALLELISM)),
+            lanes: Default::default(),
             metrics,
             stopped: CancellationToken::new(),
             tasks: TaskTracker::new(),
@@ -481,11 +484,17 @@ impl Drainer {
         let node = node.to_owned();
         self.tasks.spawn(async move {
             let uid = e.uid.clone().unwrap_or_default();
+            // The budget's lane first, then a slot: a pod waiting for its budget's previous
+            // eviction holds no slot meanwhile (`lanes`).
+            let lane = tokio::select! {
+                lane = this.lanes.enter(e.cause.as_ref()) => Some(lane),
+                () = this.stopped.cancelled() => None,
+            };
             let slot = tokio::select! {
                 slot = this.slots.clone().acquire_owned() => slot.ok(),
                 () = this.stopped.cancelled() => None,
             };
-            if slot.is_none() || this.stopped.is_cancelled() || !(standing.stands)() {
+            if lane.is_none() || slot.is_none() || this.stopped.is_cancelled() || !(standing.stands)() {
                 tracing::debug!(pod = %format!("{}/{}", e.pod.namespace, e.pod.name), "eviction not sent: the maintenance no longer stands");
                 let _ = this.answered(&node, &uid, None, None);
                 return;
@@ -493,12 +502,14 @@ impl Drainer {
             // Boxed: a task waiting for its slot then holds a pointer, not the request's whole
             // state machine (thousands of evictions may wait at once on a big node).
             let outcome = Box::pin(this.evict_once(&node, &e)).await;
-            drop(slot);
-            let last = this.answered(&node, &uid, Some(&outcome), Some((&e.awaits, &e.cause)));
+            drop((slot, lane));
+            let (last, ended_hold) =
+                this.answered(&node, &uid, Some(&outcome), Some((&e.awaits, &e.cause)));
             // An acceptance changes no decision until its pod is gone, unless it ends a hold or
             // awaits a replacement: the next pass (at most `REQUEUE_TERMINATING` later) counts
-            // it. Waking a pass per answer had a 3,000-pod node list its pods back to back.
-            if outcome.retry.is_some() || e.cause.is_some() || e.awaits.is_some() || last {
+            // it. Waking a pass per answer had a 3,000-pod node list its pods back to back (and
+            // each accepted eviction of a budget that allows had 2,000 pods' node do the same).
+            if outcome.retry.is_some() || ended_hold || e.awaits.is_some() || last {
                 (standing.wake)();
             }
         });
@@ -506,24 +517,25 @@ impl Drainer {
 
     /// Records the answer to the eviction of `uid` on `node` (`None`: not sent), with what the
     /// round planned for it (the replacement it awaits and the budget it spends once accepted).
-    /// Returns whether no other eviction of `node` is in flight (the node's last answer).
+    /// Returns whether no other eviction of `node` is in flight (the node's last answer), and
+    /// whether the answer ended a hold ([`RetrySchedule::answered`]).
     fn answered(
         &self,
         node: &str,
         uid: &str,
         outcome: Option<&EvictionOutcome>,
         planned: Option<(&Option<super::Awaited>, &Option<super::SharedCause>)>,
-    ) -> bool {
+    ) -> (bool, bool) {
         let mut schedules = self.schedules();
         let Some(schedule) = schedules.get_mut(node) else {
-            return true;
+            return (true, false);
         };
-        schedule.answered(uid, node, outcome, planned, Instant::now());
+        let ended_hold = schedule.answered(uid, node, outcome, planned, Instant::now());
         let last = !schedule.any_in_flight();
         if schedule.is_empty() {
             schedules.remove(node);
         }
-        last
+        (last, ended_hold)
     }
 
     /// One eviction, classified and counted; a refusal by several budgets names them.

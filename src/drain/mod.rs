@@ -42,6 +42,7 @@ mod gone;
 pub(crate) mod budget;
 pub(crate) mod cancel;
 pub(crate) mod deadline;
+mod lanes;
 pub(crate) mod migration;
 pub(crate) mod pass;
 pub(crate) mod pod;
@@ -793,6 +794,7 @@ impl RetrySchedule {
     /// An accepted eviction of a pod that `awaits` a replacement records that wait.
     /// An accepted eviction of a pod the round found covered by a shared `cause` ends that
     /// cause's hold: the cause allowed it, so its other pods are asked as the round decides.
+    /// Returns whether it ended a hold (the next round then asks what the hold kept back).
     pub(crate) fn answered(
         &mut self,
         uid: &str,
@@ -800,7 +802,8 @@ impl RetrySchedule {
         outcome: Option<&EvictionOutcome>,
         planned: Option<(&Option<Awaited>, &Option<SharedCause>)>,
         now: Instant,
-    ) {
+    ) -> bool {
+        let mut ended_hold = false;
         self.in_flight.remove(uid);
         if let Some(o) = outcome {
             self.record(uid, node, o, now);
@@ -815,10 +818,11 @@ impl RetrySchedule {
                     self.awaited.insert(uid.to_string(), a.clone());
                 }
                 if let Some(c) = cause {
-                    self.shared.remove(c);
+                    ended_hold = self.shared.remove(c).is_some();
                 }
             }
         }
+        ended_hold
     }
     /// The drain's first listing of tolerating pods, when it was taken for the drain that started
     /// at `started` (whole seconds).
