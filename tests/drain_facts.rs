@@ -577,6 +577,11 @@ async fn halting_stops_queued_evictions(prefix: &str, halt: serde_json::Value) {
         events.len() < 300,
         "every pod was asked, so no eviction waited for a slot: the test proves nothing"
     );
+    let last = events.iter().map(|e| e.received).max();
+    eprintln!(
+        "{halt}: {} of 300 evictions received, the last at {last:?}, the write at {halted}",
+        events.len()
+    );
     nm::delete_and_wait_restored(&client, &name, &node).await;
     webhooks.delete(&label, &Default::default()).await.unwrap();
 }
@@ -1331,16 +1336,7 @@ async fn past_the_deadline_force_delete_deletes_the_pods_a_budget_holds() {
     let before: Vec<Pod> = pods(&client, &ns, "db").await;
 
     let name = unique("nm-force");
-    let refused = create_with_deadline(&client, &name, &node, "ForceDelete", false)
-        .await
-        .expect_err("ForceDelete admitted without the grant to delete pods");
-    assert!(
-        refused
-            .to_string()
-            .contains("manifests/overlays/force-delete"),
-        "{refused}"
-    );
-    grant_force_delete(&client).await;
+    grant_force_delete(&client, &node).await;
     wait_for("ForceDelete admitted with the grant", LIMIT, || async {
         create_with_deadline(&client, &name, &node, "ForceDelete", false)
             .await
@@ -1407,7 +1403,7 @@ async fn force_delete_gives_each_pod_its_grace_before_the_deadline() {
     let pod = bare_pod(&client, &ns, "db", &node, db).await;
     wait_all_running(&client, &ns, 1).await;
     min_available_budget(&client, &ns, "db", "db", 1, 1).await;
-    grant_force_delete(&client).await;
+    grant_force_delete(&client, &node).await;
     // The pod as the API server first shows it terminating: its grace and deletion time.
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     let config = watcher::Config::default().fields("metadata.name=db");
@@ -1450,6 +1446,7 @@ async fn force_delete_gives_each_pod_its_grace_before_the_deadline() {
     let deadline = drain_started(&client, &node).await + jiff::SignedDuration::from_secs(45);
     assert_eq!(grace, Some(30), "the forced DELETE's grace period");
     let sent = deletion - jiff::SignedDuration::from_secs(30);
+    eprintln!("DELETE with grace {grace:?} at {sent}, its grace ends at {deletion}, deadline {deadline}");
     assert!(
         deletion <= deadline && deletion >= deadline - jiff::SignedDuration::from_secs(3),
         "the DELETE was sent at {sent}: the pod's grace ends at {deletion}, the deadline is \
@@ -1463,8 +1460,30 @@ async fn force_delete_gives_each_pod_its_grace_before_the_deadline() {
 }
 
 /// Applies `manifests/overlays/force-delete/force-delete.yaml` (the ClusterRole and its binding
-/// to the operator's ServiceAccount); already there is fine.
-async fn grant_force_delete(client: &kube::Client) {
+/// to the operator's ServiceAccount), once per test binary, after checking that the webhook
+/// refuses a ForceDelete maintenance of `node` without it, naming the overlay (the tests that
+/// grant it run side by side: the first one checks).
+async fn grant_force_delete(client: &kube::Client, node: &str) {
+    static GRANTED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    GRANTED
+        .get_or_init(|| async {
+            let name = unique("nm-refused");
+            let refused = create_with_deadline(client, &name, node, "ForceDelete", false)
+                .await
+                .expect_err("ForceDelete admitted without the grant to delete pods");
+            assert!(
+                refused
+                    .to_string()
+                    .contains("manifests/overlays/force-delete"),
+                "{refused}"
+            );
+            apply_force_delete_overlay(client).await;
+        })
+        .await;
+}
+
+/// [`grant_force_delete`]'s overlay; already there is fine.
+async fn apply_force_delete_overlay(client: &kube::Client) {
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
     let text =
         std::fs::read_to_string(manifests_dir().join("overlays/force-delete/force-delete.yaml"))

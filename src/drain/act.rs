@@ -403,9 +403,9 @@ impl Drainer {
         self.tasks.spawn(async move {
             if let Some(halt) = standing.halted(&this.stopped) {
                 tracing::info!(pod = %format!("{}/{}", d.pod.namespace, d.pod.name), %halt, "forced deletion not sent");
-                let mut schedules = this.schedules();
-                let uid = d.uid.as_deref().unwrap_or_default();
-                schedules.get_mut(&node).map(|s| s.force_unsent(uid));
+                if let Some(schedule) = this.schedules().get_mut(&node) {
+                    schedule.force_unsent(d.uid.as_deref().unwrap_or_default());
+                }
                 return;
             }
             let api: Api<Pod> = Api::namespaced(this.eviction_client.clone(), &d.pod.namespace);
