@@ -1446,7 +1446,9 @@ async fn force_delete_gives_each_pod_its_grace_before_the_deadline() {
     let deadline = drain_started(&client, &node).await + jiff::SignedDuration::from_secs(45);
     assert_eq!(grace, Some(30), "the forced DELETE's grace period");
     let sent = deletion - jiff::SignedDuration::from_secs(30);
-    eprintln!("DELETE with grace {grace:?} at {sent}, its grace ends at {deletion}, deadline {deadline}");
+    eprintln!(
+        "DELETE with grace {grace:?} at {sent}, its grace ends at {deletion}, deadline {deadline}"
+    );
     assert!(
         deletion <= deadline && deletion >= deadline - jiff::SignedDuration::from_secs(3),
         "the DELETE was sent at {sent}: the pod's grace ends at {deletion}, the deadline is \
