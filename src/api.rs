@@ -94,8 +94,8 @@ pub struct NodeMaintenanceSpec {
     pub drain_timeout: Option<String>,
     /// What happens once drainTimeout has passed: Wait (keep draining, with a Warning event),
     /// Fail (phase Failed, the node stays cordoned), SkipStuck (stop waiting for pods whose
-    /// deletion is overdue) or ForceDelete (delete the remaining pods with a short grace
-    /// period). The annotation nodemaintenance.medik8s.io/onTimeout wins over this field, which
+    /// deletion is overdue) or ForceDelete (delete each remaining pod its own grace period
+    /// ahead of the deadline, so it ends by then). The annotation nodemaintenance.medik8s.io/onTimeout wins over this field, which
     /// wins over the operator's --on-timeout flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_timeout: Option<OnTimeout>,
@@ -230,7 +230,8 @@ pub enum OnTimeout {
     /// Stop waiting for pods whose deletion is overdue, and report them as skipped.
     #[value(name = "SkipStuck")]
     SkipStuck,
-    /// Delete the remaining evictable pods with a short grace period (needs pods delete).
+    /// Delete each remaining evictable pod its own grace period ahead of the deadline, with that
+    /// grace cut to the time left (needs pods delete).
     #[value(name = "ForceDelete")]
     ForceDelete,
 }

@@ -25,7 +25,7 @@ use super::memory::error_backoff;
 use super::observe::observe;
 use super::plan::{self, Then};
 use crate::api::NodeMaintenance;
-use crate::drain::Standing;
+use crate::drain::gate::Standing;
 
 /// Next pass after a write found its object changed or gone: at once, but not in a loop.
 const REQUEUE_STOPPED: Duration = Duration::from_millis(250);
@@ -133,20 +133,21 @@ async fn pass(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
     })
 }
 
-/// What the drain's evictions, each sent on its own, need of `nm`: whether it still stands (the
-/// controller's cache holds it, same UID, not being deleted: the cache sees a DELETE within
-/// moments, so no eviction is sent once a deletion is known) and how to wake its next pass.
+/// What the drain's evictions, each sent on its own, need of `nm`: whether it may still send
+/// (`drain::gate::may_send` on the controller's cache: same UID, not being deleted, not paused,
+/// in stage Drain; the cache sees a write within moments, so no eviction is sent once a
+/// deletion, a pause or a move back is known) and how to wake its next pass.
 fn standing(ctx: &Context, nm: &NodeMaintenance) -> Standing {
     let store = ctx.store.clone();
     let key = ObjectRef::from_obj(nm);
     let uid = nm.metadata.uid.clone();
+    let defaults = ctx.policy.clone();
     let wake = ctx.wake.clone();
     let woken = key.clone();
     Standing {
-        stands: Arc::new(move || {
-            store
-                .get(&key)
-                .is_some_and(|o| o.metadata.deletion_timestamp.is_none() && o.metadata.uid == uid)
+        may_send: Arc::new(move || {
+            let current = store.get(&key);
+            crate::drain::gate::may_send(uid.as_deref(), current.as_deref(), &defaults)
         }),
         wake: Arc::new(move || {
             let _ = wake.unbounded_send(woken.clone());

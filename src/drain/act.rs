@@ -21,6 +21,7 @@ use tokio_util::task::TaskTracker;
 
 use super::budget::BudgetWatch;
 use super::deadline::PlannedDeletion;
+use super::gate::{Halt, Standing};
 use super::gone::GoneWatches;
 use super::migration::MigrationWatch;
 use super::pass::{self, DrainReport, PlannedEviction, Survey};
@@ -91,16 +92,6 @@ pub(crate) enum DrainError {
         /// The call, e.g. `the list of pods on node n1 (page 3)`.
         what: String,
     },
-}
-
-/// What an eviction sent on its own needs from the maintenance it belongs to.
-#[derive(Clone)]
-pub(crate) struct Standing {
-    /// Whether the maintenance still stands (in the watch cache, same UID, not being deleted);
-    /// asked right before each eviction is sent.
-    pub stands: Arc<dyn Fn() -> bool + Send + Sync>,
-    /// Wakes the maintenance's next pass: an answer arrived.
-    pub wake: Arc<dyn Fn() + Send + Sync>,
 }
 
 /// Runs drain passes. Cheap to clone; holds two clients: `client` for reads, `eviction_client`
@@ -413,7 +404,11 @@ impl Drainer {
         let this = self.clone();
         let node = node.to_owned();
         self.tasks.spawn(async move {
-            if this.stopped.is_cancelled() || !(standing.stands)() {
+            if let Some(halt) = standing.halted(&this.stopped) {
+                tracing::info!(pod = %format!("{}/{}", d.pod.namespace, d.pod.name), %halt, "forced deletion not sent");
+                if let Some(schedule) = this.schedules().get_mut(&node) {
+                    schedule.force_unsent(d.uid.as_deref().unwrap_or_default());
+                }
                 return;
             }
             let api: Api<Pod> = Api::namespaced(this.eviction_client.clone(), &d.pod.namespace);
@@ -494,8 +489,12 @@ impl Drainer {
                 slot = this.slots.clone().acquire_owned() => slot.ok(),
                 () = this.stopped.cancelled() => None,
             };
-            if lane.is_none() || slot.is_none() || this.stopped.is_cancelled() || !(standing.stands)() {
-                tracing::debug!(pod = %format!("{}/{}", e.pod.namespace, e.pod.name), "eviction not sent: the maintenance no longer stands");
+            let halt = match (&lane, &slot) {
+                (Some(_), Some(_)) => standing.halted(&this.stopped),
+                _ => Some(Halt::Stopped),
+            };
+            if let Some(halt) = halt {
+                tracing::debug!(pod = %format!("{}/{}", e.pod.namespace, e.pod.name), %halt, "eviction not sent");
                 let _ = this.answered(&node, &uid, None, None);
                 return;
             }
@@ -551,7 +550,11 @@ impl Drainer {
         }
         let mut outcome = classify_eviction(pod, e.in_progress, answer.as_ref().map(|_| ()));
         if outcome.result != result::EVICTED && outcome.result != result::GONE {
-            tracing::info!(error = %outcome.error.as_deref().unwrap_or_default(), "eviction refused");
+            let b = outcome.blocker.as_ref();
+            let answer = b
+                .and_then(|b| b.message.as_deref())
+                .or(outcome.api_error.as_deref());
+            tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), reason = b.map_or("", |b| &b.reason), answer, "eviction refused");
         }
         if let Some(b) = outcome.blocker.as_mut()
             && b.reason == reason::MULTIPLE_PDBS

@@ -1,8 +1,10 @@
-//! What a drain does with a pod once its deadline has passed (`docs/drain-contract.md` §10):
-//! `SkipStuck` stops waiting for a pod whose deletion is overdue, `ForceDelete` deletes the
-//! remaining evictable pods with a short grace period. `Wait` and `Fail` change nothing per pod
-//! (the status and the maintenance pass carry them). Pure: [`super::pass::plan_pass`] asks
-//! these per pod; the executor sends the deletions.
+//! What a drain does with a pod as its deadline comes (`docs/drain-contract.md` §10):
+//! `SkipStuck` stops waiting for a pod whose deletion is overdue once the deadline has passed;
+//! `ForceDelete` deletes each remaining evictable pod early enough that it gets its own grace
+//! period before the deadline (its grace `g` before it: [`force_due`]), as Karpenter's
+//! `terminationGracePeriod` does. `Wait` and `Fail` change nothing per pod (the status and the
+//! maintenance pass carry them). Pure: [`super::pass::plan_pass`] asks these per pod; the
+//! executor sends the deletions.
 
 use super::pod::DrainPod;
 use super::reason;
@@ -39,14 +41,91 @@ pub(crate) fn deletion_overdue(pod: &DrainPod, now: jiff::Timestamp) -> bool {
         .is_some_and(|t| now >= t.0)
 }
 
-/// The grace period of a forced deletion, in seconds: the pod's own
-/// (`terminationGracePeriodSeconds`, 30 when unset, as the API server defaults it), cut to the
-/// whole seconds left before `deadline`, and never below [`FORCE_GRACE_FLOOR_SECONDS`]. After
-/// the deadline that is the floor.
+/// The pod's own grace period in seconds: `terminationGracePeriodSeconds`, 30 when unset (as the
+/// API server defaults it), never negative.
+fn own_grace(pod: &DrainPod) -> i64 {
+    pod.spec
+        .termination_grace_period_seconds
+        .unwrap_or(30)
+        .max(0)
+}
+
+/// The grace period of a forced deletion, in seconds: the pod's own, cut to the whole seconds
+/// left before `deadline`, and never below [`FORCE_GRACE_FLOOR_SECONDS`]. After the deadline
+/// that is the floor.
 pub(crate) fn force_grace(pod: &DrainPod, deadline: jiff::Timestamp, now: jiff::Timestamp) -> i64 {
-    let own = pod.spec.termination_grace_period_seconds.unwrap_or(30);
     let left = deadline.as_second() - now.as_second();
-    own.min(left).max(FORCE_GRACE_FLOOR_SECONDS)
+    own_grace(pod).min(left).max(FORCE_GRACE_FLOOR_SECONDS)
+}
+
+/// Whether `pod`'s forced deletion (`onTimeout: ForceDelete`, the drain's deadline `deadline`)
+/// is due at `now` (the API server's time of the round's pod list, whole seconds): `Ok` with the
+/// DELETE's `gracePeriodSeconds` ([`force_grace`]) once `now` has reached `deadline` minus the
+/// pod's own grace `g` minus one second, so that the pod gets all of `g` before the deadline
+/// (the second ahead absorbs the `Date` header's whole seconds and the round's own latency: a
+/// round due at `deadline - g - 1` that lists a second late still gives `g`); `Err` with the
+/// time until it is due (the next round is useful then). A pod whose grace is longer than the
+/// time left is due at once, with the time left. Source: Karpenter's `terminationGracePeriod`
+/// (pods are deleted `terminationGracePeriodSeconds` ahead of it); the issue 46 item 5.
+///
+/// # Errors
+/// `Err(wait)`: not due yet, for `wait` (at least one second).
+pub(crate) fn force_due(
+    pod: &DrainPod,
+    deadline: jiff::Timestamp,
+    now: jiff::Timestamp,
+) -> Result<i64, std::time::Duration> {
+    let due = deadline.as_second() - own_grace(pod) - 1;
+    let wait = due - now.as_second();
+    if wait <= 0 {
+        Ok(force_grace(pod, deadline, now))
+    } else {
+        Err(std::time::Duration::from_secs(wait.unsigned_abs()))
+    }
+}
+
+/// The deadline forced deletions are timed against: `policy`'s, when its `onTimeout` is
+/// `ForceDelete` (`None`: no deadline, or another `onTimeout`).
+pub(crate) fn force_by(policy: &crate::policy::DrainPolicy) -> Option<jiff::Timestamp> {
+    (policy.on_timeout == crate::api::OnTimeout::ForceDelete)
+        .then(|| policy.deadline(policy.deadline_start))
+        .flatten()
+}
+
+/// [`force_due`] for the round `plan`: the deadline `by` and the grace when due, else `None`
+/// with the wait folded into `plan.force_in` (the earliest).
+pub(crate) fn due(
+    pod: &DrainPod,
+    by: jiff::Timestamp,
+    now: jiff::Timestamp,
+    plan: &mut super::pass::PassPlan,
+) -> Option<(jiff::Timestamp, i64)> {
+    match force_due(pod, by, now) {
+        Ok(grace) => Some((by, grace)),
+        Err(wait) => {
+            plan.force_in = sooner(plan.force_in, Some(wait));
+            None
+        }
+    }
+}
+
+/// The earlier of two waits (`None`: no wait).
+pub(crate) fn sooner(
+    a: Option<std::time::Duration>,
+    b: Option<std::time::Duration>,
+) -> Option<std::time::Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl super::RetrySchedule {
+    /// The forced DELETE of `uid` was not sent (the maintenance was paused, moved back or
+    /// deleted meanwhile: `super::gate`): it is forgotten, so a later round decides it again.
+    pub(crate) fn force_unsent(&mut self, uid: &str) {
+        self.forced.remove(uid);
+    }
 }
 
 /// Whether a DELETE with `grace` seconds at `now` would end `pod` sooner than it ends anyway: it
@@ -86,15 +165,23 @@ pub(crate) fn overdue_skipped(pod: &DrainPod) -> PodBlocker {
 }
 
 /// The blocker of a pod deleted at `at` (the API server's time of the round that decided it)
-/// with `grace` seconds, kept until the pod is gone.
-pub(crate) fn force_deleted(pod: &PodReference, at: jiff::Timestamp, grace: i64) -> PodBlocker {
+/// with `grace` seconds ahead of the drain's `deadline`, kept until the pod is gone.
+pub(crate) fn force_deleted(
+    pod: &PodReference,
+    (at, deadline): (jiff::Timestamp, jiff::Timestamp),
+    grace: i64,
+) -> PodBlocker {
+    let why = if at >= deadline {
+        format!("the drain deadline {deadline} passed")
+    } else {
+        format!("its grace period ends by the drain deadline {deadline}")
+    };
     PodBlocker {
         namespace: pod.namespace.clone(),
         name: pod.name.clone(),
         reason: reason::FORCE_DELETED.to_string(),
         message: Some(format!(
-            "deleting since {at} with a grace period of {grace}s: the drain deadline passed \
-             (onTimeout ForceDelete)"
+            "deleting since {at} with a grace period of {grace}s: {why} (onTimeout ForceDelete)"
         )),
         ..PodBlocker::default()
     }
@@ -149,6 +236,114 @@ mod tests {
                 "{own:?} {deadline} {now}"
             );
         }
+    }
+
+    #[test]
+    fn a_forced_deletion_is_due_its_own_grace_ahead_of_the_deadline() {
+        // (own grace, now) -> due with this grace, or the wait; the deadline is t(100).
+        for (own, now, due) in [
+            (Some(30), 0, Err(69)),
+            (Some(30), 68, Err(1)),
+            (Some(30), 69, Ok(30)),
+            // A round that lists a second late still gives the whole grace.
+            (Some(30), 70, Ok(30)),
+            (Some(30), 75, Ok(25)),
+            (None, 69, Ok(30)),
+            // A grace longer than the drain: due at once, with the time left.
+            (Some(300), 0, Ok(100)),
+            (Some(0), 98, Err(1)),
+            (Some(0), 99, Ok(1)),
+            (Some(30), 130, Ok(1)),
+        ] {
+            let got = force_due(&pod(own, None), t(100), t(now)).map_err(|w| w.as_secs());
+            assert_eq!(got, due, "{own:?} at {now}");
+        }
+    }
+
+    /// The round's plan (`pass::plan_pass`): each pod deleted its own grace ahead of the
+    /// deadline, and the round comes back when the next one is due.
+    #[test]
+    fn force_delete_deletes_each_pod_its_grace_ahead_of_the_deadline() {
+        use super::super::pass::{plan_pass, settle};
+        use super::super::{Disposition, RetrySchedule, Stage};
+        use std::time::{Duration, Instant};
+        let policy = crate::policy::DrainPolicy {
+            drain_timeout: Some(Duration::from_secs(100)),
+            on_timeout: crate::api::OnTimeout::ForceDelete,
+            deadline_start: Some(t(0)),
+            ..Default::default()
+        };
+        let pods = || {
+            [("db", Some(30)), ("web", Some(5)), ("slow", Some(300))]
+                .into_iter()
+                .map(|(name, grace)| {
+                    let mut p = pod(grace, None);
+                    p.metadata.name = name.into();
+                    p.metadata.uid = Some(format!("uid-{name}"));
+                    let evict = Disposition::Evict {
+                        warnings: Vec::new(),
+                        stage: Stage::Ordinary(0),
+                    };
+                    (p, evict)
+                })
+                .collect::<Vec<_>>()
+        };
+        let at = Instant::now();
+        let run = |now: i64| {
+            let memory = RetrySchedule::default();
+            let budgets = super::super::Budgets::default();
+            plan_pass(pods(), &memory, &budgets, &policy, Some(t(0)), t(now), at)
+        };
+        let deleted = |plan: &super::super::pass::PassPlan| {
+            plan.delete
+                .iter()
+                .map(|d| (d.pod.name.clone(), d.grace_seconds))
+                .collect::<Vec<_>>()
+        };
+        // At the start only the pod whose grace is longer than the drain is due, with the time
+        // left; the round comes back when `db` is due (t(69)).
+        let start = run(0);
+        assert_eq!(deleted(&start), [("slow".to_string(), 100)]);
+        assert_eq!(start.overdue, None);
+        let (report, _) = settle("n", start, &RetrySchedule::default(), at);
+        assert_eq!(report.retry_in, Some(Duration::from_secs(69)));
+        assert_eq!(report.forced.len(), 1);
+        assert!(
+            report.forced[0]
+                .message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("ends by the drain deadline"),
+            "{:?}",
+            report.forced[0]
+        );
+        // `db` with its 30 s at t(69), `web` with its 5 s at t(94).
+        let db = run(69);
+        assert!(
+            deleted(&db).contains(&("db".to_string(), 30)),
+            "{:?}",
+            deleted(&db)
+        );
+        assert!(!deleted(&db).iter().any(|(n, _)| n == "web"));
+        assert!(
+            db.evict.iter().any(|e| e.pod.name == "web"),
+            "web is still evicted"
+        );
+        let web = run(94);
+        assert!(
+            deleted(&web).contains(&("web".to_string(), 5)),
+            "{:?}",
+            deleted(&web)
+        );
+        // Without ForceDelete nothing is deleted before the deadline.
+        let wait = crate::policy::DrainPolicy {
+            on_timeout: crate::api::OnTimeout::Wait,
+            ..policy.clone()
+        };
+        let memory = RetrySchedule::default();
+        let budgets = super::super::Budgets::default();
+        let plan = plan_pass(pods(), &memory, &budgets, &wait, Some(t(0)), t(99), at);
+        assert!(plan.delete.is_empty());
     }
 
     #[test]

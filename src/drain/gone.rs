@@ -22,7 +22,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use super::act::Standing;
+use super::gate::Standing;
 
 /// `namespace/name` of a pod.
 type PodKey = String;
@@ -133,7 +133,7 @@ impl GoneWatches {
                     () = token.cancelled() => break,
                     event = events.next() => event,
                 };
-                if !(standing.stands)() {
+                if (standing.may_send)().is_err() {
                     break;
                 }
                 let all_gone = match event {

@@ -42,6 +42,7 @@ mod gone;
 pub(crate) mod budget;
 pub(crate) mod cancel;
 pub(crate) mod deadline;
+pub(crate) mod gate;
 mod lanes;
 pub(crate) mod migration;
 pub(crate) mod pass;
@@ -57,7 +58,7 @@ use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::Status;
 
-pub(crate) use act::{DrainError, Drainer, Standing};
+pub(crate) use act::{DrainError, Drainer};
 pub(crate) use budget::{Budget, BudgetWatch, Budgets, Relief, SharedCause};
 pub(crate) use pass::{DrainReport, Survey};
 use pod::{DrainPod, OwnerRef};

@@ -62,8 +62,8 @@ pub(crate) struct DrainReport {
     /// Launcher pods whose VMI's migration failed, reported for the first time (one Warning per
     /// failed migration).
     pub newly_failed_migrations: Vec<FailedMigration>,
-    /// Time until the earliest per-pod eviction retry on this node; the next round is not useful
-    /// before then (`None`: no refused eviction waits).
+    /// Time until the earliest per-pod eviction retry or forced deletion on this node; the next
+    /// round is not useful before then (`None`: none waits).
     pub retry_in: Option<Duration>,
     /// Upstream-format error texts of this round (refused evictions, stuck terminating pods).
     pub errors: Vec<String>,
@@ -186,6 +186,8 @@ pub(crate) struct PassPlan {
     pub overdue: Option<OnTimeout>,
     /// The DELETEs to send now (`onTimeout: ForceDelete`).
     pub delete: Vec<PlannedDeletion>,
+    /// The time until the next pod's forced DELETE is due ([`deadline::force_due`]).
+    pub force_in: Option<Duration>,
     /// The UIDs of the pods deleted now, each with its blocker (remembered until gone).
     pub forced: Vec<(String, PodBlocker)>,
 }
@@ -203,9 +205,9 @@ pub(crate) struct PassPlan {
 /// cause is asked per retry interval; a budget that allows `k` has at most `k` pods asked.
 ///
 /// Once `policy`'s deadline has passed (its `deadline_start` plus `drainTimeout`, by `now`), `SkipStuck`
-/// keeps a terminating pod whose deletion is overdue, and `ForceDelete` deletes each evictable
-/// pod once, whatever its stage or budget ([`deadline`]); pods labelled `wait-completed` are
-/// still waited for.
+/// keeps a terminating pod whose deletion is overdue; `ForceDelete` deletes each evictable pod
+/// once, whatever its stage or budget, its own grace period ahead of the deadline
+/// ([`deadline::force_due`]); pods labelled `wait-completed` are still waited for.
 pub(crate) fn plan_pass(
     pods: Vec<(DrainPod, Disposition)>,
     schedule: &RetrySchedule,
@@ -216,7 +218,7 @@ pub(crate) fn plan_pass(
     at: Instant,
 ) -> PassPlan {
     let overdue = policy.overdue(policy.deadline_start, now);
-    let deadline_at = policy.deadline(policy.deadline_start).unwrap_or(now);
+    let force_by = deadline::force_by(policy);
     let mut plan = PassPlan {
         total_pods: pods.len(),
         overdue,
@@ -293,7 +295,8 @@ pub(crate) fn plan_pass(
         }
         // The operator's own pod stays last even then: deleted once it is all that is left.
         let own_pod_first = stage == super::Stage::OwnPod && first_stage != Some(stage);
-        if overdue == Some(OnTimeout::ForceDelete) && !own_pod_first {
+        let by = force_by.filter(|_| !own_pod_first);
+        if let Some((by, grace)) = by.and_then(|by| deadline::due(&pod, by, now, &mut plan)) {
             plan.listed.insert(uid.clone());
             if let Some(b) = schedule.forced(&uid) {
                 plan.pending.push(b.clone());
@@ -307,9 +310,8 @@ pub(crate) fn plan_pass(
                 plan.errors.extend(error.map(str::to_string));
                 continue;
             }
-            let grace = deadline::force_grace(&pod, deadline_at, now);
             if deadline::force_shortens(&pod, grace, now) {
-                let b = deadline::force_deleted(&r, now, grace);
+                let b = deadline::force_deleted(&r, (now, by), grace);
                 plan.delete.push(PlannedDeletion {
                     pod: r,
                     uid: pod.metadata.uid,
@@ -688,7 +690,7 @@ pub(crate) fn settle(
         .filter(|(key, _)| probe.warn(key, node))
         .map(|(_, f)| f.clone())
         .collect();
-    let retry_in = probe.next_due(node, answered);
+    let retry_in = deadline::sooner(probe.next_due(node, answered), plan.force_in);
     let (sending, resent): (Vec<PodBlocker>, Vec<Option<String>>) = plan
         .evict
         .iter()
@@ -1902,7 +1904,9 @@ mod tests {
         };
         let budgets = Budgets::known([budget("pdb", "db", 0)]);
         // Started at t(0): the deadline is t(90). `stuck` was due at t(50) (a finalizer holds
-        // it); `db` is held by its budget; `job` must complete; `dns` is of a later stage.
+        // it); `db` is held by its budget; `job` must complete; `dns` is of a later stage. `db`
+        // and `dns` have no grace period, so ForceDelete deletes them a second before the
+        // deadline (`deadline::force_due`; a pod's own grace is `deadline::tests`').
         let pods = || {
             vec![
                 (
@@ -1910,6 +1914,7 @@ mod tests {
                         "db",
                         json!({
                             "metadata": {"labels": {"app": "db"}},
+                            "spec": {"terminationGracePeriodSeconds": 0},
                             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
                         }),
                     ),
@@ -1929,7 +1934,7 @@ mod tests {
                     },
                 ),
                 (
-                    pod("dns", json!({})),
+                    pod("dns", json!({"spec": {"terminationGracePeriodSeconds": 0}})),
                     Disposition::Evict {
                         warnings: Vec::new(),
                         stage: Stage::Critical,
@@ -1966,7 +1971,7 @@ mod tests {
             OnTimeout::SkipStuck,
             OnTimeout::ForceDelete,
         ] {
-            let plan = run(on_timeout, 89, &memory);
+            let plan = run(on_timeout, 88, &memory);
             assert_eq!(plan.overdue, None);
             assert!(
                 plan.delete.is_empty() && plan.kept.is_empty(),

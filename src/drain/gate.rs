@@ -1,0 +1,173 @@
+//! Whether a maintenance may still send the evictions and forced deletions its round decided
+//! (`docs/drain-contract.md` §4 and §10 `paused`, `stage`). A round decides from the object it
+//! was given; its requests are then sent each on its own, waiting for one of the process's
+//! slots, up to a webhook's answer later. Right before each is sent, the executor asks
+//! [`may_send`] about the maintenance as the controller's cache holds it then, so that a
+//! deletion, a pause or a move out of the stage `Drain` written meanwhile stops the requests not
+//! yet sent (the cache sees a write within moments: none starts 2 s after it). Pure.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{NodeMaintenance, Stage};
+use crate::policy::Defaults;
+
+/// What a request sent on its own (an eviction, a forced DELETE, the watch of pods going) needs
+/// from the maintenance it belongs to.
+#[derive(Clone)]
+pub(crate) struct Standing {
+    /// Whether the maintenance may still send: [`may_send`] on the object the controller's cache
+    /// holds when asked, right before each request is sent.
+    pub may_send: Arc<dyn Fn() -> Result<(), Halt> + Send + Sync>,
+    /// Wakes the maintenance's next pass: an answer arrived.
+    pub wake: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl Standing {
+    /// Why nothing more may be sent now (`None`: it may): the controller stopped (`stopped`
+    /// cancelled), or [`Self::may_send`]'s halt.
+    pub(crate) fn halted(&self, stopped: &CancellationToken) -> Option<Halt> {
+        if stopped.is_cancelled() {
+            return Some(Halt::Stopped);
+        }
+        (self.may_send)().err()
+    }
+}
+
+/// Why a maintenance may no longer send what its round decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Halt {
+    /// The cache no longer holds it, or holds another object under its name (another UID).
+    Gone,
+    /// It is being deleted (`deletionTimestamp` set).
+    Deleting,
+    /// Its `paused` knob resolves to true (annotation, spec, flag).
+    Paused,
+    /// Its `stage` knob resolves to a stage short of `Drain`.
+    Stage(Stage),
+    /// Not of the maintenance: the controller stopped (shutdown, leadership lost), so the
+    /// executor sends nothing more.
+    Stopped,
+}
+
+impl std::fmt::Display for Halt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Gone => f.write_str("the maintenance is gone"),
+            Self::Deleting => f.write_str("the maintenance is being deleted"),
+            Self::Paused => f.write_str("the maintenance is paused"),
+            Self::Stage(s) => write!(f, "the maintenance is in stage {s:?}, not Drain"),
+            Self::Stopped => f.write_str("the controller stopped"),
+        }
+    }
+}
+
+/// Whether the maintenance whose round decided a request (UID `uid`) may send it, given
+/// `current`, the object of its name as the controller's cache holds it now (`None`: not held),
+/// and the operator's `defaults` (the knobs' flags): it is held with the same UID, is not
+/// being deleted, is not paused and its stage is `Drain`, each knob resolved as the pass
+/// resolves it ([`crate::policy::resolve`]: a refused value falls back as if absent).
+///
+/// # Errors
+/// The first [`Halt`] that applies, in the order above.
+pub(crate) fn may_send(
+    uid: Option<&str>,
+    current: Option<&NodeMaintenance>,
+    defaults: &Defaults,
+) -> Result<(), Halt> {
+    let Some(nm) = current.filter(|o| o.metadata.uid.as_deref() == uid) else {
+        return Err(Halt::Gone);
+    };
+    if nm.metadata.deletion_timestamp.is_some() {
+        return Err(Halt::Deleting);
+    }
+    let (policy, _) = crate::policy::resolve(nm, defaults);
+    if policy.paused {
+        return Err(Halt::Paused);
+    }
+    if policy.stage != Stage::Drain {
+        return Err(Halt::Stage(policy.stage));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn nm(uid: &str) -> NodeMaintenance {
+        let mut nm = NodeMaintenance::new(
+            "nm",
+            crate::api::NodeMaintenanceSpec {
+                node_name: "n1".into(),
+                reason: Some("r".into()),
+                ..Default::default()
+            },
+        );
+        nm.metadata.uid = Some(uid.into());
+        nm
+    }
+
+    #[test]
+    fn a_maintenance_sends_only_while_it_stands_unpaused_in_stage_drain() {
+        let d = Defaults::default();
+        let current = nm("u1");
+        assert_eq!(may_send(Some("u1"), Some(&current), &d), Ok(()));
+        // Gone, or a successor under its name.
+        assert_eq!(may_send(Some("u1"), None, &d), Err(Halt::Gone));
+        assert_eq!(may_send(Some("u0"), Some(&current), &d), Err(Halt::Gone));
+        // Being deleted.
+        let mut deleting = nm("u1");
+        deleting.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        assert_eq!(
+            may_send(Some("u1"), Some(&deleting), &d),
+            Err(Halt::Deleting)
+        );
+        // Paused by the spec, by the annotation (which wins), or by the flag.
+        let mut paused = nm("u1");
+        paused.spec.paused = Some(true);
+        assert_eq!(may_send(Some("u1"), Some(&paused), &d), Err(Halt::Paused));
+        paused
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(crate::policy::PAUSED_ANNOTATION.into(), "false".into());
+        assert_eq!(may_send(Some("u1"), Some(&paused), &d), Ok(()));
+        let flag = Defaults {
+            paused: true,
+            ..Defaults::default()
+        };
+        assert_eq!(
+            may_send(Some("u1"), Some(&current), &flag),
+            Err(Halt::Paused)
+        );
+        // A refused value falls back as if absent (here: not paused).
+        let mut typo = nm("u1");
+        typo.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(crate::policy::PAUSED_ANNOTATION.into(), "yes".into());
+        assert_eq!(may_send(Some("u1"), Some(&typo), &d), Ok(()));
+        // Moved short of Drain, by the spec or the annotation.
+        for stage in [Stage::Idle, Stage::Cordon, Stage::Preflight] {
+            let mut back = nm("u1");
+            back.spec.stage = Some(stage);
+            assert_eq!(
+                may_send(Some("u1"), Some(&back), &d),
+                Err(Halt::Stage(stage))
+            );
+        }
+        let mut annotated = nm("u1");
+        annotated
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(crate::policy::STAGE_ANNOTATION.into(), "Idle".into());
+        assert_eq!(
+            may_send(Some("u1"), Some(&annotated), &d),
+            Err(Halt::Stage(Stage::Idle))
+        );
+    }
+}
