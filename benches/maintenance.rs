@@ -11,6 +11,7 @@
 //! NMO_UPSTREAM_MANAGER=<manager built from upstream's source> cargo bench --bench maintenance -- bigdrain
 //! cargo bench --bench maintenance -- budgetheld    # a drain held by a budget (not in the default set)
 //! NMO_BUDGET_PODS=200 cargo bench --bench maintenance -- budgetheld # the same, smaller
+//! cargo bench --bench maintenance -- budgetrelents  # a held budget lowered to allow every pod, beside a bare client
 //! NMO_UPSTREAM_MANAGER=<manager> cargo bench --bench maintenance -- budgetheld
 //! NMO_UPSTREAM_MANAGER=<manager> cargo bench --bench maintenance -- drainrate # a node's drain beside the floor (about 5 min)
 //! NMO_RATE_PODS=200 cargo bench --bench maintenance -- drainrate             # other sizes (comma-separated)
@@ -72,6 +73,14 @@
 //!   `manifests/` ships. With `NMO_UPSTREAM_MANAGER`, upstream's Go manager (run as the admin, as
 //!   in `benches/admission.rs`, a fresh process per input as well) drains the same inputs
 //!   afterwards, on fresh nodes, with our operator stopped.
+//! - **budgetrelents** (a budget that comes to allow every pod is drained at the API server's
+//!   pace, `docs/drain-contract.md` §1; only when named): one fresh node with N bare pods (N as
+//!   `budgetheld`) under one budget of `minAvailable: N`; the NodeMaintenance is created, held,
+//!   and once the budget has refused its probe the budget is patched to `minAvailable: 0`; the
+//!   figure is the patch to `Succeeded`, and the eviction requests while held. Beside it the
+//!   floor: with no controller running, a bare client lists N such pods on another node under a
+//!   budget already at `minAvailable: 0` and evicts them all (1 and 8 in flight, each on fresh
+//!   pods), to no pod left. Target: at most 1.3x the best floor.
 //! - **budgetheld** (a budget that allows no disruption is asked through one pod per 5 s retry,
 //!   `docs/drain-contract.md` §1; only when named): one fresh node with N bare pods (N = 2,000,
 //!   `NMO_BUDGET_PODS` overrides), all selected by one PodDisruptionBudget with `minAvailable: N`,
@@ -136,8 +145,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt as _;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use nmo_devcluster::audit::{AuditCursor, RESPONSE_COMPLETE, requests_policy};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use nmo_devcluster::audit::{AuditCursor, AuditEvent, RESPONSE_COMPLETE, requests_policy};
 use nmo_devcluster::fixtures::{self, Installed};
 use nmo_devcluster::kubevirt::{self, Standin};
 use nmo_devcluster::measure::{CONTROL_PLANE, cpu_seconds};
@@ -147,13 +156,14 @@ use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
 use serde_json::json;
 
 /// Scenarios in the order they run.
-const SCENARIOS: [&str; 8] = [
+const SCENARIOS: [&str; 9] = [
     "drain200",
     "many",
     "api",
     "rss",
     "bigdrain",
     "budgetheld",
+    "budgetrelents",
     "drainrate",
     "evacuating",
 ];
@@ -264,8 +274,7 @@ async fn main() -> Result<()> {
     let audit = if chosen.contains(&"evacuating") {
         Some(requests_policy(&["system:serviceaccounts"]))
     } else {
-        chosen
-            .contains(&"budgetheld")
+        (chosen.contains(&"budgetheld") || chosen.contains(&"budgetrelents"))
             .then(|| BUDGET_AUDIT_POLICY.to_string())
     };
     let mut bench = Bench::new(audit).await?;
@@ -277,6 +286,7 @@ async fn main() -> Result<()> {
             "api" => bench.api().await?,
             "bigdrain" => bench.bigdrain().await?,
             "budgetheld" => bench.budgetheld().await?,
+            "budgetrelents" => bench.budgetrelents().await?,
             "drainrate" => bench.drainrate().await?,
             "evacuating" => bench.evacuating().await?,
             _ => bench.rss().await?,
@@ -1084,6 +1094,115 @@ impl Bench {
         // The next scenario starts its own operator; this one's last process is stopped here.
         self.operator = None;
         Ok(())
+    }
+
+    /// A held budget lowered to allow every pod, beside a bare client (the header's
+    /// `budgetrelents`).
+    async fn budgetrelents(&mut self) -> Result<()> {
+        const S: &str = "budgetrelents";
+        let n = budget_pods()?;
+        // The floor first, with no controller running.
+        self.operator = None;
+        let mut best = f64::MAX;
+        for in_flight in [1, 8] {
+            let ns = format!("{S}-floor-{in_flight}");
+            self.namespace(&ns).await?;
+            let node = self.add_nodes(&format!("brfloor{in_flight}"), 0..1).await?;
+            self.bare_pods(&ns, &node[0], n, "held").await?;
+            self.held_budget(&ns, n).await?;
+            self.lower_budget(&ns, n).await?;
+            self.progress(&format!(
+                "floor: bare client evicts {n} pods under the lowered budget, {in_flight} in flight"
+            ));
+            let (answered, gone) = self.bare_evictions(&node[0], in_flight).await?;
+            self.row(
+                S,
+                &format!("floor: bare client, {in_flight} in flight, {n} pods -> all gone"),
+                format!("{gone:.2} s (all answered {answered:.2} s)"),
+                "",
+            );
+            best = best.min(gone);
+            self.purge(&ns, &node).await?;
+        }
+        let ns = format!("{S}-held");
+        self.namespace(&ns).await?;
+        let held = self.add_nodes("brheld", 0..1).await?;
+        self.bare_pods(&ns, &held[0], n, "held").await?;
+        self.held_budget(&ns, n).await?;
+        self.restart_operator("op-budgetrelents", &[], &[])?;
+        let mut audit = AuditCursor::at_end(self.cluster.audit_log_path());
+        let created = Instant::now();
+        self.create_nm(&held[0]).await?;
+        let refused = |e: &AuditEvent| {
+            e.subresource == "eviction" && e.namespace == ns && e.stage == RESPONSE_COMPLETE
+        };
+        let mut asked = 0;
+        while asked == 0 {
+            asked += audit.read()?.iter().filter(|e| refused(e)).count();
+            ensure!(
+                created.elapsed() < LIMIT,
+                "no eviction asked {LIMIT:?} after the create"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Held a while (two retries), then lowered.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        asked += audit.read()?.iter().filter(|e| refused(e)).count();
+        let held_for = created.elapsed().as_secs_f64();
+        self.progress(&format!(
+            "ours: {n} pods held; lowering the budget to minAvailable: 0"
+        ));
+        let lowered = Instant::now();
+        self.lower_budget(&ns, 0).await?;
+        let nms = Api::<NodeMaintenance>::all(self.client.clone());
+        let name = format!("nm-{}", held[0]);
+        self.wait("Succeeded after the budget was lowered", || async {
+            let nm = nms.get(&name).await?;
+            let phase = nm.status.as_ref().and_then(|s| s.phase);
+            Ok((phase == Some(MaintenancePhase::Succeeded))
+                .then_some(())
+                .ok_or(format!("phase {phase:?}")))
+        })
+        .await?;
+        let t = lowered.elapsed().as_secs_f64();
+        self.row(
+            S,
+            &format!("ours: eviction requests while held ({held_for:.0} s)"),
+            format!("{asked} ({:.2}/s)", asked as f64 / held_for),
+            "<= 1/s on average",
+        );
+        self.row(
+            S,
+            &format!("ours: budget lowered to minAvailable: 0 -> Succeeded, {n} pods"),
+            format!("{t:.2} s ({:.2}x the best floor)", t / best),
+            "<= 1.3x the best floor",
+        );
+        self.end_maintenance(&held).await?;
+        self.operator = None;
+        self.purge(&ns, &held).await?;
+        Ok(())
+    }
+
+    /// Patches the budget `held` of `ns` to `minAvailable: min` (the floor's budget: at once
+    /// to 0) and, for 0, waits until its status allows every pod the API server counts.
+    async fn lower_budget(&self, ns: &str, min: usize) -> Result<()> {
+        let pdbs = Api::<PodDisruptionBudget>::namespaced(self.client.clone(), ns);
+        let patch = json!({"spec": {"minAvailable": min}});
+        pdbs.patch("held", &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        if min != 0 {
+            return Ok(());
+        }
+        self.wait("the budget allowing every pod", || async {
+            let p = pdbs.get("held").await?;
+            let s = p.status.clone().unwrap_or_default();
+            Ok((s.observed_generation == p.metadata.generation
+                && s.disruptions_allowed == s.current_healthy
+                && s.disruptions_allowed.unwrap_or(0) > 0)
+                .then_some(())
+                .ok_or(format!("allowed {:?}", s.disruptions_allowed)))
+        })
+        .await
     }
 
     /// The operator's requests while a node's launcher pods migrate, beside those while a node's
