@@ -1110,7 +1110,7 @@ impl Bench {
             let node = self.add_nodes(&format!("brfloor{in_flight}"), 0..1).await?;
             self.bare_pods(&ns, &node[0], n, "held").await?;
             self.held_budget(&ns, n).await?;
-            self.lower_budget(&ns, n).await?;
+            self.lower_budget(&ns, 0).await?;
             self.progress(&format!(
                 "floor: bare client evicts {n} pods under the lowered budget, {in_flight} in flight"
             ));
