@@ -1,7 +1,8 @@
 //! `cargo cluster up --operator` (`nmo-devcluster up --operator`) as an admin uses it: started
 //! as a child process, it prints a kubeconfig; with it the operator's webhook refuses a
-//! NodeMaintenance for a missing node with upstream's text and a maintenance of one of its nodes
-//! reaches Succeeded; SIGINT then ends it with exit 0, no process it started left and its
+//! NodeMaintenance for a missing node with upstream's text, a maintenance of one of its nodes
+//! reaches Succeeded, and the printed `kubectl nm start --wait`, `list` and `stop --wait` exit 0;
+//! SIGINT then ends it with exit 0, no process it started left and its
 //! directory gone.
 
 mod common;
@@ -198,6 +199,36 @@ async fn up_with_operator_serves_the_webhook_drains_and_stops_clean_on_sigint() 
         Duration::from_secs(180),
     )
     .await;
+
+    // The printed `kubectl nm` commands, in-process (`kubectl_nm::run`, the plugin's whole
+    // body), with the printed kubeconfig.
+    let kc = kubeconfig.display().to_string();
+    for args in [
+        &[
+            "start",
+            "kwok-worker-1",
+            "--reason",
+            "x",
+            "--wait",
+            "--timeout",
+            "3m",
+        ][..],
+        &["list"],
+        &["stop", "kwok-worker-1", "--wait", "--timeout", "3m"],
+    ] {
+        let mut argv = vec!["kubectl-nm", "--kubeconfig", kc.as_str()];
+        argv.extend(args);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = kubectl_nm::run(argv, &mut out, &mut err).await;
+        assert_eq!(
+            code,
+            0,
+            "kubectl nm {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(&err)
+        );
+    }
 
     // Ctrl-C: exit 0, nothing left.
     // SAFETY: kill(2) on our own child.
