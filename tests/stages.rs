@@ -1,7 +1,8 @@
 //! The stages end to end (`docs/design.md` §1, "Stages"; the `stage` knob): Preflight lists
 //! what would block the drain from dry-run evictions and touches nothing else; Idle, Cordon and
 //! Drain each leave the node as they say, in order; moving back from Cordon to Idle restores the
-//! node and gives up the lease while the object stays.
+//! node and gives up the lease while the object stays; a preflight's events say "preflight"
+//! (`BeginPreflight`, `RemovedPreflight`) where a Drain keeps upstream's.
 
 mod common;
 
@@ -625,4 +626,94 @@ async fn an_expired_maintenance_deletes_itself_and_the_node_is_restored() {
         events.iter().any(|e| e.1 == "MaintenanceExpired"),
         "{events:?}"
     );
+}
+
+/// `(reason, message)` of every event about a NodeMaintenance whose name starts with `prefix`.
+async fn events_of_names_starting(client: &kube::Client, prefix: &str) -> Vec<(String, String)> {
+    use k8s_openapi::api::core::v1::Event;
+    Api::<Event>::namespaced(client.clone(), "default")
+        .list(&kube::api::ListParams::default().fields("involvedObject.kind=NodeMaintenance"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(prefix))
+        })
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_preflights_events_say_preflight_and_a_drains_keep_upstreams() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("pfe");
+    let nodes = worker_nodes(env.cluster, &client, &group, 2).await;
+
+    // `kubectl nm preflight`'s temporary object: begun and removed as a preflight.
+    let kubeconfig = env.cluster.kubeconfig().display().to_string();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let argv = [
+        "kubectl-nm",
+        "--kubeconfig",
+        &kubeconfig,
+        "preflight",
+        &nodes[0],
+    ];
+    let code = kubectl_nm::run(argv, &mut out, &mut err).await;
+    assert_eq!(
+        code,
+        0,
+        "kubectl nm preflight: {}{}",
+        String::from_utf8_lossy(&out),
+        String::from_utf8_lossy(&err)
+    );
+    let prefix = format!("nm-preflight-{}-", nodes[0]);
+    let seen = wait_for(
+        "BeginPreflight and RemovedPreflight about the preflight's object",
+        LIMIT,
+        || async {
+            let seen = events_of_names_starting(&client, &prefix).await;
+            let has = |r: &str| seen.iter().any(|(reason, _)| reason == r);
+            if has("BeginPreflight") && has("RemovedPreflight") {
+                Ok(seen)
+            } else {
+                Err(format!("{seen:?}"))
+            }
+        },
+    )
+    .await;
+    assert!(
+        seen.iter()
+            .all(|(reason, _)| reason != "BeginMaintenance" && reason != "RemovedMaintenance"),
+        "a preflight's events read as a maintenance: {seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|(r, m)| r == "BeginPreflight" && m.contains("the node is not cordoned")),
+        "{seen:?}"
+    );
+
+    // Stage Drain (upstream's only behaviour): upstream's events.
+    let name = unique("nm-pfe");
+    nm::create(&client, &name, &nodes[1]).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    nm::delete_and_wait_restored(&client, &name, &nodes[1]).await;
+    wait_for("upstream's events about the Drain", LIMIT, || async {
+        let seen = nm::event_summary(&client, &name).await;
+        let has = |r: &str, m: &str| seen.iter().any(|e| e.1 == r && e.2 == m);
+        if has("BeginMaintenance", "Begin a node maintenance")
+            && has("RemovedMaintenance", "Removed a node maintenance")
+            && !seen.iter().any(|e| e.1.ends_with("Preflight"))
+        {
+            Ok(())
+        } else {
+            Err(format!("{seen:?}"))
+        }
+    })
+    .await;
 }

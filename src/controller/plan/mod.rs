@@ -15,6 +15,7 @@
 mod deletion;
 mod encode;
 mod maintenance;
+mod preflight_events;
 #[cfg(test)]
 mod stage_tests;
 mod status;
@@ -71,7 +72,8 @@ pub(crate) enum Entry {
     /// Being deleted without our finalizer: nothing to do, and never fall through to
     /// maintenance (upstream bug #154).
     Ignore,
-    /// Add the finalizer (then emit BeginMaintenance and continue).
+    /// Add the finalizer (then emit BeginMaintenance, or BeginPreflight in stage Preflight, and
+    /// continue).
     AddFinalizer,
     /// Failed for good (the lease could not be recovered): no writes, no events.
     Terminal,
@@ -362,7 +364,9 @@ impl Writes {
 pub(crate) fn plan(o: &Observed, now: jiff::Timestamp) -> Plan {
     let (add_finalizer, e) = entry_with_finalizer(&o.nm);
     let mut plan = match (&o.world, e) {
-        (World::Deletion(d), Entry::Cleanup) => deletion::plan_deletion(d, now),
+        (World::Deletion(d), Entry::Cleanup) => {
+            deletion::plan_deletion(d, preflight_events::removed(&o.nm, &o.policy), now)
+        }
         (World::Maintenance(m), Entry::Maintain) => maintenance::plan_maintenance(o, m, None, now),
         (World::Maintenance(m), Entry::InvalidNodeName(why)) => {
             maintenance::plan_maintenance(o, m, Some(&why), now)
@@ -371,7 +375,10 @@ pub(crate) fn plan(o: &Observed, now: jiff::Timestamp) -> Plan {
     };
     if add_finalizer {
         let begin = Write::Event {
-            event: PlannedEvent::normal(EventTarget::Maintenance, event::BEGIN),
+            event: PlannedEvent::normal(
+                EventTarget::Maintenance,
+                preflight_events::begin(&o.nm, &o.policy),
+            ),
             node: None,
         };
         let first = [add_finalizer_write(&o.nm), begin];

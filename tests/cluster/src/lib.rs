@@ -567,6 +567,15 @@ status:
         Ok(())
     }
 
+    /// Each running component's name and process id, in start order.
+    pub fn component_pids(&self) -> Vec<(String, u32)> {
+        let components = self.components.lock().expect("components lock");
+        components
+            .iter()
+            .map(|c| (c.name().to_string(), c.pid()))
+            .collect()
+    }
+
     /// Fails with the evidence when a component has exited.
     ///
     /// # Errors

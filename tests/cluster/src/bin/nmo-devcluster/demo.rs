@@ -3,24 +3,12 @@
 //! real NodeMaintenance lifecycle printed as it happens: cordon, taints, evictions, Succeeded;
 //! then delete, uncordon. Everything it starts is stopped when it ends, also on Ctrl-C.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nmo_devcluster::operator::{
-    Operator, OperatorOptions, install_manifests, register_webhook, service_account_kubeconfig,
-};
-use nmo_devcluster::{Cluster, Options};
+use crate::stack::{deploy_workload, operator_binary, start_cluster, start_operator, wait};
 
 const NODE: &str = "kwok-worker-0";
 const NM: &str = "demo-maintenance";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("repository root")
-}
 
 fn step(text: &str) {
     println!("\n\x1b[1m==> {text}\x1b[0m");
@@ -53,44 +41,12 @@ fn demo() -> Result<(), String> {
     };
 
     step("Building the operator (release)");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut build = Command::new(cargo);
-    // `cargo run` exports this package's CARGO_* variables; build scripts such as ring's rerun
-    // when they change, so the inner build would flip the release cache on every run.
-    for (key, _) in std::env::vars() {
-        if key.starts_with("CARGO_") && key != "CARGO_HOME" && key != "CARGO_TARGET_DIR" {
-            build.env_remove(key);
-        }
-    }
-    let status = build
-        .current_dir(repo())
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "node-maintenance-operator",
-            "--bin",
-            "node-maintenance-operator",
-        ])
-        .status()
-        .map_err(|e| format!("running cargo: {e}"))?;
-    if !status.success() {
-        return Err("building the operator failed".into());
-    }
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| repo().join("target"));
-    let binary = target.join("release/node-maintenance-operator");
+    let binary = operator_binary()?;
 
     step(
         "Starting a local control plane: etcd, kube-apiserver, controller-manager, scheduler, kwok",
     );
-    let cluster = Cluster::start(Options {
-        workers: 3,
-        control_planes: 1,
-        ..Options::default()
-    })
-    .map_err(|e| e.to_string())?;
+    let cluster = start_cluster()?;
     let k = |args: &[&str]| cluster.kubectl_run(args, None).map_err(|e| e.to_string());
     let ks = |args: &[&str], stdin: &str| {
         cluster
@@ -102,45 +58,12 @@ fn demo() -> Result<(), String> {
     step(
         "Installing the CRD and RBAC from manifests/, starting the operator as its ServiceAccount",
     );
-    let account =
-        install_manifests(&cluster, &repo().join("manifests")).map_err(|e| e.to_string())?;
-    let kubeconfig = service_account_kubeconfig(&cluster, &account).map_err(|e| e.to_string())?;
-    let mut opts = OperatorOptions::new(&binary);
-    opts.kubeconfig = Some(kubeconfig);
-    opts.env
-        .push(("POD_NAMESPACE".into(), account.namespace.clone()));
-    let started = Instant::now();
-    let operator = Operator::start(&cluster, &opts).map_err(|e| e.to_string())?;
-    println!(
-        "operator ready in {} ms (webhook https://127.0.0.1:{}, metrics http://127.0.0.1:{}/metrics)",
-        started.elapsed().as_millis(),
-        operator.webhook_port,
-        operator.metrics_port
-    );
-    register_webhook(&cluster, operator.webhook_port).map_err(|e| e.to_string())?;
+    let operator = start_operator(&cluster, &binary)?;
 
     step(
         "A workload: Deployment web (4 replicas), DaemonSet agent, PodDisruptionBudget maxUnavailable 1",
     );
-    ks(&["apply", "-f", "-"], WORKLOAD)?;
-    wait(
-        "4 web pods and 3 agent pods Running",
-        Duration::from_secs(90),
-        || {
-            let out = k(&[
-                "get",
-                "pods",
-                "-n",
-                "demo",
-                "--field-selector=status.phase=Running",
-                "-o",
-                "name",
-            ])?;
-            let web = out.lines().filter(|l| l.contains("web-")).count();
-            let agent = out.lines().filter(|l| l.contains("agent-")).count();
-            Ok((web == 4 && agent == 3).then_some(()))
-        },
-    )?;
+    deploy_workload(&cluster)?;
     println!("{}", k(&["get", "pods", "-n", "demo", "-o", "wide"])?);
 
     step("The webhook refuses a NodeMaintenance for a node that does not exist");
@@ -258,61 +181,9 @@ fn demo() -> Result<(), String> {
     Ok(())
 }
 
-fn wait(
-    what: &str,
-    limit: Duration,
-    mut check: impl FnMut() -> Result<Option<()>, String>,
-) -> Result<(), String> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if check()?.is_some() {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(format!("timed out after {limit:?} waiting for {what}"));
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
 fn nm_manifest(name: &str, node: &str) -> String {
     format!(
         r#"{{"apiVersion":"nodemaintenance.medik8s.io/v1beta1","kind":"NodeMaintenance",
 "metadata":{{"name":"{name}"}},"spec":{{"nodeName":"{node}","reason":"demo: kernel upgrade"}}}}"#
     )
 }
-
-const WORKLOAD: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: demo}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: demo}
-spec:
-  replicas: 4
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      terminationGracePeriodSeconds: 2
-      containers: [{name: web, image: registry.k8s.io/pause:3.10}]
----
-apiVersion: apps/v1
-kind: DaemonSet
-metadata: {name: agent, namespace: demo}
-spec:
-  selector: {matchLabels: {app: agent}}
-  template:
-    metadata: {labels: {app: agent}}
-    spec:
-      containers: [{name: agent, image: registry.k8s.io/pause:3.10}]
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: web, namespace: demo}
-spec:
-  maxUnavailable: 1
-  selector: {matchLabels: {app: web}}
-"#;

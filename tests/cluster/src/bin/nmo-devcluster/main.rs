@@ -2,6 +2,8 @@
 //!
 //! - `nmo-devcluster up`: start it, print `kubectl get nodes,pods -A` and the KUBECONFIG to use,
 //!   and keep it running until Ctrl-C.
+//! - `nmo-devcluster up --operator`: the same with the operator, its webhook and a workload, to
+//!   try `kubectl nm` on (see `try_it.rs`).
 //! - `nmo-devcluster demo`: the main job (see `demo.rs`).
 
 use std::time::Duration;
@@ -9,14 +11,17 @@ use std::time::Duration;
 use nmo_devcluster::{Cluster, Options};
 
 mod demo;
+mod stack;
+mod try_it;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let code = match args.first().map(String::as_str) {
-        Some("up") => up(),
+        Some("up") if args.get(1).map(String::as_str) == Some("--operator") => try_it::run(),
+        Some("up") if args.len() == 1 => up(),
         Some("demo") => demo::run(),
         _ => {
-            eprintln!("usage: nmo-devcluster up|demo");
+            eprintln!("usage: nmo-devcluster up [--operator] | demo");
             2
         }
     };
