@@ -216,6 +216,7 @@ pub(crate) fn plan_pass(
     at: Instant,
 ) -> PassPlan {
     let overdue = policy.overdue(policy.deadline_start, now);
+    let pods = super::opt_out::at_deadline(pods, overdue);
     let deadline_at = policy.deadline(policy.deadline_start).unwrap_or(now);
     let mut plan = PassPlan {
         total_pods: pods.len(),
@@ -280,6 +281,11 @@ pub(crate) fn plan_pass(
             Disposition::WaitCompleted { label } => {
                 plan.evictable.push(r.clone());
                 plan.pending.push(waiting_for_completion(&r, label));
+                continue;
+            }
+            Disposition::OptedOut { annotation, .. } => {
+                plan.evictable.push(r.clone());
+                plan.pending.push(super::opt_out::held(&r, annotation));
                 continue;
             }
             Disposition::SkipDaemonSet | Disposition::SkipMirror | Disposition::SkipFinished => {
