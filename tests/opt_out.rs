@@ -312,7 +312,7 @@ async fn under_wait_opted_out_pods_stay_held_past_the_deadline_until_they_opt_ba
         &name,
         "dnd and ste held by their annotations",
         LIMIT,
-        |s| held_by_their_annotations(s),
+        held_by_their_annotations,
     )
     .await;
     wait_for("the DrainDeadlineExceeded Warning", LIMIT, || async {
