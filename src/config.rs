@@ -306,6 +306,13 @@ pub struct Config {
           default_missing_value = "true", value_name = "BOOL")]
     pub node_conditions: bool,
 
+    /// Honour the common opt-out annotations: a pod annotated karpenter.sh/do-not-disrupt=true
+    /// or cluster-autoscaler.kubernetes.io/safe-to-evict=false is not evicted until the drain
+    /// deadline, whose onTimeout then applies to it. Off by default: upstream evicts them.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", value_name = "BOOL")]
+    pub honor_opt_out_annotations: bool,
+
     /// Default of the `expireAfter` knob: how long a Succeeded maintenance stays before the
     /// operator deletes it (30s, 12h), restoring the node. Unset by default: it stays, as
     /// upstream.

@@ -152,6 +152,9 @@ label_values! {
         EvictionError,
         /// Labelled `wait-completed`: the drain waits until the pod finishes.
         WaitingForCompletion,
+        /// An opt-out annotation holds the pod until the drain deadline
+        /// (`--honor-opt-out-annotations`).
+        OptedOut,
         /// A reason not listed above.
         Other,
     }

@@ -1724,3 +1724,43 @@ async fn past_the_deadline_skip_stuck_stops_waiting_for_a_pod_a_finalizer_holds(
     .unwrap();
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
+
+/// `docs/drain-contract.md` §1 "Opt-out annotations": the operator of this binary runs without
+/// `--honor-opt-out-annotations`, so pods annotated `karpenter.sh/do-not-disrupt: "true"` and
+/// `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"` are evicted as upstream evicts
+/// them (the audit log), and the maintenance Succeeds.
+#[tokio::test]
+async fn the_opt_out_annotations_are_not_read_without_the_flag() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("optout-off");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "optout-off").await;
+    for (pod, key, value) in [
+        ("dnd", "karpenter.sh/do-not-disrupt", "true"),
+        (
+            "ste",
+            "cluster-autoscaler.kubernetes.io/safe-to-evict",
+            "false",
+        ),
+    ] {
+        let extra = json!({"metadata": {"annotations": {key: value}}});
+        bare_pod(&client, &ns, pod, &node, extra).await;
+    }
+    wait_all_running(&client, &ns, 2).await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    let name = unique("nm-optout-off");
+    nm::create(&client, &name, &node).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let events = audit.read().unwrap();
+    let evicted: Vec<&str> = accepted_in(&events, &ns)
+        .iter()
+        .map(|e| e.name.as_str())
+        .collect();
+    for pod in ["dnd", "ste"] {
+        assert!(evicted.contains(&pod), "{pod} not evicted: {evicted:?}");
+    }
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}

@@ -63,6 +63,7 @@ impl WarnPod {
                 .contains_key(crate::drain::EVICTION_IN_PROGRESS_ANNOTATION),
             request_evict_only: annotations
                 .contains_key(crate::drain::REQUEST_EVICT_ONLY_ANNOTATION),
+            opt_out: crate::drain::opt_out::marks(&annotations),
         };
         let mut drain = DrainPod::default();
         drain.metadata.name = meta.name.unwrap_or_default();

@@ -6,6 +6,8 @@
 //!   warning per budget (what it needs and has);
 //! - pods that stay on the node (the drain leaves DaemonSet pods, mirror pods and pods a drain
 //!   rule or label skips): one warning counting them;
+//! - with `--honor-opt-out-annotations`, pods an opt-out annotation holds until the drain
+//!   deadline (`crate::drain::opt_out`): one warning counting them;
 //! - pods whose data is lost: with an emptyDir volume (deleted with the pod), without a
 //!   controller (not recreated anywhere): one warning each;
 //! - a Deployment or StatefulSet whose every ready replica is on the node: one per workload;
@@ -106,6 +108,24 @@ pub(crate) fn warnings(
              a drain rule or label skips): {}",
             count(kept.len(), "pod"),
             list(kept)
+        ));
+    }
+    let opted_out = named(&|p| matches!(p.disposition, Disposition::OptedOut { .. }));
+    if !opted_out.is_empty() {
+        out.push(format!(
+            "{} on node {node} {} out of eviction ({} or {}, honoured by \
+             --honor-opt-out-annotations): not evicted until the drain deadline, and the \
+             maintenance does not succeed while {} on the node: {}",
+            count(opted_out.len(), "pod"),
+            if opted_out.len() == 1 { "opts" } else { "opt" },
+            crate::drain::opt_out::DO_NOT_DISRUPT,
+            crate::drain::opt_out::SAFE_TO_EVICT,
+            if opted_out.len() == 1 {
+                "it is"
+            } else {
+                "they are"
+            },
+            list(opted_out)
         ));
     }
     let empty_dir = named(&|p| p.evicted() && p.pod.spec.empty_dir);
@@ -345,6 +365,37 @@ mod tests {
                  a drain rule or label skips): ns/a-ds"
             ]
         );
+    }
+
+    #[test]
+    fn pods_an_opt_out_holds_are_named_only_when_the_flag_honours_them() {
+        let dnd = json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}});
+        let pods = [pod("dnd", "x", dnd), pod("other", "y", json!({}))];
+        let on = DrainOptions {
+            honor_opt_out: true,
+            ..DrainOptions::default()
+        };
+        let with = |options: &DrainOptions| -> Vec<String> {
+            let facts: Vec<NodePod> = pods
+                .iter()
+                .map(|pod| NodePod {
+                    pod,
+                    disposition: disposition(pod, &[], options),
+                    last_of: None,
+                })
+                .collect();
+            warnings("n1", &facts, &[], None)
+        };
+        assert_eq!(
+            with(&on),
+            [
+                "1 pod on node n1 opts out of eviction (karpenter.sh/do-not-disrupt or \
+              cluster-autoscaler.kubernetes.io/safe-to-evict, honoured by \
+              --honor-opt-out-annotations): not evicted until the drain deadline, and the \
+              maintenance does not succeed while it is on the node: ns/dnd"
+            ]
+        );
+        assert!(with(&DrainOptions::default()).is_empty());
     }
 
     #[test]

@@ -75,6 +75,7 @@ impl From<&crate::config::Config> for ControllerConfig {
             concurrency: usize::from(config.max_concurrent_reconciles),
             drain: DrainOptions {
                 own_pod: config.own_pod(),
+                honor_opt_out: config.honor_opt_out_annotations,
             },
             reporter_instance: config.pod_name().map(str::to_owned),
             policy: crate::policy::Defaults {

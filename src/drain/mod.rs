@@ -45,6 +45,7 @@ pub(crate) mod deadline;
 pub(crate) mod gate;
 mod lanes;
 pub(crate) mod migration;
+pub(crate) mod opt_out;
 pub(crate) mod pass;
 pub(crate) mod pod;
 mod preview;
@@ -167,6 +168,8 @@ pub(crate) mod reason {
     pub(crate) const DRAIN_ORDER: &str = "DrainOrder";
     /// Labelled `wait-completed`: never evicted; the drain waits until it finishes.
     pub(crate) const WAITING_FOR_COMPLETION: &str = "WaitingForCompletion";
+    /// Not evicted until the drain deadline: an opt-out annotation holds it (`opt_out`).
+    pub(crate) const OPTED_OUT: &str = "OptedOut";
     /// Kept (not evicted): labelled `skip`.
     pub(crate) const SKIPPED: &str = "Skipped";
     /// Kept (not evicted): the pod arrived after the drain started and tolerates both
@@ -203,6 +206,8 @@ pub(crate) struct DrainOptions {
     /// The operator's own pod, evicted last ([`crate::config::Config::own_pod`]); `None` when
     /// `--pod-name`/`--pod-namespace` (`POD_NAME`/`POD_NAMESPACE`) are not both given.
     pub own_pod: Option<PodReference>,
+    /// `--honor-opt-out-annotations`: the common opt-out annotations hold a pod ([`opt_out`]).
+    pub honor_opt_out: bool,
 }
 
 /// When a pod is evicted relative to the others on its node: every pod of a stage leaves (is no
@@ -255,6 +260,14 @@ pub(crate) enum Disposition {
         /// The label that says so.
         label: &'static str,
     },
+    /// An opt-out annotation holds it ([`opt_out`]): not evicted until the drain deadline,
+    /// then evicted in `stage` as `onTimeout` says.
+    OptedOut {
+        /// The annotation that holds it.
+        annotation: &'static str,
+        /// Its stage once the deadline releases it.
+        stage: Stage,
+    },
 }
 
 impl Disposition {
@@ -266,7 +279,10 @@ impl Disposition {
     /// Whether the drain waits for the pod to leave the node (evicted, or finishing on its own):
     /// it counts in `evictionPods`.
     pub(crate) fn drains(&self) -> bool {
-        matches!(self, Self::Evict { .. } | Self::WaitCompleted { .. })
+        matches!(
+            self,
+            Self::Evict { .. } | Self::WaitCompleted { .. } | Self::OptedOut { .. }
+        )
     }
 }
 
@@ -492,10 +508,12 @@ pub(crate) fn classify(
     if pod.controller_ref().is_none() {
         warnings.push("deleting Pods that declare no controller".to_string());
     }
-    Disposition::Evict {
-        warnings,
-        stage: stage(pod, options, order),
-    }
+    let stage = stage(pod, options, order);
+    opt_out::apply(
+        Disposition::Evict { warnings, stage },
+        pod,
+        options.honor_opt_out,
+    )
 }
 
 /// The blocker of an evictable pod held back because pods of an earlier stage are still on the

@@ -218,6 +218,7 @@ pub(crate) fn plan_pass(
     at: Instant,
 ) -> PassPlan {
     let overdue = policy.overdue(policy.deadline_start, now);
+    let pods = super::opt_out::at_deadline(pods, overdue);
     let force_by = deadline::force_by(policy);
     let mut plan = PassPlan {
         total_pods: pods.len(),
@@ -282,6 +283,11 @@ pub(crate) fn plan_pass(
             Disposition::WaitCompleted { label } => {
                 plan.evictable.push(r.clone());
                 plan.pending.push(waiting_for_completion(&r, label));
+                continue;
+            }
+            Disposition::OptedOut { annotation, .. } => {
+                plan.evictable.push(r.clone());
+                plan.pending.push(super::opt_out::held(&r, annotation));
                 continue;
             }
             Disposition::SkipDaemonSet | Disposition::SkipMirror | Disposition::SkipFinished => {

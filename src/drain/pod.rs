@@ -3,7 +3,7 @@
 //! (a kubelet-size pod is about 11 KB of JSON, and several times that as a `k8s_openapi` `Pod`).
 //!
 //! Everything else in the JSON (container specs, managed fields, status details, annotations
-//! other than the three the drain reads ([`PodMarks`]), volumes other than whether one is an emptyDir) is skipped by the
+//! other than the five the drain reads ([`PodMarks`]), volumes other than whether one is an emptyDir) is skipped by the
 //! deserializer without being kept (`serde::de::IgnoredAny`).
 
 use std::collections::BTreeMap;
@@ -76,6 +76,8 @@ pub(crate) struct PodMarks {
     pub eviction_in_progress: bool,
     /// [`super::REQUEST_EVICT_ONLY_ANNOTATION`]: a responder carries out its eviction.
     pub request_evict_only: bool,
+    /// The opt-out annotations and what their values say ([`super::opt_out`]).
+    pub opt_out: super::opt_out::OptOutMarks,
 }
 
 /// An owner reference as the drain reads it.
@@ -197,6 +199,11 @@ fn marks<'de, D: serde::Deserializer<'de>>(d: D) -> Result<PodMarks, D::Error> {
                     super::MIRROR_ANNOTATION => marks.mirror = true,
                     super::EVICTION_IN_PROGRESS_ANNOTATION => marks.eviction_in_progress = true,
                     super::REQUEST_EVICT_ONLY_ANNOTATION => marks.request_evict_only = true,
+                    k @ (super::opt_out::DO_NOT_DISRUPT | super::opt_out::SAFE_TO_EVICT) => {
+                        let value = map.next_value::<String>()?;
+                        super::opt_out::read(&mut marks.opt_out, k, &value);
+                        continue;
+                    }
                     _ => {}
                 }
                 map.next_value::<IgnoredAny>()?;

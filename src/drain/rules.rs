@@ -80,16 +80,24 @@ pub(crate) fn apply(
     if own_label {
         return disposition;
     }
+    // A pod an opt-out annotation holds (`super::opt_out`) is one the drain would evict: a rule
+    // that skips or waits for it decides instead (neither evicts it), a rule's order is its
+    // stage at the deadline.
     match (disposition, rule.behavior) {
-        (Disposition::Evict { .. } | Disposition::KeepReplacement, DrainBehavior::Skip) => {
-            Disposition::SkipByRule { label: DRAIN_RULES }
-        }
         (
-            Disposition::Evict { .. } | Disposition::KeepReplacement,
+            Disposition::Evict { .. } | Disposition::KeepReplacement | Disposition::OptedOut { .. },
+            DrainBehavior::Skip,
+        ) => Disposition::SkipByRule { label: DRAIN_RULES },
+        (
+            Disposition::Evict { .. } | Disposition::KeepReplacement | Disposition::OptedOut { .. },
             DrainBehavior::WaitCompleted,
         ) => Disposition::WaitCompleted { label: DRAIN_RULES },
         (Disposition::Evict { warnings, .. }, DrainBehavior::Drain) => Disposition::Evict {
             warnings,
+            stage: stage(pod, options, rule.order.unwrap_or(0)),
+        },
+        (Disposition::OptedOut { annotation, .. }, DrainBehavior::Drain) => Disposition::OptedOut {
+            annotation,
             stage: stage(pod, options, rule.order.unwrap_or(0)),
         },
         (other, _) => other,

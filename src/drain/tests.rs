@@ -203,6 +203,7 @@ fn tolerating(mut p: Pod, tolerations: serde_json::Value) -> Pod {
 fn the_operators_own_pod_is_evicted_last() {
     let opts = DrainOptions {
         own_pod: Some(r("nmo")),
+        ..DrainOptions::default()
     };
     assert_eq!(stage_of(classify(&pod("nmo"), None, &opts)), Stage::OwnPod);
     assert_eq!(
