@@ -449,6 +449,11 @@ fn one_pass_is_planned_whole_from_one_observation() {
                 [
                     (HOLDER_ANNOTATION.to_string(), h.to_string()),
                     (HOLDER_UID_ANNOTATION.to_string(), uid.to_string()),
+                    // Its holder's drain started (timeline::start_record).
+                    (
+                        crate::node::DRAIN_STARTED_ANNOTATION.to_string(),
+                        t(-60).to_string(),
+                    ),
                 ]
                 .into(),
             );
@@ -759,8 +764,7 @@ fn one_pass_is_planned_whole_from_one_observation() {
 /// The drain's start: recorded on the node, in the patch that first enters it, by the API
 /// server's clock (the `Date` of the node's read; the operator's only without one), and the
 /// round compares with it; the NodeMaintenance's record, written after, carries no start. Read
-/// back from the node first, then the legacy NodeMaintenance annotation, drainStartTime, the
-/// creation.
+/// back from the node.
 #[test]
 fn the_drain_start_is_the_api_servers_time_recorded_on_the_node() {
     use crate::api::{
@@ -833,18 +837,46 @@ fn the_drain_start_is_the_api_servers_time_recorded_on_the_node() {
             got.then
         );
     }
-    let created = t(-100);
-    o.metadata.creation_timestamp = Some(now_time(created));
+    // Read back from the node: a later pass keeps the start and the round compares with it,
+    // whatever the NodeMaintenance's legacy annotation or drainStartTime say.
     o.status.as_mut().unwrap().drain_start_time = Some(now_time(t(-50)));
-    assert_eq!(drain_started(&o, Some(&node)), Some(t(-50)));
-    o.status.as_mut().unwrap().drain_start_time = None;
-    assert_eq!(drain_started(&o, None), Some(created));
     o.annotations_mut()
         .insert(DRAIN_STARTED_ANNOTATION.into(), t(7).to_string());
-    assert_eq!(drain_started(&o, Some(&node)), Some(t(7)));
-    node.annotations_mut()
-        .insert(DRAIN_STARTED_ANNOTATION.into(), t(9).to_string());
-    assert_eq!(drain_started(&o, Some(&node)), Some(t(9)));
+    let node: Node = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": "node01", "uid": "uid-node", "resourceVersion": "2",
+            "annotations": {
+                crate::node::HOLDER_ANNOTATION: "nm", crate::node::HOLDER_UID_ANNOTATION: "uid-nm",
+                crate::node::PRIOR_STATE_ANNOTATION: "{}", DRAIN_STARTED_ANNOTATION: t(9).to_string(),
+            },
+            "labels": {crate::node::EXCLUDE_LABEL: "true"},
+        },
+        "spec": {"unschedulable": true, "providerID": "kwok://node01", "taints": [
+            {"key": crate::node::UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"},
+            {"key": crate::node::DRAIN_TAINT_KEY, "effect": "NoSchedule"},
+        ]},
+    }))
+    .unwrap();
+    let got = plan(
+        &Observed {
+            nm: o,
+            world: World::Maintenance(Box::new(ObservedMaintenance {
+                node: Some(node),
+                server_time: Some(server),
+                holder_live: true,
+                ..ObservedMaintenance::default()
+            })),
+            memory: Memory::default(),
+            schema: StatusSchema::default(),
+            policy: Default::default(),
+        },
+        now,
+    );
+    assert!(
+        matches!(&got.then, Then::Drain(round) if round.started == Some(t(9))),
+        "{:?}",
+        got.then
+    );
 }
 
 /// The deletion pass as a table of observations -> ordered steps.
