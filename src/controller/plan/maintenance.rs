@@ -24,7 +24,7 @@ use crate::lease::{self, LeaseRequest};
 use crate::node::{self, Claimant, EnterPlan, ExitPlan};
 use crate::policy::{DrainPolicy, InvalidKnob};
 
-use super::steps::{PassStep, steps};
+use super::steps::{PassStep, pass_steps, steps};
 use super::timeline::{self, StartRecord, Timeline};
 
 /// After restoring a node that `spec.nodeName` no longer names, the next pass starts on the new
@@ -42,7 +42,7 @@ pub(super) fn plan_maintenance(
     now: jiff::Timestamp,
 ) -> Plan {
     let mut pass = Pass::new(o, m, invalid, now);
-    for step in steps(pass.drain_policy.stage) {
+    for step in pass_steps(pass.drain_policy.stage, pass.waits) {
         if let ControlFlow::Break(plan) = pass.run(*step) {
             return plan;
         }
@@ -84,6 +84,9 @@ struct Pass<'a> {
     window: Option<jiff::Timestamp>,
     /// The pass comes back no later than this (a Succeeded maintenance's expiry).
     due: Option<Duration>,
+    /// Its place in the drain budget ([`timeline::place`]), and whether it waits for a slot.
+    place: Option<Place>,
+    waits: bool,
 }
 
 type Flow = ControlFlow<Plan>;
@@ -105,6 +108,8 @@ impl<'a> Pass<'a> {
         if window.is_some() {
             drain_policy.stage = Stage::Idle;
         }
+        let place = timeline::place(&o.nm, &old, m.node.as_ref(), m.queue.as_ref());
+        let waits = drain_policy.stage == Stage::Drain && timeline::is_queued(place.as_ref());
         Pass {
             o,
             m,
@@ -123,6 +128,8 @@ impl<'a> Pass<'a> {
             repaired: Vec::new(),
             window,
             due: None,
+            place,
+            waits,
         }
     }
 
@@ -260,7 +267,7 @@ impl<'a> Pass<'a> {
             &self.o.nm,
             &self.status,
             Some(node),
-            self.m.queue.as_ref(),
+            self.place.as_ref(),
             at,
         );
         let p = &mut self.drain_policy;
@@ -446,7 +453,7 @@ impl<'a> Pass<'a> {
         let p = &self.drain_policy;
         // A knob turned off ends what it wrote; a node without them needs nothing.
         let wanted = p.node_conditions.then(|| {
-            let held = steps(p.stage).contains(&PassStep::Enter);
+            let held = !self.waits && steps(p.stage).contains(&PassStep::Enter);
             let succeeded = self.status.phase == Some(MaintenancePhase::Succeeded);
             let mut l = Lifecycle::of(p.stage, held, succeeded);
             if self.window.is_some() {
@@ -502,7 +509,7 @@ impl<'a> Pass<'a> {
     }
 
     fn queue(&mut self) -> Flow {
-        let place = self.m.queue.as_ref();
+        let place = self.place.as_ref();
         let (status, events) = queued(
             &self.status,
             place,
@@ -513,8 +520,7 @@ impl<'a> Pass<'a> {
         self.status = status;
         self.w.events(events, self.node);
         self.memory.queued = place.map(|p| matches!(p, Place::Queued { .. }));
-        let waits = matches!(place, Some(Place::Queued { .. }));
-        if (self.drain_policy.paused || waits)
+        if (self.drain_policy.paused || self.waits)
             && self.status.phase != Some(MaintenancePhase::Succeeded)
         {
             // Paused, or queued for a drain slot: the node, lease and label are enforced above;
@@ -538,13 +544,7 @@ impl<'a> Pass<'a> {
         };
         // This drain's end plus `expireAfter` (`timeline::expires`).
         let at = self.server_now();
-        let t = Timeline::of(
-            &self.o.nm,
-            &self.status,
-            self.node,
-            self.m.queue.as_ref(),
-            at,
-        );
+        let t = Timeline::of(&self.o.nm, &self.status, self.node, self.place.as_ref(), at);
         let Some(expires) = timeline::expires(&t, after) else {
             return Flow::Continue(());
         };

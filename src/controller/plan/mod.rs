@@ -23,7 +23,7 @@ mod status;
 mod steps;
 #[cfg(test)]
 mod tests;
-mod timeline;
+pub(crate) mod timeline;
 mod write;
 
 use std::time::Duration;

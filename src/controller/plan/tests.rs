@@ -1744,8 +1744,14 @@ fn past_the_deadline_fail_fails_the_maintenance_and_keeps_the_node() {
 /// entered but runs no drain round, says where it waits (condition and one event), and starts
 /// its round once a slot is its (a `DrainStarted` event).
 #[test]
-fn a_queued_maintenance_is_entered_and_runs_no_round_until_a_slot_is_its() {
+fn a_queued_maintenance_leaves_its_node_in_service_and_runs_no_round_until_a_slot_is_its() {
     use crate::controller::queue::Place;
+    let free = || {
+        let mut n = Node::default();
+        n.metadata.name = Some("node01".into());
+        n
+    };
+    let node = std::cell::RefCell::new(free());
     let observed = |place: Option<Place>, old: &NodeMaintenanceStatus, queued: Option<bool>| {
         let mut o = nm("nm", "node01");
         o.metadata.uid = Some("uid-nm".into());
@@ -1754,7 +1760,7 @@ fn a_queued_maintenance_is_entered_and_runs_no_round_until_a_slot_is_its() {
         Observed {
             nm: o,
             world: World::Maintenance(Box::new(ObservedMaintenance {
-                node: Some(entered_node()),
+                node: Some(node.borrow().clone()),
                 holder_live: true,
                 queue: place,
                 ..ObservedMaintenance::default()
@@ -1777,6 +1783,11 @@ fn a_queued_maintenance_is_entered_and_runs_no_round_until_a_slot_is_its() {
     };
     let waiting = plan(&observed(Some(third.clone()), &running, None), t(0));
     assert!(matches!(waiting.then, Then::Requeue(_)), "no drain round");
+    assert_eq!(
+        labels(&waiting),
+        ["DrainQueued", "status Some(Running)"],
+        "node and lease untouched"
+    );
     let s = waiting.status.clone().unwrap();
     let c = status::condition(&s, status::condition::DRAIN_QUEUED).unwrap();
     assert_eq!(
@@ -1792,18 +1803,33 @@ fn a_queued_maintenance_is_entered_and_runs_no_round_until_a_slot_is_its() {
     assert_eq!(reasons(&events_of(&waiting)), ["DrainQueued"]);
     assert_eq!(
         waiting.remember,
+        // No deadline step while it waits: nothing announced.
         Remember::Set(Memory {
             paused: Some(false),
-            deadline_announced: Some(false),
             queued: Some(true),
             ..Memory::default()
         })
     );
-    let again = plan(&observed(Some(third), &s, Some(true)), t(1));
+    let again = plan(&observed(Some(third.clone()), &s, Some(true)), t(1));
     assert!(events_of(&again).is_empty(), "said once");
     let started = plan(&observed(Some(Place::Draining), &s, Some(true)), t(2));
     assert!(matches!(started.then, Then::Drain(_)));
     assert_eq!(reasons(&events_of(&started)), ["DrainStarted"]);
+    assert!(
+        labels(&started).contains(&"enter node".to_string()),
+        "{:?}",
+        labels(&started)
+    );
+    // A node an earlier version entered while it waited is released.
+    *node.borrow_mut() = entered_node();
+    let released = plan(&observed(Some(third), &s, Some(true)), t(3));
+    assert!(matches!(released.then, Then::Requeue(_)));
+    assert_eq!(reasons(&events_of(&released)), ["UncordonNode"]);
+    assert!(
+        labels(&released).contains(&"exit node".to_string()),
+        "{:?}",
+        labels(&released)
+    );
     // Without a budget nothing changes: no condition, a round.
     let free = plan(&observed(None, &running, None), t(0));
     assert!(matches!(free.then, Then::Drain(_)));
@@ -1811,7 +1837,8 @@ fn a_queued_maintenance_is_entered_and_runs_no_round_until_a_slot_is_its() {
 }
 
 /// `docs/drain-contract.md` §10: time spent waiting for a drain slot does not count toward the
-/// deadline: none while queued, and from the moment the slot was granted after.
+/// deadline: none while queued, and from the moment the slot was granted after, even on a node an
+/// earlier version entered while it waited (its start recorded at that entry, t(0)).
 #[test]
 fn the_deadline_counts_from_the_drain_slot_not_from_the_queue() {
     use crate::api::OnTimeout;
@@ -1842,7 +1869,7 @@ fn the_deadline_counts_from_the_drain_slot_not_from_the_queue() {
             policy: Default::default(),
         }
     };
-    let running = NodeMaintenanceStatus {
+    let mut running = NodeMaintenanceStatus {
         phase: Some(MaintenancePhase::Running),
         ..NodeMaintenanceStatus::default()
     };
@@ -1850,6 +1877,8 @@ fn the_deadline_counts_from_the_drain_slot_not_from_the_queue() {
         position: 1,
         full: "--max-parallel-drains=1".into(),
     };
+    // The last pass found it waiting.
+    running = status::queued(&running, Some(&waiting), None, GEN, t(0)).0;
     let queued = plan(&observed(Some(waiting), &running, 500), t(500));
     let s = queued.status.clone().unwrap();
     assert_eq!(

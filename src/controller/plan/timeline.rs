@@ -35,8 +35,10 @@ pub(crate) struct Timeline {
     pub(crate) entered: Option<jiff::Timestamp>,
     /// The drain started: the start recorded on the node (whole seconds).
     pub(crate) drain_started: Option<jiff::Timestamp>,
-    /// It waits for a drain slot now.
+    /// It waits for a drain slot now (its place in the queue, as this pass observed it).
     pub(crate) queued: bool,
+    /// Its last pass found it waiting for a drain slot (`DrainQueued=True`).
+    pub(crate) waiting: bool,
     /// It got its drain slot after it waited for one (`None`: it never waited).
     pub(crate) slot_got: Option<jiff::Timestamp>,
     /// The drain ended: it Succeeded, and the node was not released since.
@@ -62,7 +64,7 @@ impl Timeline {
                 .filter(|c| c.status == value)
                 .map(|c| c.last_transition_time.0)
         };
-        let queued = matches!(queue, Some(Place::Queued { .. }));
+        let queued = is_queued(queue);
         let slot_got = condition(status, condition::DRAIN_QUEUED).map(|c| {
             if c.status == "True" {
                 now
@@ -75,6 +77,7 @@ impl Timeline {
             entered: at(condition::CORDONED, "True"),
             drain_started: node.and_then(crate::node::drain_started),
             queued,
+            waiting: condition(status, condition::DRAIN_QUEUED).is_some_and(|c| c.status == "True"),
             slot_got: slot_got.filter(|_| !queued),
             drain_ended: at(condition::DRAINED, "True")
                 .filter(|_| status.phase == Some(MaintenancePhase::Succeeded)),
@@ -82,6 +85,20 @@ impl Timeline {
                 .filter(|c| c.status == "False" && c.reason == condition::RELEASED)
                 .map(|c| c.last_transition_time.0),
         }
+    }
+
+    /// The timeline of `nm` as the NodeMaintenance alone records it, for the drain queue, which
+    /// reads no node: its drain started once its first round wrote `Drained` (a round runs only
+    /// with a slot), until release turns it False with reason [`condition::RELEASED`]
+    /// ([`release`]); the moment stands in for the start (whole seconds, the operator's clock,
+    /// the round's end). `None` on a CRD that prunes conditions.
+    pub(crate) fn recorded(nm: &NodeMaintenance, now: jiff::Timestamp) -> Self {
+        let status = nm.status.clone().unwrap_or_default();
+        let mut t = Timeline::of(nm, &status, None, None, now);
+        t.drain_started = condition(&status, condition::DRAINED)
+            .filter(|c| c.reason != condition::RELEASED)
+            .map(|c| c.last_transition_time.0);
+        t
     }
 
     /// When this drain's evictions began: the later of the start recorded on the node and the
@@ -121,14 +138,46 @@ pub(crate) fn expires(t: &Timeline, after: std::time::Duration) -> Option<jiff::
         .ok()
 }
 
-/// Whether the maintenance holds a slot of the drain budget: from its drain's start (the node
-/// entered in stage Drain with a slot) until its node is released, Succeeded or not.
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "the drain queue reads it next (issue 46 item 2)")
-)]
+/// Whether the maintenance holds a slot of the drain budget (`--max-parallel-drains`): from its
+/// drain's start (recorded only with a slot) until its node is released, Succeeded or not. A
+/// start recorded while its last pass found it waiting is an earlier version's entry of a
+/// waiting maintenance, which holds none.
 pub(crate) fn holds_slot(t: &Timeline) -> bool {
-    t.drain_started.is_some() && !t.queued && t.released.is_none()
+    t.drain_started.is_some() && !t.waiting && t.released.is_none()
+}
+
+/// The place in the drain budget a pass of `nm` acts on: the `observed` one, except that a
+/// maintenance that holds its slot ([`holds_slot`], read with its `node`) drains whatever the
+/// queue's order says (a node is not released mid-drain).
+pub(crate) fn place(
+    nm: &NodeMaintenance,
+    status: &NodeMaintenanceStatus,
+    node: Option<&Node>,
+    observed: Option<&Place>,
+) -> Option<Place> {
+    let held = || {
+        holds_slot(&Timeline::of(
+            nm,
+            status,
+            node,
+            None,
+            jiff::Timestamp::UNIX_EPOCH,
+        ))
+    };
+    match observed {
+        Some(Place::Queued { .. }) if held() => Some(Place::Draining),
+        p => p.cloned(),
+    }
+}
+
+/// Whether `place` waits for a drain slot.
+pub(crate) fn is_queued(place: Option<&Place>) -> bool {
+    matches!(place, Some(Place::Queued { .. }))
+}
+
+/// [`holds_slot`] of what `nm` records ([`Timeline::recorded`]): the drain queue's reading.
+pub(crate) fn holds(nm: &NodeMaintenance) -> bool {
+    holds_slot(&Timeline::recorded(nm, jiff::Timestamp::UNIX_EPOCH))
 }
 
 /// What the enter step records on the node as the drain's start.
@@ -180,16 +229,17 @@ pub(crate) fn with_start(
     Some(patch)
 }
 
-/// The drain's end given up with the node (stage Idle or Preflight): `Drained=True` turns False
-/// with reason [`condition::RELEASED`], so the next drain's success is a new transition that its
-/// expiry counts from. Nothing when `Drained` is not True.
+/// The drain given up with the node (stage Idle or Preflight, or waiting in the queue): a
+/// `Drained` condition turns False with reason [`condition::RELEASED`], so the next drain is a
+/// new one: the success its expiry counts from is a new transition, and the drain queue no
+/// longer counts it as holding a slot ([`Timeline::recorded`]).
 pub(crate) fn release(
     status: &NodeMaintenanceStatus,
     generation: Option<i64>,
     now: jiff::Timestamp,
 ) -> NodeMaintenanceStatus {
     let mut s = status.clone();
-    if condition(status, condition::DRAINED).is_some_and(|c| c.status == "True") {
+    if condition(status, condition::DRAINED).is_some_and(|c| c.reason != condition::RELEASED) {
         set_condition(
             &mut s,
             condition::DRAINED,
