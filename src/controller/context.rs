@@ -212,7 +212,10 @@ impl Context {
         let active: Vec<&NodeMaintenance> = all
             .iter()
             .map(AsRef::as_ref)
-            .filter(|nm| super::queue::active(nm) && crate::policy::drains(nm, &self.policy, now))
+            .filter(|nm| {
+                super::queue::active(nm, &super::plan::timeline::holds)
+                    && crate::policy::drains(nm, &self.policy, now)
+            })
             .collect();
         let paused = active
             .iter()
@@ -220,8 +223,13 @@ impl Context {
             .count();
         let queued = self.drain_budget.as_ref().map_or(0, |b| {
             active.len()
-                - super::queue::admitted(active.iter().copied(), &b.slots(), |n| b.budgets_of(n))
-                    .len()
+                - super::queue::admitted(
+                    active.iter().copied(),
+                    &b.slots(),
+                    |n| b.budgets_of(n),
+                    &super::plan::timeline::holds,
+                )
+                .len()
         });
         self.metrics.set_waiting(
             i64::try_from(queued).unwrap_or(i64::MAX),
@@ -230,8 +238,9 @@ impl Context {
     }
 
     /// Wakes the maintenances that hold a slot of the drain budget now but whose last pass found
-    /// them queued: a slot freed (a maintenance Succeeded, failed or is being deleted), and the
-    /// next one starts at once rather than at its next periodic pass. Called after every pass.
+    /// them queued: a slot freed (a maintenance released its node, failed or is being deleted),
+    /// and the next one starts at once rather than at its next periodic pass. Called after every
+    /// pass.
     pub(super) fn wake_admitted(&self) {
         let Some(budget) = &self.drain_budget else {
             return;
@@ -241,7 +250,12 @@ impl Context {
             .iter()
             .map(AsRef::as_ref)
             .filter(|nm| crate::policy::drains(nm, &self.policy, jiff::Timestamp::now()));
-        let admitted = super::queue::admitted(drains, &budget.slots(), |n| budget.budgets_of(n));
+        let admitted = super::queue::admitted(
+            drains,
+            &budget.slots(),
+            |n| budget.budgets_of(n),
+            &super::plan::timeline::holds,
+        );
         for name in admitted {
             if self.memory.of(&name).queued == Some(true) {
                 let _ = self.wake.unbounded_send(ObjectRef::new(&name));

@@ -96,6 +96,7 @@ async fn maintenance(
                 &nm.name_any(),
                 &budget.slots(),
                 |n| budget.budgets_of(n),
+                &super::plan::timeline::holds,
             )
         }),
         ..ObservedMaintenance::default()

@@ -1,10 +1,11 @@
 //! The cluster-wide drain budget (`--max-parallel-drains`, `docs/drain-contract.md` §10): at most
-//! that many maintenances evict at once; the others are entered (cordoned, tainted, labelled,
-//! leased) at once and only their evictions wait, in creation order (name as tie-break, so a new
-//! leader computes the same queue). Pure: a view across every maintenance in the controller's
-//! cache, read into each pass's observation ([`place`]); the pass of a queued maintenance runs
-//! no drain round, and the end of any pass wakes the maintenances a freed slot let through
-//! ([`admitted`]).
+//! that many nodes out of service for a drain at once. A maintenance holds its slot from its
+//! drain's start until its node is released (deleted, or moved to a stage short of Drain),
+//! Succeeded or not ([`Holds`], `plan::timeline::holds_slot`); the others wait in creation order
+//! (name as tie-break, so a new leader computes the same queue) without touching their nodes.
+//! Pure: a view across every maintenance in the controller's cache, read into each pass's
+//! observation ([`place`]); the pass of a queued maintenance leaves its node in service, and the
+//! end of any pass wakes the maintenances a freed slot let through ([`admitted`]).
 
 use kube::ResourceExt;
 
@@ -35,22 +36,30 @@ pub(crate) struct Slots {
     pub per: Vec<(usize, String)>,
 }
 
-/// Whether `nm` takes part in the budget: not being deleted, and neither Succeeded nor Failed
-/// (a Failed maintenance evicts nothing; one that recovers takes its place again).
-pub(crate) fn active(nm: &NodeMaintenance) -> bool {
+/// Whether a maintenance holds its slot now: its drain started and its node is not released
+/// (`plan::timeline::holds_slot` of what the NodeMaintenance records).
+pub(crate) type Holds<'f> = &'f dyn Fn(&NodeMaintenance) -> bool;
+
+/// Whether `nm` takes part in the budget: not being deleted (its deletion pass releases the
+/// node), and not Failed (it evicts nothing; one that recovers takes its place again); a
+/// Succeeded one only while it `holds` its slot (its node is still out of service).
+pub(crate) fn active(nm: &NodeMaintenance, holds: Holds<'_>) -> bool {
     let phase = nm.status.as_ref().and_then(|s| s.phase);
     nm.metadata.deletion_timestamp.is_none()
-        && !matches!(
-            phase,
-            Some(MaintenancePhase::Succeeded | MaintenancePhase::Failed)
-        )
+        && match phase {
+            Some(MaintenancePhase::Failed) => false,
+            Some(MaintenancePhase::Succeeded) => holds(nm),
+            _ => true,
+        }
 }
 
-/// The active maintenances of `all` in queue order: creation time, then name. `me`, when given,
-/// takes part while Failed too ([`place`]).
+/// The active maintenances of `all` in queue order: those that hold their slot first (a slot is
+/// never taken back from a node out of service), then creation time, then name. `me`, when
+/// given, takes part while Failed too ([`place`]).
 fn in_order<'a>(
     all: impl IntoIterator<Item = &'a NodeMaintenance>,
     me: Option<&str>,
+    holds: Holds<'_>,
 ) -> Vec<&'a NodeMaintenance> {
     let recovering = |nm: &NodeMaintenance| {
         me.is_some_and(|me| nm.name_any() == me)
@@ -59,12 +68,13 @@ fn in_order<'a>(
     };
     let mut active: Vec<&NodeMaintenance> = all
         .into_iter()
-        .filter(|nm| active(nm) || recovering(nm))
+        .filter(|nm| active(nm, holds) || recovering(nm))
         .collect();
     active.sort_by(|a, b| {
         let created = |nm: &NodeMaintenance| nm.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        created(a)
-            .cmp(&created(b))
+        holds(b)
+            .cmp(&holds(a))
+            .then_with(|| created(a).cmp(&created(b)))
             .then_with(|| a.name_any().cmp(&b.name_any()))
     });
     active
@@ -80,11 +90,12 @@ fn queue<'a>(
     me: Option<&str>,
     slots: &Slots,
     budgets_of: impl Fn(&str) -> u32,
+    holds: Holds<'_>,
 ) -> Vec<(String, Option<String>)> {
     let mut used_all = 0;
     let mut used = vec![0usize; slots.per.len()];
     let mut out = Vec::new();
-    for nm in in_order(all, me) {
+    for nm in in_order(all, me, holds) {
         let mask = budgets_of(&nm.spec.node_name);
         let mine = || (0..slots.per.len()).filter(move |i| mask & (1 << i) != 0);
         let full = match &slots.all {
@@ -107,14 +118,15 @@ fn queue<'a>(
 /// The place of maintenance `name` among `all` under `slots` ([`queue`]), with `name` taking part
 /// even while Failed (its pass is about to make it Running again: a node that came back, a
 /// deadline edited away), so that it never drains outside the budget; `None` when it is
-/// Succeeded, being deleted or not in `all`.
+/// Succeeded and released its slot, being deleted or not in `all`.
 pub(crate) fn place<'a>(
     all: impl IntoIterator<Item = &'a NodeMaintenance>,
     name: &str,
     slots: &Slots,
     budgets_of: impl Fn(&str) -> u32,
+    holds: Holds<'_>,
 ) -> Option<Place> {
-    let q = queue(all, Some(name), slots, budgets_of);
+    let q = queue(all, Some(name), slots, budgets_of, holds);
     let mut position = 0;
     for (n, full) in q {
         if full.is_some() {
@@ -135,8 +147,9 @@ pub(crate) fn admitted<'a>(
     all: impl IntoIterator<Item = &'a NodeMaintenance>,
     slots: &Slots,
     budgets_of: impl Fn(&str) -> u32,
+    holds: Holds<'_>,
 ) -> Vec<String> {
-    queue(all, None, slots, budgets_of)
+    queue(all, None, slots, budgets_of, holds)
         .into_iter()
         .filter(|(_, full)| full.is_none())
         .map(|(n, _)| n)
@@ -167,6 +180,9 @@ mod tests {
         nm
     }
 
+    /// No maintenance holds a slot from an earlier drain.
+    const NONE: Holds<'static> = &|_| false;
+
     fn slots(all: usize) -> Slots {
         Slots {
             all: Some((all, format!("--max-parallel-drains={all}"))),
@@ -188,31 +204,34 @@ mod tests {
         ];
         let none = |_: &str| 0;
         // Active in order: a, b (created at 2, by name), c, d (at 3, by name), e.
-        assert_eq!(admitted(&all, &slots(2), none), ["a", "b"]);
-        assert_eq!(place(&all, "b", &slots(2), none), Some(Place::Draining));
+        assert_eq!(admitted(&all, &slots(2), none, NONE), ["a", "b"]);
+        assert_eq!(
+            place(&all, "b", &slots(2), none, NONE),
+            Some(Place::Draining)
+        );
         let queued = |position| {
             Some(Place::Queued {
                 position,
                 full: "--max-parallel-drains=2".into(),
             })
         };
-        assert_eq!(place(&all, "c", &slots(2), none), queued(1));
-        assert_eq!(place(&all, "d", &slots(2), none), queued(2));
-        assert_eq!(place(&all, "e", &slots(2), none), queued(3));
-        assert_eq!(place(&all, "done", &slots(2), none), None);
+        assert_eq!(place(&all, "c", &slots(2), none, NONE), queued(1));
+        assert_eq!(place(&all, "d", &slots(2), none, NONE), queued(2));
+        assert_eq!(place(&all, "e", &slots(2), none, NONE), queued(3));
+        assert_eq!(place(&all, "done", &slots(2), none, NONE), None);
         // A Failed one's own pass sees it take its place (created at 1, it would drain): it is
         // about to be Running again, and must not drain outside the budget.
         assert_eq!(
-            place(&all, "failed", &slots(2), none),
+            place(&all, "failed", &slots(2), none, NONE),
             Some(Place::Draining)
         );
         // A slot frees (a Succeeds, b is being deleted): c and d start.
         let mut freed = all.clone();
         freed[6].status.as_mut().unwrap().phase = Some(Succeeded);
         freed[2].metadata.deletion_timestamp = freed[2].metadata.creation_timestamp.clone();
-        assert_eq!(admitted(&freed, &slots(2), none), ["c", "d"]);
+        assert_eq!(admitted(&freed, &slots(2), none, NONE), ["c", "d"]);
         assert_eq!(
-            place(&freed, "e", &slots(2), none),
+            place(&freed, "e", &slots(2), none, NONE),
             Some(Place::Queued {
                 position: 1,
                 full: "--max-parallel-drains=2".into(),
@@ -237,16 +256,16 @@ mod tests {
             all: Some((3, "--max-parallel-drains=3".into())),
             per: vec![(1, "--max-parallel-drains-for=storage=1".into())],
         };
-        assert_eq!(admitted(&all, &budgets, storage), ["s1", "w1", "w2"]);
+        assert_eq!(admitted(&all, &budgets, storage, NONE), ["s1", "w1", "w2"]);
         assert_eq!(
-            place(&all, "s2", &budgets, storage),
+            place(&all, "s2", &budgets, storage, NONE),
             Some(Place::Queued {
                 position: 1,
                 full: "--max-parallel-drains-for=storage=1".into(),
             })
         );
         assert_eq!(
-            place(&all, "w3", &budgets, storage),
+            place(&all, "w3", &budgets, storage, NONE),
             Some(Place::Queued {
                 position: 3,
                 full: "--max-parallel-drains=3".into(),
@@ -257,6 +276,39 @@ mod tests {
             all: None,
             ..budgets
         };
-        assert_eq!(admitted(&all, &per_only, storage), ["s1", "w1", "w2", "w3"]);
+        assert_eq!(
+            admitted(&all, &per_only, storage, NONE),
+            ["s1", "w1", "w2", "w3"]
+        );
+    }
+
+    #[test]
+    fn a_slot_is_held_until_the_node_is_released_and_never_taken_back() {
+        use MaintenancePhase::*;
+        // a Succeeded and still holds its node; b drains; c, older than both, waits.
+        let all = [
+            nm("a", 2, Some(Succeeded)),
+            nm("b", 3, Some(Running)),
+            nm("c", 1, Some(Running)),
+            nm("d", 4, Some(Running)),
+        ];
+        let held = |names: &'static [&'static str]| {
+            move |nm: &NodeMaintenance| names.contains(&nm.name_any().as_str())
+        };
+        let holds = held(&["a", "b"]);
+        assert_eq!(admitted(&all, &slots(2), |_| 0, &holds), ["a", "b"]);
+        assert_eq!(
+            place(&all, "c", &slots(2), |_| 0, &holds),
+            Some(Place::Queued {
+                position: 1,
+                full: "--max-parallel-drains=2".into(),
+            })
+        );
+        // a's node released (moved to Idle, or deleted): c, the oldest waiting, starts.
+        let holds = held(&["b"]);
+        assert_eq!(admitted(&all, &slots(2), |_| 0, &holds), ["b", "c"]);
+        assert_eq!(place(&all, "a", &slots(2), |_| 0, &holds), None);
+        // Without any slot held, creation order alone (the queue before any drain started).
+        assert_eq!(admitted(&all, &slots(2), |_| 0, NONE), ["c", "b"]);
     }
 }

@@ -26,9 +26,10 @@ pub(crate) const HOLDER_UID_ANNOTATION: &str = "nodemaintenance.medik8s.io/holde
 /// Annotation with the node's state before the first entry, as JSON [`PriorState`].
 pub(crate) const PRIOR_STATE_ANNOTATION: &str = "nodemaintenance.medik8s.io/prior-state";
 /// Annotation with the time the holder's drain started (RFC 3339, whole seconds), in the API
-/// server's clock: written in the patch that first enters the node for its holder, removed on
-/// exit with the rest of the record ([`crate::api::DRAIN_STARTED_ANNOTATION`], the same key the
-/// NodeMaintenance carried before; docs/drain-contract.md §2).
+/// server's clock: written when the holder's drain starts (stage Drain with a drain slot,
+/// `controller::plan::timeline`), removed on exit with the rest of the record
+/// ([`crate::api::DRAIN_STARTED_ANNOTATION`], the same key the NodeMaintenance carried before;
+/// docs/drain-contract.md §2).
 pub(crate) const DRAIN_STARTED_ANNOTATION: &str = crate::api::DRAIN_STARTED_ANNOTATION;
 /// Annotation surfacing the `NodeMaintenance`'s `spec.reason` on the node (docs/compat.md §2).
 pub(crate) const REASON_ANNOTATION: &str = "nodemaintenance.medik8s.io/reason";
@@ -284,29 +285,22 @@ pub(crate) fn plan_enter(node: &Node, holder: &str, reason: Option<&str>) -> Ent
 /// prior state is unknown, so we record "nothing was there before", which makes exit behave like
 /// upstream's stop (uncordon, untaint, unlabel) instead of freezing the maintenance state in.
 ///
-/// `started`: the drain's start to record in [`DRAIN_STARTED_ANNOTATION`] when the patch enters
-/// the node for `me` (a first entry, or a vanished holder's record taken over); a re-entry keeps
-/// the recorded start. `None` records none (tests of the other marks).
+/// The drain's start ([`DRAIN_STARTED_ANNOTATION`]) is not written here: the maintenance pass
+/// decides when the drain starts (`controller::plan::timeline::start_record`), which is not
+/// always when the node is entered (stage Cordon, the drain queue).
 pub(crate) fn plan_enter_for(
     node: &Node,
     me: Claimant<'_>,
     reason: Option<&str>,
     is_live: HolderLive<'_>,
-    started: Option<jiff::Timestamp>,
 ) -> (EnterPlan, EnterOutcome) {
-    let mut decision = decide_enter(node, me, reason, is_live);
+    let decision = decide_enter(node, me, reason, is_live);
     let outcome = decision.outcome();
-    if let (Some(started), EnterPlan::Apply { patch, .. }) = (started, &mut decision.plan)
-        && records_start(&outcome)
-    {
-        patch["metadata"]["annotations"][DRAIN_STARTED_ANNOTATION] =
-            Value::from(whole_seconds(started).to_string());
-    }
     (decision.plan, outcome)
 }
 
-/// Whether entering with `outcome` records the drain's start on the node: a first entry or a
-/// takeover, each the start of this holder's drain.
+/// Whether entering with `outcome` enters the node afresh for its holder: a first entry or a
+/// takeover (a drain that starts then records its start anew).
 pub(crate) fn records_start(outcome: &EnterOutcome) -> bool {
     matches!(
         outcome,

@@ -573,7 +573,7 @@ fn a_record_of_a_vanished_holder_is_reused_only_while_its_marks_are_on_the_node(
     let nobody_alive: HolderLive<'_> = &|_, _| false;
     let clean = node(json!({}));
     let b = claimant("b", "uid-b");
-    let entered = match plan_enter_for(&clean, b, Some("r"), nobody_alive, None).0 {
+    let entered = match plan_enter_for(&clean, b, Some("r"), nobody_alive).0 {
         EnterPlan::Apply { patch, .. } => apply(&clean, &patch),
         other => panic!("{other:?}"),
     };
@@ -619,7 +619,7 @@ fn a_record_of_a_vanished_holder_is_reused_only_while_its_marks_are_on_the_node(
     // The record's holder vanished but the node still carries every mark: the maintenance
     // it describes is still in place, so its prior state is taken over as it is.
     let admin_cordoned = node(json!({"spec": {"unschedulable": true}}));
-    let held = match plan_enter_for(&admin_cordoned, b, None, nobody_alive, None).0 {
+    let held = match plan_enter_for(&admin_cordoned, b, None, nobody_alive).0 {
         EnterPlan::Apply { patch, .. } => apply(&admin_cordoned, &patch),
         other => panic!("{other:?}"),
     };
@@ -644,7 +644,7 @@ fn a_record_of_a_vanished_holder_is_reused_only_while_its_marks_are_on_the_node(
     // hand, its drain taint and label left. The maintenance is still in place: the record
     // is reused, so the admin's label value that predated it comes back at the end.
     let labelled = node(json!({"metadata": {"labels": {EXCLUDE_LABEL: "no"}}}));
-    let held = match plan_enter_for(&labelled, b, None, nobody_alive, None).0 {
+    let held = match plan_enter_for(&labelled, b, None, nobody_alive).0 {
         EnterPlan::Apply { patch, .. } => apply(&labelled, &patch),
         other => panic!("{other:?}"),
     };
@@ -671,61 +671,59 @@ fn a_record_of_a_vanished_holder_is_reused_only_while_its_marks_are_on_the_node(
     // A live holder (same name and uid in the cache) keeps its node.
     let alive: HolderLive<'_> = &|name, uid| name == "b" && uid == Some("uid-b");
     assert_eq!(
-        plan_enter_for(&held, c, None, alive, None).0,
+        plan_enter_for(&held, c, None, alive).0,
         EnterPlan::HeldBy("b".into())
     );
     assert_eq!(
-        plan_enter_for(&held, b, None, alive, None).0,
+        plan_enter_for(&held, b, None, alive).0,
         EnterPlan::Unchanged,
         "its own record"
     );
 }
 
-/// The drain's start is part of the node's record: written (whole seconds) by the patch that
-/// enters the node for its holder, first entry or takeover; kept by a re-entry that repairs
-/// drift; removed on exit with the rest of the record.
+/// The drain's start is part of the node's record but not of the entry (the maintenance pass
+/// decides when the drain starts): an entry does not write it, a re-entry that repairs drift
+/// keeps it, and exit removes it with the rest of the record.
 #[test]
-fn the_drain_start_is_recorded_on_entry_and_removed_on_exit() {
+fn the_drain_start_is_kept_by_re_entry_and_removed_on_exit() {
     let alive: HolderLive<'_> = &|_, _| true;
-    let nobody_alive: HolderLive<'_> = &|_, _| false;
     let b = claimant("b", "uid-b");
-    let at = |s: i64| jiff::Timestamp::from_second(1_800_000_000 + s).unwrap();
-    let started = at(0) + jiff::SignedDuration::from_millis(700);
     let clean = node(json!({}));
-    let entered = match plan_enter_for(&clean, b, None, alive, Some(started)) {
-        (EnterPlan::Apply { patch, .. }, EnterOutcome::Entered { .. }) => apply(&clean, &patch),
+    let entered = match plan_enter_for(&clean, b, None, alive) {
+        (EnterPlan::Apply { patch, .. }, EnterOutcome::Entered { .. }) => {
+            assert!(
+                patch["metadata"]["annotations"]
+                    .get(DRAIN_STARTED_ANNOTATION)
+                    .is_none(),
+                "{patch}"
+            );
+            apply(&clean, &patch)
+        }
         other => panic!("{other:?}"),
     };
-    assert_eq!(drain_started(&entered), Some(at(0)), "whole seconds");
-    assert_eq!(
-        annotation(&entered, DRAIN_STARTED_ANNOTATION),
-        Some("2027-01-15T08:00:00Z")
+    let started = apply(
+        &entered,
+        &json!({"metadata": {"annotations": {DRAIN_STARTED_ANNOTATION: "2027-01-15T08:00:00Z"}}}),
     );
+    let at0 = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+    assert_eq!(drain_started(&started), Some(at0));
 
-    // Drift repaired later: the start stays the first one.
-    let drifted = apply(&entered, &json!({"spec": {"unschedulable": null}}));
-    let repaired = match plan_enter_for(&drifted, b, None, alive, Some(at(60))) {
+    // Drift repaired later: the start stays.
+    let drifted = apply(&started, &json!({"spec": {"unschedulable": null}}));
+    let repaired = match plan_enter_for(&drifted, b, None, alive) {
         (EnterPlan::Apply { patch, .. }, EnterOutcome::Repaired(_)) => apply(&drifted, &patch),
         other => panic!("{other:?}"),
     };
-    assert_eq!(drain_started(&repaired), Some(at(0)));
+    assert_eq!(drain_started(&repaired), Some(at0));
     assert_eq!(
-        plan_enter_for(&repaired, b, None, alive, Some(at(90))).0,
+        plan_enter_for(&repaired, b, None, alive).0,
         EnterPlan::Unchanged
     );
 
-    // Taken over from a vanished holder: the new holder's drain starts now.
-    let c = claimant("c", "uid-c");
-    let taken = match plan_enter_for(&repaired, c, None, nobody_alive, Some(at(120))) {
-        (EnterPlan::Apply { patch, .. }, EnterOutcome::TookOver { .. }) => apply(&repaired, &patch),
-        other => panic!("{other:?}"),
-    };
-    assert_eq!(drain_started(&taken), Some(at(120)));
-
-    let ExitPlan::Apply { patch, .. } = plan_exit_for(&taken, c) else {
+    let ExitPlan::Apply { patch, .. } = plan_exit_for(&repaired, b) else {
         panic!("ours to exit")
     };
-    let exited = apply(&taken, &patch);
+    let exited = apply(&repaired, &patch);
     assert_eq!(annotation(&exited, DRAIN_STARTED_ANNOTATION), None);
     assert_eq!(annotation(&exited, HOLDER_ANNOTATION), None);
 }

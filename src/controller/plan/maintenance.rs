@@ -24,7 +24,8 @@ use crate::lease::{self, LeaseRequest};
 use crate::node::{self, Claimant, EnterPlan, ExitPlan};
 use crate::policy::{DrainPolicy, InvalidKnob};
 
-use super::steps::{PassStep, steps};
+use super::steps::{PassStep, pass_steps, steps};
+use super::timeline::{self, StartRecord, Timeline};
 
 /// After restoring a node that `spec.nodeName` no longer names, the next pass starts on the new
 /// one at once.
@@ -41,7 +42,7 @@ pub(super) fn plan_maintenance(
     now: jiff::Timestamp,
 ) -> Plan {
     let mut pass = Pass::new(o, m, invalid, now);
-    for step in steps(pass.drain_policy.stage) {
+    for step in pass_steps(pass.drain_policy.stage, pass.waits) {
         if let ControlFlow::Break(plan) = pass.run(*step) {
             return plan;
         }
@@ -73,8 +74,9 @@ struct Pass<'a> {
     overdue: Option<OnTimeout>,
     /// Failed at the deadline (`onTimeout: Fail`): the node is still enforced, no round.
     failing: bool,
-    /// When the drain started ([`drain_started`], or this pass's entry).
-    started: Option<jiff::Timestamp>,
+    /// The maintenance's moments as this pass reads them; the enter step records the drain's
+    /// start.
+    timeline: Timeline,
     /// What had drifted on the node and was re-applied.
     repaired: Vec<&'static str>,
     /// The maintenance waits Idle for its window, which opens then (`startAt`, by the API
@@ -82,6 +84,9 @@ struct Pass<'a> {
     window: Option<jiff::Timestamp>,
     /// The pass comes back no later than this (a Succeeded maintenance's expiry).
     due: Option<Duration>,
+    /// Its place in the drain budget ([`timeline::place`]), and whether it waits for a slot.
+    place: Option<Place>,
+    waits: bool,
 }
 
 type Flow = ControlFlow<Plan>;
@@ -103,6 +108,8 @@ impl<'a> Pass<'a> {
         if window.is_some() {
             drain_policy.stage = Stage::Idle;
         }
+        let place = timeline::place(&o.nm, &old, m.node.as_ref(), m.queue.as_ref());
+        let waits = drain_policy.stage == Stage::Drain && timeline::is_queued(place.as_ref());
         Pass {
             o,
             m,
@@ -117,10 +124,12 @@ impl<'a> Pass<'a> {
             refused,
             overdue: None,
             failing: false,
-            started: None,
+            timeline: Timeline::default(),
             repaired: Vec::new(),
             window,
             due: None,
+            place,
+            waits,
         }
     }
 
@@ -251,17 +260,23 @@ impl<'a> Pass<'a> {
             }
             return Flow::Break(self.end(step));
         }
-        // The deadline counts from the start recorded on the node when it was entered, by the
-        // API server's clock (a node not entered yet has no deadline), or from when a
-        // maintenance that waited for a drain slot got one (none while it waits); a maintenance
+        // The deadline counts from the drain's start (`timeline::deadline_start`); a maintenance
         // it failed stays Failed while the policy says so (an edit of the policy resumes it).
+        let at = self.server_now();
+        self.timeline = Timeline::of(
+            &self.o.nm,
+            &self.status,
+            Some(node),
+            self.place.as_ref(),
+            at,
+        );
         let p = &mut self.drain_policy;
         if !steps(p.stage).contains(&PassStep::Deadline) {
             self.status = super::node_present(&self.status);
             return Flow::Continue(());
         }
-        p.deadline_start = deadline_start(node, &self.status, self.m.queue.as_ref(), now);
-        self.overdue = p.overdue(p.deadline_start, self.m.server_time.unwrap_or(now));
+        p.deadline_start = timeline::deadline_start(&self.timeline);
+        self.overdue = p.overdue(p.deadline_start, at);
         self.failing = self.overdue == Some(OnTimeout::Fail)
             && self.status.phase != Some(MaintenancePhase::Succeeded);
         if !self.failing {
@@ -304,7 +319,12 @@ impl<'a> Pass<'a> {
             // Held, the node not entered yet (a pass that ended between the two).
             invalidate(&mut self.w, self.m.lease.as_ref());
         }
-        self.status = released(&self.status, self.generation(), self.now);
+        let (generation, now) = (self.generation(), self.now);
+        self.status = released(
+            &timeline::release(&self.status, generation, now),
+            generation,
+            now,
+        );
         Flow::Continue(())
     }
 
@@ -366,34 +386,41 @@ impl<'a> Pass<'a> {
         let Some(node) = self.node else {
             return Flow::Continue(());
         };
-        // The drain starts when the node is entered, by the API server's clock (the one that
-        // stamps the pods it is compared with); the operator's only when the answer carried no
-        // `Date`.
-        let start = self.server_now();
-        self.started = drain_started(&self.o.nm, Some(node));
         let holder_live = self.m.holder_live;
         let live = |_: &str, _: Option<&str>| holder_live;
         let reason = self.o.nm.spec.reason.as_deref();
-        let (plan, outcome) = node::plan_enter_for(node, self.me(), reason, &live, Some(start));
-        match (plan, outcome) {
-            (EnterPlan::HeldBy(other), _) => {
+        let (plan, outcome) = node::plan_enter_for(node, self.me(), reason, &live);
+        // The drain starts with the first pass that drains (stage Drain, a slot held), by the
+        // API server's clock (the one that stamps the pods it is compared with); the
+        // operator's only when the answer carried no `Date`.
+        let drains = self.drain_policy.stage == Stage::Drain
+            && !self.timeline.queued
+            && self.status.phase != Some(MaintenancePhase::Succeeded);
+        let recorded = node::drain_started(node);
+        let entering = node::records_start(&outcome);
+        let record = timeline::start_record(drains, entering, recorded, self.server_now());
+        self.timeline.drain_started = match record {
+            StartRecord::Set(t) => Some(t),
+            StartRecord::Clear => None,
+            StartRecord::Keep => recorded,
+        };
+        let (patch, repaired) = match plan {
+            EnterPlan::HeldBy(other) => {
                 let step = held_by_other(&self.status, node_name, &other, generation, now);
-                Flow::Break(self.end_remembering(step))
+                return Flow::Break(self.end_remembering(step));
             }
-            (EnterPlan::Unchanged, _) => Flow::Continue(()),
-            (EnterPlan::Apply { patch, repaired }, outcome) => {
-                if node::records_start(&outcome) {
-                    self.started = Some(node::whole_seconds(start));
-                }
-                self.w.push(Write::Node {
-                    name: node_name.to_owned(),
-                    patch,
-                    purpose: NodePurpose::Enter(outcome),
-                });
-                self.repaired = repaired;
-                Flow::Continue(())
-            }
+            EnterPlan::Unchanged => (None, Vec::new()),
+            EnterPlan::Apply { patch, repaired } => (Some(patch), repaired),
+        };
+        if let Some(patch) = timeline::with_start(node, patch, record) {
+            self.w.push(Write::Node {
+                name: node_name.to_owned(),
+                patch,
+                purpose: NodePurpose::Enter(outcome),
+            });
         }
+        self.repaired = repaired;
+        Flow::Continue(())
     }
 
     fn record(&mut self) -> Flow {
@@ -426,7 +453,7 @@ impl<'a> Pass<'a> {
         let p = &self.drain_policy;
         // A knob turned off ends what it wrote; a node without them needs nothing.
         let wanted = p.node_conditions.then(|| {
-            let held = steps(p.stage).contains(&PassStep::Enter);
+            let held = !self.waits && steps(p.stage).contains(&PassStep::Enter);
             let succeeded = self.status.phase == Some(MaintenancePhase::Succeeded);
             let mut l = Lifecycle::of(p.stage, held, succeeded);
             if self.window.is_some() {
@@ -482,7 +509,7 @@ impl<'a> Pass<'a> {
     }
 
     fn queue(&mut self) -> Flow {
-        let place = self.m.queue.as_ref();
+        let place = self.place.as_ref();
         let (status, events) = queued(
             &self.status,
             place,
@@ -493,8 +520,7 @@ impl<'a> Pass<'a> {
         self.status = status;
         self.w.events(events, self.node);
         self.memory.queued = place.map(|p| matches!(p, Place::Queued { .. }));
-        let waits = matches!(place, Some(Place::Queued { .. }));
-        if (self.drain_policy.paused || waits)
+        if (self.drain_policy.paused || self.waits)
             && self.status.phase != Some(MaintenancePhase::Succeeded)
         {
             // Paused, or queued for a drain slot: the node, lease and label are enforced above;
@@ -516,16 +542,10 @@ impl<'a> Pass<'a> {
         let Some(after) = self.drain_policy.expire_after else {
             return Flow::Continue(());
         };
-        // Succeeded when `Drained` turned True (a CRD that prunes conditions: no expiry).
-        let succeeded = (self.status.phase == Some(MaintenancePhase::Succeeded))
-            .then(|| condition(&self.status, condition::DRAINED))
-            .flatten()
-            .filter(|c| c.status == "True")
-            .map(|c| c.last_transition_time.0);
-        let Some(expires) = succeeded.and_then(|s| {
-            s.checked_add(jiff::SignedDuration::try_from(after).ok()?)
-                .ok()
-        }) else {
+        // This drain's end plus `expireAfter` (`timeline::expires`).
+        let at = self.server_now();
+        let t = Timeline::of(&self.o.nm, &self.status, self.node, self.place.as_ref(), at);
+        let Some(expires) = timeline::expires(&t, after) else {
             return Flow::Continue(());
         };
         let left = expires.duration_since(self.server_now());
@@ -538,7 +558,7 @@ impl<'a> Pass<'a> {
         let message = format!(
             "Succeeded at {}, expired after {} (expireAfter): deleting the NodeMaintenance; the \
              node is restored",
-            succeeded.unwrap_or(expires),
+            t.drain_ended.unwrap_or(expires),
             jiff::SignedDuration::try_from(after).unwrap_or_default()
         );
         let e = PlannedEvent::normal(EventTarget::Maintenance, (event::EXPIRED, &message));
@@ -574,7 +594,7 @@ impl<'a> Pass<'a> {
                 node: self.node_name().to_owned(),
                 status: self.status.clone(),
                 stored: w.stored.clone(),
-                started: self.started,
+                started: timeline::arrival(&self.timeline),
                 policy: self.drain_policy.clone(),
                 generation: self.generation(),
                 pruned: w.pruned.clone(),
@@ -584,30 +604,6 @@ impl<'a> Pass<'a> {
             status: Some(self.status.clone()),
         }
     }
-}
-
-/// When the drain's deadline counts from: the start recorded on `node` when it was entered,
-/// or, for a maintenance that waited for a drain slot, the moment it got one (`DrainQueued`
-/// turning False: now, when the last pass found it waiting and it holds a slot now); `None`
-/// while it waits or before the node was entered.
-fn deadline_start(
-    node: &Node,
-    status: &NodeMaintenanceStatus,
-    queue: Option<&Place>,
-    now: jiff::Timestamp,
-) -> Option<jiff::Timestamp> {
-    if matches!(queue, Some(Place::Queued { .. })) {
-        return None;
-    }
-    let entered = node::drain_started(node)?;
-    let dequeued = condition(status, condition::DRAIN_QUEUED).map(|c| {
-        if c.status == "True" {
-            now
-        } else {
-            c.last_transition_time.0
-        }
-    });
-    Some(dequeued.map_or(entered, |d| d.max(entered)))
 }
 
 fn remember(new: Memory, old: Memory) -> Remember {

@@ -7,6 +7,8 @@
 //!
 //! - `maintenance.rs`: the maintenance pass (status, lease, node entry, drain), step by step;
 //! - `steps.rs`: the pass's steps, and those each stage runs;
+//! - `timeline.rs`: the maintenance's moments, and the deadline, arrival, expiry and slot read
+//!   from them;
 //! - `deletion.rs`: the deletion pass (restore or hand over, lease, finalizer);
 //! - `status.rs`: the status steps (phases, conditions, events, requeues);
 //! - `encode.rs`: when a status is worth a write, and its merge patch;
@@ -22,6 +24,7 @@ mod status;
 mod steps;
 #[cfg(test)]
 mod tests;
+pub(crate) mod timeline;
 mod write;
 
 use std::time::Duration;
@@ -281,9 +284,9 @@ pub(crate) struct DrainRound {
     pub(crate) status: NodeMaintenanceStatus,
     /// The status the API server holds once the pass's writes are done.
     pub(crate) stored: NodeMaintenanceStatus,
-    /// When the drain started, the time the drain compares pods' creation with: the start this
-    /// pass records on the node when it enters it (the API server's time of its node read), else
-    /// [`drain_started`].
+    /// When the drain started, the time the drain compares pods' creation with
+    /// (`timeline::arrival`): the start recorded on the node when the drain started (the API
+    /// server's time of the node read of the pass that started it).
     pub(crate) started: Option<jiff::Timestamp>,
     /// The maintenance's drain policy, resolved by the pass ([`crate::policy::resolve`]).
     pub(crate) policy: crate::policy::DrainPolicy,
@@ -474,24 +477,6 @@ pub(crate) fn entered_node(nm: &NodeMaintenance) -> Option<&str> {
     nm.annotations()
         .get(crate::api::ENTERED_NODE_ANNOTATION)
         .map(String::as_str)
-}
-
-/// When the drain of `nm` started, read in this order: the Node's record
-/// ([`crate::node::DRAIN_STARTED_ANNOTATION`], written when `nm` entered it, by the API server's
-/// clock); the legacy annotation of the same key on `nm` (written by versions that recorded the
-/// start on the NodeMaintenance, by the operator's clock); `status.drainStartTime` (a
-/// maintenance entered by upstream, or before either annotation existed); `nm`'s creation (the
-/// API server's clock). `None` when none is readable: then no pod counts as arrived after it
-/// (docs/drain-contract.md §2).
-pub(crate) fn drain_started(nm: &NodeMaintenance, node: Option<&Node>) -> Option<jiff::Timestamp> {
-    node.and_then(crate::node::drain_started)
-        .or_else(|| {
-            nm.annotations()
-                .get(crate::api::DRAIN_STARTED_ANNOTATION)
-                .and_then(|v| v.parse().ok())
-        })
-        .or_else(|| nm.status.as_ref()?.drain_start_time.as_ref().map(|t| t.0))
-        .or_else(|| nm.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
 /// `node`'s `spec.providerID`, empty when it has none.

@@ -164,6 +164,81 @@ fn cordon_takes_the_lease_and_enters_the_node_without_a_round() {
     assert!(matches!(again.then, Then::Requeue(_)));
 }
 
+/// Cordon enters the node without the drain's start; the first Drain pass records it (the API
+/// server's time of its node read; the operator's in this plan without one) on the node entered
+/// already, in a patch of its own under the node's resourceVersion, and the round compares with
+/// it; later passes keep it, and the deadline counts from it (docs/drain-contract.md §11).
+#[test]
+fn the_drain_starts_when_stage_drain_first_applies_not_at_the_cordon() {
+    let cordoned = plan_of(
+        nm(Some(Stage::Cordon), None),
+        free_node(),
+        None,
+        Stage::Drain,
+    );
+    let enter = cordoned.writes.iter().find_map(|w| match w {
+        Write::Node { patch, .. } => Some(patch.clone()),
+        _ => None,
+    });
+    let key = crate::node::DRAIN_STARTED_ANNOTATION;
+    assert!(
+        enter
+            .as_ref()
+            .is_some_and(|p| p["metadata"]["annotations"].get(key).is_none()),
+        "{enter:?}"
+    );
+    // Moved to Drain, 50 s later by this plan's clock, with drainTimeout 40s.
+    let mut drain = nm(Some(Stage::Drain), None);
+    drain.spec.drain_timeout = Some("40s".into());
+    let p = plan_of(
+        drain.clone(),
+        entered_node(),
+        Some(our_lease()),
+        Stage::Drain,
+    );
+    let started = p.writes.iter().find_map(|w| match w {
+        Write::Node { patch, purpose, .. } => Some((patch.clone(), purpose.clone())),
+        _ => None,
+    });
+    assert_eq!(
+        started,
+        Some((
+            serde_json::json!({"metadata": {
+                "resourceVersion": "7", "annotations": {key: t(100).to_string()}
+            }}),
+            NodePurpose::Enter(crate::node::EnterOutcome::Unchanged)
+        ))
+    );
+    let Then::Drain(round) = &p.then else {
+        panic!("{:?}", p.then)
+    };
+    assert_eq!(round.started, Some(t(100)));
+    // Not overdue in this pass: the deadline counts from the start, not from the cordon.
+    assert_eq!(
+        round.policy.overdue(round.policy.deadline_start, t(100)),
+        None
+    );
+    // A later pass reads the start from the node: kept, the deadline 40 s after it.
+    let mut node = entered_node();
+    node.annotations_mut()
+        .insert(key.into(), t(100).to_string());
+    let later = plan_of(drain, node, Some(our_lease()), Stage::Drain);
+    assert!(
+        !later.writes.iter().any(|w| matches!(w, Write::Node { .. })),
+        "{:?}",
+        later.writes
+    );
+    let Then::Drain(round) = &later.then else {
+        panic!("{:?}", later.then)
+    };
+    assert_eq!(round.started, Some(t(100)));
+    assert_eq!(round.policy.deadline_start, Some(t(100)));
+    assert_eq!(
+        later.status.unwrap().drain_deadline.map(|d| d.0),
+        Some(t(140))
+    );
+}
+
 #[test]
 fn drain_is_todays_pass_and_writes_no_stage_condition() {
     let default = plan_of(nm(None, None), free_node(), None, Stage::Drain);

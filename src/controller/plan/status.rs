@@ -1044,7 +1044,7 @@ pub(crate) fn queued(
             // each status write starts this maintenance's next pass, which would write again.
             let message = format!(
                 "waiting for a drain slot: position {position} in the queue; {full} is full; the \
-                 node is cordoned and tainted"
+                 node stays in service until then"
             );
             if was != Some(true) {
                 events.push(PlannedEvent::normal(

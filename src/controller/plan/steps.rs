@@ -104,6 +104,21 @@ pub(crate) const PREFLIGHT_STEPS: &[PassStep] = &[
     PassStep::Blockers,
 ];
 
+/// The steps of stage Drain while the maintenance waits for a drain slot
+/// (`--max-parallel-drains`): Idle's, the node left in service (released when an earlier pass
+/// held it), then the place in the queue, which ends the pass.
+pub(crate) const QUEUED_STEPS: &[PassStep] = &[
+    PassStep::Moved,
+    PassStep::NodeName,
+    PassStep::StatusInit,
+    PassStep::NodePresent,
+    PassStep::Stage,
+    PassStep::Release,
+    PassStep::NodeConditions,
+    PassStep::Policy,
+    PassStep::Queue,
+];
+
 /// The steps a pass of `stage` runs, each list in the one order of [`PassStep`].
 pub(crate) fn steps(stage: Stage) -> &'static [PassStep] {
     match stage {
@@ -112,6 +127,11 @@ pub(crate) fn steps(stage: Stage) -> &'static [PassStep] {
         Stage::Idle => IDLE_STEPS,
         Stage::Preflight => PREFLIGHT_STEPS,
     }
+}
+
+/// The steps a pass of `stage` runs, [`QUEUED_STEPS`] while it `waits` for a drain slot.
+pub(crate) fn pass_steps(stage: Stage, waits: bool) -> &'static [PassStep] {
+    if waits { QUEUED_STEPS } else { steps(stage) }
 }
 
 #[cfg(test)]
@@ -140,13 +160,13 @@ mod tests {
 
     #[test]
     fn every_stage_runs_its_steps_in_the_one_order() {
-        for (stage, _) in Stage::ALL {
+        let lists = Stage::ALL.iter().map(|(s, _)| (s.to_string(), steps(*s)));
+        for (stage, list) in lists.chain([("queued".to_string(), QUEUED_STEPS)]) {
             let mut rest = ORDER.iter();
-            for step in steps(*stage) {
+            for step in list {
                 assert!(
                     rest.any(|s| s == step),
-                    "{stage}: {step:?} out of order in {:?}",
-                    steps(*stage)
+                    "{stage}: {step:?} out of order in {list:?}"
                 );
             }
         }
@@ -161,5 +181,10 @@ mod tests {
             assert_eq!(has(*stage, PassStep::Drain), *stage == Stage::Drain);
             assert_eq!(has(*stage, PassStep::Blockers), *stage == Stage::Preflight);
         }
+        // Waiting for a slot holds nothing: the node is released, not entered.
+        assert!(QUEUED_STEPS.contains(&PassStep::Release));
+        assert!(
+            !QUEUED_STEPS.contains(&PassStep::Enter) && !QUEUED_STEPS.contains(&PassStep::Lease)
+        );
     }
 }

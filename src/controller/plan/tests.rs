@@ -449,6 +449,11 @@ fn one_pass_is_planned_whole_from_one_observation() {
                 [
                     (HOLDER_ANNOTATION.to_string(), h.to_string()),
                     (HOLDER_UID_ANNOTATION.to_string(), uid.to_string()),
+                    // Its holder's drain started (timeline::start_record).
+                    (
+                        crate::node::DRAIN_STARTED_ANNOTATION.to_string(),
+                        t(-60).to_string(),
+                    ),
                 ]
                 .into(),
             );
@@ -759,8 +764,7 @@ fn one_pass_is_planned_whole_from_one_observation() {
 /// The drain's start: recorded on the node, in the patch that first enters it, by the API
 /// server's clock (the `Date` of the node's read; the operator's only without one), and the
 /// round compares with it; the NodeMaintenance's record, written after, carries no start. Read
-/// back from the node first, then the legacy NodeMaintenance annotation, drainStartTime, the
-/// creation.
+/// back from the node.
 #[test]
 fn the_drain_start_is_the_api_servers_time_recorded_on_the_node() {
     use crate::api::{
@@ -833,18 +837,46 @@ fn the_drain_start_is_the_api_servers_time_recorded_on_the_node() {
             got.then
         );
     }
-    let created = t(-100);
-    o.metadata.creation_timestamp = Some(now_time(created));
+    // Read back from the node: a later pass keeps the start and the round compares with it,
+    // whatever the NodeMaintenance's legacy annotation or drainStartTime say.
     o.status.as_mut().unwrap().drain_start_time = Some(now_time(t(-50)));
-    assert_eq!(drain_started(&o, Some(&node)), Some(t(-50)));
-    o.status.as_mut().unwrap().drain_start_time = None;
-    assert_eq!(drain_started(&o, None), Some(created));
     o.annotations_mut()
         .insert(DRAIN_STARTED_ANNOTATION.into(), t(7).to_string());
-    assert_eq!(drain_started(&o, Some(&node)), Some(t(7)));
-    node.annotations_mut()
-        .insert(DRAIN_STARTED_ANNOTATION.into(), t(9).to_string());
-    assert_eq!(drain_started(&o, Some(&node)), Some(t(9)));
+    let node: Node = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": "node01", "uid": "uid-node", "resourceVersion": "2",
+            "annotations": {
+                crate::node::HOLDER_ANNOTATION: "nm", crate::node::HOLDER_UID_ANNOTATION: "uid-nm",
+                crate::node::PRIOR_STATE_ANNOTATION: "{}", DRAIN_STARTED_ANNOTATION: t(9).to_string(),
+            },
+            "labels": {crate::node::EXCLUDE_LABEL: "true"},
+        },
+        "spec": {"unschedulable": true, "providerID": "kwok://node01", "taints": [
+            {"key": crate::node::UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"},
+            {"key": crate::node::DRAIN_TAINT_KEY, "effect": "NoSchedule"},
+        ]},
+    }))
+    .unwrap();
+    let got = plan(
+        &Observed {
+            nm: o,
+            world: World::Maintenance(Box::new(ObservedMaintenance {
+                node: Some(node),
+                server_time: Some(server),
+                holder_live: true,
+                ..ObservedMaintenance::default()
+            })),
+            memory: Memory::default(),
+            schema: StatusSchema::default(),
+            policy: Default::default(),
+        },
+        now,
+    );
+    assert!(
+        matches!(&got.then, Then::Drain(round) if round.started == Some(t(9))),
+        "{:?}",
+        got.then
+    );
 }
 
 /// The deletion pass as a table of observations -> ordered steps.
@@ -1712,8 +1744,14 @@ fn past_the_deadline_fail_fails_the_maintenance_and_keeps_the_node() {
 /// entered but runs no drain round, says where it waits (condition and one event), and starts
 /// its round once a slot is its (a `DrainStarted` event).
 #[test]
-fn a_queued_maintenance_is_entered_and_runs_no_round_until_a_slot_is_its() {
+fn a_queued_maintenance_leaves_its_node_in_service_and_runs_no_round_until_a_slot_is_its() {
     use crate::controller::queue::Place;
+    let free = || {
+        let mut n = Node::default();
+        n.metadata.name = Some("node01".into());
+        n
+    };
+    let node = std::cell::RefCell::new(free());
     let observed = |place: Option<Place>, old: &NodeMaintenanceStatus, queued: Option<bool>| {
         let mut o = nm("nm", "node01");
         o.metadata.uid = Some("uid-nm".into());
@@ -1722,7 +1760,7 @@ fn a_queued_maintenance_is_entered_and_runs_no_round_until_a_slot_is_its() {
         Observed {
             nm: o,
             world: World::Maintenance(Box::new(ObservedMaintenance {
-                node: Some(entered_node()),
+                node: Some(node.borrow().clone()),
                 holder_live: true,
                 queue: place,
                 ..ObservedMaintenance::default()
@@ -1745,6 +1783,11 @@ fn a_queued_maintenance_is_entered_and_runs_no_round_until_a_slot_is_its() {
     };
     let waiting = plan(&observed(Some(third.clone()), &running, None), t(0));
     assert!(matches!(waiting.then, Then::Requeue(_)), "no drain round");
+    assert_eq!(
+        labels(&waiting),
+        ["DrainQueued", "status Some(Running)"],
+        "node and lease untouched"
+    );
     let s = waiting.status.clone().unwrap();
     let c = status::condition(&s, status::condition::DRAIN_QUEUED).unwrap();
     assert_eq!(
@@ -1760,18 +1803,33 @@ fn a_queued_maintenance_is_entered_and_runs_no_round_until_a_slot_is_its() {
     assert_eq!(reasons(&events_of(&waiting)), ["DrainQueued"]);
     assert_eq!(
         waiting.remember,
+        // No deadline step while it waits: nothing announced.
         Remember::Set(Memory {
             paused: Some(false),
-            deadline_announced: Some(false),
             queued: Some(true),
             ..Memory::default()
         })
     );
-    let again = plan(&observed(Some(third), &s, Some(true)), t(1));
+    let again = plan(&observed(Some(third.clone()), &s, Some(true)), t(1));
     assert!(events_of(&again).is_empty(), "said once");
     let started = plan(&observed(Some(Place::Draining), &s, Some(true)), t(2));
     assert!(matches!(started.then, Then::Drain(_)));
     assert_eq!(reasons(&events_of(&started)), ["DrainStarted"]);
+    assert!(
+        labels(&started).contains(&"enter node".to_string()),
+        "{:?}",
+        labels(&started)
+    );
+    // A node an earlier version entered while it waited is released.
+    *node.borrow_mut() = entered_node();
+    let released = plan(&observed(Some(third), &s, Some(true)), t(3));
+    assert!(matches!(released.then, Then::Requeue(_)));
+    assert_eq!(reasons(&events_of(&released)), ["UncordonNode"]);
+    assert!(
+        labels(&released).contains(&"exit node".to_string()),
+        "{:?}",
+        labels(&released)
+    );
     // Without a budget nothing changes: no condition, a round.
     let free = plan(&observed(None, &running, None), t(0));
     assert!(matches!(free.then, Then::Drain(_)));
@@ -1779,7 +1837,8 @@ fn a_queued_maintenance_is_entered_and_runs_no_round_until_a_slot_is_its() {
 }
 
 /// `docs/drain-contract.md` §10: time spent waiting for a drain slot does not count toward the
-/// deadline: none while queued, and from the moment the slot was granted after.
+/// deadline: none while queued, and from the moment the slot was granted after, even on a node an
+/// earlier version entered while it waited (its start recorded at that entry, t(0)).
 #[test]
 fn the_deadline_counts_from_the_drain_slot_not_from_the_queue() {
     use crate::api::OnTimeout;
@@ -1810,7 +1869,7 @@ fn the_deadline_counts_from_the_drain_slot_not_from_the_queue() {
             policy: Default::default(),
         }
     };
-    let running = NodeMaintenanceStatus {
+    let mut running = NodeMaintenanceStatus {
         phase: Some(MaintenancePhase::Running),
         ..NodeMaintenanceStatus::default()
     };
@@ -1818,6 +1877,8 @@ fn the_deadline_counts_from_the_drain_slot_not_from_the_queue() {
         position: 1,
         full: "--max-parallel-drains=1".into(),
     };
+    // The last pass found it waiting.
+    running = status::queued(&running, Some(&waiting), None, GEN, t(0)).0;
     let queued = plan(&observed(Some(waiting), &running, 500), t(500));
     let s = queued.status.clone().unwrap();
     assert_eq!(
