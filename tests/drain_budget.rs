@@ -15,10 +15,10 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::*;
-use kube::api::Api;
+use kube::api::{Api, PostParams};
 use nmo_devcluster::audit::{AuditCursor, AuditEvent, EVICTIONS_POLICY};
 use nmo_devcluster::operator::{Operator, OperatorOptions};
-use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance};
+use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance, Stage};
 use serde_json::json;
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -78,6 +78,19 @@ async fn still_waits_after_success(client: &kube::Client, name: &str, next: &str
     }
 }
 
+/// One test at a time: each starts its own operator on the binary's one cluster.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// When the `Drained` condition of `nm` turned True (whole seconds, the operator's clock).
+fn succeeded_at(nm: &NodeMaintenance) -> jiff::Timestamp {
+    nm.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .find(|c| c.type_ == "Drained" && c.status == "True")
+        .map(|c| c.last_transition_time.0)
+        .expect("a Drained=True condition")
+}
+
 fn queue_message(nm: &NodeMaintenance) -> Option<String> {
     nm.status
         .iter()
@@ -88,6 +101,7 @@ fn queue_message(nm: &NodeMaintenance) -> Option<String> {
 
 #[tokio::test]
 async fn max_parallel_drains_keeps_two_draining_in_creation_order_across_a_restart() {
+    let _serial = SERIAL.lock().await;
     let env = env();
     let mut operator = Some(start(env, "operator-1"));
     let client = env.cluster.client().await;
@@ -297,4 +311,75 @@ async fn max_parallel_drains_keeps_two_draining_in_creation_order_across_a_resta
         nm::delete_and_wait_restored(&client, name, order[k]).await;
     }
     drop(operator);
+}
+
+/// `docs/drain-contract.md` §10 (the queue with `stage` and `startAt`): only a maintenance that
+/// goes as far as the drain takes part in the budget. With a budget of two, two older
+/// maintenances that do not drain (one at stage `Idle`, one whose window opens in an hour) hold
+/// no slot: a younger one at `Drain` is never queued and Succeeds, its pod evicted; the two
+/// leave their nodes untouched.
+#[tokio::test]
+async fn maintenances_short_of_the_drain_or_before_their_window_hold_no_slot() {
+    let _serial = SERIAL.lock().await;
+    let env = env();
+    let _operator = start(env, "operator-short");
+    let client = env.cluster.client().await;
+    let group = unique("short");
+    let nodes = worker_nodes(&env.cluster, &client, &group, SLOTS + 1).await;
+    let ns = namespace(&client, "short").await;
+    bare_pod(&client, &ns, "web", &nodes[SLOTS], json!({})).await;
+    wait_running(&client, &ns, "web", 1, LIMIT).await;
+    let api = Api::<NodeMaintenance>::all(client.clone());
+    let prefix = unique("nm-short");
+    let idle = format!("{prefix}-idle");
+    let mut nm = nm::new(&idle, &nodes[0], "e2e kept idle");
+    nm.spec.stage = Some(Stage::Idle);
+    api.create(&PostParams::default(), &nm).await.unwrap();
+    let later = format!("{prefix}-later");
+    let mut nm = nm::new(&later, &nodes[1], "e2e window in an hour");
+    let opens = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
+    nm.spec.start_at = Some(opens.to_string());
+    api.create(&PostParams::default(), &nm).await.unwrap();
+    // Creation order is by whole seconds, then name: the draining one is created a second
+    // later, so it is the youngest whatever the names.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let drain = format!("{prefix}-drain");
+    nm::create(&client, &drain, &nodes[SLOTS]).await;
+    let created = |name: String| {
+        let api = api.clone();
+        async move {
+            api.get(&name)
+                .await
+                .unwrap()
+                .metadata
+                .creation_timestamp
+                .unwrap()
+                .0
+        }
+    };
+    assert!(
+        created(drain.clone()).await > created(later.clone()).await,
+        "the draining maintenance must be the youngest"
+    );
+
+    let done = nm::wait_phase(&client, &drain, MaintenancePhase::Succeeded, LIMIT).await;
+    let queued: Vec<String> = done
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .filter(|c| c.type_ == "DrainQueued" && c.status == "True")
+        .map(|c| c.message.clone())
+        .collect();
+    assert!(
+        queued.is_empty(),
+        "queued behind maintenances that do not drain: {queued:?}"
+    );
+    let events = nm::event_summary(&client, &drain).await;
+    assert!(!events.iter().any(|e| e.1 == "DrainQueued"), "{events:?}");
+    for node in &nodes[..SLOTS] {
+        node::restored(&client, node).await.unwrap();
+    }
+    for (name, node) in [&idle, &later, &drain].into_iter().zip(&nodes) {
+        nm::delete_and_wait_restored(&client, name, node).await;
+    }
 }

@@ -102,6 +102,160 @@ async fn sigkill_mid_drain_then_restart_completes() {
     nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
 }
 
+/// `docs/drain-contract.md` §10 (`paused` across a restart): a drain held by a budget is paused
+/// by its annotation, the operator is SIGKILLed, the budget relaxed so that both pods could be
+/// evicted, and a new operator started. The pause is read from the object, not from the dead
+/// process: for 20 s both pods stay on the node, the node cordoned, `DrainPaused=True`; unpaused,
+/// the same operator drains the node and the maintenance Succeeds.
+#[tokio::test]
+async fn a_paused_maintenance_stays_paused_across_a_sigkill_and_restart() {
+    let _serial = SERIAL.lock().await;
+    let (cluster, account, kubeconfig) = setup();
+    let client = cluster.client().await;
+    let group = unique("pkill");
+    let nodes = worker_nodes(cluster, &client, &group, 2).await;
+    let (ns, pdbs) = blocked_workload(cluster, &client, &group, &nodes).await;
+
+    let mut op = start(cluster, &account, &kubeconfig, "op-pkill", false);
+    let name = unique("nm-pkill");
+    nm::create(&client, &name, &nodes[0]).await;
+    nm::wait_status(&client, &name, "drain held by the budget", LIMIT, |s| {
+        s.blockers.as_ref().is_some_and(|b| !b.is_empty())
+    })
+    .await;
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    let annotate = |value: &'static str| {
+        let nms = nms.clone();
+        let name = name.clone();
+        async move {
+            let patch = json!({"metadata": {"annotations": {
+                node_maintenance_operator::policy::PAUSED_ANNOTATION: value
+            }}});
+            nms.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .unwrap();
+        }
+    };
+    let paused = |s: &node_maintenance_operator::api::NodeMaintenanceStatus| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "DrainPaused" && c.status == "True")
+    };
+    annotate("true").await;
+    nm::wait_status(&client, &name, "DrainPaused", LIMIT, paused).await;
+    op.process().kill();
+    relax(&pdbs).await;
+    wait_for("the budget allows both pods", LIMIT, || {
+        let pdbs = pdbs.clone();
+        async move {
+            let allowed = pdbs
+                .get("db-guard")
+                .await
+                .ok()
+                .and_then(|p| p.status)
+                .and_then(|s| s.disruptions_allowed);
+            if allowed == Some(2) {
+                Ok(())
+            } else {
+                Err(format!("disruptionsAllowed {allowed:?}"))
+            }
+        }
+    })
+    .await;
+
+    let _op = start(cluster, &account, &kubeconfig, "op-pkill-2", false);
+    // The property is an absence; 20 s is four of the drain's 5 s retries.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let left = pods_on(&client, &ns, &nodes[0]).await;
+    assert_eq!(left.len(), 2, "pods evicted while paused: left {left:?}");
+    node::in_maintenance(&client, &nodes[0]).await.unwrap();
+    let status = nms.get(&name).await.unwrap().status.unwrap();
+    assert!(
+        paused(&status) && status.phase == Some(MaintenancePhase::Running),
+        "{status:?}"
+    );
+
+    annotate("false").await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    assert!(pods_on(&client, &ns, &nodes[0]).await.is_empty());
+    nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
+}
+
+/// `docs/drain-contract.md` §10 (`expireAfter` across a restart): a maintenance with
+/// `expireAfter: 20s` Succeeds and the operator is SIGKILLed at once; the next operator starts
+/// once the 20 s have passed while nothing ran. The expiry is counted from `Drained`'s
+/// `lastTransitionTime` (the API server's record), not from the process: the maintenance is
+/// deleted well before 20 s after the restart (an operator counting from its own start would
+/// wait them again), with a `MaintenanceExpired` event, and the node is restored.
+#[tokio::test]
+async fn an_expiry_that_passed_while_the_operator_was_down_deletes_the_maintenance_on_start() {
+    const EXPIRE: i64 = 20;
+    let _serial = SERIAL.lock().await;
+    let (cluster, account, kubeconfig) = setup();
+    let client = cluster.client().await;
+    let group = unique("xkill");
+    let node = worker_nodes(cluster, &client, &group, 1).await.remove(0);
+    let mut op = start(cluster, &account, &kubeconfig, "op-xkill", false);
+    let name = unique("nm-xkill");
+    let mut object = nm::new(&name, &node, "e2e expiry across a restart");
+    object.spec.expire_after = Some(format!("{EXPIRE}s"));
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
+    let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    op.process().kill();
+    let succeeded = done
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .find(|c| c.type_ == "Drained" && c.status == "True")
+        .map(|c| jiff::Timestamp::from_second(c.last_transition_time.0.as_second()).unwrap())
+        .expect("Drained=True");
+    let expires = succeeded + jiff::SignedDuration::from_secs(EXPIRE);
+    // Waits for a moment on the clock (the machine's and the API server's are the same here).
+    wait_for(
+        "the expiry to pass while the operator is down",
+        LIMIT,
+        || {
+            let now = jiff::Timestamp::now();
+            async move {
+                if now >= expires + jiff::SignedDuration::from_secs(1) {
+                    Ok(())
+                } else {
+                    Err(format!("{now}, expires at {expires}"))
+                }
+            }
+        },
+    )
+    .await;
+    assert!(
+        Api::<NodeMaintenance>::all(client.clone())
+            .get_opt(&name)
+            .await
+            .unwrap()
+            .is_some(),
+        "nothing deletes it while the operator is down"
+    );
+    node::in_maintenance(&client, &node).await.unwrap();
+
+    let restarted = jiff::Timestamp::now();
+    let _op = start(cluster, &account, &kubeconfig, "op-xkill-2", false);
+    nm::wait_gone(&client, &name, LIMIT).await;
+    let gone = jiff::Timestamp::now();
+    assert!(
+        gone < restarted + jiff::SignedDuration::from_secs(EXPIRE),
+        "gone at {gone}: expireAfter counted again from the restart at {restarted}"
+    );
+    wait_for("node restored", LIMIT, || node::restored(&client, &node)).await;
+    let events = nm::event_summary(&client, &name).await;
+    assert!(
+        events.iter().any(|e| e.1 == "MaintenanceExpired"),
+        "{events:?}"
+    );
+}
+
 #[tokio::test]
 async fn deleted_while_operator_down_is_restored_on_start() {
     let _serial = SERIAL.lock().await;
