@@ -81,16 +81,6 @@ async fn still_waits_after_success(client: &kube::Client, name: &str, next: &str
 /// One test at a time: each starts its own operator on the binary's one cluster.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// When the `Drained` condition of `nm` turned True (whole seconds, the operator's clock).
-fn succeeded_at(nm: &NodeMaintenance) -> jiff::Timestamp {
-    nm.status
-        .iter()
-        .flat_map(|s| s.conditions.iter().flatten())
-        .find(|c| c.type_ == "Drained" && c.status == "True")
-        .map(|c| c.last_transition_time.0)
-        .expect("a Drained=True condition")
-}
-
 fn queue_message(nm: &NodeMaintenance) -> Option<String> {
     nm.status
         .iter()

@@ -20,7 +20,6 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use nmo_devcluster::audit::{AuditCursor, AuditEvent, EVICTIONS_POLICY};
 use nmo_devcluster::operator::Operator;
 use node_maintenance_operator::api::MaintenancePhase;
-use serde::Deserialize;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -1555,33 +1554,6 @@ async fn grant_force_delete(client: &kube::Client, node: &str) {
             apply_force_delete_overlay(client).await;
         })
         .await;
-}
-
-/// [`grant_force_delete`]'s overlay; already there is fine.
-async fn apply_force_delete_overlay(client: &kube::Client) {
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    let text =
-        std::fs::read_to_string(manifests_dir().join("overlays/force-delete/force-delete.yaml"))
-            .unwrap();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let v = serde_json::Value::deserialize(doc).unwrap();
-        let created = match v["kind"].as_str() {
-            Some("ClusterRole") => Api::<ClusterRole>::all(client.clone())
-                .create(&PostParams::default(), &serde_json::from_value(v).unwrap())
-                .await
-                .map(|_| ()),
-            Some("ClusterRoleBinding") => Api::<ClusterRoleBinding>::all(client.clone())
-                .create(&PostParams::default(), &serde_json::from_value(v).unwrap())
-                .await
-                .map(|_| ()),
-            other => panic!("unexpected {other:?} in the force-delete overlay"),
-        };
-        match created {
-            Ok(()) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => panic!("applying the force-delete overlay: {e}"),
-        }
-    }
 }
 
 /// `docs/drain-contract.md` §10 (`onTimeout: Fail`, set by annotations as on upstream's CRD):

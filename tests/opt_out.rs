@@ -20,7 +20,6 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use nmo_devcluster::audit::{AuditCursor, AuditEvent, EVICTIONS_POLICY};
 use nmo_devcluster::operator::Operator;
 use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
-use serde::Deserialize;
 use serde_json::json;
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -209,7 +208,7 @@ async fn opted_out_pods_are_held_until_the_deadline_then_force_deleted() {
         .unwrap()
         .items;
     let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
-    grant_force_delete(&client).await;
+    apply_force_delete_overlay(&client).await;
     let name = unique("nm-optout-force");
     wait_for("ForceDelete admitted with the grant", LIMIT, || async {
         create_with_deadline(&client, &name, &node, "ForceDelete")
@@ -370,32 +369,4 @@ async fn under_wait_opted_out_pods_stay_held_past_the_deadline_until_they_opt_ba
         "one DrainDeadlineExceeded Warning"
     );
     nm::delete_and_wait_restored(&client, &name, &node).await;
-}
-
-/// Applies `manifests/overlays/force-delete/force-delete.yaml` (the ClusterRole and its binding
-/// to the operator's ServiceAccount); already there is fine.
-async fn grant_force_delete(client: &kube::Client) {
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    let text =
-        std::fs::read_to_string(manifests_dir().join("overlays/force-delete/force-delete.yaml"))
-            .unwrap();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let v = serde_json::Value::deserialize(doc).unwrap();
-        let created = match v["kind"].as_str() {
-            Some("ClusterRole") => Api::<ClusterRole>::all(client.clone())
-                .create(&PostParams::default(), &serde_json::from_value(v).unwrap())
-                .await
-                .map(|_| ()),
-            Some("ClusterRoleBinding") => Api::<ClusterRoleBinding>::all(client.clone())
-                .create(&PostParams::default(), &serde_json::from_value(v).unwrap())
-                .await
-                .map(|_| ()),
-            other => panic!("unexpected {other:?} in the force-delete overlay"),
-        };
-        match created {
-            Ok(()) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => panic!("applying the force-delete overlay: {e}"),
-        }
-    }
 }

@@ -12,7 +12,6 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use node_maintenance_operator::api::{
     DRAIN_STARTED_ANNOTATION, MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus,
 };
-use serde::Deserialize;
 use serde_json::json;
 
 /// Generous for a loaded 2-core machine.
@@ -79,34 +78,6 @@ async fn force_deleted(client: &kube::Client, name: &str) -> Vec<(String, jiff::
         .collect()
 }
 
-/// Applies `manifests/overlays/force-delete/force-delete.yaml` (the ClusterRole and its binding
-/// to the operator's ServiceAccount); already there is fine.
-async fn grant_force_delete(client: &kube::Client) {
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    let text =
-        std::fs::read_to_string(manifests_dir().join("overlays/force-delete/force-delete.yaml"))
-            .unwrap();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let v = serde_json::Value::deserialize(doc).unwrap();
-        let created = match v["kind"].as_str() {
-            Some("ClusterRole") => Api::<ClusterRole>::all(client.clone())
-                .create(&PostParams::default(), &serde_json::from_value(v).unwrap())
-                .await
-                .map(|_| ()),
-            Some("ClusterRoleBinding") => Api::<ClusterRoleBinding>::all(client.clone())
-                .create(&PostParams::default(), &serde_json::from_value(v).unwrap())
-                .await
-                .map(|_| ()),
-            other => panic!("unexpected {other:?} in the force-delete overlay"),
-        };
-        match created {
-            Ok(()) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => panic!("applying the force-delete overlay: {e}"),
-        }
-    }
-}
-
 /// Issue 46 item 1: a maintenance created in stage Cordon with `drainTimeout: 20s, onTimeout:
 /// ForceDelete`, moved to Drain 25 s later. No pod is force-deleted at the drain's start (a
 /// budget holds one): `status.drainDeadline` is the drain's start (recorded on the node when
@@ -125,7 +96,7 @@ async fn a_drain_moved_on_from_cordon_counts_its_deadline_and_arrivals_from_its_
     bare_pod(&client, &ns, "db", &node, json!({})).await;
     wait_running(&client, &ns, "db", 1, LIMIT).await;
     min_available_budget(&client, &ns, "db", "db", 1, 1).await;
-    grant_force_delete(&client).await;
+    apply_force_delete_overlay(&client).await;
 
     let name = unique("nm-tlc");
     let mut nm = nm::new(&name, &node, "e2e timeline: cordon now, drain later");
@@ -207,14 +178,17 @@ async fn a_drain_moved_on_from_cordon_counts_its_deadline_and_arrivals_from_its_
     )
     .await;
 
-    // At the deadline the budget's pod is deleted, and only it.
+    // At the deadline the budget's pod is deleted, and only it: ForceDelete deletes a pod its
+    // own grace (0 s here) and a second ahead of the deadline (docs/drain-contract.md §10), so
+    // no sooner than the deadline less 1 s, never at the drain's start 20 s before it.
     nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
     let forced = force_deleted(&client, &name).await;
     assert_eq!(forced.len(), 1, "{forced:?}");
     assert!(forced[0].0.contains("/db "), "{forced:?}");
+    let due = deadline - jiff::SignedDuration::from_secs(1);
     assert!(
-        forced[0].1 >= deadline,
-        "deleted at {}, before the deadline {deadline}",
+        forced[0].1 >= due,
+        "deleted at {}, before the deadline {deadline} less the pod's grace (0 s) and 1 s",
         forced[0].1
     );
     nm::delete_and_wait_restored(&client, &name, &node).await;

@@ -733,3 +733,32 @@ pub(crate) async fn apiserver_requests(client: &Client, labels: &[(&str, &str)])
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
 }
+
+/// Applies `manifests/overlays/force-delete/force-delete.yaml` (the ClusterRole and its binding
+/// to the operator's ServiceAccount that `onTimeout: ForceDelete` needs); already there is fine.
+pub(crate) async fn apply_force_delete_overlay(client: &Client) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use serde::Deserialize as _;
+    let text =
+        std::fs::read_to_string(manifests_dir().join("overlays/force-delete/force-delete.yaml"))
+            .unwrap();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v = serde_json::Value::deserialize(doc).unwrap();
+        let created = match v["kind"].as_str() {
+            Some("ClusterRole") => Api::<ClusterRole>::all(client.clone())
+                .create(&PostParams::default(), &serde_json::from_value(v).unwrap())
+                .await
+                .map(|_| ()),
+            Some("ClusterRoleBinding") => Api::<ClusterRoleBinding>::all(client.clone())
+                .create(&PostParams::default(), &serde_json::from_value(v).unwrap())
+                .await
+                .map(|_| ()),
+            other => panic!("unexpected {other:?} in the force-delete overlay"),
+        };
+        match created {
+            Ok(()) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => panic!("applying the force-delete overlay: {e}"),
+        }
+    }
+}
