@@ -1345,44 +1345,6 @@ async fn create_with_deadline(
         .map(|_| ())
 }
 
-/// When the drain of `node` started, as recorded on the node by the operator (the API server's
-/// clock).
-async fn drain_started(client: &kube::Client, node: &str) -> jiff::Timestamp {
-    let n = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
-        .get(node)
-        .await
-        .unwrap();
-    n.metadata
-        .annotations
-        .unwrap_or_default()
-        .get(node_maintenance_operator::api::DRAIN_STARTED_ANNOTATION)
-        .and_then(|v| v.parse().ok())
-        .expect("the drain start recorded on the node")
-}
-
-/// The Warning events with `reason` about NodeMaintenance `name`: their messages and when each
-/// was last seen.
-async fn warnings(
-    client: &kube::Client,
-    name: &str,
-    reason: &str,
-) -> Vec<(String, jiff::Timestamp)> {
-    nm::events(client, "NodeMaintenance", name)
-        .await
-        .into_iter()
-        .filter(|e| e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some(reason))
-        .map(|e| {
-            let at = e
-                .event_time
-                .map(|t| t.0)
-                .or(e.last_timestamp.map(|t| t.0))
-                .or(e.metadata.creation_timestamp.map(|t| t.0))
-                .unwrap_or_default();
-            (e.message.unwrap_or_default(), at)
-        })
-        .collect()
-}
-
 /// `docs/drain-contract.md` §10 (`onTimeout: ForceDelete`): a 2-replica Deployment under a
 /// budget with `minAvailable: 2`. Asked without the grant, the webhook refuses it naming the
 /// overlay; with `manifests/overlays/force-delete` applied it is admitted, stays Running with the
@@ -1423,8 +1385,8 @@ async fn past_the_deadline_force_delete_deletes_the_pods_a_budget_holds() {
     .await;
     nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
     let deadline =
-        drain_started(&client, &node).await + jiff::SignedDuration::try_from(TIMEOUT).unwrap();
-    let forced = warnings(&client, &name, "PodForceDeleted").await;
+        node_drain_started(&client, &node).await + jiff::SignedDuration::try_from(TIMEOUT).unwrap();
+    let forced = nm::warnings(&client, &name, "PodForceDeleted").await;
     assert_eq!(forced.len(), 2, "one Warning event per pod: {forced:?}");
     for pod in &before {
         let pod_name = pod.metadata.name.as_deref().unwrap();
@@ -1449,7 +1411,7 @@ async fn past_the_deadline_force_delete_deletes_the_pods_a_budget_holds() {
     }
     // Deleted a second ahead with a grace of 1 s, the pods may be gone by the deadline, and
     // the maintenance Succeeded before it passed: at most one announcement.
-    let exceeded = warnings(&client, &name, "DrainDeadlineExceeded").await;
+    let exceeded = nm::warnings(&client, &name, "DrainDeadlineExceeded").await;
     assert!(exceeded.len() <= 1, "{exceeded:?}");
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
@@ -1515,7 +1477,7 @@ async fn force_delete_gives_each_pod_its_grace_before_the_deadline() {
         .unwrap();
     let (deletion, grace, uid) = seen.expect("the watch of the pod ended");
     assert_eq!(uid, pod.metadata.uid, "another pod named db");
-    let deadline = drain_started(&client, &node).await + jiff::SignedDuration::from_secs(45);
+    let deadline = node_drain_started(&client, &node).await + jiff::SignedDuration::from_secs(45);
     assert_eq!(grace, Some(30), "the forced DELETE's grace period");
     let sent = deletion - jiff::SignedDuration::from_secs(30);
     eprintln!(
@@ -1527,7 +1489,7 @@ async fn force_delete_gives_each_pod_its_grace_before_the_deadline() {
          {deadline}"
     );
     nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
-    let forced = warnings(&client, &name, "PodForceDeleted").await;
+    let forced = nm::warnings(&client, &name, "PodForceDeleted").await;
     assert_eq!(forced.len(), 1, "one Warning event: {forced:?}");
     assert!(forced[0].0.contains("grace period of 30s"), "{forced:?}");
     nm::delete_and_wait_restored(&client, &name, &node).await;
@@ -1594,7 +1556,7 @@ async fn past_the_deadline_fail_fails_and_keeps_the_node_cordoned() {
         .await
         .unwrap_or_else(|e| panic!("the node left maintenance on Fail: {e}"));
     assert_eq!(
-        warnings(&client, &name, "DrainDeadlineExceeded")
+        nm::warnings(&client, &name, "DrainDeadlineExceeded")
             .await
             .len(),
         1
@@ -1659,7 +1621,7 @@ async fn past_the_deadline_skip_stuck_stops_waiting_for_a_pod_a_finalizer_holds(
     );
     let nm = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
     let deadline =
-        drain_started(&client, &node).await + jiff::SignedDuration::try_from(TIMEOUT).unwrap();
+        node_drain_started(&client, &node).await + jiff::SignedDuration::try_from(TIMEOUT).unwrap();
     let message = drained_message(&nm);
     assert!(
         message.contains("stuck"),

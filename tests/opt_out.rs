@@ -134,44 +134,6 @@ fn evictions_in(events: &[AuditEvent], ns: &str) -> Vec<String> {
         .collect()
 }
 
-/// When the drain of `node` started, as the operator recorded it on the node (the API server's
-/// clock).
-async fn drain_started(client: &kube::Client, node: &str) -> jiff::Timestamp {
-    let n = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
-        .get(node)
-        .await
-        .unwrap();
-    n.metadata
-        .annotations
-        .unwrap_or_default()
-        .get(node_maintenance_operator::api::DRAIN_STARTED_ANNOTATION)
-        .and_then(|v| v.parse().ok())
-        .expect("the drain start recorded on the node")
-}
-
-/// The Warning events with `reason` about NodeMaintenance `name`: their messages and when each
-/// was last seen.
-async fn warnings(
-    client: &kube::Client,
-    name: &str,
-    reason: &str,
-) -> Vec<(String, jiff::Timestamp)> {
-    nm::events(client, "NodeMaintenance", name)
-        .await
-        .into_iter()
-        .filter(|e| e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some(reason))
-        .map(|e| {
-            let at = e
-                .event_time
-                .map(|t| t.0)
-                .or(e.last_timestamp.map(|t| t.0))
-                .or(e.metadata.creation_timestamp.map(|t| t.0))
-                .unwrap_or_default();
-            (e.message.unwrap_or_default(), at)
-        })
-        .collect()
-}
-
 /// Asserts pods `names` of `ns` are there, the same objects as `before`, and not terminating.
 async fn still_running(client: &kube::Client, ns: &str, before: &[Pod], names: &[&str]) {
     let api = Api::<Pod>::namespaced(client.clone(), ns);
@@ -225,7 +187,7 @@ async fn opted_out_pods_are_held_until_the_deadline_then_force_deleted() {
     )
     .await;
     let deadline =
-        drain_started(&client, &node).await + jiff::SignedDuration::try_from(TIMEOUT).unwrap();
+        node_drain_started(&client, &node).await + jiff::SignedDuration::try_from(TIMEOUT).unwrap();
     // Held, not kept: still Running and still the same pods a few seconds before the deadline.
     let now = jiff::Timestamp::now();
     let until_near = deadline.duration_since(now) - jiff::SignedDuration::from_secs(4);
@@ -248,7 +210,7 @@ async fn opted_out_pods_are_held_until_the_deadline_then_force_deleted() {
     }
 
     nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
-    let forced = warnings(&client, &name, "PodForceDeleted").await;
+    let forced = nm::warnings(&client, &name, "PodForceDeleted").await;
     for pod in ["dnd", "ste"] {
         assert!(
             forced.iter().any(|(m, _)| m.contains(pod)),
@@ -315,7 +277,7 @@ async fn under_wait_opted_out_pods_stay_held_past_the_deadline_until_they_opt_ba
     )
     .await;
     wait_for("the DrainDeadlineExceeded Warning", LIMIT, || async {
-        let w = warnings(&client, &name, "DrainDeadlineExceeded").await;
+        let w = nm::warnings(&client, &name, "DrainDeadlineExceeded").await;
         if w.is_empty() {
             Err("none yet".to_string())
         } else {
@@ -362,7 +324,7 @@ async fn under_wait_opted_out_pods_stay_held_past_the_deadline_until_they_opt_ba
         );
     }
     assert_eq!(
-        warnings(&client, &name, "DrainDeadlineExceeded")
+        nm::warnings(&client, &name, "DrainDeadlineExceeded")
             .await
             .len(),
         1,

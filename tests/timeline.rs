@@ -59,25 +59,6 @@ async fn drain_started(client: &kube::Client, node: &str) -> Option<jiff::Timest
         .and_then(|v| v.parse().ok())
 }
 
-/// The Warning events `PodForceDeleted` about NodeMaintenance `name`: their messages and when
-/// each was last seen.
-async fn force_deleted(client: &kube::Client, name: &str) -> Vec<(String, jiff::Timestamp)> {
-    nm::events(client, "NodeMaintenance", name)
-        .await
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("PodForceDeleted"))
-        .map(|e| {
-            let at = e
-                .event_time
-                .map(|t| t.0)
-                .or(e.last_timestamp.map(|t| t.0))
-                .or(e.metadata.creation_timestamp.map(|t| t.0))
-                .unwrap();
-            (e.message.unwrap_or_default(), at)
-        })
-        .collect()
-}
-
 /// Issue 46 item 1: a maintenance created in stage Cordon with `drainTimeout: 20s, onTimeout:
 /// ForceDelete`, moved to Drain 25 s later. No pod is force-deleted at the drain's start (a
 /// budget holds one): `status.drainDeadline` is the drain's start (recorded on the node when
@@ -166,7 +147,10 @@ async fn a_drain_moved_on_from_cordon_counts_its_deadline_and_arrivals_from_its_
         "the drain started at {started}, the cordoned node got its pod at {late_created}"
     );
     // Nothing force-deleted at the drain's start: the budget's pod is still there.
-    assert_eq!(force_deleted(&client, &name).await, vec![]);
+    assert_eq!(
+        nm::warnings(&client, &name, "PodForceDeleted").await,
+        vec![]
+    );
     assert!(live_pod(&client, &ns, "db").await.is_some(), "db deleted");
     let deadline = started + jiff::SignedDuration::from_secs(20);
     nm::wait_status(
@@ -182,7 +166,7 @@ async fn a_drain_moved_on_from_cordon_counts_its_deadline_and_arrivals_from_its_
     // own grace (0 s here) and a second ahead of the deadline (docs/drain-contract.md §10), so
     // no sooner than the deadline less 1 s, never at the drain's start 20 s before it.
     nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
-    let forced = force_deleted(&client, &name).await;
+    let forced = nm::warnings(&client, &name, "PodForceDeleted").await;
     assert_eq!(forced.len(), 1, "{forced:?}");
     assert!(forced[0].0.contains("/db "), "{forced:?}");
     let due = deadline - jiff::SignedDuration::from_secs(1);

@@ -468,6 +468,31 @@ pub(crate) mod nm {
     }
 
     /// Events about object `name` of `kind` (read through core/v1, as upstream's e2e does).
+    /// The Warning events with `reason` about NodeMaintenance `name`: their messages and when
+    /// each was last seen.
+    pub(crate) async fn warnings(
+        client: &Client,
+        name: &str,
+        reason: &str,
+    ) -> Vec<(String, jiff::Timestamp)> {
+        events(client, "NodeMaintenance", name)
+            .await
+            .into_iter()
+            .filter(|e| {
+                e.type_.as_deref() == Some("Warning") && e.reason.as_deref() == Some(reason)
+            })
+            .map(|e| {
+                let at = e
+                    .event_time
+                    .map(|t| t.0)
+                    .or(e.last_timestamp.map(|t| t.0))
+                    .or(e.metadata.creation_timestamp.map(|t| t.0))
+                    .unwrap_or_default();
+                (e.message.unwrap_or_default(), at)
+            })
+            .collect()
+    }
+
     pub(crate) async fn events(client: &Client, kind: &str, name: &str) -> Vec<Event> {
         Api::<Event>::namespaced(client.clone(), "default")
             .list(&ListParams::default().fields(&format!(
@@ -761,4 +786,16 @@ pub(crate) async fn apply_force_delete_overlay(client: &Client) {
             Err(e) => panic!("applying the force-delete overlay: {e}"),
         }
     }
+}
+
+/// The drain's start recorded on `node` (`nodemaintenance.medik8s.io/drain-started`, the API
+/// server's time); panics when none is recorded.
+pub(crate) async fn node_drain_started(client: &Client, node: &str) -> jiff::Timestamp {
+    let n = Api::<Node>::all(client.clone()).get(node).await.unwrap();
+    n.metadata
+        .annotations
+        .unwrap_or_default()
+        .get(node_maintenance_operator::api::DRAIN_STARTED_ANNOTATION)
+        .and_then(|v| v.parse().ok())
+        .expect("the drain start recorded on the node")
 }
