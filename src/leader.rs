@@ -300,7 +300,7 @@ pub(crate) struct WriteFence(Arc<Leadership>);
 
 /// The error of a write refused by [`WriteFence`].
 #[derive(Debug, thiserror::Error)]
-#[error("not leading: write refused after leadership ended")]
+#[error("not leading: write refused (or abandoned unanswered) after leadership ended")]
 pub(crate) struct NotLeading;
 
 impl<S> tower::Layer<S> for WriteFence {
@@ -342,12 +342,29 @@ where
             *req.method(),
             http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
         );
-        if mutating && !self.leadership.may_write() {
-            tracing::warn!(method = %req.method(), uri = %req.uri(), "write refused: not leading");
+        if !mutating {
+            let fut = self.inner.call(req);
+            return Box::pin(async move { fut.await.map_err(Into::into) });
+        }
+        let (method, uri) = (req.method().clone(), req.uri().clone());
+        if !self.leadership.may_write() {
+            tracing::warn!(%method, %uri, "write refused: not leading");
             return Box::pin(std::future::ready(Err(NotLeading.into())));
         }
-        let fut = self.inner.call(req);
-        Box::pin(async move { fut.await.map_err(Into::into) })
+        // Checked again at every poll, before the inner future runs: a write can wait between
+        // this call and its bytes reaching the API server (token refresh, a new connection's
+        // handshake), and a process stopped there (SIGSTOP, a stalled node) would otherwise send
+        // it on resuming, after a competitor took over. A write abandoned once its bytes left
+        // may still have been served; the term is over and the process exits either way.
+        let leadership = self.leadership.clone();
+        let mut fut = Box::pin(self.inner.call(req));
+        Box::pin(std::future::poll_fn(move |cx| {
+            if !leadership.may_write() {
+                tracing::warn!(%method, %uri, "write refused: not leading (term ended before it was answered)");
+                return Poll::Ready(Err(NotLeading.into()));
+            }
+            fut.as_mut().poll(cx).map_err(Into::into)
+        }))
     }
 }
 
@@ -841,6 +858,40 @@ mod tests {
         assert!(call(http::Method::PATCH).await.is_err(), "term over");
         assert!(call(http::Method::GET).await.is_ok());
         assert_eq!(sent.load(Ordering::SeqCst), 3);
+    }
+
+    /// A write that waits inside the client stack (a connection's handshake) while the term
+    /// ends is abandoned at its next poll, before the inner service goes on with it: what a
+    /// process stopped mid-write and resumed after a competitor took over would otherwise send.
+    #[tokio::test]
+    async fn a_write_still_waiting_when_the_term_ends_is_abandoned_unsent() {
+        use tower::{Layer, ServiceExt};
+        let leadership = Arc::new(Leadership::new());
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (g, counter) = (gate.clone(), sent.clone());
+        let inner = tower::service_fn(move |_req: http::Request<()>| {
+            let (g, counter) = (g.clone(), counter.clone());
+            async move {
+                g.notified().await;
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, std::convert::Infallible>(http::Response::new(()))
+            }
+        });
+        let svc = WriteFence(leadership.clone()).layer(inner);
+        leadership.lead_until(Instant::now() + s(60));
+        let patch = http::Request::builder()
+            .method(http::Method::PATCH)
+            .body(())
+            .unwrap();
+        let pending = tokio::spawn(svc.oneshot(patch));
+        tokio::task::yield_now().await;
+        assert!(!pending.is_finished(), "the write waits on its connection");
+        leadership.stop();
+        gate.notify_one();
+        let err = pending.await.unwrap().unwrap_err();
+        assert!(err.is::<NotLeading>(), "{err}");
+        assert_eq!(sent.load(Ordering::SeqCst), 0, "the abandoned write was not sent");
     }
 
     #[test]
