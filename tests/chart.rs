@@ -63,9 +63,14 @@ fn helm(args: &[&str]) -> (bool, String, String) {
     )
 }
 
-/// The local control plane's version, for `helm template` and `helm lint` (which otherwise
-/// assume the Kubernetes that helm was built against, v1.20 without release ldflags).
-const KUBE_VERSION: &str = "v1.36.3";
+/// The local control plane's version (`tests/cluster/versions.sh`), for `helm template` and
+/// `helm lint` (which otherwise assume the Kubernetes that helm was built against, v1.20
+/// without release ldflags).
+fn kube_version() -> &'static str {
+    static VERSION: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(nmo_devcluster::versions::kube);
+    &VERSION
+}
 
 /// The image an install names (`--set`): the chart refuses its placeholder default at install
 /// (nothing is published there), and on kwok no image is pulled anyway.
@@ -104,7 +109,7 @@ fn template(sets: &[&str]) -> Objects {
         path.as_str(),
         "--include-crds",
         "--kube-version",
-        KUBE_VERSION,
+        kube_version(),
     ];
     for s in sets {
         args.extend(["--set", s]);
@@ -341,7 +346,7 @@ fn helm_lint_passes_and_refuses_values_outside_the_schema() {
             "lint",
             "--strict",
             "--kube-version",
-            KUBE_VERSION,
+            kube_version(),
             &path,
             "--set",
             sets,
@@ -354,7 +359,7 @@ fn helm_lint_passes_and_refuses_values_outside_the_schema() {
     let (ok, out, err) = helm(&[
         "lint",
         "--kube-version",
-        KUBE_VERSION,
+        kube_version(),
         &path,
         "--set",
         "metrics.mode=insecure",
@@ -465,7 +470,7 @@ fn the_chart_installs_on_the_control_plane_in_a_server_side_dry_run() {
             &path,
             "--include-crds",
             "--kube-version",
-            KUBE_VERSION,
+            kube_version(),
             "--set",
             sets,
         ]);

@@ -51,9 +51,41 @@ async fn nodes_are_ready_and_one_is_control_plane() {
     let version = cluster
         .kubectl_run(&["version", "-o", "json"], None)
         .unwrap();
+    let wanted = nmo_devcluster::versions::kube();
     assert!(
-        version.contains("\"gitVersion\": \"v1.36."),
-        "stamped version: {version}"
+        version.contains(&format!("\"gitVersion\": \"{wanted}\"")),
+        "stamped version {wanted} (tests/cluster/versions.sh): {version}"
+    );
+}
+
+/// From Kubernetes 1.37 the control plane runs with the node-maintenance gates
+/// (`tests/cluster/src/versions.rs`): the EvictionRequest API is served where the operator looks
+/// for it (`lifecycle.k8s.io`, `src/drain/requester.rs`), and the Node lifecycle condition types
+/// are accepted on a node's status.
+#[tokio::test]
+async fn kubernetes_1_37_serves_the_eviction_request_api_with_its_gate() {
+    let cluster = Cluster::shared();
+    let version = nmo_devcluster::versions::kube();
+    if nmo_devcluster::versions::minor(&version).is_none_or(|m| m < 37) {
+        eprintln!("{version}: no 1.37 gates to check");
+        return;
+    }
+    let resources = cluster
+        .kubectl_run(
+            &[
+                "api-resources",
+                "--api-group=lifecycle.k8s.io",
+                "-o",
+                "name",
+            ],
+            None,
+        )
+        .unwrap();
+    let names: BTreeSet<&str> = resources.lines().map(str::trim).collect();
+    assert!(
+        names.contains("evictionrequests.lifecycle.k8s.io")
+            && names.contains("evictions.lifecycle.k8s.io"),
+        "lifecycle.k8s.io resources on {version}: {names:?}"
     );
 }
 

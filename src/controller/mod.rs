@@ -135,7 +135,7 @@ pub(crate) async fn run(
     let migration_watch = watch_migrations.map(tokio::spawn);
     match crate::drain::requester::discover(&client).await {
         Some(gv) => {
-            tracing::info!(group_version = %gv, "the API server serves EvictionRequest (KEP-4563); the drain still asks the Eviction API (docs/design.md §2b)")
+            tracing::info!(group_version = %gv, "the API server serves EvictionRequest (KEP-4563); the drain asks the Eviction API until the evictionrequest controller ships (docs/design.md §2b)")
         }
         None => tracing::debug!(
             "no EvictionRequest API (KEP-4563) on this cluster; the drain asks the Eviction API"

@@ -1,12 +1,13 @@
-//! Readiness to be a KEP-4563 eviction requester (`docs/design.md` §2b): whether the API server
-//! serves the EvictionRequest API (`evictionrequests.coordination.k8s.io`, in a version other
-//! than `v1`, which holds only Leases). Checked once at start-up and logged; the drain asks the
-//! Eviction API either way until a served version exists on the test control plane.
+//! Readiness to be a KEP-4563 eviction requester (`docs/design.md` §2b): which version of
+//! `lifecycle.k8s.io` serves the EvictionRequest API (`evictionrequests`; Kubernetes 1.37 serves
+//! `v1alpha1` behind the `EvictionRequestAPI` gate). Checked once at start-up and logged; the
+//! drain asks the Eviction API either way until the evictionrequest controller that turns
+//! requests into evictions ships (1.37 has the API, not the controller).
 
 use kube::Client;
 
-/// The API group of EvictionRequest (KEP-4563), shared with Leases.
-pub(crate) const GROUP: &str = "coordination.k8s.io";
+/// The API group of EvictionRequest and Eviction (KEP-4563, as merged in Kubernetes 1.37).
+pub(crate) const GROUP: &str = "lifecycle.k8s.io";
 /// Its resource name.
 pub(crate) const RESOURCE: &str = "evictionrequests";
 
@@ -23,8 +24,8 @@ pub(crate) fn serving<'a>(
 }
 
 /// Asks discovery which version of [`GROUP`] serves EvictionRequests (one call per version of
-/// the group besides `v1`, each bounded by the drain's read deadline); `None` when none does or
-/// discovery fails (the Eviction API is the fallback either way).
+/// the group, preferred first, each bounded by the drain's read deadline); `None` when none
+/// does or discovery fails (the Eviction API is the fallback either way).
 pub(crate) async fn discover(client: &Client) -> Option<String> {
     let timeout = super::act::READ_TIMEOUT;
     let groups = tokio::time::timeout(timeout, client.list_api_groups())
@@ -33,7 +34,13 @@ pub(crate) async fn discover(client: &Client) -> Option<String> {
         .ok()?;
     let group = groups.groups.into_iter().find(|g| g.name == GROUP)?;
     let mut listed = Vec::new();
-    for v in group.versions.iter().filter(|v| v.version != "v1") {
+    let preferred = group
+        .preferred_version
+        .as_ref()
+        .map(|p| p.group_version.clone());
+    let mut versions = group.versions;
+    versions.sort_by_key(|v| Some(&v.group_version) != preferred.as_ref());
+    for v in &versions {
         let call = client.list_api_group_resources(&v.group_version);
         if let Ok(Ok(list)) = tokio::time::timeout(timeout, call).await {
             let names: Vec<String> = list.resources.into_iter().map(|r| r.name).collect();
@@ -56,18 +63,23 @@ mod tests {
     fn the_version_that_lists_evictionrequests_serves_them() {
         assert_eq!(serving([]), None);
         assert_eq!(
-            serving([("coordination.k8s.io/v1beta1", vec!["leasecandidates"])]),
+            serving([("lifecycle.k8s.io/v1beta1", vec!["somethingelse"])]),
             None
         );
         assert_eq!(
             serving([
-                ("coordination.k8s.io/v1beta1", vec!["leasecandidates"]),
+                ("lifecycle.k8s.io/v1beta1", vec!["somethingelse"]),
                 (
-                    "coordination.k8s.io/v1alpha1",
-                    vec!["evictionrequests", "evictionrequests/status"]
+                    "lifecycle.k8s.io/v1alpha1",
+                    vec![
+                        "evictionrequests",
+                        "evictionrequests/status",
+                        "evictions",
+                        "evictions/status"
+                    ]
                 ),
             ]),
-            Some("coordination.k8s.io/v1alpha1")
+            Some("lifecycle.k8s.io/v1alpha1")
         );
     }
 }

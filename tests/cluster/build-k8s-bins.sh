@@ -4,12 +4,12 @@
 #
 #   tests/cluster/build-k8s-bins.sh   # build if missing, print the directory
 #
-# Versions can be overridden with KUBE_VERSION, ETCD_VERSION, KWOK_VERSION.
+# Versions: tests/cluster/versions.sh (KUBE_VERSION, ETCD_VERSION, KWOK_VERSION, each
+# overridable from the environment).
 set -euo pipefail
 
-KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
-ETCD_VERSION=${ETCD_VERSION:-v3.6.14}
-KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
+# shellcheck source=versions.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/versions.sh"
 CACHE_ROOT=${NMO_BIN_CACHE:-$HOME/.cache/nmo-k8s-bins}
 OUT="$CACHE_ROOT/k8s-${KUBE_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"
 BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok)

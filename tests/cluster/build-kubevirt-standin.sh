@@ -6,7 +6,7 @@
 #
 #   tests/cluster/build-kubevirt-standin.sh   # build if missing, print the binary's path
 #
-# KUBE_VERSION (default v1.36.3, as build-k8s-bins.sh) selects client-go v0.<minor>.<patch>.
+# KUBE_VERSION (tests/cluster/versions.sh, as build-k8s-bins.sh) selects client-go v0.<minor>.<patch>.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=go-tool-build.sh

@@ -14,6 +14,8 @@
 set -euo pipefail
 
 CACHE_ROOT=${NMO_BIN_CACHE:-$HOME/.cache/nmo-k8s-bins}
+# shellcheck source=versions.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/versions.sh"
 
 go_tool_build() {
   local name=$1 tag=$2 src=$3 go_directive=$4
@@ -94,12 +96,12 @@ go_cmd_build() {
 }
 
 # go_client_go_build NAME SRC: go_tool_build of our SRC against client-go, api and apimachinery
-# at the staging version that matches the test control plane (KUBE_VERSION, default v1.36.3 as
+# at the staging version that matches the test control plane (KUBE_VERSION of versions.sh, as
 # build-k8s-bins.sh: client-go v0.<minor>.<patch>). `go get` may resolve client-go to another
 # version when the others pull it up; the tool must be the one matching the control plane.
 go_client_go_build() {
   local name=$1 src=$2
-  local kube_version=${KUBE_VERSION:-v1.36.3}
+  local kube_version=$KUBE_VERSION
   local minor=${kube_version#v1.}; minor=${minor%%.*}
   local patch=${kube_version##*.}
   local staging_ver="v0.${minor}.${patch}"

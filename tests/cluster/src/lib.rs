@@ -18,6 +18,7 @@ pub mod load;
 pub mod measure;
 pub mod operator;
 pub mod process;
+pub mod versions;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -289,6 +290,7 @@ impl Cluster {
                 "--audit-log-mode=blocking".into(),
             ]);
         }
+        apiserver.args(versions::apiserver_flags(&versions::kube()));
         cluster.spawn_component("kube-apiserver", apiserver)?;
         cluster.wait_ready("kube-apiserver /readyz", Duration::from_secs(120), || {
             cluster.kubectl_ok(&["get", "--raw=/readyz"])
@@ -308,6 +310,7 @@ impl Cluster {
             format!("--root-ca-file={}", ca_crt.display()),
             "--use-service-account-credentials=false".into(),
         ]);
+        kcm.args(versions::controller_manager_flags(&versions::kube()));
         cluster.spawn_component("kube-controller-manager", kcm)?;
 
         let mut scheduler = Command::new(bins.join("bin/kube-scheduler"));
