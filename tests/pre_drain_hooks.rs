@@ -16,7 +16,7 @@ use common::*;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use nmo_devcluster::audit::{AuditCursor, AuditEvent};
-use nmo_devcluster::operator::Operator;
+use nmo_devcluster::operator::{Operator, OperatorOptions};
 use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
 use node_maintenance_operator::policy::pre_drain_hooks::PRE_DRAIN_HOOK_PREFIX;
 use serde_json::json;
@@ -42,11 +42,15 @@ rules:
 
 struct Env {
     cluster: Cluster,
-    _operator: Mutex<Operator>,
+    operator: Mutex<Operator>,
+    opts: OperatorOptions,
 }
 
+/// The tests of this binary one at a time: one of them replaces the operator.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// One cluster with the audit log above, the manifests installed and one operator running with
-/// its webhook registered.
+/// its webhook registered (no leader election, so a replacement starts at once).
 fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
     ENV.get_or_init(|| {
@@ -57,12 +61,14 @@ fn env() -> &'static Env {
         })
         .unwrap_or_else(|e| panic!("the local control plane did not start: {e}"));
         let installed = installed(&cluster);
-        let opts = installed.options("operator");
+        let mut opts = installed.options("operator");
+        opts.leader_elect = false;
         let operator = fixtures::start_registered(&cluster, &opts)
             .unwrap_or_else(|e| panic!("operator did not start: {e}"));
         Env {
             cluster,
-            _operator: Mutex::new(operator),
+            operator: Mutex::new(operator),
+            opts,
         }
     })
 }
@@ -129,6 +135,7 @@ fn refusal<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> String {
 #[tokio::test]
 async fn two_pre_drain_hooks_hold_the_drain_until_both_owners_remove_theirs() {
     const PODS: usize = 3;
+    let _serial = SERIAL.lock().await;
     let env = env();
     let client = env.cluster.client().await;
     let group = unique("hooks");
@@ -304,6 +311,7 @@ async fn two_pre_drain_hooks_hold_the_drain_until_both_owners_remove_theirs() {
 /// its node.
 #[tokio::test]
 async fn hook_names_are_checked_and_a_hooked_maintenance_deleted_restores_its_node() {
+    let _serial = SERIAL.lock().await;
     let env = env();
     let client = env.cluster.client().await;
     let group = unique("hookname");
@@ -397,4 +405,88 @@ async fn hook_names_are_checked_and_a_hooked_maintenance_deleted_restores_its_no
             .count(),
         2
     );
+}
+
+/// `docs/drain-contract.md` §12, the restart: hooks are read from the object, no memory holds
+/// them. A hooked maintenance's operator is SIGKILLed and a new one started; a second hook added
+/// then is named by the new process's status (its pass ran) while the API server still received
+/// no eviction nor pod DELETE; removing both starts the drain within 2 s and it Succeeds.
+#[tokio::test]
+async fn hooks_hold_across_a_sigkill_and_a_new_operator() {
+    let _serial = SERIAL.lock().await;
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("hookkill");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "hookkill").await;
+    deployment(&client, &ns, "web", &group, 2, 0).await;
+    wait_running(&client, &ns, "web", 2, LIMIT).await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    let name = unique("nm-hookkill");
+    let mut object = nm::new(&name, &node, "restart");
+    object.metadata.annotations = Some([(hook("rook-ceph"), String::new())].into());
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    nms.create(&PostParams::default(), &object).await.unwrap();
+    nm::wait_status(
+        &client,
+        &name,
+        "PreDrainHooks names rook-ceph",
+        LIMIT,
+        |s| hooks_condition(s).is_some_and(|(v, m)| v == "True" && m.contains("\"rook-ceph\"")),
+    )
+    .await;
+    wait_for("the node entered", LIMIT, || {
+        node::in_maintenance(&client, &node)
+    })
+    .await;
+    env.operator.lock().unwrap().process().kill();
+    let replacement = fixtures::start_registered(&env.cluster, &env.opts)
+        .unwrap_or_else(|e| panic!("the new operator did not start: {e}"));
+    *env.operator.lock().unwrap() = replacement;
+    set_annotations(&client, &name, json!({ hook("backup"): "" })).await;
+    nm::wait_status(
+        &client,
+        &name,
+        "the new process names both hooks",
+        LIMIT,
+        |s| {
+            hooks_condition(s).is_some_and(|(v, m)| {
+                v == "True" && m.contains("\"rook-ceph\"") && m.contains("\"backup\"")
+            })
+        },
+    )
+    .await;
+    let seen = disruptions(&mut audit, &ns);
+    assert!(
+        seen.is_empty(),
+        "hooked across the restart: {:?}",
+        describe(&seen)
+    );
+    wait_for("the node still entered", LIMIT, || {
+        node::in_maintenance(&client, &node)
+    })
+    .await;
+    set_annotations(
+        &client,
+        &name,
+        json!({ hook("backup"): null, hook("rook-ceph"): null }),
+    )
+    .await;
+    let removed = jiff::Timestamp::now();
+    let first = wait_for("the first eviction", LIMIT, || {
+        let seen = disruptions(&mut audit, &ns);
+        let first = seen
+            .iter()
+            .find(|e| e.subresource == "eviction")
+            .map(|e| e.received);
+        async move { first.ok_or_else(|| "none yet".to_string()) }
+    })
+    .await;
+    let after = first.duration_since(removed);
+    println!("after the restart: first eviction {after:?} after both hooks' removal was answered");
+    assert!(after < jiff::SignedDuration::from_secs(2), "{after:?}");
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    nm::delete_and_wait_restored(&client, &name, &node).await;
 }
