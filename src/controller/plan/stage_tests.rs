@@ -645,3 +645,48 @@ fn a_hooked_drain_enters_the_node_without_a_round_or_a_start_until_the_last_hook
         Some(t(140))
     );
 }
+
+/// The queue (`--max-parallel-drains`): a hooked maintenance at Drain takes part in the budget
+/// (`policy::drains`); waiting for its slot it leaves its node in service, as any waiting one;
+/// given its slot it enters the node and the hooks hold it there, counting against the budget
+/// (docs/drain-contract.md §12).
+#[test]
+fn a_hooked_maintenance_waits_for_its_slot_in_service_then_holds_it_entered() {
+    use super::pre_drain_hooks::PRE_DRAIN_HOOKS;
+    use crate::controller::queue::Place;
+    let object = hooked(nm(Some(Stage::Drain), None), &["rook"]);
+    assert!(crate::policy::drains(&object, &Default::default(), t(100)));
+    let observed = |queue| Observed {
+        nm: object.clone(),
+        world: World::Maintenance(Box::new(ObservedMaintenance {
+            node: Some(free_node()),
+            holder_live: true,
+            queue,
+            ..ObservedMaintenance::default()
+        })),
+        memory: Memory::default(),
+        schema: StatusSchema::default(),
+        policy: crate::policy::Defaults::default(),
+    };
+    let full = "--max-parallel-drains=1".to_string();
+    let queued = plan(&observed(Some(Place::Queued { position: 1, full })), t(100));
+    assert!(
+        !kinds(&queued).contains(&"enter node"),
+        "{:?}",
+        kinds(&queued)
+    );
+    assert!(matches!(queued.then, Then::Requeue(_)), "{:?}", queued.then);
+    assert_eq!(cond(&queued, PRE_DRAIN_HOOKS), is("True", "HooksPresent"));
+    let admitted = plan(&observed(Some(Place::Draining)), t(100));
+    assert!(
+        kinds(&admitted).contains(&"enter node"),
+        "{:?}",
+        kinds(&admitted)
+    );
+    assert!(
+        matches!(admitted.then, Then::Requeue(_)),
+        "{:?}",
+        admitted.then
+    );
+    assert_eq!(cond(&admitted, PRE_DRAIN_HOOKS), is("True", "HooksPresent"));
+}
