@@ -490,3 +490,85 @@ async fn hooks_hold_across_a_sigkill_and_a_new_operator() {
     nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
+
+/// `docs/drain-contract.md` §12, pause and hooks: both hold. A paused maintenance with a hook
+/// whose hook is removed stays held by the pause: once its status says the hooks are gone
+/// (`PreDrainHooks=False`, a pass ran after the removal) with `DrainPaused=True`, the API server
+/// has received no eviction nor pod DELETE. The drain's start is recorded then, not before: a
+/// pause holds evictions, not the deadline (§10), a hook holds both. Unpaused, it drains and
+/// Succeeds.
+#[tokio::test]
+async fn a_paused_maintenance_whose_hooks_are_gone_stays_held_until_unpaused() {
+    let _serial = SERIAL.lock().await;
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("hookpause");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "hookpause").await;
+    deployment(&client, &ns, "web", &group, 2, 0).await;
+    wait_running(&client, &ns, "web", 2, LIMIT).await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    let name = unique("nm-hookpause");
+    let mut object = nm::new(&name, &node, "pause and hook");
+    object.metadata.annotations = Some(
+        [
+            (hook("rook-ceph"), String::new()),
+            (
+                node_maintenance_operator::policy::PAUSED_ANNOTATION.to_string(),
+                "true".to_string(),
+            ),
+        ]
+        .into(),
+    );
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    nms.create(&PostParams::default(), &object).await.unwrap();
+    nm::wait_status(&client, &name, "hooked and paused", LIMIT, |s| {
+        hooks_condition(s).is_some_and(|(v, _)| v == "True")
+    })
+    .await;
+    let held = Api::<Node>::all(client.clone()).get(&node).await.unwrap();
+    let annotations = held.metadata.annotations.unwrap_or_default();
+    assert!(
+        !annotations.contains_key(node_maintenance_operator::api::DRAIN_STARTED_ANNOTATION),
+        "no start while hooked: {annotations:?}"
+    );
+    set_annotations(&client, &name, json!({ hook("rook-ceph"): null })).await;
+    let removed = jiff::Timestamp::now();
+    let paused = |s: &NodeMaintenanceStatus| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "DrainPaused" && c.status == "True")
+    };
+    nm::wait_status(&client, &name, "hooks gone, still paused", LIMIT, |s| {
+        hooks_condition(s).is_some_and(|(v, _)| v == "False") && paused(s)
+    })
+    .await;
+    wait_for("the node entered", LIMIT, || {
+        node::in_maintenance(&client, &node)
+    })
+    .await;
+    let seen = disruptions(&mut audit, &ns);
+    assert!(seen.is_empty(), "paused, hooks gone: {:?}", describe(&seen));
+    let start = node_drain_started(&client, &node).await;
+    assert!(
+        start >= removed - jiff::SignedDuration::from_secs(1),
+        "the start {start} predates the hook's removal at {removed}"
+    );
+    set_annotations(
+        &client,
+        &name,
+        json!({ node_maintenance_operator::policy::PAUSED_ANNOTATION: "false" }),
+    )
+    .await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let seen = disruptions(&mut audit, &ns);
+    assert!(
+        seen.iter().any(|e| e.subresource == "eviction"),
+        "unpaused, evicted: {:?}",
+        describe(&seen)
+    );
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
