@@ -13,6 +13,7 @@ use kube::ResourceExt;
 
 use crate::api::{DrainRule, NodeMaintenance, OnTimeout, Stage};
 
+pub mod pre_drain_hooks;
 mod strict;
 
 /// Annotation of the `paused` knob: `"true"` or `"false"`.
@@ -105,6 +106,10 @@ pub struct DrainPolicy {
     pub start_at: Option<jiff::Timestamp>,
     /// How long it stays once Succeeded before the operator deletes it (`None`: for ever).
     pub expire_after: Option<Duration>,
+    /// The owners of the pre-drain hooks that hold the drain ([`pre_drain_hooks::owners`], in
+    /// name order; empty: none). Not a knob: read from the annotations alone, no spec field or
+    /// flag (a hook is one owner's own hold).
+    pub hooks: Vec<String>,
     /// When the deadline counts from, filled in by the maintenance pass (not a knob; `None`
     /// from [`resolve`]): the drain's start recorded on the node, or when a maintenance that
     /// waited for a drain slot got one.
@@ -112,6 +117,11 @@ pub struct DrainPolicy {
 }
 
 impl DrainPolicy {
+    /// Whether no eviction may be sent now: paused, or held by a pre-drain hook.
+    pub fn holds_evictions(&self) -> bool {
+        self.paused || !self.hooks.is_empty()
+    }
+
     /// The drain's deadline: `started` (the API server's time the node was entered) plus
     /// `drain_timeout`; `None` without a timeout, a start, or when it is beyond jiff's range.
     pub fn deadline(&self, started: Option<jiff::Timestamp>) -> Option<jiff::Timestamp> {
@@ -341,7 +351,17 @@ pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> (DrainPolicy, Vec<I
             )),
         });
     }
+    for (_, value, why) in pre_drain_hooks::refused(nm) {
+        k.invalid.push(InvalidKnob {
+            knob: "preDrainHooks",
+            source_name: "metadata.annotations",
+            value: value.clone(),
+            accepted: pre_drain_hooks::HOOKS_ACCEPTED,
+            detail: Some(why),
+        });
+    }
     let policy = DrainPolicy {
+        hooks: pre_drain_hooks::owners(nm),
         paused,
         node_conditions,
         start_at,

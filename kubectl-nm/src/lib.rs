@@ -8,7 +8,8 @@
 //! - `watch <node|nm> [--timeout <duration>]` follows an existing maintenance until it Succeeds,
 //!   printing a block (phase, progress, blocker table) only when one of them changed
 //!   ([`follow`]);
-//! - `why <node|nm> [-o json|yaml]` prints what keeps pods on the node: a table of pod, reason,
+//! - `why <node|nm> [-o json|yaml]` prints what keeps pods on the node: the pre-drain hooks that
+//!   hold the whole drain, by owner, then a table of pod, reason,
 //!   budget, the healthy pods the budget needs and has, and when the drain is due;
 //! - `stop <node> [--wait] [--timeout <duration>] [--lease-namespace <ns>]` deletes the node's
 //!   NodeMaintenances and, with `--wait`, returns once they are gone and the node is as the
@@ -313,6 +314,7 @@ async fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<(
                     nm.spec.node_name,
                     render::summary(&status)
                 );
+                let _ = write!(out, "{}", render::hooks_line(nm).unwrap_or_default());
                 let _ = write!(out, "{}", render::blocker_table(&status));
             }
             Ok(())

@@ -101,6 +101,23 @@ pub(crate) fn summary(s: &NodeMaintenanceStatus) -> String {
     parts.join(", ")
 }
 
+/// What holds the whole drain before any pod: the pre-drain hooks on `nm`, by owner, read from
+/// its annotations (present on upstream's CRD too, where the `PreDrainHooks` condition is
+/// pruned); `None` when there is none.
+pub(crate) fn hooks_line(nm: &NodeMaintenance) -> Option<String> {
+    use node_maintenance_operator::policy::pre_drain_hooks::{PRE_DRAIN_HOOK_PREFIX, owners};
+    let owners = owners(nm);
+    if owners.is_empty() {
+        return None;
+    }
+    let shown: Vec<String> = owners.iter().map(|o| format!("{o:?}")).collect();
+    Some(format!(
+        "held by pre-drain hooks of {} (PreDrainHooks): no pod is evicted until each owner \
+         removes its annotation {PRE_DRAIN_HOOK_PREFIX}<owner>\n",
+        shown.join(", ")
+    ))
+}
+
 /// The blockers, one row per pod (POD, REASON, BUDGET, NEEDS, HAS), sorted by namespace and
 /// name, so the same facts always give the same rows whatever order the status lists them in.
 /// A pod listed twice keeps its first entry, with the budget's figures of a later one when the
@@ -195,6 +212,25 @@ mod tests {
         asked["status"] = serde_json::json!({"conditions": [{"type": "Stage", "status": "True",
             "reason": "Preflight", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
         assert_eq!(stage_shown(&nm(asked)), "Preflight");
+    }
+
+    #[test]
+    fn why_names_the_pre_drain_hooks_that_hold_the_drain() {
+        let nm = |v: serde_json::Value| -> NodeMaintenance { serde_json::from_value(v).unwrap() };
+        let mut v = serde_json::json!({"metadata": {"name": "nm"}, "spec": {"nodeName": "n1"}});
+        assert_eq!(hooks_line(&nm(v.clone())), None);
+        v["metadata"]["annotations"] = serde_json::json!({
+            "pre-drain.hook.nodemaintenance.medik8s.io/rook-ceph": "",
+            "pre-drain.hook.nodemaintenance.medik8s.io/backup": "",
+        });
+        assert_eq!(
+            hooks_line(&nm(v)).as_deref(),
+            Some(
+                "held by pre-drain hooks of \"backup\", \"rook-ceph\" (PreDrainHooks): no pod is \
+                 evicted until each owner removes its annotation \
+                 pre-drain.hook.nodemaintenance.medik8s.io/<owner>\n"
+            )
+        );
     }
 
     #[test]

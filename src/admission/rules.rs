@@ -53,6 +53,15 @@ pub(crate) enum Denial {
     /// A drain knob's annotation has a value the operator refuses (ours, `crate::policy`).
     #[error("{0}")]
     InvalidKnob(String),
+    /// An UPDATE adds a pre-drain hook after the drain started (ours,
+    /// `crate::policy::pre_drain_hooks::may_add`).
+    #[error("{0}")]
+    HookAfterDrainStart(String),
+    /// Whether the drain started could not be read for an UPDATE that adds a pre-drain hook.
+    #[error(
+        "could not check whether the drain started, for the pre-drain hook added, please try again: {0}"
+    )]
+    DrainStartLookup(String),
     /// `onTimeout: ForceDelete` asked while the operator's ServiceAccount may not delete pods
     /// (ours; its SelfSubjectAccessReview said so).
     #[error(

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 
 use super::cache::{self, CacheTasks, Caches, NmEvent, QuorumStores};
@@ -458,6 +458,46 @@ impl Admission {
         }
     }
 
+    /// Refuses an UPDATE that adds a pre-drain hook once the drain started
+    /// ([`crate::policy::pre_drain_hooks::may_add`]). The fact is the API server's: the start
+    /// recorded on the node (`nodemaintenance.medik8s.io/drain-started`, under this
+    /// maintenance's holder record), read by one live GET under [`LOOKUP_TIMEOUT`] (the Node
+    /// cache keeps no annotation), or the start an earlier version recorded on the object
+    /// itself. `status.drainStartTime` is upstream's first pass, before any hook is let go, so it
+    /// is not read. Reads nothing when no hook is added.
+    ///
+    /// # Errors
+    /// [`Denial::HookAfterDrainStart`], or [`Denial::DrainStartLookup`] when the node could not
+    /// be read.
+    async fn may_add_hooks(
+        &self,
+        old: &NodeMaintenance,
+        new: &NodeMaintenance,
+    ) -> Result<(), Denial> {
+        use crate::policy::pre_drain_hooks;
+        let added = pre_drain_hooks::added(old, new);
+        if added.is_empty() {
+            return Ok(());
+        }
+        let legacy = new
+            .annotations()
+            .get(crate::api::DRAIN_STARTED_ANNOTATION)
+            .and_then(|v| v.parse::<jiff::Timestamp>().ok());
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let node = tokio::time::timeout(LOOKUP_TIMEOUT, nodes.get_opt(&new.spec.node_name))
+            .await
+            .map_err(|_| {
+                let s = LOOKUP_TIMEOUT.as_secs();
+                Denial::DrainStartLookup(format!("no answer within {s} s"))
+            })?
+            .map_err(|e| Denial::DrainStartLookup(e.to_string()))?;
+        let name = new.name_any();
+        let on_node = node
+            .filter(|n| crate::node::observe(n).holder.as_deref() == Some(name.as_str()))
+            .and_then(|n| crate::node::drain_started(&n));
+        pre_drain_hooks::may_add(&added, on_node.or(legacy)).map_err(Denial::HookAfterDrainStart)
+    }
+
     /// Decides a review; `Ok` carries the warnings of an admitted one.
     async fn decide(&self, req: &AdmissionRequest<NodeMaintenance>) -> Result<Vec<String>, Denial> {
         match req.operation {
@@ -475,7 +515,8 @@ impl Admission {
                 }
             }
             // The controller's own finalizer patches come through here: only the two objects
-            // are read, never the API.
+            // are read, never the API, save for an UPDATE that adds a pre-drain hook (the
+            // controller never does) or newly asks ForceDelete.
             Operation::Update => {
                 let new = req.object.as_ref().ok_or(Denial::MissingObject("object"))?;
                 let old = req
@@ -483,6 +524,7 @@ impl Admission {
                     .as_ref()
                     .ok_or(Denial::MissingObject("oldObject"))?;
                 validate_update(old, new)?;
+                self.may_add_hooks(old, new).await?;
                 self.may_force_delete(Some(old), new).await?;
                 Ok(Vec::new())
             }

@@ -44,6 +44,9 @@ pub(crate) enum Halt {
     Deleting,
     /// Its `paused` knob resolves to true (annotation, spec, flag).
     Paused,
+    /// A pre-drain hook holds it (`crate::policy::pre_drain_hooks`): one added after the drain
+    /// started, on a cluster whose webhook did not refuse it.
+    Hooked,
     /// Its `stage` knob resolves to a stage short of `Drain`.
     Stage(Stage),
     /// Not of the maintenance: the controller stopped (shutdown, leadership lost), so the
@@ -57,6 +60,7 @@ impl std::fmt::Display for Halt {
             Self::Gone => f.write_str("the maintenance is gone"),
             Self::Deleting => f.write_str("the maintenance is being deleted"),
             Self::Paused => f.write_str("the maintenance is paused"),
+            Self::Hooked => f.write_str("a pre-drain hook holds the maintenance"),
             Self::Stage(s) => write!(f, "the maintenance is in stage {s:?}, not Drain"),
             Self::Stopped => f.write_str("the controller stopped"),
         }
@@ -66,7 +70,7 @@ impl std::fmt::Display for Halt {
 /// Whether the maintenance whose round decided a request (UID `uid`) may send it, given
 /// `current`, the object of its name as the controller's cache holds it now (`None`: not held),
 /// and the operator's `defaults` (the knobs' flags): it is held with the same UID, is not
-/// being deleted, is not paused and its stage is `Drain`, each knob resolved as the pass
+/// being deleted, is not paused, no pre-drain hook holds it and its stage is `Drain`, each knob resolved as the pass
 /// resolves it ([`crate::policy::resolve`]: a refused value falls back as if absent).
 ///
 /// # Errors
@@ -85,6 +89,9 @@ pub(crate) fn may_send(
     let (policy, _) = crate::policy::resolve(nm, defaults);
     if policy.paused {
         return Err(Halt::Paused);
+    }
+    if !policy.hooks.is_empty() {
+        return Err(Halt::Hooked);
     }
     if policy.stage != Stage::Drain {
         return Err(Halt::Stage(policy.stage));
@@ -169,5 +176,27 @@ mod tests {
             may_send(Some("u1"), Some(&annotated), &d),
             Err(Halt::Stage(Stage::Idle))
         );
+    }
+
+    #[test]
+    fn a_pre_drain_hook_stops_what_a_round_decided_until_its_owner_removes_it() {
+        let d = Defaults::default();
+        let mut hooked = nm("u1");
+        let hook = |o: &str| {
+            format!(
+                "{}{o}",
+                crate::policy::pre_drain_hooks::PRE_DRAIN_HOOK_PREFIX
+            )
+        };
+        let annotations = hooked.metadata.annotations.get_or_insert_default();
+        annotations.insert(hook("rook-ceph"), String::new());
+        annotations.insert(hook("backup"), String::new());
+        assert_eq!(may_send(Some("u1"), Some(&hooked), &d), Err(Halt::Hooked));
+        let annotations = hooked.metadata.annotations.get_or_insert_default();
+        annotations.remove(&hook("rook-ceph"));
+        assert_eq!(may_send(Some("u1"), Some(&hooked), &d), Err(Halt::Hooked));
+        let annotations = hooked.metadata.annotations.get_or_insert_default();
+        annotations.remove(&hook("backup"));
+        assert_eq!(may_send(Some("u1"), Some(&hooked), &d), Ok(()));
     }
 }

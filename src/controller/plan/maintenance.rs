@@ -396,6 +396,7 @@ impl<'a> Pass<'a> {
         let drains = self.drain_policy.stage == Stage::Drain
             && !self.timeline.queued
             && self.status.phase != Some(MaintenancePhase::Succeeded);
+        let drains = super::pre_drain_hooks::may_start(drains, &self.drain_policy.hooks);
         let recorded = node::drain_started(node);
         let entering = node::records_start(&outcome);
         let record = timeline::start_record(drains, entering, recorded, self.server_now());
@@ -455,7 +456,8 @@ impl<'a> Pass<'a> {
         let wanted = p.node_conditions.then(|| {
             let held = !self.waits && steps(p.stage).contains(&PassStep::Enter);
             let succeeded = self.status.phase == Some(MaintenancePhase::Succeeded);
-            let mut l = Lifecycle::of(p.stage, held, succeeded);
+            let l = Lifecycle::of(p.stage, held, succeeded);
+            let mut l = super::pre_drain_hooks::lifecycle(l, &p.hooks);
             if self.window.is_some() {
                 l.planned.1 = condition::MAINTENANCE_WINDOW;
             }
@@ -481,7 +483,8 @@ impl<'a> Pass<'a> {
             self.generation(),
             self.now,
         );
-        self.status = status;
+        let hooks = &self.drain_policy.hooks;
+        self.status = super::pre_drain_hooks::status(&status, hooks, self.generation(), self.now);
         self.w.events(events, self.node);
         self.memory.paused = Some(self.drain_policy.paused);
         Flow::Continue(())
@@ -520,19 +523,14 @@ impl<'a> Pass<'a> {
         self.status = status;
         self.w.events(events, self.node);
         self.memory.queued = place.map(|p| matches!(p, Place::Queued { .. }));
-        if (self.drain_policy.paused || self.waits)
+        if (self.drain_policy.holds_evictions() || self.waits)
             && self.status.phase != Some(MaintenancePhase::Succeeded)
         {
-            // Paused, or queued for a drain slot: the node, lease and label are enforced above;
-            // no round, so no new eviction. An edit of the object (unpausing) or a freed slot
-            // (`Context::wake_admitted`) starts the next pass; the lease is renewed on time, and
-            // a deadline still passes (the pass at it applies onTimeout Fail).
-            let p = &self.drain_policy;
-            let until_deadline = p
-                .deadline(p.deadline_start)
-                .and_then(|d| Duration::try_from(d.duration_since(self.server_now())).ok())
-                .filter(|d| !d.is_zero());
-            let requeue = until_deadline.map_or(REQUEUE_SUCCEEDED, |d| d.min(REQUEUE_SUCCEEDED));
+            // Paused, held by a pre-drain hook or queued for a drain slot: the node, lease and
+            // label are enforced above; no round, so no new eviction. An edit of the object
+            // (unpausing, a hook removed) or a freed slot (`Context::wake_admitted`) starts the
+            // next pass; the lease is renewed on time, and a deadline still passes.
+            let requeue = timeline::held_requeue(&self.drain_policy, self.server_now());
             return Flow::Break(self.hold(requeue));
         }
         Flow::Continue(())

@@ -9,6 +9,7 @@
 //! - `steps.rs`: the pass's steps, and those each stage runs;
 //! - `timeline.rs`: the maintenance's moments, and the deadline, arrival, expiry and slot read
 //!   from them;
+//! - `pre_drain_hooks.rs`: the pre-drain hooks' condition, and the start they hold back;
 //! - `deletion.rs`: the deletion pass (restore or hand over, lease, finalizer);
 //! - `status.rs`: the status steps (phases, conditions, events, requeues);
 //! - `encode.rs`: when a status is worth a write, and its merge patch;
@@ -17,6 +18,7 @@
 mod deletion;
 mod encode;
 mod maintenance;
+mod pre_drain_hooks;
 mod preflight_events;
 #[cfg(test)]
 mod stage_tests;

@@ -537,3 +537,156 @@ fn a_succeeded_maintenance_deletes_itself_once_it_expires() {
     assert_eq!(kinds(&p), ["status", "status"]);
     assert_eq!(p.then, Then::Requeue(Requeue::After(REQUEUE_SUCCEEDED)));
 }
+
+/// `nm` with pre-drain hooks of `owners`.
+fn hooked(mut nm: NodeMaintenance, owners: &[&str]) -> NodeMaintenance {
+    let prefix = crate::policy::pre_drain_hooks::PRE_DRAIN_HOOK_PREFIX;
+    for o in owners {
+        nm.annotations_mut()
+            .insert(format!("{prefix}{o}"), String::new());
+    }
+    nm
+}
+
+#[test]
+fn a_hooked_drain_enters_the_node_without_a_round_or_a_start_until_the_last_hook_goes() {
+    use super::pre_drain_hooks::PRE_DRAIN_HOOKS;
+    let key = crate::node::DRAIN_STARTED_ANNOTATION;
+    let mut drain = nm(Some(Stage::Drain), None);
+    drain.spec.drain_timeout = Some("40s".into());
+    // Two hooks at the first pass: the node is entered (cordon, taints, label, record), the
+    // lease taken, no start recorded, no round, no deadline; the status names both.
+    let first = plan_of(
+        hooked(drain.clone(), &["rook", "backup"]),
+        free_node(),
+        None,
+        Stage::Drain,
+    );
+    let enter = first.writes.iter().find_map(|w| match w {
+        Write::Node { patch, .. } => Some(patch.clone()),
+        _ => None,
+    });
+    let enter = enter.expect("the node is entered");
+    assert_eq!(enter["spec"]["unschedulable"], true, "{enter}");
+    assert!(
+        enter["metadata"]["annotations"].get(key).is_none(),
+        "{enter}"
+    );
+    assert!(
+        kinds(&first).contains(&"create lease"),
+        "{:?}",
+        kinds(&first)
+    );
+    assert!(matches!(first.then, Then::Requeue(_)), "{:?}", first.then);
+    let s = first.status.clone().unwrap();
+    assert_eq!(s.drain_deadline, None);
+    assert_eq!(cond(&first, PRE_DRAIN_HOOKS), is("True", "HooksPresent"));
+    let c = condition(&s, PRE_DRAIN_HOOKS).unwrap();
+    assert!(c.message.contains("\"backup\", \"rook\""), "{}", c.message);
+    // One removed: still held, naming the other; the entered node gets no start.
+    let mut one = hooked(drain.clone(), &["rook"]);
+    one.status = Some(s);
+    let p = plan_of(one, entered_node(), Some(our_lease()), Stage::Drain);
+    assert!(matches!(p.then, Then::Requeue(_)), "{:?}", p.then);
+    assert!(
+        !p.writes.iter().any(|w| matches!(w, Write::Node { .. })),
+        "{:?}",
+        p.writes
+    );
+    let s = p.status.clone().unwrap();
+    let c = condition(&s, PRE_DRAIN_HOOKS).unwrap();
+    assert!(
+        c.message.contains("\"rook\"") && !c.message.contains("backup"),
+        "{}",
+        c.message
+    );
+    // Paused as well: removing the last hook leaves the pause holding.
+    let mut paused = drain.clone();
+    paused.spec.paused = Some(true);
+    paused.status = Some(s.clone());
+    let p = plan_of(paused, entered_node(), Some(our_lease()), Stage::Drain);
+    assert!(matches!(p.then, Then::Requeue(_)), "paused: {:?}", p.then);
+    // Stage Cordon with a hook: Cordon holds, as without one.
+    let cordon = plan_of(
+        hooked(nm(Some(Stage::Cordon), None), &["rook"]),
+        entered_node(),
+        Some(our_lease()),
+        Stage::Drain,
+    );
+    assert!(matches!(cordon.then, Then::Requeue(_)), "{:?}", cordon.then);
+    // The last removed: this pass records the start, the deadline counts from it, the round
+    // runs, and the condition says the hooks are gone.
+    drain.status = Some(s);
+    let p = plan_of(
+        drain.clone(),
+        entered_node(),
+        Some(our_lease()),
+        Stage::Drain,
+    );
+    let Then::Drain(round) = &p.then else {
+        panic!("{:?}", p.then)
+    };
+    assert_eq!(round.started, Some(t(100)));
+    let start = p.writes.iter().find_map(|w| match w {
+        Write::Node { patch, .. } => Some(patch["metadata"]["annotations"][key].clone()),
+        _ => None,
+    });
+    assert_eq!(start, Some(serde_json::json!(t(100).to_string())));
+    assert_eq!(cond(&p, PRE_DRAIN_HOOKS), is("False", "HooksRemoved"));
+    // The next pass reads the start from the node: the deadline is 40 s after the removal's
+    // pass, not after the entry.
+    let mut node = entered_node();
+    node.annotations_mut()
+        .insert(key.into(), t(100).to_string());
+    drain.status = p.status.clone();
+    let later = plan_of(drain, node, Some(our_lease()), Stage::Drain);
+    assert_eq!(
+        later.status.unwrap().drain_deadline.map(|d| d.0),
+        Some(t(140))
+    );
+}
+
+/// The queue (`--max-parallel-drains`): a hooked maintenance at Drain takes part in the budget
+/// (`policy::drains`); waiting for its slot it leaves its node in service, as any waiting one;
+/// given its slot it enters the node and the hooks hold it there, counting against the budget
+/// (docs/drain-contract.md §12).
+#[test]
+fn a_hooked_maintenance_waits_for_its_slot_in_service_then_holds_it_entered() {
+    use super::pre_drain_hooks::PRE_DRAIN_HOOKS;
+    use crate::controller::queue::Place;
+    let object = hooked(nm(Some(Stage::Drain), None), &["rook"]);
+    assert!(crate::policy::drains(&object, &Default::default(), t(100)));
+    let observed = |queue| Observed {
+        nm: object.clone(),
+        world: World::Maintenance(Box::new(ObservedMaintenance {
+            node: Some(free_node()),
+            holder_live: true,
+            queue,
+            ..ObservedMaintenance::default()
+        })),
+        memory: Memory::default(),
+        schema: StatusSchema::default(),
+        policy: crate::policy::Defaults::default(),
+    };
+    let full = "--max-parallel-drains=1".to_string();
+    let queued = plan(&observed(Some(Place::Queued { position: 1, full })), t(100));
+    assert!(
+        !kinds(&queued).contains(&"enter node"),
+        "{:?}",
+        kinds(&queued)
+    );
+    assert!(matches!(queued.then, Then::Requeue(_)), "{:?}", queued.then);
+    assert_eq!(cond(&queued, PRE_DRAIN_HOOKS), is("True", "HooksPresent"));
+    let admitted = plan(&observed(Some(Place::Draining)), t(100));
+    assert!(
+        kinds(&admitted).contains(&"enter node"),
+        "{:?}",
+        kinds(&admitted)
+    );
+    assert!(
+        matches!(admitted.then, Then::Requeue(_)),
+        "{:?}",
+        admitted.then
+    );
+    assert_eq!(cond(&admitted, PRE_DRAIN_HOOKS), is("True", "HooksPresent"));
+}

@@ -129,6 +129,21 @@ pub(crate) fn arrival(t: &Timeline) -> Option<jiff::Timestamp> {
     t.began()
 }
 
+/// When the pass of a maintenance that sends no eviction (paused, hooked, queued) comes back:
+/// at its deadline (`policy`'s, by the API server's clock `now`), where the pass applies
+/// onTimeout, or after [`REQUEUE_SUCCEEDED`] (the lease renewed) when that is sooner or there is
+/// none (no start: a held drain has not started).
+pub(crate) fn held_requeue(
+    policy: &crate::policy::DrainPolicy,
+    now: jiff::Timestamp,
+) -> std::time::Duration {
+    let until_deadline = policy
+        .deadline(policy.deadline_start)
+        .and_then(|d| std::time::Duration::try_from(d.duration_since(now)).ok())
+        .filter(|d| !d.is_zero());
+    until_deadline.map_or(REQUEUE_SUCCEEDED, |d| d.min(REQUEUE_SUCCEEDED))
+}
+
 /// When a Succeeded maintenance expires: this drain's end plus `after` (`expireAfter`); `None`
 /// while it has not ended (or its end is not recorded: a CRD that prunes conditions), or out of
 /// jiff's range.
