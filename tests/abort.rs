@@ -122,6 +122,20 @@ async fn stays_given_back(client: &kube::Client, name: &str, node: &str, window:
     }
 }
 
+/// Kills the binary's operator (SIGKILL: no shutdown path runs) and starts another one.
+fn restart(env: &Env) {
+    let mut slot = env.operator.lock().unwrap();
+    if let Some(mut op) = slot.take() {
+        op.process().kill();
+    }
+    let mut options = env.options.clone();
+    options.name = "operator-2".into();
+    *slot = Some(
+        fixtures::start_registered(&env.cluster, &options)
+            .unwrap_or_else(|e| panic!("the second operator did not start: {e}")),
+    );
+}
+
 /// `docs/drain-contract.md` §10a: `drainTimeout: 15s, onTimeout: Abort` with a budget that
 /// allows nothing. Before the deadline the budget refuses evictions; at it the node is
 /// schedulable, untainted and unlabelled and the lease gone, the maintenance Failed with reason
@@ -236,18 +250,7 @@ async fn an_aborted_maintenance_stays_aborted_across_a_restart_and_frees_its_slo
     nm::wait_status(&client, &name, "aborted", LIMIT, aborted).await;
     wait_given_back(&client, &nodes[0]).await;
 
-    let mut slot = env.operator.lock().unwrap();
-    if let Some(mut op) = slot.take() {
-        // SIGKILL: no shutdown path runs.
-        op.process().kill();
-    }
-    let mut options = env.options.clone();
-    options.name = "operator-2".into();
-    *slot = Some(
-        fixtures::start_registered(&env.cluster, &options)
-            .unwrap_or_else(|e| panic!("the second operator did not start: {e}")),
-    );
-    drop(slot);
+    restart(env);
 
     // The new operator runs (it drains the next maintenance) and the slot is free for it.
     let next = unique("nm-after-abort");
