@@ -263,3 +263,84 @@ async fn an_aborted_maintenance_stays_aborted_across_a_restart_and_frees_its_slo
     nm::wait_gone(&client, &name, LIMIT).await;
     node::restored(&client, &nodes[0]).await.unwrap();
 }
+
+/// `docs/drain-contract.md` §10a with pause and stages: a maintenance paused from the start
+/// still reaches its deadline and is aborted (its node given back); unpausing changes nothing;
+/// moved to `Idle` the abort ends (`Aborted=False`, Running), and back at `Drain` a new drain
+/// enters the node and is aborted again at its own, later deadline.
+#[tokio::test]
+async fn a_paused_drain_is_aborted_at_its_deadline_and_idle_then_drain_is_a_new_drain() {
+    let _serial = SERIAL.lock().await;
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("abort-stage");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "abort-stage").await;
+    held_pod(&client, &ns, &node).await;
+    let name = unique("nm-abort-stage");
+    let api = Api::<NodeMaintenance>::all(client.clone());
+    let mut nm = serde_json::to_value(nm::new(&name, &node, "e2e")).unwrap();
+    nm["spec"]["drainTimeout"] = json!(format!("{}s", TIMEOUT.as_secs()));
+    nm["spec"]["onTimeout"] = json!("Abort");
+    nm["spec"]["paused"] = json!(true);
+    api.create(&PostParams::default(), &serde_json::from_value(nm).unwrap())
+        .await
+        .unwrap();
+    let first = nm::wait_status(&client, &name, "aborted while paused", LIMIT, aborted).await;
+    wait_given_back(&client, &node).await;
+    let spec = |patch: serde_json::Value| {
+        let api = api.clone();
+        let name = name.clone();
+        async move {
+            api.patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({ "spec": patch })),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    spec(json!({"paused": false})).await;
+    stays_given_back(&client, &name, &node, Duration::from_secs(5)).await;
+
+    spec(json!({"stage": "Idle"})).await;
+    nm::wait_status(&client, &name, "the abort ended by Idle", LIMIT, |s| {
+        s.phase == Some(MaintenancePhase::Running)
+            && s.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Aborted" && c.status == "False" && c.reason == "AbortEnded")
+    })
+    .await;
+    node::restored(&client, &node).await.unwrap();
+
+    spec(json!({"stage": "Drain"})).await;
+    wait_for(
+        &format!("node {node} entered by the new drain"),
+        LIMIT,
+        || node::in_maintenance(&client, &node),
+    )
+    .await;
+    let second = nm::wait_status(&client, &name, "aborted again", LIMIT, aborted).await;
+    wait_given_back(&client, &node).await;
+    let aborted_at = |nm: &NodeMaintenance| {
+        nm.status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .find(|c| c.type_ == "Aborted")
+            .map(|c| c.last_transition_time.0)
+            .unwrap()
+    };
+    let (a, b) = (aborted_at(&first), aborted_at(&second));
+    assert!(
+        b.duration_since(a) >= jiff::SignedDuration::try_from(TIMEOUT).unwrap(),
+        "the second abort at {b} is not a full drainTimeout after the first at {a}"
+    );
+    eprintln!("abort-stage: aborted at {a}, then at {b} after Idle and Drain");
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+    node::restored(&client, &node).await.unwrap();
+}
