@@ -31,8 +31,11 @@ pub(crate) const ABORTED: &str = crate::api::ABORTED_CONDITION;
 pub(crate) const DRAIN_ABORTED: &str = crate::api::DRAIN_ABORTED_REASON;
 /// Reason of `Aborted=False` once a stage short of Cordon ended the abort.
 pub(crate) const ABORT_ENDED: &str = "AbortEnded";
-/// The pass after the abort is recorded comes back at once to release the node.
-pub(crate) const REQUEUE_ABORTED: Duration = Duration::from_millis(100);
+/// The pass after the abort is recorded starts with the status write's own watch event, once the
+/// controller's cache holds it (the write changes the phase and a condition: `write::wakes`), so
+/// it reads the abort back; this is its fallback. A timer of its own could start that pass on a
+/// cache without the write, which would record the abort (and announce it) again.
+pub(crate) const REQUEUE_ABORTED: Duration = Duration::from_secs(5);
 
 /// What `lastError` says of an abort; read back only where the CRD prunes conditions.
 pub(crate) const ABORT_MARKER: &str = "onTimeout Abort: the drain is aborted";
@@ -99,9 +102,8 @@ pub(crate) fn standing(
 ///
 /// The step records phase `Failed`, `lastError` (the deadline, then the pods the last round left:
 /// its blockers as `<ns>/<pod> (<reason>)`, else `pendingPods`), `Aborted=True` reason
-/// [`DRAIN_ABORTED`], the Warning events `DrainDeadlineExceeded` and `FailedMaintenance`, and
-/// comes back after [`REQUEUE_ABORTED`]: the release is the next pass's, decided from this
-/// status as read back.
+/// [`DRAIN_ABORTED`], the Warning events `DrainDeadlineExceeded` and `FailedMaintenance`; the
+/// release is the next pass's, decided from this status as read back ([`REQUEUE_ABORTED`]).
 pub(crate) fn at_deadline(
     status: &NodeMaintenanceStatus,
     overdue: Option<OnTimeout>,
