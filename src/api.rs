@@ -52,6 +52,13 @@ pub const ENTERED_NODE_UID_ANNOTATION: &str = "nodemaintenance.medik8s.io/entere
 /// entered node's.
 pub const DRAIN_STARTED_ANNOTATION: &str = "nodemaintenance.medik8s.io/drain-started";
 
+/// Condition type in `status.conditions` recording that the drain was aborted at its deadline
+/// (`onTimeout: Abort`, `True`), or that the abort ended (`False`, a stage short of Cordon)
+/// (docs/drain-contract.md §10a).
+pub const ABORTED_CONDITION: &str = "Aborted";
+/// Reason of `Aborted=True`: the drain did not finish by its deadline and `onTimeout` is `Abort`.
+pub const DRAIN_ABORTED_REASON: &str = "DrainAborted";
+
 /// Desired state: which node to keep in maintenance, and why.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[kube(
@@ -95,7 +102,8 @@ pub struct NodeMaintenanceSpec {
     /// What happens once drainTimeout has passed: Wait (keep draining, with a Warning event),
     /// Fail (phase Failed, the node stays cordoned), SkipStuck (stop waiting for pods whose
     /// deletion is overdue) or ForceDelete (delete each remaining pod its own grace period
-    /// ahead of the deadline, so it ends by then). The annotation nodemaintenance.medik8s.io/onTimeout wins over this field, which
+    /// ahead of the deadline, so it ends by then) or Abort (the node restored as on delete,
+    /// nothing more evicted, phase Failed with reason DrainAborted). The annotation nodemaintenance.medik8s.io/onTimeout wins over this field, which
     /// wins over the operator's --on-timeout flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_timeout: Option<OnTimeout>,
@@ -234,6 +242,10 @@ pub enum OnTimeout {
     /// grace cut to the time left (needs pods delete).
     #[value(name = "ForceDelete")]
     ForceDelete,
+    /// Give the node back: restored as on delete (uncordoned unless cordoned before, taints,
+    /// label and lease removed), nothing more evicted; phase Failed, reason DrainAborted.
+    #[value(name = "Abort")]
+    Abort,
 }
 
 impl OnTimeout {
@@ -243,7 +255,24 @@ impl OnTimeout {
         (Self::Fail, "Fail"),
         (Self::SkipStuck, "SkipStuck"),
         (Self::ForceDelete, "ForceDelete"),
+        (Self::Abort, "Abort"),
     ];
+
+    /// What follows the deadline, as the `DrainDeadlineExceeded` Warning event says it.
+    pub fn consequence(self) -> &'static str {
+        match self {
+            Self::Wait => "the drain goes on (onTimeout Wait)",
+            Self::Fail => "the maintenance fails; the node stays cordoned (onTimeout Fail)",
+            Self::SkipStuck => {
+                "pods whose deletion is overdue are no longer waited for (onTimeout SkipStuck)"
+            }
+            Self::ForceDelete => "the remaining pods are deleted (onTimeout ForceDelete)",
+            Self::Abort => {
+                "the drain is aborted: the node is restored as on delete and nothing more is \
+                 evicted (onTimeout Abort)"
+            }
+        }
+    }
 }
 
 impl std::fmt::Display for OnTimeout {

@@ -288,8 +288,8 @@ pub struct Config {
     #[arg(long, value_name = "DURATION", value_parser = parse_drain_timeout)]
     pub drain_timeout: Option<std::time::Duration>,
 
-    /// Default of the `onTimeout` knob: Wait, Fail, SkipStuck or ForceDelete (which needs the
-    /// force-delete RBAC overlay). Wait by default.
+    /// Default of the `onTimeout` knob: Wait, Fail, SkipStuck, ForceDelete (which needs the
+    /// force-delete RBAC overlay) or Abort. Wait by default.
     #[arg(long, value_enum, default_value = "Wait", value_name = "ACTION")]
     pub on_timeout: crate::api::OnTimeout,
 

@@ -61,7 +61,7 @@ pub fn parse_rules(s: &str, source: &str) -> Result<Vec<DrainRule>, String> {
 }
 
 const DURATION_ACCEPTED: &str = "a positive duration such as 90s, 15m or 1h30m";
-const ON_TIMEOUT_ACCEPTED: &str = "Wait, Fail, SkipStuck, ForceDelete";
+const ON_TIMEOUT_ACCEPTED: &str = "Wait, Fail, SkipStuck, ForceDelete, Abort";
 const STAGE_ACCEPTED: &str = "Preflight, Idle, Cordon, Drain";
 const START_AT_ACCEPTED: &str = "an RFC 3339 time such as 2030-01-02T03:00:00Z";
 
@@ -632,9 +632,23 @@ mod tests {
             [
                 "nodemaintenance.medik8s.io/drainTimeout has the invalid value \"later\" for the knob drainTimeout (accepted: a positive duration such as 90s, 15m or 1h30m)",
                 "spec.drainTimeout has the invalid value \"-1s\" for the knob drainTimeout (accepted: a positive duration such as 90s, 15m or 1h30m)",
-                "nodemaintenance.medik8s.io/onTimeout has the invalid value \"forcedelete\" for the knob onTimeout (accepted: Wait, Fail, SkipStuck, ForceDelete)",
+                "nodemaintenance.medik8s.io/onTimeout has the invalid value \"forcedelete\" for the knob onTimeout (accepted: Wait, Fail, SkipStuck, ForceDelete, Abort)",
             ]
         );
+    }
+
+    #[test]
+    fn every_on_timeout_value_is_read_from_the_annotation_and_named_when_refused() {
+        // The value set is declared once (`OnTimeout::ALL`); the refusal's text lists it all.
+        let names: Vec<&str> = OnTimeout::ALL.iter().map(|(_, n)| *n).collect();
+        assert_eq!(ON_TIMEOUT_ACCEPTED, names.join(", "));
+        for (value, name) in OnTimeout::ALL {
+            let mut nm = NodeMaintenance::new("nm", Default::default());
+            nm.annotations_mut()
+                .insert(ON_TIMEOUT_ANNOTATION.into(), (*name).into());
+            let (p, invalid) = resolve(&nm, &Defaults::default());
+            assert_eq!((p.on_timeout, invalid.len()), (*value, 0), "{name}");
+        }
     }
 
     #[test]

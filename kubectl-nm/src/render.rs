@@ -86,9 +86,18 @@ pub(crate) fn list_table(list: &[NodeMaintenance]) -> String {
     table(&rows)
 }
 
-/// One line: phase, drain progress, pods pending, the last error.
+/// One line: phase (with `DrainAborted` when the drain was aborted at its deadline), drain
+/// progress, pods pending, the last error.
 pub(crate) fn summary(s: &NodeMaintenanceStatus) -> String {
-    let mut parts = vec![s.phase.map_or("Pending".into(), |p| p.to_string())];
+    use node_maintenance_operator::api::{ABORTED_CONDITION, DRAIN_ABORTED_REASON};
+    let mut phase = s.phase.map_or("Pending".into(), |p| p.to_string());
+    let aborted = s.conditions.iter().flatten().any(|c| {
+        c.type_ == ABORTED_CONDITION && c.status == "True" && c.reason == DRAIN_ABORTED_REASON
+    });
+    if aborted {
+        phase.push_str(&format!(" ({DRAIN_ABORTED_REASON})"));
+    }
+    let mut parts = vec![phase];
     if let Some(p) = s.drain_progress {
         parts.push(format!("drain {p}%"));
     }
@@ -271,6 +280,25 @@ mod tests {
         ])));
         assert_eq!(twice.len(), 1);
         assert_eq!(twice[0][2], "g", "{twice:?}");
+    }
+
+    #[test]
+    fn the_summary_names_an_abort_at_the_deadline() {
+        let s: NodeMaintenanceStatus = serde_json::from_value(serde_json::json!({
+            "phase": "Failed", "lastError": "the drain did not finish; onTimeout Abort",
+            "conditions": [{"type": "Aborted", "status": "True", "reason": "DrainAborted",
+                            "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
+        .unwrap();
+        assert_eq!(
+            summary(&s),
+            "Failed (DrainAborted), last error: the drain did not finish; onTimeout Abort"
+        );
+        let ended: NodeMaintenanceStatus = serde_json::from_value(serde_json::json!({
+            "phase": "Running",
+            "conditions": [{"type": "Aborted", "status": "False", "reason": "AbortEnded",
+                            "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
+        .unwrap();
+        assert_eq!(summary(&ended), "Running");
     }
 
     #[test]

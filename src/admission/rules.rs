@@ -67,7 +67,7 @@ pub(crate) enum Denial {
     #[error(
         "onTimeout ForceDelete needs the operator's ServiceAccount to be allowed to delete pods, \
          and it is not: apply manifests/overlays/force-delete (or the chart value \
-         forceDelete.enabled=true), or choose Wait, Fail or SkipStuck"
+         forceDelete.enabled=true), or choose Wait, Fail, SkipStuck or Abort"
     )]
     ForceDeleteNotPermitted,
     /// The SelfSubjectAccessReview behind [`Denial::ForceDeleteNotPermitted`] failed.

@@ -3,8 +3,8 @@
 //! was given; its requests are then sent each on its own, waiting for one of the process's
 //! slots, up to a webhook's answer later. Right before each is sent, the executor asks
 //! [`may_send`] about the maintenance as the controller's cache holds it then, so that a
-//! deletion, a pause or a move out of the stage `Drain` written meanwhile stops the requests not
-//! yet sent (the cache sees a write within moments: none starts 2 s after it). Pure.
+//! deletion, a pause, an abort at the deadline (`onTimeout: Abort`) or a move out of the stage
+//! `Drain` written meanwhile stops the requests not yet sent (the cache sees a write within moments: none starts 2 s after it). Pure.
 
 use std::sync::Arc;
 
@@ -42,6 +42,9 @@ pub(crate) enum Halt {
     Gone,
     /// It is being deleted (`deletionTimestamp` set).
     Deleting,
+    /// Its drain was aborted at its deadline (`onTimeout: Abort`): its status records
+    /// `Aborted=True` (`controller::plan::abort`).
+    Aborted,
     /// Its `paused` knob resolves to true (annotation, spec, flag).
     Paused,
     /// A pre-drain hook holds it (`crate::policy::pre_drain_hooks`): one added after the drain
@@ -59,6 +62,7 @@ impl std::fmt::Display for Halt {
         match self {
             Self::Gone => f.write_str("the maintenance is gone"),
             Self::Deleting => f.write_str("the maintenance is being deleted"),
+            Self::Aborted => f.write_str("the maintenance's drain was aborted at its deadline"),
             Self::Paused => f.write_str("the maintenance is paused"),
             Self::Hooked => f.write_str("a pre-drain hook holds the maintenance"),
             Self::Stage(s) => write!(f, "the maintenance is in stage {s:?}, not Drain"),
@@ -70,7 +74,8 @@ impl std::fmt::Display for Halt {
 /// Whether the maintenance whose round decided a request (UID `uid`) may send it, given
 /// `current`, the object of its name as the controller's cache holds it now (`None`: not held),
 /// and the operator's `defaults` (the knobs' flags): it is held with the same UID, is not
-/// being deleted, is not paused, no pre-drain hook holds it and its stage is `Drain`, each knob resolved as the pass
+/// being deleted, its drain was not aborted (its status), is not paused, no pre-drain hook holds
+/// it and its stage is `Drain`, each knob resolved as the pass
 /// resolves it ([`crate::policy::resolve`]: a refused value falls back as if absent).
 ///
 /// # Errors
@@ -85,6 +90,9 @@ pub(crate) fn may_send(
     };
     if nm.metadata.deletion_timestamp.is_some() {
         return Err(Halt::Deleting);
+    }
+    if crate::controller::plan::abort::aborted(nm) {
+        return Err(Halt::Aborted);
     }
     let (policy, _) = crate::policy::resolve(nm, defaults);
     if policy.paused {
@@ -132,6 +140,30 @@ mod tests {
             may_send(Some("u1"), Some(&deleting), &d),
             Err(Halt::Deleting)
         );
+        // Aborted at its deadline (recorded in status), whatever its knobs say now.
+        let mut aborted = nm("u1");
+        let status = aborted.status.get_or_insert_default();
+        crate::controller::plan::set_condition(
+            status,
+            crate::controller::plan::abort::ABORTED,
+            true,
+            crate::controller::plan::abort::DRAIN_ABORTED,
+            "aborted",
+            None,
+            jiff::Timestamp::UNIX_EPOCH,
+        );
+        assert_eq!(may_send(Some("u1"), Some(&aborted), &d), Err(Halt::Aborted));
+        // Its abort ended (a stage short of Cordon): it sends again once back in Drain.
+        crate::controller::plan::set_condition(
+            aborted.status.get_or_insert_default(),
+            crate::controller::plan::abort::ABORTED,
+            false,
+            crate::controller::plan::abort::ABORT_ENDED,
+            "ended",
+            None,
+            jiff::Timestamp::UNIX_EPOCH,
+        );
+        assert_eq!(may_send(Some("u1"), Some(&aborted), &d), Ok(()));
         // Paused by the spec, by the annotation (which wins), or by the flag.
         let mut paused = nm("u1");
         paused.spec.paused = Some(true);

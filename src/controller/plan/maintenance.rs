@@ -15,15 +15,14 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
 use super::*;
-use crate::api::{
-    DRAIN_STARTED_ANNOTATION, ENTERED_NODE_ANNOTATION, ENTERED_NODE_PROVIDER_ID_ANNOTATION,
-    ENTERED_NODE_UID_ANNOTATION, MaintenancePhase, OnTimeout, Stage,
-};
+use crate::api::{MaintenancePhase, OnTimeout, Stage};
 use crate::controller::queue::Place;
 use crate::lease::{self, LeaseRequest};
 use crate::node::{self, Claimant, EnterPlan, ExitPlan};
 use crate::policy::{DrainPolicy, InvalidKnob};
 
+use super::abort;
+use super::record::{clear_record, entered_record};
 use super::steps::{PassStep, pass_steps, steps};
 use super::timeline::{self, StartRecord, Timeline};
 
@@ -42,7 +41,7 @@ pub(super) fn plan_maintenance(
     now: jiff::Timestamp,
 ) -> Plan {
     let mut pass = Pass::new(o, m, invalid, now);
-    for step in pass_steps(pass.drain_policy.stage, pass.waits) {
+    for step in pass_steps(pass.drain_policy.stage, pass.waits, pass.aborted) {
         if let ControlFlow::Break(plan) = pass.run(*step) {
             return plan;
         }
@@ -74,6 +73,8 @@ struct Pass<'a> {
     overdue: Option<OnTimeout>,
     /// Failed at the deadline (`onTimeout: Fail`): the node is still enforced, no round.
     failing: bool,
+    /// Aborted at the deadline (`onTimeout: Abort`, recorded in status): the node is released.
+    aborted: bool,
     /// The maintenance's moments as this pass reads them; the enter step records the drain's
     /// start.
     timeline: Timeline,
@@ -109,21 +110,25 @@ impl<'a> Pass<'a> {
             drain_policy.stage = Stage::Idle;
         }
         let place = timeline::place(&o.nm, &old, m.node.as_ref(), m.queue.as_ref());
-        let waits = drain_policy.stage == Stage::Drain && timeline::is_queued(place.as_ref());
+        let (status, aborted) =
+            abort::standing(&old, drain_policy.stage, o.nm.metadata.generation, now);
+        let waits =
+            drain_policy.stage == Stage::Drain && timeline::is_queued(place.as_ref()) && !aborted;
         Pass {
             o,
             m,
             invalid,
             now,
             name: o.nm.name_any(),
-            w: Writes::new(old.clone(), &o.schema),
-            status: old,
+            w: Writes::new(old, &o.schema),
+            status,
             memory: o.memory,
             node: None,
             drain_policy,
             refused,
             overdue: None,
             failing: false,
+            aborted,
             timeline: Timeline::default(),
             repaired: Vec::new(),
             window,
@@ -271,15 +276,21 @@ impl<'a> Pass<'a> {
             at,
         );
         let p = &mut self.drain_policy;
-        if !steps(p.stage).contains(&PassStep::Deadline) {
-            self.status = super::node_present(&self.status);
-            return Flow::Continue(());
+        if steps(p.stage).contains(&PassStep::Deadline) && !self.aborted {
+            p.deadline_start = timeline::deadline_start(&self.timeline);
+            self.overdue = p.overdue(p.deadline_start, at);
+            self.failing = self.overdue == Some(OnTimeout::Fail)
+                && self.status.phase != Some(MaintenancePhase::Succeeded);
         }
-        p.deadline_start = timeline::deadline_start(&self.timeline);
-        self.overdue = p.overdue(p.deadline_start, at);
-        self.failing = self.overdue == Some(OnTimeout::Fail)
-            && self.status.phase != Some(MaintenancePhase::Succeeded);
-        if !self.failing {
+        // Aborted at the deadline: recorded first; the next pass releases the node (`abort.rs`).
+        let (p, generation) = (&self.drain_policy, self.generation());
+        let deadline = (p.deadline(p.deadline_start), p.drain_timeout);
+        if let Some(step) =
+            abort::at_deadline(&self.status, self.overdue, deadline, generation, now)
+        {
+            return Flow::Break(self.end(step));
+        }
+        if !self.failing && !self.aborted {
             self.status = super::node_present(&self.status);
         }
         Flow::Continue(())
@@ -454,7 +465,7 @@ impl<'a> Pass<'a> {
         let p = &self.drain_policy;
         // A knob turned off ends what it wrote; a node without them needs nothing.
         let wanted = p.node_conditions.then(|| {
-            let held = !self.waits && steps(p.stage).contains(&PassStep::Enter);
+            let held = !self.waits && !self.aborted && steps(p.stage).contains(&PassStep::Enter);
             let succeeded = self.status.phase == Some(MaintenancePhase::Succeeded);
             let l = Lifecycle::of(p.stage, held, succeeded);
             let mut l = super::pre_drain_hooks::lifecycle(l, &p.hooks);
@@ -617,56 +628,6 @@ fn with_memory(mut plan: Plan, new: Memory, old: Memory) -> Plan {
         plan.remember = remember(new, old);
     }
     plan
-}
-
-/// Clears the record of the node entered (the node, its identity, the legacy drain start) on the
-/// NodeMaintenance, after that node was left: a required write (the next pass starts over on
-/// `spec.nodeName` only once it landed).
-fn clear_record() -> Write {
-    Write::Annotations {
-        patch: serde_json::json!({"metadata": {"annotations": {
-            ENTERED_NODE_ANNOTATION: null,
-            ENTERED_NODE_PROVIDER_ID_ANNOTATION: null,
-            ENTERED_NODE_UID_ANNOTATION: null,
-            DRAIN_STARTED_ANNOTATION: null,
-        }}}),
-        required: true,
-    }
-}
-
-/// The record of `node`, entered by `nm`, on the NodeMaintenance: its name, `spec.providerID`
-/// (empty when it has none) and `metadata.uid`, in one merge patch; `None` when `nm` records
-/// exactly that already.
-///
-/// It is written after the node is entered and is not required: a failure is logged, the pass
-/// goes on, and the next pass writes it again until it lands. Entering therefore needs no
-/// NodeMaintenance metadata write, an UPDATE that the operator's own validating webhook
-/// intercepts (`failurePolicy: Fail`): an admitted maintenance enters its node while the webhook
-/// is unreachable, as upstream's does (it writes only status, the Lease and the Node after the
-/// finalizer). The record is safe to lag because the node it names can change only with an
-/// UPDATE of `spec.nodeName`, which the CRD's CEL rule refuses and which lands only when the
-/// webhook is absent or admits it; while the webhook is unreachable no UPDATE of the
-/// NodeMaintenance lands at all, neither the record nor a change of `spec.nodeName`, so the node
-/// entered is still `spec.nodeName` when the record lands. Meanwhile the Node's own record
-/// (holder and holder-uid) names the maintenance, and deletion and the orphan sweep find the
-/// node by `spec.nodeName` (docs/design.md §1, "Entry").
-fn entered_record(nm: &NodeMaintenance, node: &Node) -> Option<serde_json::Value> {
-    let name = node.metadata.name.as_deref().unwrap_or_default();
-    let provider_id = provider_id(node);
-    let uid = node.metadata.uid.as_deref().unwrap_or_default();
-    let annotations = nm.annotations();
-    let recorded = |key: &str| annotations.get(key).map(String::as_str);
-    if recorded(ENTERED_NODE_ANNOTATION) == Some(name)
-        && recorded(ENTERED_NODE_PROVIDER_ID_ANNOTATION) == Some(provider_id)
-        && recorded(ENTERED_NODE_UID_ANNOTATION) == Some(uid)
-    {
-        return None;
-    }
-    Some(serde_json::json!({"metadata": {"annotations": {
-        ENTERED_NODE_ANNOTATION: name,
-        ENTERED_NODE_PROVIDER_ID_ANNOTATION: provider_id,
-        ENTERED_NODE_UID_ANNOTATION: uid,
-    }}}))
 }
 
 /// The lease writes of a request that found the lease ours (or free): the namespace when it is

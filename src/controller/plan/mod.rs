@@ -7,19 +7,23 @@
 //!
 //! - `maintenance.rs`: the maintenance pass (status, lease, node entry, drain), step by step;
 //! - `steps.rs`: the pass's steps, and those each stage runs;
+//! - `abort.rs`: `onTimeout: Abort`, recorded at the deadline, then the node released;
 //! - `timeline.rs`: the maintenance's moments, and the deadline, arrival, expiry and slot read
 //!   from them;
 //! - `pre_drain_hooks.rs`: the pre-drain hooks' condition, and the start they hold back;
+//! - `record.rs`: the record of the node entered, on the NodeMaintenance;
 //! - `deletion.rs`: the deletion pass (restore or hand over, lease, finalizer);
 //! - `status.rs`: the status steps (phases, conditions, events, requeues);
 //! - `encode.rs`: when a status is worth a write, and its merge patch;
 //! - `write.rs`: the writes.
 
+pub(crate) mod abort;
 mod deletion;
 mod encode;
 mod maintenance;
 mod pre_drain_hooks;
 mod preflight_events;
+mod record;
 #[cfg(test)]
 mod stage_tests;
 mod status;

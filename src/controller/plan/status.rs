@@ -963,14 +963,7 @@ pub(crate) fn deadline(
             .is_some_and(|c| c.reason == condition::DEADLINE_EXCEEDED)
     });
     if !said && status.phase != Some(MaintenancePhase::Succeeded) {
-        let then = match on_timeout {
-            OnTimeout::Wait => "the drain goes on (onTimeout Wait)",
-            OnTimeout::Fail => "the maintenance fails; the node stays cordoned (onTimeout Fail)",
-            OnTimeout::SkipStuck => {
-                "pods whose deletion is overdue are no longer waited for (onTimeout SkipStuck)"
-            }
-            OnTimeout::ForceDelete => "the remaining pods are deleted (onTimeout ForceDelete)",
-        };
+        let then = on_timeout.consequence();
         events.push(PlannedEvent::warning(
             EventTarget::Maintenance,
             event::DEADLINE_EXCEEDED,

@@ -119,6 +119,20 @@ pub(crate) const QUEUED_STEPS: &[PassStep] = &[
     PassStep::Queue,
 ];
 
+/// The steps of a maintenance whose drain was aborted at its deadline (`onTimeout: Abort`,
+/// `abort.rs`) while its stage is Cordon or Drain: Idle's without the stage's status (the phase
+/// stays Failed): the node restored and the lease given up when they are still ours, nothing
+/// taken.
+pub(crate) const ABORTED_STEPS: &[PassStep] = &[
+    PassStep::Moved,
+    PassStep::NodeName,
+    PassStep::StatusInit,
+    PassStep::NodePresent,
+    PassStep::Release,
+    PassStep::NodeConditions,
+    PassStep::Policy,
+];
+
 /// The steps a pass of `stage` runs, each list in the one order of [`PassStep`].
 pub(crate) fn steps(stage: Stage) -> &'static [PassStep] {
     match stage {
@@ -129,9 +143,14 @@ pub(crate) fn steps(stage: Stage) -> &'static [PassStep] {
     }
 }
 
-/// The steps a pass of `stage` runs, [`QUEUED_STEPS`] while it `waits` for a drain slot.
-pub(crate) fn pass_steps(stage: Stage, waits: bool) -> &'static [PassStep] {
-    if waits { QUEUED_STEPS } else { steps(stage) }
+/// The steps a pass of `stage` runs: [`ABORTED_STEPS`] while an abort is in force (`aborted`),
+/// else [`QUEUED_STEPS`] while it `waits` for a drain slot.
+pub(crate) fn pass_steps(stage: Stage, waits: bool, aborted: bool) -> &'static [PassStep] {
+    match (aborted, waits) {
+        (true, _) => ABORTED_STEPS,
+        (false, true) => QUEUED_STEPS,
+        (false, false) => steps(stage),
+    }
 }
 
 #[cfg(test)]
@@ -161,7 +180,11 @@ mod tests {
     #[test]
     fn every_stage_runs_its_steps_in_the_one_order() {
         let lists = Stage::ALL.iter().map(|(s, _)| (s.to_string(), steps(*s)));
-        for (stage, list) in lists.chain([("queued".to_string(), QUEUED_STEPS)]) {
+        let others = [
+            ("queued".to_string(), QUEUED_STEPS),
+            ("aborted".to_string(), ABORTED_STEPS),
+        ];
+        for (stage, list) in lists.chain(others) {
             let mut rest = ORDER.iter();
             for step in list {
                 assert!(
@@ -186,5 +209,18 @@ mod tests {
         assert!(
             !QUEUED_STEPS.contains(&PassStep::Enter) && !QUEUED_STEPS.contains(&PassStep::Lease)
         );
+        // Aborted holds nothing either, whatever the stage, and keeps its phase (no Stage step).
+        for stage in [Stage::Cordon, Stage::Drain] {
+            let list = pass_steps(stage, false, true);
+            assert!(list.contains(&PassStep::Release), "{stage}");
+            for step in [
+                PassStep::Lease,
+                PassStep::Enter,
+                PassStep::Stage,
+                PassStep::Drain,
+            ] {
+                assert!(!list.contains(&step), "{stage}: {step:?}");
+            }
+        }
     }
 }

@@ -5,10 +5,10 @@ use deletion::{DeletionPlan, NodeSeen, deletion_plan};
 use k8s_openapi::api::coordination::v1::LeaseSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
-fn t(s: i64) -> jiff::Timestamp {
+pub(super) fn t(s: i64) -> jiff::Timestamp {
     jiff::Timestamp::from_second(1_800_000_000 + s).unwrap()
 }
-const GEN: Option<i64> = Some(1);
+pub(super) const GEN: Option<i64> = Some(1);
 fn pods(names: &[&str]) -> Vec<PodReference> {
     names
         .iter()
@@ -41,7 +41,7 @@ fn report(evictable: &[&str], pending: &[(&str, &str)], errors: &[&str]) -> Drai
         ..DrainReport::default()
     }
 }
-fn nm(name: &str, node: &str) -> NodeMaintenance {
+pub(super) fn nm(name: &str, node: &str) -> NodeMaintenance {
     let mut nm = NodeMaintenance::new(
         name,
         NodeMaintenanceSpec {
@@ -59,7 +59,7 @@ const HELD_ERR: &str =
 fn already_held() -> LeaseObservation {
     LeaseObservation::AlreadyHeld(HELD_ERR.into())
 }
-fn reasons(events: &[PlannedEvent]) -> Vec<&str> {
+pub(super) fn reasons(events: &[PlannedEvent]) -> Vec<&str> {
     events.iter().map(|e| e.reason).collect()
 }
 
@@ -124,7 +124,7 @@ fn pass(
     (last.status.unwrap_or_else(|| old.clone()), events, requeue)
 }
 /// node01 in maintenance for `nm` (uid `uid-nm`): cordoned, both taints, excluded.
-fn entered_node() -> Node {
+pub(super) fn entered_node() -> Node {
     use crate::node::{DRAIN_TAINT_KEY, EXCLUDE_LABEL, HOLDER_ANNOTATION, HOLDER_UID_ANNOTATION};
     serde_json::from_value(serde_json::json!({
         "metadata": {
@@ -161,10 +161,10 @@ fn label(w: &Write) -> String {
         w => w.kind().to_string(),
     }
 }
-fn labels(p: &Plan) -> Vec<String> {
+pub(super) fn labels(p: &Plan) -> Vec<String> {
     p.writes.iter().map(label).collect()
 }
-fn then_of(p: &Plan) -> String {
+pub(super) fn then_of(p: &Plan) -> String {
     match &p.then {
         Then::Drain(_) => "drain".into(),
         Then::Preflight(_) => "preflight".into(),
