@@ -891,7 +891,11 @@ mod tests {
         gate.notify_one();
         let err = pending.await.unwrap().unwrap_err();
         assert!(err.is::<NotLeading>(), "{err}");
-        assert_eq!(sent.load(Ordering::SeqCst), 0, "the abandoned write was not sent");
+        assert_eq!(
+            sent.load(Ordering::SeqCst),
+            0,
+            "the abandoned write was not sent"
+        );
     }
 
     #[test]

@@ -125,7 +125,11 @@ pub(crate) fn blocker_rows(s: &NodeMaintenanceStatus) -> Vec<[String; 5]> {
         .into_values()
         .map(|b| {
             [
-                format!("{}/{}", b.namespace, b.name),
+                // A VolumeAttachment still on the node (waitForVolumeDetach) has no namespace.
+                match b.namespace.as_str() {
+                    "" => format!("volumeattachment/{}", b.name),
+                    ns => format!("{ns}/{}", b.name),
+                },
                 b.reason,
                 dash(b.pod_disruption_budget),
                 dash(b.desired_healthy.map(|v| v.to_string())),
@@ -235,6 +239,18 @@ mod tests {
         ])));
         assert_eq!(twice.len(), 1);
         assert_eq!(twice[0][2], "g", "{twice:?}");
+    }
+
+    #[test]
+    fn a_volume_attachment_blocker_is_shown_as_the_attachment() {
+        let status: NodeMaintenanceStatus = serde_json::from_value(serde_json::json!({
+            "blockers": [{"name": "csi-123", "reason": "VolumeAttached",
+                          "message": "VolumeAttachment csi-123 of PersistentVolume pv-a"}]
+        }))
+        .unwrap();
+        let rows = blocker_rows(&status);
+        assert_eq!(rows[0][0], "volumeattachment/csi-123");
+        assert_eq!(rows[0][1], "VolumeAttached");
     }
 
     #[test]

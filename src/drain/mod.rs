@@ -51,6 +51,7 @@ pub(crate) mod pod;
 mod preview;
 pub(crate) mod requester;
 pub(crate) mod rules;
+pub(crate) mod volume_detach;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

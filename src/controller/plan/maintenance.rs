@@ -277,8 +277,8 @@ impl<'a> Pass<'a> {
         }
         p.deadline_start = timeline::deadline_start(&self.timeline);
         self.overdue = p.overdue(p.deadline_start, at);
-        self.failing = self.overdue == Some(OnTimeout::Fail)
-            && self.status.phase != Some(MaintenancePhase::Succeeded);
+        // At the drain's deadline, or at the bound of the wait for volumes to detach.
+        self.failing = volume_detach::failing(self.overdue, &self.status, p, at);
         if !self.failing {
             self.status = super::node_present(&self.status);
         }
