@@ -244,7 +244,7 @@ mod tests {
     #[test]
     fn a_volume_attachment_blocker_is_shown_as_the_attachment() {
         let status: NodeMaintenanceStatus = serde_json::from_value(serde_json::json!({
-            "blockers": [{"name": "csi-123", "reason": "VolumeAttached",
+            "blockers": [{"namespace": "", "name": "csi-123", "reason": "VolumeAttached",
                           "message": "VolumeAttachment csi-123 of PersistentVolume pv-a"}]
         }))
         .unwrap();
