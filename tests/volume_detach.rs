@@ -5,7 +5,7 @@
 //!
 //! The attachments are created directly through the API (attacher `csi.example.com`): the local
 //! control plane runs no attach-detach controller, and each test checks they stay until it
-//! deletes them.
+//! deletes them. `kubectl nm why` lists the attachments meanwhile.
 
 mod common;
 
@@ -51,6 +51,25 @@ async fn delete_attachments(client: &kube::Client, names: &[&str]) {
     for n in names {
         let _ = api.delete(n, &DeleteParams::default()).await;
     }
+}
+
+/// `kubectl nm why <nm>` against the cluster (in-process): (exit status, stdout, stderr).
+async fn kubectl_nm_why(name: &str) -> (u8, String, String) {
+    let kubeconfig = operator_env().cluster.kubeconfig().display().to_string();
+    let argv = vec![
+        "kubectl-nm",
+        "--kubeconfig",
+        kubeconfig.as_str(),
+        "why",
+        name,
+    ];
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = kubectl_nm::run(argv, &mut out, &mut err).await;
+    (
+        code,
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
 }
 
 /// `(name, reason)` of the blockers, sorted.
@@ -146,6 +165,14 @@ async fn succeeded_waits_until_the_nodes_volume_attachments_are_gone() {
         again.status
     );
     assert_eq!(existing(&client, &refs).await, names.to_vec());
+    // `kubectl nm why` names each attachment.
+    let (code, out, err) = kubectl_nm_why(&name).await;
+    for n in &names {
+        assert!(
+            out.contains(&format!("volumeattachment/{n}")) && out.contains("VolumeAttached"),
+            "exit {code}\n{out}\n{err}"
+        );
+    }
 
     delete_attachments(&client, &refs).await;
     let gone = Instant::now();
