@@ -251,3 +251,16 @@ fn wait_for_volume_detach_is_read_as_every_knob_and_refused_by_name() {
     let (_, invalid) = resolve(&nm(None, Some("5m")), &off);
     assert!(invalid.is_empty(), "{invalid:?}");
 }
+
+#[test]
+fn the_blocker_reasons_are_known_to_the_blocked_pods_metric() {
+    use crate::metrics::BlockerReason;
+    assert_eq!(
+        BlockerReason::of(VOLUME_ATTACHED),
+        BlockerReason::VolumeAttached
+    );
+    assert_eq!(
+        BlockerReason::of(ATTACHMENTS_UNREAD),
+        BlockerReason::VolumeAttachmentsUnread
+    );
+}
