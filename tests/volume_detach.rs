@@ -254,3 +254,44 @@ async fn without_the_knob_succeeded_ignores_the_attachments() {
     nm::delete_and_wait_restored(&client, &name, &node).await;
     delete_attachments(&client, &refs).await;
 }
+
+/// §12: a value the knob does not accept is refused by the webhook naming the knob, the value
+/// and what is accepted, in the annotation and in the spec field alike; nothing is created.
+#[tokio::test]
+async fn a_bad_wait_for_volume_detach_is_refused_naming_the_knob() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("vdbad");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let api = Api::<NodeMaintenance>::all(client.clone());
+    for (how, value) in [("annotation", "soon"), ("spec", "0s")] {
+        let name = unique("nm-vdbad");
+        let mut nm = nm::new(&name, &node, "e2e volume detach: refused");
+        match how {
+            "annotation" => {
+                nm.metadata.annotations = Some(
+                    [(
+                        "nodemaintenance.medik8s.io/waitForVolumeDetach".to_string(),
+                        value.to_string(),
+                    )]
+                    .into(),
+                );
+            }
+            _ => nm.spec.wait_for_volume_detach = Some(value.into()),
+        }
+        let refused = api
+            .create(&PostParams::default(), &nm)
+            .await
+            .expect_err("a bad waitForVolumeDetach was admitted");
+        let text = refused.to_string();
+        assert!(
+            text.contains("waitForVolumeDetach")
+                && text.contains(&format!("{value:?}"))
+                && text.contains("accepted: true, false, or a positive duration bound"),
+            "{how}: {text}"
+        );
+        assert!(api.get_opt(&name).await.unwrap().is_none());
+    }
+}
