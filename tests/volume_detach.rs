@@ -295,3 +295,63 @@ async fn a_bad_wait_for_volume_detach_is_refused_naming_the_knob() {
         assert!(api.get_opt(&name).await.unwrap().is_none());
     }
 }
+
+/// §12 with `stage`: at `Cordon` nothing waits (no round, no attachment blocker, the pod stays);
+/// moved to `Drain`, the pod is evicted and the maintenance waits for the attachments, then
+/// Succeeds once they are gone.
+#[tokio::test]
+async fn the_wait_applies_only_once_the_stage_is_drain() {
+    let client = operator_env().cluster.client().await;
+    let (node, ns, names) = node_with_attachments(&client, "vds").await;
+    let refs = [names[0].as_str(), names[1].as_str()];
+
+    let name = unique("nm-vds");
+    create(
+        &client,
+        &name,
+        &node,
+        json!({"waitForVolumeDetach": "2m", "stage": "Cordon"}),
+    )
+    .await;
+    let cordoned = nm::wait_status(&client, &name, "Cordoned at stage Cordon", LIMIT, |s| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Cordoned" && c.status == "True")
+    })
+    .await;
+    assert_eq!(blockers(cordoned.status.as_ref().unwrap()), []);
+    assert_eq!(
+        pods(&client, &ns, "app").await.len(),
+        1,
+        "Cordon evicts nothing"
+    );
+
+    Api::<NodeMaintenance>::all(client.clone())
+        .patch(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"stage": "Drain"}})),
+        )
+        .await
+        .unwrap();
+    nm::wait_status(
+        &client,
+        &name,
+        "Running, two VolumeAttached blockers",
+        LIMIT,
+        |s| {
+            s.phase == Some(MaintenancePhase::Running)
+                && blockers(s)
+                    .iter()
+                    .filter(|b| b.1 == "VolumeAttached")
+                    .count()
+                    == 2
+        },
+    )
+    .await;
+    assert!(pods(&client, &ns, "app").await.is_empty());
+    delete_attachments(&client, &refs).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
