@@ -271,7 +271,7 @@ pub(crate) fn failed(
         && bound(policy).is_some_and(|b| now >= b)
 }
 
-/// `name (pv)` of each blocker, for a message.
+/// The names of `blockers` (the attachments), comma-separated, for a message.
 pub(crate) fn named(blockers: &[PodBlocker]) -> String {
     blockers
         .iter()
