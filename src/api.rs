@@ -142,6 +142,13 @@ pub struct NodeMaintenanceSpec {
     /// field, which wins over the operator's --expire-after flag. Unset: it stays.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expire_after: Option<String>,
+    /// With a bound, the maintenance reaches Succeeded only once no VolumeAttachment names the
+    /// node (those of the pods the drain keeps aside): "true" (a bound of 5m), "false", or a
+    /// duration such as "5m", counted from the drain's start; at the bound onTimeout applies.
+    /// The annotation nodemaintenance.medik8s.io/waitForVolumeDetach wins over this field, which
+    /// wins over the operator's --wait-for-volume-detach flag. Unset: no wait, as upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_for_volume_detach: Option<String>,
 }
 
 /// How far the maintenance goes: Preflight (only status.blockers, from dry-run evictions),

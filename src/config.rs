@@ -319,6 +319,12 @@ pub struct Config {
     #[arg(long, value_name = "DURATION", value_parser = parse_drain_timeout)]
     pub expire_after: Option<std::time::Duration>,
 
+    /// Default of the `waitForVolumeDetach` knob: Succeeded waits until no VolumeAttachment
+    /// names the node, for at most this bound from the drain's start (5m, or true for 5m;
+    /// then --on-timeout applies). Off by default, as upstream.
+    #[arg(long, value_name = "DURATION|BOOL", value_parser = parse_wait_for_volume_detach)]
+    pub wait_for_volume_detach: Option<DetachBound>,
+
     /// The cluster-wide drain budget: at most this many maintenances evict at once (a number,
     /// or a percentage of the nodes such as 10%); the others are cordoned and tainted at once
     /// and their evictions wait in creation order. Unlimited by default, as upstream.
@@ -364,6 +370,15 @@ fn parse_drain_rules(s: &str) -> Result<Vec<crate::api::DrainRule>, String> {
 
 fn parse_drain_timeout(s: &str) -> Result<std::time::Duration, String> {
     crate::policy::parse_duration(s).map_err(|accepted| format!("expected {accepted}"))
+}
+
+/// A `--wait-for-volume-detach` value: the bound, `None` for `false` (an alias, so clap reads
+/// the flag's one value with [`parse_wait_for_volume_detach`]).
+pub type DetachBound = Option<std::time::Duration>;
+
+fn parse_wait_for_volume_detach(s: &str) -> Result<Option<std::time::Duration>, String> {
+    crate::policy::parse_wait_for_volume_detach(s)
+        .map_err(|accepted| format!("expected {accepted}"))
 }
 
 impl Config {

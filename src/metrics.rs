@@ -155,6 +155,11 @@ label_values! {
         /// An opt-out annotation holds the pod until the drain deadline
         /// (`--honor-opt-out-annotations`).
         OptedOut,
+        /// Every pod is gone; a VolumeAttachment still names the node (`waitForVolumeDetach`).
+        VolumeAttached,
+        /// Every pod is gone; the node's VolumeAttachments could not be read
+        /// (`waitForVolumeDetach`).
+        VolumeAttachmentsUnread,
         /// A reason not listed above.
         Other,
     }

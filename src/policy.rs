@@ -30,11 +30,15 @@ pub const NODE_CONDITIONS_ANNOTATION: &str = "nodemaintenance.medik8s.io/nodeCon
 pub const START_AT_ANNOTATION: &str = "nodemaintenance.medik8s.io/startAt";
 /// Annotation of the `expireAfter` knob: a duration ([`parse_duration`]).
 pub const EXPIRE_AFTER_ANNOTATION: &str = "nodemaintenance.medik8s.io/expireAfter";
+/// Annotation of the `waitForVolumeDetach` knob: `"true"` (the bound
+/// [`crate::drain::volume_detach::DEFAULT_BOUND`]), `"false"` or a duration bound.
+pub const WAIT_FOR_VOLUME_DETACH_ANNOTATION: &str =
+    "nodemaintenance.medik8s.io/waitForVolumeDetach";
 /// Annotation of the `stage` knob: one of [`Stage::ALL`].
 pub const STAGE_ANNOTATION: &str = "nodemaintenance.medik8s.io/stage";
 /// Every knob annotation: any other of the group on a NodeMaintenance, save the operator's own
 /// records, is refused as a typo of one of them ([`strict::unknown_annotations`]).
-pub const KNOB_ANNOTATIONS: [&str; 8] = [
+pub const KNOB_ANNOTATIONS: [&str; 9] = [
     PAUSED_ANNOTATION,
     DRAIN_TIMEOUT_ANNOTATION,
     ON_TIMEOUT_ANNOTATION,
@@ -43,12 +47,14 @@ pub const KNOB_ANNOTATIONS: [&str; 8] = [
     NODE_CONDITIONS_ANNOTATION,
     START_AT_ANNOTATION,
     EXPIRE_AFTER_ANNOTATION,
+    WAIT_FOR_VOLUME_DETACH_ANNOTATION,
 ];
 const RULES_ACCEPTED: &str = "a JSON list of rules {podSelector, namespaceSelector, behavior: \
                               Drain, Skip or WaitCompleted, order}, each with at least one \
                               selector of at least one matchLabels or matchExpressions entry";
 const KNOBS_ACCEPTED: &str = "nodemaintenance.medik8s.io/ followed by paused, drainTimeout, \
-                              onTimeout, drainRules, stage, nodeConditions, startAt or expireAfter";
+                              onTimeout, drainRules, stage, nodeConditions, startAt, expireAfter \
+                              or waitForVolumeDetach";
 
 /// Parses drain rules given as JSON text at `source` (the annotation's name, `--drain-rules`),
 /// strictly: exactly the keys of [`DrainRule`] at every depth, known values, and every rule
@@ -63,6 +69,7 @@ pub fn parse_rules(s: &str, source: &str) -> Result<Vec<DrainRule>, String> {
 const DURATION_ACCEPTED: &str = "a positive duration such as 90s, 15m or 1h30m";
 const ON_TIMEOUT_ACCEPTED: &str = "Wait, Fail, SkipStuck, ForceDelete, Abort";
 const STAGE_ACCEPTED: &str = "Preflight, Idle, Cordon, Drain";
+const WAIT_ACCEPTED: &str = "true, false, or a positive duration bound such as 5m";
 const START_AT_ACCEPTED: &str = "an RFC 3339 time such as 2030-01-02T03:00:00Z";
 
 /// The operator's defaults of the knobs (its flags).
@@ -82,6 +89,9 @@ pub struct Defaults {
     pub node_conditions: bool,
     /// `--expire-after`: how long every Succeeded maintenance stays (`None`: for ever).
     pub expire_after: Option<Duration>,
+    /// `--wait-for-volume-detach`: the bound of every maintenance's wait for its node's
+    /// VolumeAttachments (`None`: no wait).
+    pub wait_for_volume_detach: Option<Duration>,
 }
 
 /// The knobs of one maintenance, resolved.
@@ -110,6 +120,9 @@ pub struct DrainPolicy {
     /// name order; empty: none). Not a knob: read from the annotations alone, no spec field or
     /// flag (a hook is one owner's own hold).
     pub hooks: Vec<String>,
+    /// How long Succeeded waits, from the drain's start, for the node's VolumeAttachments to go
+    /// (`None`: no wait, upstream's behaviour; `crate::drain::volume_detach`).
+    pub wait_for_volume_detach: Option<Duration>,
     /// When the deadline counts from, filled in by the maintenance pass (not a knob; `None`
     /// from [`resolve`]): the drain's start recorded on the node, or when a maintenance that
     /// waited for a drain slot got one.
@@ -194,6 +207,20 @@ pub fn parse_duration(s: &str) -> Result<Duration, &'static str> {
         .filter(|d| d.is_positive())
         .and_then(|d| Duration::try_from(d).ok())
         .ok_or(DURATION_ACCEPTED)
+}
+
+/// Parses a `waitForVolumeDetach` value: `true` (the bound
+/// [`crate::drain::volume_detach::DEFAULT_BOUND`]), `false` (no wait, whatever the flag says) or
+/// a bound as [`parse_duration`] reads it.
+///
+/// # Errors
+/// The accepted forms, when `s` is none of them.
+pub fn parse_wait_for_volume_detach(s: &str) -> Result<Option<Duration>, &'static str> {
+    match s.trim() {
+        "true" => Ok(Some(crate::drain::volume_detach::DEFAULT_BOUND)),
+        "false" => Ok(None),
+        other => parse_duration(other).map(Some).map_err(|_| WAIT_ACCEPTED),
+    }
 }
 
 fn stage(s: &str) -> Option<Stage> {
@@ -340,6 +367,23 @@ pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> (DrainPolicy, Vec<I
             k.parse(spec, nm.spec.expire_after.as_ref(), duration)
         })
         .or(defaults.expire_after);
+    let detach = (
+        "waitForVolumeDetach",
+        WAIT_FOR_VOLUME_DETACH_ANNOTATION,
+        WAIT_ACCEPTED,
+    );
+    let wait_for_volume_detach = k
+        .annotation(detach, |v| parse_wait_for_volume_detach(v).ok())
+        .or_else(|| {
+            let spec = (
+                "waitForVolumeDetach",
+                "spec.waitForVolumeDetach",
+                WAIT_ACCEPTED,
+            );
+            let value = nm.spec.wait_for_volume_detach.as_ref();
+            k.parse(spec, value, |v| parse_wait_for_volume_detach(v).ok())
+        })
+        .unwrap_or(defaults.wait_for_volume_detach);
     for (name, value) in strict::unknown_annotations(nm, &KNOB_ANNOTATIONS) {
         k.invalid.push(InvalidKnob {
             knob: "annotations",
@@ -366,6 +410,7 @@ pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> (DrainPolicy, Vec<I
         node_conditions,
         start_at,
         expire_after,
+        wait_for_volume_detach,
         drain_timeout,
         on_timeout,
         drain_rules,

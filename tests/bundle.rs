@@ -284,7 +284,8 @@ fn csv_deployment_rbac_and_webhook_equal_the_kustomize_rendering() {
             "paused",
             "reason",
             "stage",
-            "startAt"
+            "startAt",
+            "waitForVolumeDetach"
         ]
     );
     let status = paths("statusDescriptors");

@@ -221,6 +221,14 @@ fn rbac_has_no_wildcard_and_exactly_the_needed_rules() {
         &["list", "watch"],
     );
     add(cluster, "", "namespaces", &["get", "create"]);
+    // waitForVolumeDetach reads the node's attachments and their volumes' claims, never writes.
+    add(
+        cluster,
+        "storage.k8s.io",
+        "volumeattachments",
+        &["get", "list", "watch"],
+    );
+    add(cluster, "", "persistentvolumes", &["get"]);
     add(
         cluster,
         "config.openshift.io",

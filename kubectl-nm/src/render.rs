@@ -151,7 +151,11 @@ pub(crate) fn blocker_rows(s: &NodeMaintenanceStatus) -> Vec<[String; 5]> {
         .into_values()
         .map(|b| {
             [
-                format!("{}/{}", b.namespace, b.name),
+                // A VolumeAttachment still on the node (waitForVolumeDetach) has no namespace.
+                match b.namespace.as_str() {
+                    "" => format!("volumeattachment/{}", b.name),
+                    ns => format!("{ns}/{}", b.name),
+                },
                 b.reason,
                 dash(b.pod_disruption_budget),
                 dash(b.desired_healthy.map(|v| v.to_string())),
@@ -299,6 +303,18 @@ mod tests {
                             "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
         .unwrap();
         assert_eq!(summary(&ended), "Running");
+    }
+
+    #[test]
+    fn a_volume_attachment_blocker_is_shown_as_the_attachment() {
+        let status: NodeMaintenanceStatus = serde_json::from_value(serde_json::json!({
+            "blockers": [{"namespace": "", "name": "csi-123", "reason": "VolumeAttached",
+                          "message": "VolumeAttachment csi-123 of PersistentVolume pv-a"}]
+        }))
+        .unwrap();
+        let rows = blocker_rows(&status);
+        assert_eq!(rows[0][0], "volumeattachment/csi-123");
+        assert_eq!(rows[0][1], "VolumeAttached");
     }
 
     #[test]

@@ -86,6 +86,7 @@ impl From<&crate::config::Config> for ControllerConfig {
                 stage: config.stage,
                 node_conditions: config.node_conditions,
                 expire_after: config.expire_after,
+                wait_for_volume_detach: config.wait_for_volume_detach.flatten(),
             },
             max_parallel_drains: config.max_parallel_drains,
             max_parallel_drains_for: config.max_parallel_drains_for.clone(),

@@ -126,7 +126,15 @@ async fn pass(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
     if !report.done() {
         tracing::info!(pending = report.pending.len(), "Not all pods evicted");
     }
-    let plan = plan::drained_plan(&round, &report, jiff::Timestamp::now());
+    // `waitForVolumeDetach`: once no pod is left, the node's VolumeAttachments.
+    let volumes = match round.policy.wait_for_volume_detach {
+        Some(_) if report.done() => {
+            let client = ctx.nodes.clone().into_client();
+            Some(crate::drain::volume_detach::observe(&client, &round.node).await)
+        }
+        _ => None,
+    };
+    let plan = plan::drained_plan(&round, &report, volumes.as_ref(), jiff::Timestamp::now());
     Ok(match act::carry_out(ctx, &mut current, plan).await? {
         Some(Then::Requeue(requeue)) => act::action(requeue),
         _ => Action::requeue(REQUEUE_STOPPED),

@@ -37,12 +37,11 @@
 //!   since, as its watch saw ([`Budget::relief_after`]).
 
 mod act;
-mod gone;
-
 pub(crate) mod budget;
 pub(crate) mod cancel;
 pub(crate) mod deadline;
 pub(crate) mod gate;
+mod gone;
 mod lanes;
 pub(crate) mod migration;
 pub(crate) mod opt_out;
@@ -51,6 +50,7 @@ pub(crate) mod pod;
 mod preview;
 pub(crate) mod requester;
 pub(crate) mod rules;
+pub(crate) mod volume_detach;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

@@ -438,8 +438,8 @@ mod tests {
             invalid[0].to_string(),
             "nodemaintenance.medik8s.io/pause: unknown annotation of the drain policy (no knob \
              has this name) (value \"true\"; accepted: nodemaintenance.medik8s.io/ followed by \
-             paused, drainTimeout, onTimeout, drainRules, stage, nodeConditions, startAt or \
-             expireAfter)"
+             paused, drainTimeout, onTimeout, drainRules, stage, nodeConditions, startAt, \
+             expireAfter or waitForVolumeDetach)"
         );
         for knob in KNOB_ANNOTATIONS {
             let name = knob.strip_prefix(PREFIX).unwrap();

@@ -279,8 +279,8 @@ impl<'a> Pass<'a> {
         if steps(p.stage).contains(&PassStep::Deadline) && !self.aborted {
             p.deadline_start = timeline::deadline_start(&self.timeline);
             self.overdue = p.overdue(p.deadline_start, at);
-            self.failing = self.overdue == Some(OnTimeout::Fail)
-                && self.status.phase != Some(MaintenancePhase::Succeeded);
+            // At the drain's deadline, or at the bound of the wait for volumes to detach.
+            self.failing = volume_detach::failing(self.overdue, &self.status, p, at);
         }
         // Aborted at the deadline: recorded first; the next pass releases the node (`abort.rs`).
         let (p, generation) = (&self.drain_policy, self.generation());

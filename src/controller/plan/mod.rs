@@ -31,6 +31,7 @@ mod steps;
 #[cfg(test)]
 mod tests;
 pub(crate) mod timeline;
+mod volume_detach;
 mod write;
 
 use std::time::Duration;
@@ -397,9 +398,26 @@ pub(crate) fn plan(o: &Observed, now: jiff::Timestamp) -> Plan {
 }
 
 /// The drain round's writes, from what its evictions answered: the status [`drained`] makes of
-/// the report (written when it changed), its events, its requeue.
-pub(crate) fn drained_plan(round: &DrainRound, report: &DrainReport, now: jiff::Timestamp) -> Plan {
-    let step = drained(&round.status, report, round.generation, now);
+/// the report (written when it changed), held by the `waitForVolumeDetach` wait when the round
+/// observed the node's VolumeAttachments (`volumes`: only with the knob and no pod left), its
+/// events, its requeue.
+pub(crate) fn drained_plan(
+    round: &DrainRound,
+    report: &DrainReport,
+    volumes: Option<&crate::drain::volume_detach::Observed>,
+    now: jiff::Timestamp,
+) -> Plan {
+    let mut step = drained(&round.status, report, round.generation, now);
+    if let Some(o) = volumes.filter(|_| report.done()) {
+        use crate::drain::volume_detach as vd;
+        let verdict = vd::verdict(
+            vd::blockers(o, &round.node),
+            &round.policy,
+            o.at.unwrap_or(now),
+        );
+        let bound = vd::bound(&round.policy);
+        step = volume_detach::hold(step, &round.status, verdict, bound, round.generation, now);
+    }
     let mut writes = Writes {
         list: Vec::new(),
         stored: round.stored.clone(),

@@ -112,7 +112,7 @@ fn pass(
     let first = plan(&observed, now);
     let mut events = events_of(&first);
     let last = match &first.then {
-        Then::Drain(round) => drained_plan(round, drain, now),
+        Then::Drain(round) => drained_plan(round, drain, None, now),
         Then::Requeue(_) | Then::Preflight(_) => first.clone(),
     };
     if last != first {
@@ -1314,7 +1314,7 @@ fn blocked_pass_requeues_at_the_first_per_pod_retry_and_names_skipped_pods_once(
         generation: GEN,
         pruned: Vec::new(),
     };
-    let kinds: Vec<&str> = drained_plan(&round, &rep, t(1))
+    let kinds: Vec<&str> = drained_plan(&round, &rep, None, t(1))
         .writes
         .iter()
         .map(Write::kind)
