@@ -150,6 +150,7 @@ impl<'a> Pass<'a> {
             PassStep::Queue => self.queue(),
             PassStep::Blockers => Flow::Break(self.round(Then::Preflight)),
             PassStep::Expire => self.expire(),
+            PassStep::NodeShutdown => self.node_shutdown(),
             PassStep::Drain => self.drain(),
         }
     }
@@ -446,29 +447,19 @@ impl<'a> Pass<'a> {
     }
 
     fn node_conditions(&mut self) -> Flow {
-        use crate::node::conditions::{self, Lifecycle};
-        let Some(node) = self.node else {
-            return Flow::Continue(());
-        };
+        use crate::node::conditions::{Lifecycle, pass_patch};
         let p = &self.drain_policy;
-        // A knob turned off ends what it wrote; a node without them needs nothing.
         let wanted = p.node_conditions.then(|| {
             let held = !self.waits && steps(p.stage).contains(&PassStep::Enter);
             let succeeded = self.status.phase == Some(MaintenancePhase::Succeeded);
-            let mut l = Lifecycle::of(p.stage, held, succeeded);
-            if self.window.is_some() {
-                l.planned.1 = condition::MAINTENANCE_WINDOW;
-            }
-            l
+            Lifecycle::of(p.stage, held, succeeded, self.window.is_some())
         });
-        let ours = conditions::named(node) == Some(self.name.as_str());
-        if (wanted.is_some() || ours)
-            && let Some(patch) = conditions::patch(node, &self.name, wanted, self.now)
+        if let Some(patch) = self
+            .node
+            .and_then(|n| pass_patch(n, &self.name, wanted, self.now))
         {
-            self.w.push(Write::NodeConditions {
-                name: self.node_name().to_owned(),
-                patch,
-            });
+            let name = self.node_name().to_owned();
+            self.w.push(Write::NodeConditions { name, patch });
         }
         Flow::Continue(())
     }
@@ -520,22 +511,33 @@ impl<'a> Pass<'a> {
         self.status = status;
         self.w.events(events, self.node);
         self.memory.queued = place.map(|p| matches!(p, Place::Queued { .. }));
-        if (self.drain_policy.paused || self.waits)
-            && self.status.phase != Some(MaintenancePhase::Succeeded)
-        {
-            // Paused, or queued for a drain slot: the node, lease and label are enforced above;
-            // no round, so no new eviction. An edit of the object (unpausing) or a freed slot
-            // (`Context::wake_admitted`) starts the next pass; the lease is renewed on time, and
-            // a deadline still passes (the pass at it applies onTimeout Fail).
-            let p = &self.drain_policy;
-            let until_deadline = p
-                .deadline(p.deadline_start)
-                .and_then(|d| Duration::try_from(d.duration_since(self.server_now())).ok())
-                .filter(|d| !d.is_zero());
-            let requeue = until_deadline.map_or(REQUEUE_SUCCEEDED, |d| d.min(REQUEUE_SUCCEEDED));
-            return Flow::Break(self.hold(requeue));
+        // Paused, or queued for a drain slot: an edit of the object (unpausing) or a freed
+        // slot (`Context::wake_admitted`) starts the next pass.
+        self.hold_short_of_round(self.drain_policy.paused || self.waits)
+    }
+
+    /// `halt`: no round, so no new eviction (node, lease, label enforced above) unless Succeeded;
+    /// the lease is renewed on time, a deadline still passes (that pass applies onTimeout Fail).
+    fn hold_short_of_round(&mut self, halt: bool) -> Flow {
+        if !halt || self.status.phase == Some(MaintenancePhase::Succeeded) {
+            return Flow::Continue(());
         }
-        Flow::Continue(())
+        let p = &self.drain_policy;
+        let until_deadline = p
+            .deadline(p.deadline_start)
+            .and_then(|d| Duration::try_from(d.duration_since(self.server_now())).ok())
+            .filter(|d| !d.is_zero());
+        let requeue = until_deadline.map_or(REQUEUE_SUCCEEDED, |d| d.min(REQUEUE_SUCCEEDED));
+        Flow::Break(self.hold(requeue))
+    }
+
+    /// The node going down: no round; the Node watch's change of it starts the pass that resumes.
+    fn node_shutdown(&mut self) -> Flow {
+        use crate::drain::gate::node_shutdown;
+        let g = self.generation();
+        let (status, halt) = node_shutdown::status(&self.status, self.node, g, self.now);
+        self.status = status;
+        self.hold_short_of_round(halt)
     }
 
     fn expire(&mut self) -> Flow {
