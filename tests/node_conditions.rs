@@ -122,12 +122,12 @@ fn evictions(events: &[Value], ns: &str) -> Vec<(String, jiff::Timestamp)> {
         .collect()
 }
 
+/// `(type, status, reason)` of each condition a write sent.
+type Sent = Vec<(String, String, String)>;
+
 /// The operator's condition writes on `node` that answered 200, each with when it completed and
 /// the `(type, status, reason)` it sent.
-fn condition_writes(
-    events: &[Value],
-    node: &str,
-) -> Vec<(jiff::Timestamp, Vec<(String, String, String)>)> {
+fn condition_writes(events: &[Value], node: &str) -> Vec<(jiff::Timestamp, Sent)> {
     events
         .iter()
         .filter(|e| {

@@ -45,7 +45,9 @@ pub(crate) fn shutting_down(node: &Node) -> bool {
 
 /// The status of a maintenance in stage Drain whose pass read `node`: [`CONDITION`] True
 /// (reason `GracefulNodeShutdownInProgress`, the message naming the node) while it shuts down,
-/// False once it no longer does after it did; and whether the pass must start no round.
+/// False once it no longer does after it did; and whether the pass must start no round. A
+/// Succeeded maintenance sends nothing anyway and is left as it is: its node going down is the
+/// reboot it was drained for.
 pub(crate) fn status(
     status: &NodeMaintenanceStatus,
     node: Option<&Node>,
@@ -53,6 +55,9 @@ pub(crate) fn status(
     now: jiff::Timestamp,
 ) -> (NodeMaintenanceStatus, bool) {
     let mut s = status.clone();
+    if s.phase == Some(crate::api::MaintenancePhase::Succeeded) {
+        return (s, false);
+    }
     let name = node.and_then(|n| n.metadata.name.as_deref()).unwrap_or("");
     let down = node.is_some_and(shutting_down);
     let was = s
@@ -165,5 +170,14 @@ mod tests {
         }
         // No node read: nothing to halt on (the pass ends before without one).
         assert!(!status(&none, None, Some(1), t(0)).1);
+        // Succeeded: nothing is sent anyway, the reboot it was drained for is not a halt.
+        let succeeded = NodeMaintenanceStatus {
+            phase: Some(crate::api::MaintenancePhase::Succeeded),
+            ..NodeMaintenanceStatus::default()
+        };
+        assert_eq!(
+            status(&succeeded, Some(&node(Some("True"))), Some(1), t(0)),
+            (succeeded, false)
+        );
     }
 }
