@@ -491,3 +491,61 @@ async fn a_node_going_down_stops_new_evictions_until_the_condition_is_cleared() 
     );
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
+
+/// `docs/design.md` §3: a Drain maintenance waiting for its `startAt` window says
+/// `MaintenancePlanned=True` with reason `MaintenanceWindow` (nothing in progress), then
+/// `AdminRequested` once the window opens and the drain runs to `DrainCompleted`.
+#[tokio::test]
+async fn a_maintenance_waiting_for_its_window_is_planned_for_the_window() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("lcw");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let name = unique("nm-lcw");
+    let opens = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 20).unwrap();
+    let mut nm = nm::new(&name, &node, "e2e window conditions");
+    nm.spec.start_at = Some(opens.to_string());
+    nm.metadata.annotations = Some(
+        [(
+            "nodemaintenance.medik8s.io/nodeConditions".to_string(),
+            "true".to_string(),
+        )]
+        .into(),
+    );
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &nm)
+        .await
+        .unwrap();
+    wait_node_conditions(
+        &client,
+        &node,
+        &name,
+        [
+            ("MaintenancePlanned", "True", "MaintenanceWindow"),
+            ("MaintenanceInProgress", "False", "MaintenanceNotStarted"),
+            ("DrainInProgress", "False", "DrainNotStarted"),
+            ("Drained", "False", "DrainNotStarted"),
+        ],
+    )
+    .await;
+    assert!(
+        jiff::Timestamp::now() < opens,
+        "the window opened before its conditions were seen: the test proves nothing"
+    );
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    wait_node_conditions(
+        &client,
+        &node,
+        &name,
+        [
+            ("MaintenancePlanned", "True", "AdminRequested"),
+            ("MaintenanceInProgress", "True", "AdminRequested"),
+            ("DrainInProgress", "False", "DrainCompleted"),
+            ("Drained", "True", "DrainCompleted"),
+        ],
+    )
+    .await;
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
