@@ -502,8 +502,22 @@ async fn moving_the_maintenance_to_idle_stops_its_queued_evictions() {
     halting_stops_queued_evictions("idlehalt", json!({"spec": {"stage": "Idle"}})).await;
 }
 
+/// `docs/drain-contract.md` §4 ("A node going down"): as
+/// [`pausing_the_maintenance_stops_its_queued_evictions`], `GracefulNodeShutdownInProgress=True`
+/// written on the node's status by an admin stops the evictions not yet sent (the gate reads the
+/// node from the operator's Node watch).
+#[tokio::test]
+async fn a_node_going_down_stops_its_queued_evictions() {
+    let down = json!({"status": {"conditions": [{
+        "type": "GracefulNodeShutdownInProgress", "status": "True", "reason": "AdminShutdown",
+        "message": "e2e"
+    }]}});
+    halting_stops_queued_evictions("downhalt", down).await;
+}
+
 /// 300 pods behind an eviction webhook that allows after 5 s; once the first eviction reaches
-/// it, `halt` is merged into the maintenance. Every eviction sent is answered, and none is
+/// it, `halt` is merged into the maintenance (a `status` patch: into its node's status, as an
+/// admin writes a condition). Every eviction sent is answered, and none is
 /// received (the API server's audit log) more than 2 s after the write returned.
 async fn halting_stops_queued_evictions(prefix: &str, halt: serde_json::Value) {
     let env = env();
@@ -533,9 +547,17 @@ async fn halting_stops_queued_evictions(prefix: &str, halt: serde_json::Value) {
     })
     .await;
     let nms = Api::<node_maintenance_operator::api::NodeMaintenance>::all(client.clone());
-    nms.patch(&name, &PatchParams::default(), &Patch::Merge(&halt))
-        .await
-        .unwrap();
+    if halt.get("status").is_some() {
+        // A status patch is the node's, as an admin writes a condition.
+        Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+            .patch_status(&node, &PatchParams::default(), &Patch::Strategic(&halt))
+            .await
+            .unwrap();
+    } else {
+        nms.patch(&name, &PatchParams::default(), &Patch::Merge(&halt))
+            .await
+            .unwrap();
+    }
     let halted = jiff::Timestamp::now();
     // Every eviction sent is answered 5 s after it reached the webhook, which frees its slot:
     // an eviction still queued then would be sent at once. Wait for those answers, then 3 s

@@ -458,10 +458,10 @@ async fn node_lifecycle_conditions_follow_the_stages_end_false_and_leave_the_kub
         &node,
         &name,
         [
-            ("MaintenancePlanned", "True", "Idle"),
-            ("MaintenanceInProgress", "False", "NotStarted"),
-            ("DrainInProgress", "False", "NotDraining"),
-            ("Drained", "False", "NotDrained"),
+            ("MaintenancePlanned", "True", "AdminRequested"),
+            ("MaintenanceInProgress", "False", "MaintenanceNotStarted"),
+            ("DrainInProgress", "False", "DrainNotStarted"),
+            ("Drained", "False", "DrainNotStarted"),
         ],
     )
     .await;
@@ -473,10 +473,10 @@ async fn node_lifecycle_conditions_follow_the_stages_end_false_and_leave_the_kub
         &node,
         &name,
         [
-            ("MaintenancePlanned", "True", "Cordon"),
-            ("MaintenanceInProgress", "True", "NodeCordoned"),
-            ("DrainInProgress", "False", "NotDraining"),
-            ("Drained", "False", "NotDrained"),
+            ("MaintenancePlanned", "True", "AdminRequested"),
+            ("MaintenanceInProgress", "True", "AdminRequested"),
+            ("DrainInProgress", "False", "DrainNotStarted"),
+            ("Drained", "False", "DrainNotStarted"),
         ],
     )
     .await;
@@ -492,10 +492,10 @@ async fn node_lifecycle_conditions_follow_the_stages_end_false_and_leave_the_kub
         &node,
         &name,
         [
-            ("MaintenancePlanned", "True", "Drain"),
-            ("MaintenanceInProgress", "True", "NodeCordoned"),
-            ("DrainInProgress", "False", "Drained"),
-            ("Drained", "True", "Drained"),
+            ("MaintenancePlanned", "True", "AdminRequested"),
+            ("MaintenanceInProgress", "True", "AdminRequested"),
+            ("DrainInProgress", "False", "DrainCompleted"),
+            ("Drained", "True", "DrainCompleted"),
         ],
     )
     .await;

@@ -659,6 +659,7 @@ mod tests {
             store,
             nms_synced,
             drain_budget: None,
+            node_cache: crate::watch::nodes::NodeCache::new(Default::default()),
             wake: futures::channel::mpsc::unbounded().0,
             memory: Default::default(),
             policy: Default::default(),

@@ -194,6 +194,8 @@ pub(crate) struct Context {
     pub policy: crate::policy::Defaults,
     /// The cluster-wide drain budget (`--max-parallel-drains`), when one is set.
     pub drain_budget: Option<DrainBudget>,
+    /// The process's Node watch: the drain's gate reads whether a node is going down.
+    pub node_cache: crate::watch::nodes::NodeCache,
     /// Starts a pass of a NodeMaintenance outside its watch: an eviction of its drain answered.
     pub wake: futures::channel::mpsc::UnboundedSender<ObjectRef<NodeMaintenance>>,
 }

@@ -245,8 +245,9 @@ fn context(
         .then(|| DrainBudget {
             limit: config.max_parallel_drains,
             per: config.max_parallel_drains_for.clone(),
-            nodes: nodes_cache,
+            nodes: nodes_cache.clone(),
         }),
+        node_cache: nodes_cache,
         wake,
     });
     (ctx, woken)

@@ -371,7 +371,8 @@ mod tests {
     fn conditions_of_a_vanished_maintenance_are_ended_and_a_live_ones_kept() {
         let now = jiff::Timestamp::from_second(1_800_000_000).unwrap();
         let mut n = node(json!({}), false);
-        let planned = crate::node::conditions::Lifecycle::of(crate::api::Stage::Idle, false, false);
+        let planned =
+            crate::node::conditions::Lifecycle::of(crate::api::Stage::Idle, false, false, false);
         let patch = crate::node::conditions::patch(&n, "gone", Some(planned), now).unwrap();
         n.status = Some(serde_json::from_value(patch["status"].clone()).unwrap());
         let vanished = |_: &str, _: Option<&str>| false;

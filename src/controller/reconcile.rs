@@ -144,18 +144,21 @@ async fn pass(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
 /// What the drain's evictions, each sent on its own, need of `nm`: whether it may still send
 /// (`drain::gate::may_send` on the controller's cache: same UID, not being deleted, not paused,
 /// in stage Drain; the cache sees a write within moments, so no eviction is sent once a
-/// deletion, a pause or a move back is known) and how to wake its next pass.
+/// deletion, a pause or a move back is known; its node, as the Node watch holds it, not going
+/// down) and how to wake its next pass.
 fn standing(ctx: &Context, nm: &NodeMaintenance) -> Standing {
     let store = ctx.store.clone();
     let key = ObjectRef::from_obj(nm);
     let uid = nm.metadata.uid.clone();
     let defaults = ctx.policy.clone();
+    let (node_cache, node) = (ctx.node_cache.clone(), nm.spec.node_name.clone());
     let wake = ctx.wake.clone();
     let woken = key.clone();
     Standing {
         may_send: Arc::new(move || {
             let current = store.get(&key);
-            crate::drain::gate::may_send(uid.as_deref(), current.as_deref(), &defaults)
+            let down = node_cache.get(&node).is_some_and(|e| e.shutting_down);
+            crate::drain::gate::may_send(uid.as_deref(), current.as_deref(), &defaults, down)
         }),
         wake: Arc::new(move || {
             let _ = wake.unbounded_send(woken.clone());

@@ -109,7 +109,7 @@ pub(super) fn maintenances(
 }
 
 /// The Node triggers: a pass runs when what maintenance cares about changes (cordon, taints,
-/// labels, annotations) or the node comes or goes, not on every status heartbeat. No debounce,
+/// labels, annotations, `GracefulNodeShutdownInProgress`) or the node comes or goes, not on every status heartbeat. No debounce,
 /// so a manual uncordon is seen at once. They come from the process's one Node watch
 /// ([`crate::watch::nodes`]: only what a reader needs is parsed; a fingerprint per node is
 /// kept), shared with the admission caches so every node is listed once. A node that carries a

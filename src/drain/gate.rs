@@ -3,8 +3,12 @@
 //! was given; its requests are then sent each on its own, waiting for one of the process's
 //! slots, up to a webhook's answer later. Right before each is sent, the executor asks
 //! [`may_send`] about the maintenance as the controller's cache holds it then, so that a
-//! deletion, a pause, an abort at the deadline (`onTimeout: Abort`) or a move out of the stage
-//! `Drain` written meanwhile stops the requests not yet sent (the cache sees a write within moments: none starts 2 s after it). Pure.
+//! deletion, a pause, an abort at the deadline (`onTimeout: Abort`), a pre-drain hook or a move
+//! out of the stage `Drain` written meanwhile stops the requests not yet sent (the cache sees a
+//! write within moments: none starts 2 s after it), and so does the node going down
+//! ([`node_shutdown`], as the process's Node watch holds the node). Pure.
+
+pub(crate) mod node_shutdown;
 
 use std::sync::Arc;
 
@@ -52,6 +56,8 @@ pub(crate) enum Halt {
     Hooked,
     /// Its `stage` knob resolves to a stage short of `Drain`.
     Stage(Stage),
+    /// Its node's `GracefulNodeShutdownInProgress` condition is True ([`node_shutdown`]).
+    NodeShuttingDown,
     /// Not of the maintenance: the controller stopped (shutdown, leadership lost), so the
     /// executor sends nothing more.
     Stopped,
@@ -66,6 +72,9 @@ impl std::fmt::Display for Halt {
             Self::Paused => f.write_str("the maintenance is paused"),
             Self::Hooked => f.write_str("a pre-drain hook holds the maintenance"),
             Self::Stage(s) => write!(f, "the maintenance is in stage {s:?}, not Drain"),
+            Self::NodeShuttingDown => {
+                f.write_str("the node has GracefulNodeShutdownInProgress=True")
+            }
             Self::Stopped => f.write_str("the controller stopped"),
         }
     }
@@ -75,8 +84,9 @@ impl std::fmt::Display for Halt {
 /// `current`, the object of its name as the controller's cache holds it now (`None`: not held),
 /// and the operator's `defaults` (the knobs' flags): it is held with the same UID, is not
 /// being deleted, its drain was not aborted (its status), is not paused, no pre-drain hook holds
-/// it and its stage is `Drain`, each knob resolved as the pass
-/// resolves it ([`crate::policy::resolve`]: a refused value falls back as if absent).
+/// it and its stage is `Drain`, each knob resolved as the pass resolves it
+/// ([`crate::policy::resolve`]: a refused value falls back as if absent), and its node is not
+/// going down (`node_down`: the node watch's entry says `GracefulNodeShutdownInProgress=True`).
 ///
 /// # Errors
 /// The first [`Halt`] that applies, in the order above.
@@ -84,6 +94,7 @@ pub(crate) fn may_send(
     uid: Option<&str>,
     current: Option<&NodeMaintenance>,
     defaults: &Defaults,
+    node_down: bool,
 ) -> Result<(), Halt> {
     let Some(nm) = current.filter(|o| o.metadata.uid.as_deref() == uid) else {
         return Err(Halt::Gone);
@@ -103,6 +114,9 @@ pub(crate) fn may_send(
     }
     if policy.stage != Stage::Drain {
         return Err(Halt::Stage(policy.stage));
+    }
+    if node_down {
+        return Err(Halt::NodeShuttingDown);
     }
     Ok(())
 }
@@ -129,15 +143,18 @@ mod tests {
     fn a_maintenance_sends_only_while_it_stands_unpaused_in_stage_drain() {
         let d = Defaults::default();
         let current = nm("u1");
-        assert_eq!(may_send(Some("u1"), Some(&current), &d), Ok(()));
+        assert_eq!(may_send(Some("u1"), Some(&current), &d, false), Ok(()));
         // Gone, or a successor under its name.
-        assert_eq!(may_send(Some("u1"), None, &d), Err(Halt::Gone));
-        assert_eq!(may_send(Some("u0"), Some(&current), &d), Err(Halt::Gone));
+        assert_eq!(may_send(Some("u1"), None, &d, false), Err(Halt::Gone));
+        assert_eq!(
+            may_send(Some("u0"), Some(&current), &d, false),
+            Err(Halt::Gone)
+        );
         // Being deleted.
         let mut deleting = nm("u1");
         deleting.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
         assert_eq!(
-            may_send(Some("u1"), Some(&deleting), &d),
+            may_send(Some("u1"), Some(&deleting), &d, false),
             Err(Halt::Deleting)
         );
         // Aborted at its deadline (recorded in status), whatever its knobs say now.
@@ -152,7 +169,7 @@ mod tests {
             None,
             jiff::Timestamp::UNIX_EPOCH,
         );
-        assert_eq!(may_send(Some("u1"), Some(&aborted), &d), Err(Halt::Aborted));
+        assert_eq!(may_send(Some("u1"), Some(&aborted), &d, false), Err(Halt::Aborted));
         // Its abort ended (a stage short of Cordon): it sends again once back in Drain.
         crate::controller::plan::set_condition(
             aborted.status.get_or_insert_default(),
@@ -163,23 +180,26 @@ mod tests {
             None,
             jiff::Timestamp::UNIX_EPOCH,
         );
-        assert_eq!(may_send(Some("u1"), Some(&aborted), &d), Ok(()));
+        assert_eq!(may_send(Some("u1"), Some(&aborted), &d, false), Ok(()));
         // Paused by the spec, by the annotation (which wins), or by the flag.
         let mut paused = nm("u1");
         paused.spec.paused = Some(true);
-        assert_eq!(may_send(Some("u1"), Some(&paused), &d), Err(Halt::Paused));
+        assert_eq!(
+            may_send(Some("u1"), Some(&paused), &d, false),
+            Err(Halt::Paused)
+        );
         paused
             .metadata
             .annotations
             .get_or_insert_default()
             .insert(crate::policy::PAUSED_ANNOTATION.into(), "false".into());
-        assert_eq!(may_send(Some("u1"), Some(&paused), &d), Ok(()));
+        assert_eq!(may_send(Some("u1"), Some(&paused), &d, false), Ok(()));
         let flag = Defaults {
             paused: true,
             ..Defaults::default()
         };
         assert_eq!(
-            may_send(Some("u1"), Some(&current), &flag),
+            may_send(Some("u1"), Some(&current), &flag, false),
             Err(Halt::Paused)
         );
         // A refused value falls back as if absent (here: not paused).
@@ -188,13 +208,13 @@ mod tests {
             .annotations
             .get_or_insert_default()
             .insert(crate::policy::PAUSED_ANNOTATION.into(), "yes".into());
-        assert_eq!(may_send(Some("u1"), Some(&typo), &d), Ok(()));
+        assert_eq!(may_send(Some("u1"), Some(&typo), &d, false), Ok(()));
         // Moved short of Drain, by the spec or the annotation.
         for stage in [Stage::Idle, Stage::Cordon, Stage::Preflight] {
             let mut back = nm("u1");
             back.spec.stage = Some(stage);
             assert_eq!(
-                may_send(Some("u1"), Some(&back), &d),
+                may_send(Some("u1"), Some(&back), &d, false),
                 Err(Halt::Stage(stage))
             );
         }
@@ -205,7 +225,17 @@ mod tests {
             .get_or_insert_default()
             .insert(crate::policy::STAGE_ANNOTATION.into(), "Idle".into());
         assert_eq!(
-            may_send(Some("u1"), Some(&annotated), &d),
+            may_send(Some("u1"), Some(&annotated), &d, false),
+            Err(Halt::Stage(Stage::Idle))
+        );
+        // The node going down halts a maintenance that would send; the halts of the
+        // maintenance itself come first.
+        assert_eq!(
+            may_send(Some("u1"), Some(&current), &d, true),
+            Err(Halt::NodeShuttingDown)
+        );
+        assert_eq!(
+            may_send(Some("u1"), Some(&annotated), &d, true),
             Err(Halt::Stage(Stage::Idle))
         );
     }
@@ -223,12 +253,12 @@ mod tests {
         let annotations = hooked.metadata.annotations.get_or_insert_default();
         annotations.insert(hook("rook-ceph"), String::new());
         annotations.insert(hook("backup"), String::new());
-        assert_eq!(may_send(Some("u1"), Some(&hooked), &d), Err(Halt::Hooked));
+        assert_eq!(may_send(Some("u1"), Some(&hooked), &d, false), Err(Halt::Hooked));
         let annotations = hooked.metadata.annotations.get_or_insert_default();
         annotations.remove(&hook("rook-ceph"));
-        assert_eq!(may_send(Some("u1"), Some(&hooked), &d), Err(Halt::Hooked));
+        assert_eq!(may_send(Some("u1"), Some(&hooked), &d, false), Err(Halt::Hooked));
         let annotations = hooked.metadata.annotations.get_or_insert_default();
         annotations.remove(&hook("backup"));
-        assert_eq!(may_send(Some("u1"), Some(&hooked), &d), Ok(()));
+        assert_eq!(may_send(Some("u1"), Some(&hooked), &d, false), Ok(()));
     }
 }

@@ -27,14 +27,41 @@ pub(crate) const TYPES: [&str; 4] = [
     DRAIN_IN_PROGRESS,
     DRAINED,
 ];
-/// Reason of every condition once the maintenance ended (deleted, or its record swept).
-pub(crate) const MAINTENANCE_ENDED: &str = "MaintenanceEnded";
+/// The reasons, KEP-5683's vocabulary (docs/design.md §3, "Node lifecycle conditions", has the
+/// table of which stage gives which).
+pub(crate) mod reason {
+    /// `MaintenancePlanned` True (and `MaintenanceInProgress` True once the node is held): an
+    /// admin asked for it with a NodeMaintenance.
+    pub(crate) const ADMIN_REQUESTED: &str = "AdminRequested";
+    /// `MaintenancePlanned` True while the maintenance waits for its `startAt` window.
+    pub(crate) const MAINTENANCE_WINDOW: &str = "MaintenanceWindow";
+    /// `MaintenanceInProgress` False: the stage does not hold the node (Preflight, Idle, a
+    /// window not open, a drain slot not yet given).
+    pub(crate) const MAINTENANCE_NOT_STARTED: &str = "MaintenanceNotStarted";
+    /// `DrainInProgress` True, and `Drained` False, from the pass that starts a drain (stage
+    /// Drain, the node held) until it succeeds: a `Drained` left True by an earlier drain is
+    /// reset before this drain's first eviction (the kubectl drain proposal).
+    pub(crate) const DRAIN_STARTED: &str = "DrainStarted";
+    /// `DrainInProgress` False and `Drained` False: no drain runs (a stage short of Drain, or
+    /// waiting for a window or a slot).
+    pub(crate) const DRAIN_NOT_STARTED: &str = "DrainNotStarted";
+    /// `Drained` True and `DrainInProgress` False once the drain succeeded.
+    pub(crate) const DRAIN_COMPLETED: &str = "DrainCompleted";
+    /// Every condition False once the maintenance ended (deleted, its record swept, or the knob
+    /// turned off).
+    pub(crate) const MAINTENANCE_ENDED: &str = "MaintenanceEnded";
+}
+pub(crate) use reason::MAINTENANCE_ENDED;
+/// The admin's condition a graceful node shutdown is announced by (k8s.io/api core/v1
+/// `NodeGracefulNodeShutdownInProgress`, "The admin is responsible for setting and clearing this
+/// condition", or the kubelet): read by the drain (`crate::drain::node_shutdown`), never written.
+pub(crate) const GRACEFUL_NODE_SHUTDOWN_IN_PROGRESS: &str = "GracefulNodeShutdownInProgress";
 
 /// What a maintenance says of its node: each condition's value and reason (`None`: it ended,
 /// all False with [`MAINTENANCE_ENDED`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Lifecycle {
-    /// `MaintenancePlanned`; the reason names the stage.
+    /// `MaintenancePlanned`.
     pub planned: (bool, &'static str),
     /// `MaintenanceInProgress`.
     pub in_progress: (bool, &'static str),
@@ -45,27 +72,35 @@ pub(crate) struct Lifecycle {
 }
 
 impl Lifecycle {
-    /// The lifecycle of a maintenance in `stage` (`Preflight`, `Idle`, `Cordon`, `Drain`):
-    /// `held` whether it holds the node, `succeeded` whether its drain is done.
-    pub(crate) fn of(stage: crate::api::Stage, held: bool, succeeded: bool) -> Self {
-        use crate::api::Stage;
-        let draining = stage == Stage::Drain && held;
+    /// The lifecycle of a maintenance in `stage` (`Preflight`, `Idle`, `Cordon`, `Drain`; the
+    /// stage a pass runs, Idle while a window is not open): `held` whether it holds the node,
+    /// `succeeded` whether its drain is done, `window` whether it waits for its `startAt`.
+    pub(crate) fn of(stage: crate::api::Stage, held: bool, succeeded: bool, window: bool) -> Self {
+        use reason::*;
+        let draining = stage == crate::api::Stage::Drain && held;
         Lifecycle {
-            planned: (true, stage_reason(stage)),
+            planned: (
+                true,
+                if window {
+                    MAINTENANCE_WINDOW
+                } else {
+                    ADMIN_REQUESTED
+                },
+            ),
             in_progress: if held {
-                (true, "NodeCordoned")
+                (true, ADMIN_REQUESTED)
             } else {
-                (false, "NotStarted")
+                (false, MAINTENANCE_NOT_STARTED)
             },
             draining: match (draining, succeeded) {
-                (true, false) => (true, "Draining"),
-                (true, true) => (false, "Drained"),
-                _ => (false, "NotDraining"),
+                (true, false) => (true, DRAIN_STARTED),
+                (true, true) => (false, DRAIN_COMPLETED),
+                _ => (false, DRAIN_NOT_STARTED),
             },
-            drained: if draining && succeeded {
-                (true, "Drained")
-            } else {
-                (false, "NotDrained")
+            drained: match (draining, succeeded) {
+                (true, false) => (false, DRAIN_STARTED),
+                (true, true) => (true, DRAIN_COMPLETED),
+                _ => (false, DRAIN_NOT_STARTED),
             },
         }
     }
@@ -77,16 +112,6 @@ impl Lifecycle {
             (DRAIN_IN_PROGRESS, self.draining),
             (DRAINED, self.drained),
         ]
-    }
-}
-
-fn stage_reason(stage: crate::api::Stage) -> &'static str {
-    use crate::api::Stage;
-    match stage {
-        Stage::Preflight => "Preflight",
-        Stage::Idle => "Idle",
-        Stage::Cordon => "Cordon",
-        Stage::Drain => "Drain",
     }
 }
 
@@ -104,8 +129,8 @@ fn message(nm: &str) -> String {
     format!("NodeMaintenance {nm}")
 }
 
-/// The NodeMaintenance named by the lifecycle conditions on `node` (their message), when any is
-/// there.
+/// The NodeMaintenance named by the lifecycle conditions on `node` (their message,
+/// `NodeMaintenance <name>`), when any is there.
 pub(crate) fn named(node: &Node) -> Option<&str> {
     TYPES.iter().find_map(|t| {
         condition(node, t)?
@@ -120,6 +145,20 @@ pub(crate) fn any_true(node: &Node) -> bool {
     TYPES
         .iter()
         .any(|t| condition(node, t).is_some_and(|c| c.status == "True"))
+}
+
+/// The pass's write of the conditions on `node` for NodeMaintenance `nm`: [`patch`] to `wanted`
+/// (`None`: the knob is off), except that a knob turned off ends only what this maintenance
+/// wrote (their message names it) and a node without them needs nothing.
+pub(crate) fn pass_patch(
+    node: &Node,
+    nm: &str,
+    wanted: Option<Lifecycle>,
+    now: jiff::Timestamp,
+) -> Option<Value> {
+    (wanted.is_some() || named(node) == Some(nm))
+        .then(|| patch(node, nm, wanted, now))
+        .flatten()
 }
 
 /// The strategic-merge patch of `node`'s `status.conditions` that makes them say `wanted` for
@@ -218,33 +257,71 @@ mod tests {
             .collect()
     }
 
+    /// `(type, status, reason)` of each condition `patch` sends.
+    fn sent(patch: &Value) -> Vec<(String, String, String)> {
+        patch["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let f = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+                (f("type"), f("status"), f("reason"))
+            })
+            .collect()
+    }
+
     #[test]
     fn the_conditions_follow_the_lifecycle_and_end_false_touching_only_their_own() {
+        use reason::*;
         let node = kubelets();
-        let idle = Lifecycle::of(Stage::Idle, false, false);
+        let idle = Lifecycle::of(Stage::Idle, false, false, false);
         let p = patch(&node, "nm1", Some(idle), t(0)).unwrap();
         let node = applied(&node, &p);
         assert_eq!(named(&node), Some("nm1"));
         assert!(any_true(&node));
+        let reasons = |node: &Node| {
+            says(node)
+                .iter()
+                .map(|(t, s, r)| format!("{t}={s}:{r}"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            reasons(&node),
+            [
+                "MaintenancePlanned=True:AdminRequested",
+                "MaintenanceInProgress=False:MaintenanceNotStarted",
+                "DrainInProgress=False:DrainNotStarted",
+                "Drained=False:DrainNotStarted"
+            ]
+        );
         // Written only on transitions: the same lifecycle again sends nothing.
         assert_eq!(patch(&node, "nm1", Some(idle), t(5)), None);
-        let draining = Lifecycle::of(Stage::Drain, true, false);
+        // Waiting for its window: planned, for the window.
+        let window = Lifecycle::of(Stage::Idle, false, false, true);
+        assert_eq!(window.planned, (true, MAINTENANCE_WINDOW));
+        let draining = Lifecycle::of(Stage::Drain, true, false, false);
         let node = applied(&node, &patch(&node, "nm1", Some(draining), t(10)).unwrap());
-        let done = Lifecycle::of(Stage::Drain, true, true);
+        assert_eq!(
+            reasons(&node),
+            [
+                "MaintenancePlanned=True:AdminRequested",
+                "MaintenanceInProgress=True:AdminRequested",
+                "DrainInProgress=True:DrainStarted",
+                "Drained=False:DrainStarted"
+            ]
+        );
+        let done = Lifecycle::of(Stage::Drain, true, true, false);
         let p = patch(&node, "nm1", Some(done), t(20)).unwrap();
         // Planned and InProgress unchanged: only the drain's two are sent.
         assert_eq!(p["status"]["conditions"].as_array().unwrap().len(), 2);
         let node = applied(&node, &p);
         assert_eq!(
-            says(&node)
-                .iter()
-                .map(|(t, s, _)| format!("{t}={s}"))
-                .collect::<Vec<_>>(),
+            reasons(&node),
             [
-                "MaintenancePlanned=True",
-                "MaintenanceInProgress=True",
-                "DrainInProgress=False",
-                "Drained=True"
+                "MaintenancePlanned=True:AdminRequested",
+                "MaintenanceInProgress=True:AdminRequested",
+                "DrainInProgress=False:DrainCompleted",
+                "Drained=True:DrainCompleted"
             ]
         );
         let node = applied(&node, &patch(&node, "nm1", None, t(30)).unwrap());
@@ -258,6 +335,104 @@ mod tests {
         // The kubelet's condition is never in a patch.
         let ready = condition(&node, "Ready").unwrap();
         assert_eq!(ready.reason.as_deref(), Some("KubeletReady"));
+    }
+
+    /// A `Drained=True` left by an earlier drain (ours moved Drain → Idle → Drain, or another
+    /// tool's) is False from the pass that starts the new drain, and True again at its success.
+    #[test]
+    fn a_drain_that_starts_resets_drained_until_it_succeeds() {
+        let mut node = kubelets();
+        node.status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()
+            .push(NodeCondition {
+                type_: DRAINED.into(),
+                status: "True".into(),
+                reason: Some("DrainCompleted".into()),
+                message: Some("another tool".into()),
+                ..NodeCondition::default()
+            });
+        let starts = Lifecycle::of(Stage::Drain, true, false, false);
+        let p = patch(&node, "nm1", Some(starts), t(0)).unwrap();
+        assert!(
+            sent(&p).contains(&(
+                "Drained".into(),
+                "False".into(),
+                reason::DRAIN_STARTED.into()
+            )),
+            "{p}"
+        );
+        // The status moved: so did lastTransitionTime.
+        let drained = p["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == DRAINED)
+            .unwrap();
+        assert_eq!(drained["lastTransitionTime"], json!(t(0).to_string()));
+        let node = applied(&node, &p);
+        let done = Lifecycle::of(Stage::Drain, true, true, false);
+        let node = applied(&node, &patch(&node, "nm1", Some(done), t(10)).unwrap());
+        assert_eq!(condition(&node, DRAINED).unwrap().status, "True");
+        // Moved back to Idle, then on to Drain again: False at the start of the second drain.
+        let idle = Lifecycle::of(Stage::Idle, false, false, false);
+        let node = applied(&node, &patch(&node, "nm1", Some(idle), t(20)).unwrap());
+        assert_eq!(condition(&node, DRAINED).unwrap().status, "False");
+        let p = patch(&node, "nm1", Some(starts), t(30)).unwrap();
+        assert!(sent(&p).contains(&(
+            "Drained".into(),
+            "False".into(),
+            reason::DRAIN_STARTED.into()
+        )));
+    }
+
+    /// `GracefulNodeShutdownInProgress` is the admin's (or the kubelet's): no patch, in any
+    /// stage, window, slot or end, ever names it, even on a node that carries it.
+    #[test]
+    fn no_patch_ever_names_graceful_node_shutdown_in_progress() {
+        let mut node = kubelets();
+        node.status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()
+            .push(NodeCondition {
+                type_: GRACEFUL_NODE_SHUTDOWN_IN_PROGRESS.into(),
+                status: "True".into(),
+                ..NodeCondition::default()
+            });
+        let mut wanted: Vec<Option<Lifecycle>> = vec![None];
+        for stage in [Stage::Preflight, Stage::Idle, Stage::Cordon, Stage::Drain] {
+            for held in [false, true] {
+                for succeeded in [false, true] {
+                    for window in [false, true] {
+                        wanted.push(Some(Lifecycle::of(stage, held, succeeded, window)));
+                    }
+                }
+            }
+        }
+        let mut patches = 0;
+        for from in &wanted {
+            let start = from
+                .and_then(|l| patch(&node, "nm1", Some(l), t(0)))
+                .map_or(node.clone(), |p| applied(&node, &p));
+            for to in &wanted {
+                if let Some(p) = patch(&start, "nm1", *to, t(1)) {
+                    patches += 1;
+                    assert!(
+                        !p.to_string().contains(GRACEFUL_NODE_SHUTDOWN_IN_PROGRESS),
+                        "{p}"
+                    );
+                    assert!(sent(&p).iter().all(|(t, _, _)| TYPES.contains(&t.as_str())));
+                }
+            }
+        }
+        assert!(patches > 100, "{patches}");
+        assert!(!TYPES.contains(&GRACEFUL_NODE_SHUTDOWN_IN_PROGRESS));
     }
 
     #[test]

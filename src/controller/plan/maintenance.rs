@@ -155,6 +155,7 @@ impl<'a> Pass<'a> {
             PassStep::Queue => self.queue(),
             PassStep::Blockers => Flow::Break(self.round(Then::Preflight)),
             PassStep::Expire => self.expire(),
+            PassStep::NodeShutdown => self.node_shutdown(),
             PassStep::Drain => self.drain(),
         }
     }
@@ -458,30 +459,20 @@ impl<'a> Pass<'a> {
     }
 
     fn node_conditions(&mut self) -> Flow {
-        use crate::node::conditions::{self, Lifecycle};
-        let Some(node) = self.node else {
-            return Flow::Continue(());
-        };
+        use crate::node::conditions::{Lifecycle, pass_patch};
         let p = &self.drain_policy;
-        // A knob turned off ends what it wrote; a node without them needs nothing.
         let wanted = p.node_conditions.then(|| {
             let held = !self.waits && !self.aborted && steps(p.stage).contains(&PassStep::Enter);
             let succeeded = self.status.phase == Some(MaintenancePhase::Succeeded);
-            let l = Lifecycle::of(p.stage, held, succeeded);
-            let mut l = super::pre_drain_hooks::lifecycle(l, &p.hooks);
-            if self.window.is_some() {
-                l.planned.1 = condition::MAINTENANCE_WINDOW;
-            }
-            l
+            let l = Lifecycle::of(p.stage, held, succeeded, self.window.is_some());
+            super::pre_drain_hooks::lifecycle(l, &p.hooks)
         });
-        let ours = conditions::named(node) == Some(self.name.as_str());
-        if (wanted.is_some() || ours)
-            && let Some(patch) = conditions::patch(node, &self.name, wanted, self.now)
+        if let Some(patch) = self
+            .node
+            .and_then(|n| pass_patch(n, &self.name, wanted, self.now))
         {
-            self.w.push(Write::NodeConditions {
-                name: self.node_name().to_owned(),
-                patch,
-            });
+            let name = self.node_name().to_owned();
+            self.w.push(Write::NodeConditions { name, patch });
         }
         Flow::Continue(())
     }
@@ -534,17 +525,29 @@ impl<'a> Pass<'a> {
         self.status = status;
         self.w.events(events, self.node);
         self.memory.queued = place.map(|p| matches!(p, Place::Queued { .. }));
-        if (self.drain_policy.holds_evictions() || self.waits)
-            && self.status.phase != Some(MaintenancePhase::Succeeded)
-        {
-            // Paused, held by a pre-drain hook or queued for a drain slot: the node, lease and
-            // label are enforced above; no round, so no new eviction. An edit of the object
-            // (unpausing, a hook removed) or a freed slot (`Context::wake_admitted`) starts the
-            // next pass; the lease is renewed on time, and a deadline still passes.
-            let requeue = timeline::held_requeue(&self.drain_policy, self.server_now());
-            return Flow::Break(self.hold(requeue));
+        // Paused, held by a pre-drain hook or queued for a drain slot: an edit of the object
+        // (unpausing, a hook removed) or a freed slot (`Context::wake_admitted`) starts the
+        // next pass.
+        self.hold_short_of_round(self.drain_policy.holds_evictions() || self.waits)
+    }
+
+    /// `halt`: no round, so no new eviction (node, lease, label enforced above) unless Succeeded;
+    /// the lease is renewed on time, a deadline still passes (that pass applies onTimeout Fail).
+    fn hold_short_of_round(&mut self, halt: bool) -> Flow {
+        if !halt || self.status.phase == Some(MaintenancePhase::Succeeded) {
+            return Flow::Continue(());
         }
-        Flow::Continue(())
+        let requeue = timeline::held_requeue(&self.drain_policy, self.server_now());
+        Flow::Break(self.hold(requeue))
+    }
+
+    /// The node going down: no round; the Node watch's change of it starts the pass that resumes.
+    fn node_shutdown(&mut self) -> Flow {
+        use crate::drain::gate::node_shutdown;
+        let g = self.generation();
+        let (status, halt) = node_shutdown::status(&self.status, self.node, g, self.now);
+        self.status = status;
+        self.hold_short_of_round(halt)
     }
 
     fn expire(&mut self) -> Flow {

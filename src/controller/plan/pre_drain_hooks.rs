@@ -129,7 +129,7 @@ mod tests {
         assert!(may_start(true, &[]));
         assert!(!may_start(true, &hooks(&["a"])));
         assert!(!may_start(false, &[]));
-        let draining = Lifecycle::of(Stage::Drain, true, false);
+        let draining = Lifecycle::of(Stage::Drain, true, false, false);
         assert!(draining.draining.0);
         let held = lifecycle(draining, &hooks(&["a"]));
         assert_eq!(held.draining, (false, NODE_REASON));
@@ -137,7 +137,7 @@ mod tests {
         assert_eq!(held.in_progress, draining.in_progress);
         assert_eq!(lifecycle(draining, &[]), draining);
         // Stage Cordon says what it said.
-        let cordon = Lifecycle::of(Stage::Cordon, true, false);
+        let cordon = Lifecycle::of(Stage::Cordon, true, false, false);
         assert_eq!(lifecycle(cordon, &hooks(&["a"])), cordon);
     }
 }

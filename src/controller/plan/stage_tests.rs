@@ -390,10 +390,10 @@ fn node_conditions_are_written_on_transitions_only_when_the_knob_asks() {
     assert_eq!(
         said,
         [
-            r#""MaintenancePlanned"="True" "Idle""#,
-            r#""MaintenanceInProgress"="False" "NotStarted""#,
-            r#""DrainInProgress"="False" "NotDraining""#,
-            r#""Drained"="False" "NotDrained""#,
+            r#""MaintenancePlanned"="True" "AdminRequested""#,
+            r#""MaintenanceInProgress"="False" "MaintenanceNotStarted""#,
+            r#""DrainInProgress"="False" "DrainNotStarted""#,
+            r#""Drained"="False" "DrainNotStarted""#,
         ]
     );
     assert_eq!(
@@ -689,4 +689,36 @@ fn a_hooked_maintenance_waits_for_its_slot_in_service_then_holds_it_entered() {
         admitted.then
     );
     assert_eq!(cond(&admitted, PRE_DRAIN_HOOKS), is("True", "HooksPresent"));
+}
+
+/// `docs/drain-contract.md` §4, "A node going down": a Drain maintenance whose node has
+/// `GracefulNodeShutdownInProgress=True` is entered and held but starts no round, and its status
+/// says why; cleared, the round runs again (and no Node lifecycle condition is written with the
+/// knob off: reading the node's condition is not writing one).
+#[test]
+fn a_node_going_down_holds_the_drain_without_a_round_until_it_is_cleared() {
+    let mut down = entered_node();
+    down.status = Some(
+        serde_json::from_value(serde_json::json!({"conditions": [
+            {"type": "GracefulNodeShutdownInProgress", "status": "True"}
+        ]}))
+        .unwrap(),
+    );
+    let p = plan_of(nm(None, None), down, Some(our_lease()), Stage::Drain);
+    assert!(!matches!(p.then, Then::Drain(_)), "{:?}", p.then);
+    assert!(matches!(p.then, Then::Requeue(Requeue::After(_))));
+    assert_eq!(
+        cond(&p, "NodeShuttingDown"),
+        is("True", "GracefulNodeShutdownInProgress")
+    );
+    assert!(!kinds(&p).contains(&"node conditions"), "{:?}", kinds(&p));
+    // Cleared: the round runs, the status says it no longer shuts down.
+    let mut was = nm(None, None);
+    was.status = p.status.clone();
+    let p = plan_of(was, entered_node(), Some(our_lease()), Stage::Drain);
+    assert!(matches!(p.then, Then::Drain(_)), "{:?}", p.then);
+    assert_eq!(
+        cond(&p, "NodeShuttingDown"),
+        is("False", "NodeNotShuttingDown")
+    );
 }

@@ -43,6 +43,9 @@ pub(crate) enum PassStep {
     /// `expireAfter` after Succeeded, the NodeMaintenance deletes itself (its deletion pass
     /// restores the node); until then the pass comes back when it is due.
     Expire,
+    /// The node going down (`GracefulNodeShutdownInProgress=True`): no round, the status says
+    /// why (`crate::drain::gate::node_shutdown`).
+    NodeShutdown,
     /// One drain round; none once Succeeded.
     Drain,
 }
@@ -62,6 +65,7 @@ pub(crate) const DRAIN_STEPS: &[PassStep] = &[
     PassStep::Deadline,
     PassStep::Queue,
     PassStep::Expire,
+    PassStep::NodeShutdown,
     PassStep::Drain,
 ];
 
@@ -174,6 +178,7 @@ mod tests {
         PassStep::Queue,
         PassStep::Blockers,
         PassStep::Expire,
+        PassStep::NodeShutdown,
         PassStep::Drain,
     ];
 

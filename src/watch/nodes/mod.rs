@@ -46,7 +46,8 @@ pub(crate) const CONTROL_PLANE_LABELS: [&str; 2] = [
 pub(crate) const NODE_PAGE_SIZE: u32 = 100;
 
 /// A hash of the parts of a Node that maintenance reads or writes: `spec.unschedulable`,
-/// `spec.taints`, labels, annotations and uid. Equal fingerprints mean a watch event changed
+/// `spec.taints`, labels, annotations, uid and whether it shuts down (a drain halts, then
+/// resumes, on its change). Equal fingerprints mean a watch event changed
 /// nothing a reconcile would act on (typically a status heartbeat).
 pub(crate) fn maintenance_fingerprint(node: &WatchedNode) -> u64 {
     use std::hash::{Hash, Hasher};
@@ -59,6 +60,7 @@ pub(crate) fn maintenance_fingerprint(node: &WatchedNode) -> u64 {
     node.metadata.labels.hash(&mut h);
     node.metadata.annotations.hash(&mut h);
     node.metadata.uid.hash(&mut h);
+    node.shutting_down.hash(&mut h);
     h.finish()
 }
 
@@ -105,6 +107,8 @@ pub(crate) struct NodeEntry {
     /// record) or a Node lifecycle condition that is True ([`WatchedNode::lifecycle`]), either
     /// of which the orphan sweep settles when that NodeMaintenance is gone.
     pub holder: bool,
+    /// The node's `GracefulNodeShutdownInProgress` is True ([`WatchedNode::shutting_down`]).
+    pub shutting_down: bool,
     /// Bit `i` set: the `i`-th node drain budget (`--max-parallel-drains-for`) selects the node.
     pub budgets: u32,
 }
@@ -127,6 +131,7 @@ impl NodeEntry {
                     .annotations
                     .as_ref()
                     .is_some_and(|a| a.contains_key(crate::node::HOLDER_ANNOTATION)),
+            shutting_down: node.shutting_down,
             budgets: 0,
         }
     }
@@ -590,6 +595,7 @@ mod tests {
             ready: None,
             fingerprint,
             holder,
+            shutting_down: false,
             budgets: 0,
         };
         let old: HashMap<Box<str>, NodeEntry> = [

@@ -266,6 +266,11 @@ fn watched_node(n: NodePb) -> WatchedNode {
         lifecycle: n.status.as_ref().is_some_and(|s| {
             super::watched::lifecycle_true(s.conditions.iter().map(|c| (&*c.type_, &*c.status)))
         }),
+        shutting_down: n.status.as_ref().is_some_and(|s| {
+            crate::drain::gate::node_shutdown::shutting_down_in(
+                s.conditions.iter().map(|c| (&*c.type_, &*c.status)),
+            )
+        }),
         ready: n
             .status
             .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Ready"))
@@ -661,6 +666,42 @@ mod tests {
                 "{conditions:?}"
             );
         }
+        // A node going down (the admin's or the kubelet's condition), seen alike on both paths.
+        for (conditions, down) in [
+            (
+                &[
+                    ("Ready", "True"),
+                    ("GracefulNodeShutdownInProgress", "True"),
+                ][..],
+                true,
+            ),
+            (&[("GracefulNodeShutdownInProgress", "False")][..], false),
+            (&[("GracefulNodeShutdownInProgress", "Unknown")][..], false),
+            (&[("Ready", "True")][..], false),
+        ] {
+            let pb = watched_node(status(conditions));
+            let json: WatchedNode = serde_json::from_value(serde_json::json!({
+                "status": {"conditions": conditions.iter()
+                    .map(|(t, s)| serde_json::json!({"type": t, "status": s}))
+                    .collect::<Vec<_>>()}
+            }))
+            .unwrap();
+            assert_eq!(
+                (pb.shutting_down, json.shutting_down),
+                (down, down),
+                "{conditions:?}"
+            );
+            assert_eq!(
+                maintenance_fingerprint_differs(&pb, &watched_node(status(&[]))),
+                down,
+                "{conditions:?}"
+            );
+        }
+    }
+
+    /// Whether `a` and `b` differ in what a maintenance reads (their fingerprints).
+    fn maintenance_fingerprint_differs(a: &WatchedNode, b: &WatchedNode) -> bool {
+        super::super::maintenance_fingerprint(a) != super::super::maintenance_fingerprint(b)
     }
 
     #[test]

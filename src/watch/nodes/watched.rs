@@ -24,6 +24,9 @@ pub(crate) struct WatchedNode {
     /// that has not ended, which may carry no record on the node (stage Idle writes only
     /// `MaintenancePlanned`).
     pub lifecycle: bool,
+    /// The node's `GracefulNodeShutdownInProgress` condition is True: it is going down, so its
+    /// drain sends no new eviction (`crate::drain::gate::node_shutdown`).
+    pub shutting_down: bool,
 }
 
 /// Whether any of `conditions` (`(type, status)`) is a Node lifecycle condition that is True.
@@ -88,6 +91,11 @@ impl From<WatchedNodeWire> for WatchedNode {
             }),
             lifecycle: w.status.as_ref().is_some_and(|s| {
                 lifecycle_true(s.conditions.iter().map(|c| (&*c.type_, &*c.status)))
+            }),
+            shutting_down: w.status.as_ref().is_some_and(|s| {
+                crate::drain::gate::node_shutdown::shutting_down_in(
+                    s.conditions.iter().map(|c| (&*c.type_, &*c.status)),
+                )
             }),
             ready: w
                 .status
