@@ -50,6 +50,7 @@ pub(crate) mod pass;
 pub(crate) mod pod;
 mod preview;
 pub(crate) mod requester;
+pub(crate) mod responders;
 pub(crate) mod rules;
 
 use std::collections::{HashMap, HashSet};
