@@ -231,7 +231,13 @@ async fn an_active_eviction_responder_is_the_budget_held_pods_blocker_until_it_c
     let kubeconfig = cluster.kubeconfig().display().to_string();
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let code = kubectl_nm::run(
-        ["kubectl-nm", "--kubeconfig", kubeconfig.as_str(), "why", node.as_str()],
+        [
+            "kubectl-nm",
+            "--kubeconfig",
+            kubeconfig.as_str(),
+            "why",
+            node.as_str(),
+        ],
         &mut out,
         &mut err,
     )
@@ -242,17 +248,28 @@ async fn an_active_eviction_responder_is_the_budget_held_pods_blocker_until_it_c
         "{ns}/{pod_name}: responder {RESPONDER}: {MESSAGE} (expected by {})",
         b.expected_completion_time.as_deref().unwrap()
     );
-    assert!(out.contains(&line), "kubectl nm why:\n{out}\nwanted: {line}");
+    assert!(
+        out.contains(&line),
+        "kubectl nm why:\n{out}\nwanted: {line}"
+    );
 
     // The responder reports its completion while Active, then is marked Completed (the API
     // server refuses a change of a responder's report once it is no longer Active).
     let done = server_now(&client, &ns).await;
-    write_status(&api, &eviction_name, responders(10000, "Active", Some(done)))
-        .await
-        .unwrap_or_else(|e| panic!("reporting completion: {e}"));
-    write_status(&api, &eviction_name, responders(10000, "Completed", Some(done)))
-        .await
-        .unwrap_or_else(|e| panic!("marking the responder Completed: {e}"));
+    write_status(
+        &api,
+        &eviction_name,
+        responders(10000, "Active", Some(done)),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("reporting completion: {e}"));
+    write_status(
+        &api,
+        &eviction_name,
+        responders(10000, "Completed", Some(done)),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("marking the responder Completed: {e}"));
     let back = nm::wait_status(&client, &name, "the budget's blocker again", LIMIT, |s| {
         blocker(s, &pod_name).is_some_and(|b| b.reason == "PodDisruptionBudget")
     })
@@ -261,13 +278,25 @@ async fn an_active_eviction_responder_is_the_budget_held_pods_blocker_until_it_c
     .unwrap();
     let b = blocker(&back, &pod_name).unwrap();
     assert_eq!(
-        (b.responder.as_deref(), b.expected_completion_time.as_deref()),
+        (
+            b.responder.as_deref(),
+            b.expected_completion_time.as_deref()
+        ),
         (None, None),
         "{b:?}"
     );
-    nm::wait_status(&client, &name, "the budget's refusal in lastError", LIMIT, |s| {
-        s.last_error.as_deref().is_some_and(|e| e.contains(&pod_name)) && s.evacuating_pods.is_none()
-    })
+    nm::wait_status(
+        &client,
+        &name,
+        "the budget's refusal in lastError",
+        LIMIT,
+        |s| {
+            s.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains(&pod_name))
+                && s.evacuating_pods.is_none()
+        },
+    )
     .await;
 
     nm::delete_and_wait_restored(&client, &name, &node).await;

@@ -124,9 +124,10 @@ impl ActiveResponder {
     fn show_in(&self, b: &mut PodBlocker) {
         b.reason = EVICTION_RESPONDER.to_string();
         b.responder = Some(self.name.clone());
-        b.message = Some(self.message.clone().unwrap_or_else(|| {
-            format!("eviction responder {} is moving the workload", self.name)
-        }));
+        b.message =
+            Some(self.message.clone().unwrap_or_else(|| {
+                format!("eviction responder {} is moving the workload", self.name)
+            }));
         b.expected_completion_time = self.expected_completion_time.clone();
     }
 }
@@ -244,8 +245,7 @@ impl ResponderWatch {
             tracing::info!(group_version = %gv, "EvictionRequests are served but not Evictions; eviction responders are not shown");
             return (Self::none(), None);
         }
-        let resource =
-            ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, "Eviction"));
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, "Eviction"));
         let api: Api<DynamicObject> = Api::all_with(client, &resource);
         let one = ListParams::default().limit(1);
         let readable =
@@ -340,7 +340,9 @@ mod tests {
             namespace: "ns".into(),
             name: name.into(),
             reason: reason.into(),
-            message: Some("Cannot evict pod as it would violate the pod's disruption budget.".into()),
+            message: Some(
+                "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+            ),
             pod_disruption_budget: Some("guard".into()),
             desired_healthy: Some(1),
             current_healthy: Some(1),
@@ -363,7 +365,11 @@ mod tests {
         );
         // Done, interrupted, canceled or not yet started: no responder at work.
         for state in ["Completed", "Interrupted", "Canceled", "Inactive"] {
-            assert_eq!(ActiveResponder::of(&eviction(active(state))), None, "{state}");
+            assert_eq!(
+                ActiveResponder::of(&eviction(active(state))),
+                None,
+                "{state}"
+            );
         }
         // An Eviction that ended keeps its last states; it is over all the same.
         for ending in ENDING_CONDITIONS {
@@ -383,7 +389,8 @@ mod tests {
         assert_eq!(ActiveResponder::of(&no_pod), None);
         // A responder that wrote nothing yet: named, without message or estimate.
         let mut silent = active("Active");
-        silent["responders"][0] = json!({"name": "example.com/responder", "startTime": "2026-01-01T00:00:00Z"});
+        silent["responders"][0] =
+            json!({"name": "example.com/responder", "startTime": "2026-01-01T00:00:00Z"});
         let (_, r) = ActiveResponder::of(&eviction(silent)).unwrap();
         assert_eq!(
             (r.message, r.expected_completion_time),
@@ -442,10 +449,17 @@ mod tests {
                 Some("guard")
             )
         );
-        assert_eq!(report.pending[1], blocker("web-1", reason::PDB), "another pod");
+        assert_eq!(
+            report.pending[1],
+            blocker("web-1", reason::PDB),
+            "another pod"
+        );
         assert_eq!(
             report.errors,
-            vec![super::super::evicting_error(&pod_ref("web-1"), budget_error)],
+            vec![super::super::evicting_error(
+                &pod_ref("web-1"),
+                budget_error
+            )],
             "only the pod without a responder is an error"
         );
         assert!(moving(&report.pending[0].reason) && !moving(&report.pending[1].reason));
@@ -468,7 +482,10 @@ mod tests {
         let done = Responders::index(ActiveResponder::of(&eviction(active("Completed"))));
         let mut again = DrainReport {
             pending: vec![blocker("web-0", reason::PDB)],
-            errors: vec![super::super::evicting_error(&pod_ref("web-0"), budget_error)],
+            errors: vec![super::super::evicting_error(
+                &pod_ref("web-0"),
+                budget_error,
+            )],
             ..DrainReport::default()
         };
         show(&mut again, &done.on([&pod("web-0", UID)]));
