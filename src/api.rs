@@ -79,7 +79,7 @@ pub const DRAIN_ABORTED_REASON: &str = "DrainAborted";
     printcolumn = r#"{"name":"LastError","type":"string","jsonPath":".status.lastError","priority":1,"description":"The latest error, cleared on success"}"#,
     printcolumn = r#"{"name":"Deadline","type":"string","jsonPath":".status.drainDeadline","priority":1,"description":"When the drain's deadline passes (drainTimeout)"}"#,
     printcolumn = r#"{"name":"OnTimeout","type":"string","jsonPath":".status.onTimeout","priority":1,"description":"What happens at the deadline"}"#,
-    printcolumn = r#"{"name":"Migrating","type":"integer","jsonPath":".status.evacuatingPods","priority":1,"description":"Pending pods whose responder moves them away (KubeVirt live migrations)"}"#
+    printcolumn = r#"{"name":"Migrating","type":"integer","jsonPath":".status.evacuatingPods","priority":1,"description":"Pending pods whose responder moves them away (KubeVirt live migrations, active eviction responders)"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodeMaintenanceSpec {
@@ -366,8 +366,8 @@ pub struct NodeMaintenanceStatus {
     /// needs and has), another eviction error, or a pod that is still terminating.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blockers: Option<Vec<PodBlocker>>,
-    /// How many pending pods are `Evacuating` (live migrations in flight, for KubeVirt); unset
-    /// when none.
+    /// How many pending pods a responder moves away: `Evacuating` (live migrations in flight,
+    /// for KubeVirt) or `EvictionResponder` (a KEP-4563 responder `Active`); unset when none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evacuating_pods: Option<i32>,
     /// When the drain started; kept across operator restarts.
@@ -415,7 +415,10 @@ pub struct PodBlocker {
     /// `StuckTerminating` (terminating for longer than its grace period plus a margin),
     /// `Evacuating` (a responder such as KubeVirt is moving the workload away: a live migration,
     /// progress, not an error), `NotMigratable` (KubeVirt: the VMI must live-migrate and cannot),
-    /// `TooManyRequests` (another 429) or `EvictionError`.
+    /// `TooManyRequests` (another 429), `EvictionError`, or `EvictionResponder` (a KEP-4563
+    /// responder named in `responder` is `Active` on the pod's `lifecycle.k8s.io` Eviction:
+    /// progress, not an error; `message` is the responder's, `expectedCompletionTime` its
+    /// estimate).
     pub reason: String,
     /// The API server's or our own words about it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -441,6 +444,14 @@ pub struct PodBlocker {
     /// That migration's start (`status.migrationState.startTimestamp`, RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration_start_time: Option<String>,
+    /// The `Active` responder of the pod's Eviction (`lifecycle.k8s.io`, KEP-4563): its
+    /// `status.targetResponders[].name`, a domain-prefixed name such as `acme.io/mover`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub responder: Option<String>,
+    /// When that responder expects to be done (its `status.responders[].expectedCompletionTime`,
+    /// RFC 3339, the responder's own estimate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_completion_time: Option<String>,
 }
 
 /// Why a `spec.nodeName` cannot name a Node. Displays as a clause for a sentence about the name

@@ -220,6 +220,12 @@ fn rbac_has_no_wildcard_and_exactly_the_needed_rules() {
         "poddisruptionbudgets",
         &["list", "watch"],
     );
+    add(
+        cluster,
+        "lifecycle.k8s.io",
+        "evictions",
+        &["get", "list", "watch"],
+    );
     add(cluster, "", "namespaces", &["get", "create"]);
     // waitForVolumeDetach reads the node's attachments and their volumes' claims, never writes.
     add(

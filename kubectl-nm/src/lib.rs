@@ -10,7 +10,9 @@
 //!   ([`follow`]);
 //! - `why <node|nm> [-o json|yaml]` prints what keeps pods on the node: the pre-drain hooks that
 //!   hold the whole drain, by owner, then a table of pod, reason,
-//!   budget, the healthy pods the budget needs and has, and when the drain is due;
+//!   budget, the healthy pods the budget needs and has, and when the drain is due; then, for
+//!   each pod an active eviction responder (KEP-4563) is moving, the responder, its message and
+//!   when it expects to be done ([`render::responder_lines`]);
 //! - `stop <node> [--wait] [--timeout <duration>] [--lease-namespace <ns>]` deletes the node's
 //!   NodeMaintenances and, with `--wait`, returns once they are gone and the node is as the
 //!   operator's exit leaves it: restored to its state before the maintenance, an admin's cordon
@@ -316,6 +318,7 @@ async fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<(
                 );
                 let _ = write!(out, "{}", render::hooks_line(nm).unwrap_or_default());
                 let _ = write!(out, "{}", render::blocker_table(&status));
+                let _ = write!(out, "{}", render::responder_lines(&status));
             }
             Ok(())
         }

@@ -189,6 +189,33 @@ pub(crate) fn table_of(rows: Vec<[String; 5]>, s: &NodeMaintenanceStatus) -> Str
     table(&table_rows)
 }
 
+/// One line per pod whose blocker is an active eviction responder (`EvictionResponder`,
+/// KEP-4563): the pod, the responder's name, its message and when it expects to be done, e.g.
+/// `ns/web-0: responder example.com/mover: moving the workload (expected by
+/// 2026-01-01T00:10:00Z)`; sorted by pod; empty when there is none.
+pub(crate) fn responder_lines(s: &NodeMaintenanceStatus) -> String {
+    let mut lines: Vec<String> = s
+        .blockers
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|b| {
+            let responder = b.responder.as_deref()?;
+            let mut line = format!("{}/{}: responder {responder}", b.namespace, b.name);
+            if let Some(m) = &b.message {
+                line.push_str(&format!(": {m}"));
+            }
+            if let Some(t) = &b.expected_completion_time {
+                line.push_str(&format!(" (expected by {t})"));
+            }
+            Some(line + "\n")
+        })
+        .collect();
+    lines.sort();
+    lines.dedup();
+    lines.concat()
+}
+
 /// Rows as kubectl prints tables: columns left-aligned, three spaces apart.
 pub(crate) fn table<const N: usize>(rows: &[[String; N]]) -> String {
     let widths: Vec<usize> = (0..N)
@@ -265,6 +292,25 @@ mod tests {
             blocker_table(&NodeMaintenanceStatus::default()),
             "no blockers\n"
         );
+    }
+
+    #[test]
+    fn why_names_the_active_eviction_responder_its_message_and_expected_time() {
+        let status: NodeMaintenanceStatus = serde_json::from_value(serde_json::json!({
+            "blockers": [{"namespace": "ns", "name": "web-1", "reason": "EvictionResponder",
+                          "responder": "example.com/responder", "message": "moving the workload",
+                          "expectedCompletionTime": "2026-01-01T00:10:00Z",
+                          "podDisruptionBudget": "web", "desiredHealthy": 1, "currentHealthy": 1},
+                         {"namespace": "ns", "name": "db-0", "reason": "Terminating"}]
+        }))
+        .unwrap();
+        assert_eq!(
+            responder_lines(&status),
+            "ns/web-1: responder example.com/responder: moving the workload \
+             (expected by 2026-01-01T00:10:00Z)\n"
+        );
+        assert!(blocker_table(&status).contains("ns/web-1   EvictionResponder"));
+        assert_eq!(responder_lines(&NodeMaintenanceStatus::default()), "");
     }
 
     #[test]

@@ -644,6 +644,7 @@ mod tests {
                 (
                     crate::drain::BudgetWatch::none(),
                     crate::drain::migration::MigrationWatch::none(),
+                    crate::drain::responders::ResponderWatch::none(),
                 ),
             ),
             leases: crate::lease::NodeLeases::new(client.clone(), "medik8s-leases".into()),

@@ -134,7 +134,8 @@ pub(crate) async fn run(
     let (migrations, watch_migrations) =
         crate::drain::migration::MigrationWatch::start(client.clone()).await;
     let migration_watch = watch_migrations.map(tokio::spawn);
-    match crate::drain::requester::discover(&client).await {
+    let served = crate::drain::requester::discover(&client).await;
+    match &served {
         Some(gv) => {
             tracing::info!(group_version = %gv, "the API server serves EvictionRequest (KEP-4563); the drain asks the Eviction API until the evictionrequest controller ships (docs/design.md §2b)")
         }
@@ -142,6 +143,10 @@ pub(crate) async fn run(
             "no EvictionRequest API (KEP-4563) on this cluster; the drain asks the Eviction API"
         ),
     }
+    // Started after discovery: only where the EvictionRequest API is served.
+    let (responders, watch_responders) =
+        crate::drain::responders::ResponderWatch::start(client.clone(), served.as_deref()).await;
+    let responder_watch = watch_responders.map(tokio::spawn);
     let (ctx, woken) = context(
         client,
         eviction_client,
@@ -149,7 +154,7 @@ pub(crate) async fn run(
         nms,
         metrics,
         (store.clone(), nms_synced.clone(), own_writes),
-        (budgets, migrations, nodes.clone()),
+        (budgets, migrations, responders, nodes.clone()),
     );
     let controller = Controller::for_stream(nm_triggers, store.clone())
         .reconcile_on(woken)
@@ -182,7 +187,7 @@ pub(crate) async fn run(
         .await;
     sweeper.abort();
     budget_watch.abort();
-    if let Some(w) = migration_watch {
+    for w in [migration_watch, responder_watch].into_iter().flatten() {
         w.abort();
     }
     // No eviction is sent once the controller stopped, and those sent are answered first.
@@ -203,9 +208,10 @@ fn context(
         watch::Receiver<bool>,
         memory::OwnWrites,
     ),
-    (budgets, migrations, nodes_cache): (
+    (budgets, migrations, responders, nodes_cache): (
         crate::drain::BudgetWatch,
         crate::drain::migration::MigrationWatch,
+        crate::drain::responders::ResponderWatch,
         NodeCache,
     ),
 ) -> (
@@ -224,7 +230,7 @@ fn context(
             config.drain.clone(),
             metrics.clone(),
             memory.drain(),
-            (budgets, migrations),
+            (budgets, migrations, responders),
         ),
         leases: NodeLeases::new(client.clone(), config.lease_namespace.clone()),
         recorder: Recorder::new(

@@ -110,6 +110,8 @@ pub(crate) struct Drainer {
     budgets: BudgetWatch,
     /// KubeVirt's migrations, read into every round (inert without KubeVirt).
     migrations: MigrationWatch,
+    /// The Evictions' active responders (`super::responders`; inert where not served).
+    responders: super::responders::ResponderWatch,
     pages: Arc<tokio::sync::Semaphore>,
     slots: Arc<tokio::sync::Semaphore>,
     /// One eviction in flight per budget ([`super::lanes`]).
@@ -135,14 +137,19 @@ async fn deadline<T>(
 impl Drainer {
     /// A drainer; `eviction_client` must have `default_retry = false`. Answers are counted in
     /// `metrics`; `retries` is the drain's part of the controller's memory, `budgets` the
-    /// watch of PodDisruptionBudgets, `migrations` that of KubeVirt's migrations.
+    /// watch of PodDisruptionBudgets, `migrations` that of KubeVirt's migrations, `responders`
+    /// that of KEP-4563's Evictions.
     pub(crate) fn new(
         client: Client,
         eviction_client: Client,
         options: DrainOptions,
         metrics: Arc<Metrics>,
         retries: DrainMemory,
-        (budgets, migrations): (BudgetWatch, MigrationWatch),
+        (budgets, migrations, responders): (
+            BudgetWatch,
+            MigrationWatch,
+            super::responders::ResponderWatch,
+        ),
     ) -> Self {
         Self {
             gone: GoneWatches::new(client.clone()),
@@ -152,6 +159,7 @@ impl Drainer {
             retries,
             budgets,
             migrations,
+            responders,
             pages: Arc::new(tokio::sync::Semaphore::new(LIST_PAGES_IN_FLIGHT)),
             slots: Arc::new(tokio::sync::Semaphore::new(EVICTION_PARALLELISM)),
             lanes: Default::default(),
@@ -373,12 +381,14 @@ impl Drainer {
             first_listing: schedule.first_listing(started).cloned(),
         };
         let pods = self.classified(pods, &arrival, &policy.drain_rules).await?;
+        let responders = self.responders.read().on(pods.iter().map(|(p, _)| p));
         // Decide (pure).
         let mut plan = pass::plan_pass(pods, &schedule, &budgets, policy, started, now, at);
         pass::show_migrations(&mut plan, &self.migrations.read(), started);
         let evict = plan.evict.clone();
         let delete = plan.delete.clone();
-        let (report, settled) = pass::settle(node, plan, &schedule, Instant::now());
+        let (mut report, settled) = pass::settle(node, plan, &schedule, Instant::now());
+        super::responders::show(&mut report, &responders);
         // Record, then send.
         let evict = self.remember(node, settled, evict);
         for b in &report.newly_skipped {

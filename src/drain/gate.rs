@@ -169,7 +169,10 @@ mod tests {
             None,
             jiff::Timestamp::UNIX_EPOCH,
         );
-        assert_eq!(may_send(Some("u1"), Some(&aborted), &d, false), Err(Halt::Aborted));
+        assert_eq!(
+            may_send(Some("u1"), Some(&aborted), &d, false),
+            Err(Halt::Aborted)
+        );
         // Its abort ended (a stage short of Cordon): it sends again once back in Drain.
         crate::controller::plan::set_condition(
             aborted.status.get_or_insert_default(),
@@ -253,10 +256,16 @@ mod tests {
         let annotations = hooked.metadata.annotations.get_or_insert_default();
         annotations.insert(hook("rook-ceph"), String::new());
         annotations.insert(hook("backup"), String::new());
-        assert_eq!(may_send(Some("u1"), Some(&hooked), &d, false), Err(Halt::Hooked));
+        assert_eq!(
+            may_send(Some("u1"), Some(&hooked), &d, false),
+            Err(Halt::Hooked)
+        );
         let annotations = hooked.metadata.annotations.get_or_insert_default();
         annotations.remove(&hook("rook-ceph"));
-        assert_eq!(may_send(Some("u1"), Some(&hooked), &d, false), Err(Halt::Hooked));
+        assert_eq!(
+            may_send(Some("u1"), Some(&hooked), &d, false),
+            Err(Halt::Hooked)
+        );
         let annotations = hooked.metadata.annotations.get_or_insert_default();
         annotations.remove(&hook("backup"));
         assert_eq!(may_send(Some("u1"), Some(&hooked), &d, false), Ok(()));

@@ -49,6 +49,7 @@ pub(crate) mod pass;
 pub(crate) mod pod;
 mod preview;
 pub(crate) mod requester;
+pub(crate) mod responders;
 pub(crate) mod rules;
 pub(crate) mod volume_detach;
 

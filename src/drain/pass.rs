@@ -86,13 +86,13 @@ impl DrainReport {
     pub(crate) fn blocked(&self) -> bool {
         self.pending.iter().any(|b| !waits_only(&b.reason))
     }
-    /// Every pending pod that blocks is `Evacuating`: the drain waits for responders'
-    /// migrations, nothing refuses it.
+    /// Every pending pod that blocks is `Evacuating` or `EvictionResponder`: the drain waits
+    /// for responders moving the workloads, nothing refuses it.
     pub(crate) fn only_evacuating(&self) -> bool {
         self.pending
             .iter()
             .filter(|b| !waits_only(&b.reason))
-            .all(|b| b.reason == reason::EVACUATING)
+            .all(|b| super::responders::moving(&b.reason))
     }
     /// The pods (`namespace/name`) whose deletion should wake the next round (`drain::gone`):
     /// the terminating ones, when there are some and no eviction's answer is due (each answer

@@ -884,7 +884,7 @@ pub(crate) fn drained(
         let evacuating = report
             .pending
             .iter()
-            .filter(|b| b.reason == drain::reason::EVACUATING)
+            .filter(|b| drain::responders::moving(&b.reason))
             .count();
         s.evacuating_pods = (evacuating > 0).then(|| count(evacuating));
         s.last_error = report.last_error();
