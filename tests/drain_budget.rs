@@ -35,12 +35,7 @@ struct Env {
 fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
     ENV.get_or_init(|| {
-        let cluster = Cluster::start(nmo_devcluster::Options {
-            workers: 0,
-            control_planes: 1,
-            audit_policy: Some(EVICTIONS_POLICY.into()),
-        })
-        .unwrap_or_else(|e| panic!("the local control plane did not start: {e}"));
+        let cluster = audited_cluster(EVICTIONS_POLICY);
         let mut options = installed(&cluster).options("operator");
         options
             .extra_args

@@ -55,12 +55,7 @@ struct Env {
 fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
     ENV.get_or_init(|| {
-        let cluster = Cluster::start(nmo_devcluster::Options {
-            workers: 0,
-            control_planes: 1,
-            audit_policy: Some(POLICY.into()),
-        })
-        .unwrap_or_else(|e| panic!("the local control plane did not start: {e}"));
+        let cluster = audited_cluster(POLICY);
         let installed = installed(&cluster);
         let opts = installed.options("operator");
         let operator = fixtures::start_registered(&cluster, &opts)

@@ -45,12 +45,7 @@ struct Env {
 fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
     ENV.get_or_init(|| {
-        let cluster = Cluster::start(nmo_devcluster::Options {
-            workers: 0,
-            control_planes: 1,
-            audit_policy: Some(NODE_WRITES_POLICY.into()),
-        })
-        .unwrap_or_else(|e| panic!("the local control plane did not start: {e}"));
+        let cluster = audited_cluster(NODE_WRITES_POLICY);
         let installed = installed(&cluster);
         // The policy and its binding, as `kubectl apply -k manifests/` creates them.
         let rendered = cluster

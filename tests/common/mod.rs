@@ -351,6 +351,18 @@ pub(crate) fn operator_binary() -> std::path::PathBuf {
     )
 }
 
+/// A control plane of the test binary's own, with no workers (its tests make their own kwok
+/// nodes) and the API server's audit log as `policy` says (`nmo_devcluster::audit`). Panics
+/// naming the step that failed.
+pub(crate) fn audited_cluster(policy: impl Into<String>) -> Cluster {
+    Cluster::start(nmo_devcluster::Options {
+        workers: 0,
+        control_planes: 1,
+        audit_policy: Some(policy.into()),
+    })
+    .unwrap_or_else(|e| panic!("the local control plane did not start: {e}"))
+}
+
 /// `manifests/` installed on `cluster` for this package's operator binary ([`Installed`]).
 pub(crate) fn installed(cluster: &Cluster) -> Installed {
     Installed::new(cluster, &manifests_dir(), operator_binary())
