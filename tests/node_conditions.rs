@@ -183,58 +183,6 @@ async fn admin_condition(
         .unwrap_or_else(|e| panic!("writing {type_}={status} on node {node}: {e}"));
 }
 
-/// `(status, reason, message)` of the node's condition `type_`.
-async fn node_condition(
-    client: &kube::Client,
-    node: &str,
-    type_: &str,
-) -> Option<(String, String, String)> {
-    let n = Api::<Node>::all(client.clone()).get(node).await.unwrap();
-    n.status?
-        .conditions?
-        .into_iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| {
-            (
-                c.status,
-                c.reason.unwrap_or_default(),
-                c.message.unwrap_or_default(),
-            )
-        })
-}
-
-/// Waits until the node's lifecycle conditions are `want` (`(type, status, reason)` each), every
-/// message naming `nm`.
-async fn wait_node_conditions(
-    client: &kube::Client,
-    node: &str,
-    nm: &str,
-    want: [(&str, &str, &str); 4],
-) {
-    wait_for(
-        &format!("node {node} conditions {want:?}"),
-        LIMIT,
-        || async {
-            let mut seen = Vec::new();
-            for (type_, status, reason) in want {
-                let c = node_condition(client, node, type_).await;
-                let ok = c.as_ref().is_some_and(|(s, r, m)| {
-                    s == status && r == reason && *m == format!("NodeMaintenance {nm}")
-                });
-                if !ok {
-                    seen.push(format!("{type_}: {c:?}"));
-                }
-            }
-            if seen.is_empty() {
-                Ok(())
-            } else {
-                Err(seen.join("; "))
-            }
-        },
-    )
-    .await;
-}
-
 /// `docs/design.md` §3: the reasons through a maintenance's life, Idle → Cordon → Drain
 /// (Succeeded) → Idle → Drain → deleted; and the second drain resets a `Drained=True` (ours,
 /// then rewritten True by another tool while Idle) to False with reason `DrainStarted` before

@@ -811,3 +811,55 @@ pub(crate) async fn node_drain_started(client: &Client, node: &str) -> jiff::Tim
         .and_then(|v| v.parse().ok())
         .expect("the drain start recorded on the node")
 }
+
+/// `(status, reason, message)` of the node's condition `type_`.
+pub(crate) async fn node_condition(
+    client: &kube::Client,
+    node: &str,
+    type_: &str,
+) -> Option<(String, String, String)> {
+    let n = Api::<Node>::all(client.clone()).get(node).await.unwrap();
+    n.status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| {
+            (
+                c.status,
+                c.reason.unwrap_or_default(),
+                c.message.unwrap_or_default(),
+            )
+        })
+}
+
+/// Waits until the node's lifecycle conditions are `want` (`(type, status, reason)` each), every
+/// message naming `nm`.
+pub(crate) async fn wait_node_conditions(
+    client: &kube::Client,
+    node: &str,
+    nm: &str,
+    want: [(&str, &str, &str); 4],
+) {
+    wait_for(
+        &format!("node {node} conditions {want:?}"),
+        Duration::from_secs(120),
+        || async {
+            let mut seen = Vec::new();
+            for (type_, status, reason) in want {
+                let c = node_condition(client, node, type_).await;
+                let ok = c.as_ref().is_some_and(|(s, r, m)| {
+                    s == status && r == reason && *m == format!("NodeMaintenance {nm}")
+                });
+                if !ok {
+                    seen.push(format!("{type_}: {c:?}"));
+                }
+            }
+            if seen.is_empty() {
+                Ok(())
+            } else {
+                Err(seen.join("; "))
+            }
+        },
+    )
+    .await;
+}
