@@ -331,12 +331,9 @@ pub const ADDED_STATUS_FIELDS: [&str; 7] = [
     "observedGeneration",
 ];
 
-/// The spec fields we add to upstream's schema (the drain knobs), which upstream's CRD prunes:
-/// there they are set by their annotations (`crate::policy`).
-pub const ADDED_SPEC_FIELDS: [&str; 4] = ["paused", "drainTimeout", "onTimeout", "drainRules"];
-
 /// The NodeMaintenance CRD as upstream NMO ships it, generated from our types minus what we add:
-/// the status fields of [`ADDED_STATUS_FIELDS`], the printer columns and the CEL rules. Used by
+/// the status fields of [`ADDED_STATUS_FIELDS`], every drain knob's spec field
+/// ([`DrainKnobs::ALL`]), the printer columns and the CEL rules. Used by
 /// the tests (and `crdgen --upstream`) to prove the controller works on upstream's schema.
 pub fn upstream_schema_crd()
 -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
@@ -372,8 +369,10 @@ pub fn upstream_schema_crd()
                 .pointer_mut("/schema/openAPIV3Schema/properties/spec/properties")
                 .and_then(|p| p.as_object_mut())
             {
-                for field in ADDED_SPEC_FIELDS {
-                    spec.remove(field);
+                // The drain knobs, which upstream's CRD prunes: there they are set by their
+                // annotations (`crate::policy`).
+                for knob in DrainKnobs::ALL {
+                    spec.remove(knob.name);
                 }
             }
             strip_cel(version);
@@ -476,6 +475,15 @@ mod tests {
                 "phase",
                 "totalpods"
             ]
+        );
+        let spec = upstream
+            .pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties")
+            .and_then(|p| p.as_object())
+            .unwrap();
+        assert_eq!(
+            spec.keys().collect::<Vec<_>>(),
+            ["nodeName", "reason"],
+            "upstream's spec: no knob"
         );
         let text = upstream.to_string();
         assert!(

@@ -12,7 +12,7 @@
 //! Adding a knob: a field of [`DrainKnobs`] (its doc the CRD's description; `#[arg]` its flag, or
 //! `#[arg(skip)]` for none) and its [`Knob`] in [`DrainKnobs::ALL`]; its resolved value in
 //! `crate::policy::DrainPolicy` and `resolve`; the code that uses it; then the generated CRD,
-//! chart and bundle (README, "Development").
+//! chart and bundle (the README's `crdgen`, `chartgen` and `bundlegen` commands).
 
 use std::sync::LazyLock;
 use std::time::Duration;
