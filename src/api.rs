@@ -12,6 +12,8 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::knobs::{DrainBehavior, DrainKnobs, DrainRule, OnTimeout, Stage};
+
 /// API group of the NodeMaintenance kind.
 pub const GROUP: &str = "nodemaintenance.medik8s.io";
 /// Finalizer that keeps a NodeMaintenance until its node has been restored (upstream's
@@ -89,206 +91,23 @@ pub struct NodeMaintenanceSpec {
     /// Reason for maintanance
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// While true, no new eviction is sent; the node stays cordoned and tainted and the lease
-    /// held. The annotation nodemaintenance.medik8s.io/paused ("true" or "false") wins over this
-    /// field, which wins over the operator's --drain-paused flag.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub paused: Option<bool>,
-    /// How long the drain may take, from its start, before onTimeout applies: a duration such
-    /// as "90s", "15m" or "1h30m". The annotation nodemaintenance.medik8s.io/drainTimeout wins
-    /// over this field, which wins over the operator's --drain-timeout flag. Unset: no deadline.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub drain_timeout: Option<String>,
-    /// What happens once drainTimeout has passed: Wait (keep draining, with a Warning event),
-    /// Fail (phase Failed, the node stays cordoned), SkipStuck (stop waiting for pods whose
-    /// deletion is overdue) or ForceDelete (delete each remaining pod its own grace period
-    /// ahead of the deadline, so it ends by then) or Abort (the node restored as on delete,
-    /// nothing more evicted, phase Failed with reason DrainAborted). The annotation nodemaintenance.medik8s.io/onTimeout wins over this field, which
-    /// wins over the operator's --on-timeout flag.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub on_timeout: Option<OnTimeout>,
-    /// Rules for the pods of this maintenance's node, the first whose selectors select a pod
-    /// applying to it (a pod's own nodemaintenance.medik8s.io/drain or cluster.x-k8s.io/drain
-    /// label wins over them). Each rule needs podSelector or namespaceSelector, each with at
-    /// least one matchLabels or matchExpressions entry; a rule without is refused, never read as
-    /// every pod. The annotation nodemaintenance.medik8s.io/drainRules (the same list
-    /// as JSON) wins over this field, which wins over the operator's --drain-rules flag.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub drain_rules: Option<Vec<DrainRule>>,
-    /// How far the maintenance goes: Preflight (only status.blockers, from dry-run evictions;
-    /// nothing else is touched), Idle (nothing on the node is touched, no lease), Cordon (lease,
-    /// cordon, taints and label; no eviction) or Drain (cordon and drain, the default). Moving
-    /// back restores the node as a delete would and keeps the object. The annotation
-    /// nodemaintenance.medik8s.io/stage wins over this field, which wins over the operator's
-    /// --stage flag.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stage: Option<Stage>,
-    /// While true, the operator writes the Node lifecycle conditions MaintenancePlanned,
-    /// MaintenanceInProgress, DrainInProgress and Drained on the node's status (all False with
-    /// reason MaintenanceEnded at the end). The annotation nodemaintenance.medik8s.io/nodeConditions
-    /// ("true" or "false") wins over this field, which wins over the operator's --node-conditions
-    /// flag.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_conditions: Option<bool>,
-    /// When the maintenance window opens (RFC 3339, e.g. "2030-01-02T03:00:00Z"): until then,
-    /// by the API server's clock, the maintenance stays Idle (nothing on the node is touched,
-    /// no lease; the Stage condition's reason is MaintenanceWindow), then goes on to its stage.
-    /// The annotation nodemaintenance.medik8s.io/startAt wins over this field.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start_at: Option<String>,
-    /// How long a Succeeded maintenance stays (a duration such as "30s", "12h"): then the
-    /// operator deletes the NodeMaintenance (event MaintenanceExpired) and the node is restored
-    /// as on any delete. The annotation nodemaintenance.medik8s.io/expireAfter wins over this
-    /// field, which wins over the operator's --expire-after flag. Unset: it stays.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expire_after: Option<String>,
-    /// With a bound, the maintenance reaches Succeeded only once no VolumeAttachment names the
-    /// node (those of the pods the drain keeps aside): "true" (a bound of 5m), "false", or a
-    /// duration such as "5m", counted from the drain's start; at the bound onTimeout applies.
-    /// The annotation nodemaintenance.medik8s.io/waitForVolumeDetach wins over this field, which
-    /// wins over the operator's --wait-for-volume-detach flag. Unset: no wait, as upstream.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wait_for_volume_detach: Option<String>,
+    /// The drain knobs (`crate::knobs`), flattened: their JSON names are the spec's.
+    #[serde(flatten)]
+    pub knobs: DrainKnobs,
 }
 
-/// How far the maintenance goes: Preflight (only status.blockers, from dry-run evictions),
-/// Idle (nothing on the node is touched, no lease), Cordon (lease, cordon, taints and label; no
-/// eviction) or Drain (the default). Moving back restores the node and keeps the object. The
-/// annotation nodemaintenance.medik8s.io/stage wins over spec.stage, which wins over --stage.
-// KEP-4212's stages (docs/design.md §1, "Stages"). Spelled as the variant in the CRD, the
-// annotation and the flag.
-#[derive(
-    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, clap::ValueEnum,
-)]
-pub enum Stage {
-    /// Only `status.blockers`, from server-side dry-run evictions; nothing else is touched.
-    #[value(name = "Preflight")]
-    Preflight,
-    /// Nothing on the node is touched and no lease is held.
-    #[value(name = "Idle")]
-    Idle,
-    /// Lease, cordon, both taints and the exclude-from-remediation label; no eviction.
-    #[value(name = "Cordon")]
-    Cordon,
-    /// Cordon and drain (upstream's behaviour).
-    #[default]
-    #[value(name = "Drain")]
-    Drain,
-}
+// The knobs read and written as fields of the spec (`nm.spec.paused`), as in its JSON.
+impl std::ops::Deref for NodeMaintenanceSpec {
+    type Target = DrainKnobs;
 
-impl Stage {
-    /// Every value, as the CRD, the annotation and the flag spell it.
-    pub const ALL: &'static [(Stage, &'static str)] = &[
-        (Self::Preflight, "Preflight"),
-        (Self::Idle, "Idle"),
-        (Self::Cordon, "Cordon"),
-        (Self::Drain, "Drain"),
-    ];
-}
-
-impl std::fmt::Display for Stage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let name = Self::ALL
-            .iter()
-            .find(|(v, _)| v == self)
-            .map_or("Drain", |(_, n)| n);
-        f.write_str(name)
+    fn deref(&self) -> &DrainKnobs {
+        &self.knobs
     }
 }
 
-/// One drain rule (`spec.drainRules`), after Cluster API's MachineDrainRule.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct DrainRule {
-    /// The pods it selects by their labels (at least one matchLabels or matchExpressions entry);
-    /// absent: every pod, if namespaceSelector is set (a rule needs one of the two).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
-    /// The pods it selects by their namespace's labels (at least one matchLabels or
-    /// matchExpressions entry); absent: every namespace, if podSelector is set.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
-    /// Drain (evict, in `order`), Skip (never evicted, reported as kept) or WaitCompleted
-    /// (never evicted; the drain waits until the pod finishes).
-    pub behavior: DrainBehavior,
-    /// The drain order of the pods it selects (Drain only): every pod of a lower order leaves
-    /// before one of a higher order is evicted; 0 when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub order: Option<i32>,
-}
-
-/// What a drain rule does with the pods it selects.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum DrainBehavior {
-    /// Evicted, in the rule's order.
-    #[default]
-    Drain,
-    /// Never evicted; reported as kept.
-    Skip,
-    /// Never evicted; the drain waits until the pod finishes.
-    WaitCompleted,
-}
-
-/// What happens when a drain's deadline (`drainTimeout`) passes (`docs/drain-contract.md` §10).
-// Spelled as the variant in the CRD, the annotation and the flag.
-#[derive(
-    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, clap::ValueEnum,
-)]
-pub enum OnTimeout {
-    /// Keep draining (upstream's behaviour), with a Warning event and a condition reason.
-    #[default]
-    #[value(name = "Wait")]
-    Wait,
-    /// Phase Failed; the node stays cordoned and tainted and lastError names the pods left.
-    #[value(name = "Fail")]
-    Fail,
-    /// Stop waiting for pods whose deletion is overdue, and report them as skipped.
-    #[value(name = "SkipStuck")]
-    SkipStuck,
-    /// Delete each remaining evictable pod its own grace period ahead of the deadline, with that
-    /// grace cut to the time left (needs pods delete).
-    #[value(name = "ForceDelete")]
-    ForceDelete,
-    /// Give the node back: restored as on delete (uncordoned unless cordoned before, taints,
-    /// label and lease removed), nothing more evicted; phase Failed, reason DrainAborted.
-    #[value(name = "Abort")]
-    Abort,
-}
-
-impl OnTimeout {
-    /// Every value, as the CRD, the annotation and the flag spell it.
-    pub const ALL: &'static [(OnTimeout, &'static str)] = &[
-        (Self::Wait, "Wait"),
-        (Self::Fail, "Fail"),
-        (Self::SkipStuck, "SkipStuck"),
-        (Self::ForceDelete, "ForceDelete"),
-        (Self::Abort, "Abort"),
-    ];
-
-    /// What follows the deadline, as the `DrainDeadlineExceeded` Warning event says it.
-    pub fn consequence(self) -> &'static str {
-        match self {
-            Self::Wait => "the drain goes on (onTimeout Wait)",
-            Self::Fail => "the maintenance fails; the node stays cordoned (onTimeout Fail)",
-            Self::SkipStuck => {
-                "pods whose deletion is overdue are no longer waited for (onTimeout SkipStuck)"
-            }
-            Self::ForceDelete => "the remaining pods are deleted (onTimeout ForceDelete)",
-            Self::Abort => {
-                "the drain is aborted: the node is restored as on delete and nothing more is \
-                 evicted (onTimeout Abort)"
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for OnTimeout {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let name = Self::ALL
-            .iter()
-            .find(|(v, _)| v == self)
-            .map_or("Wait", |(_, n)| n);
-        f.write_str(name)
+impl std::ops::DerefMut for NodeMaintenanceSpec {
+    fn deref_mut(&mut self) -> &mut DrainKnobs {
+        &mut self.knobs
     }
 }
 
@@ -512,12 +331,9 @@ pub const ADDED_STATUS_FIELDS: [&str; 7] = [
     "observedGeneration",
 ];
 
-/// The spec fields we add to upstream's schema (the drain knobs), which upstream's CRD prunes:
-/// there they are set by their annotations (`crate::policy`).
-pub const ADDED_SPEC_FIELDS: [&str; 4] = ["paused", "drainTimeout", "onTimeout", "drainRules"];
-
 /// The NodeMaintenance CRD as upstream NMO ships it, generated from our types minus what we add:
-/// the status fields of [`ADDED_STATUS_FIELDS`], the printer columns and the CEL rules. Used by
+/// the status fields of [`ADDED_STATUS_FIELDS`], every drain knob's spec field
+/// ([`DrainKnobs::ALL`]), the printer columns and the CEL rules. Used by
 /// the tests (and `crdgen --upstream`) to prove the controller works on upstream's schema.
 pub fn upstream_schema_crd()
 -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
@@ -553,8 +369,10 @@ pub fn upstream_schema_crd()
                 .pointer_mut("/schema/openAPIV3Schema/properties/spec/properties")
                 .and_then(|p| p.as_object_mut())
             {
-                for field in ADDED_SPEC_FIELDS {
-                    spec.remove(field);
+                // The drain knobs, which upstream's CRD prunes: there they are set by their
+                // annotations (`crate::policy`).
+                for knob in DrainKnobs::ALL {
+                    spec.remove(knob.name);
                 }
             }
             strip_cel(version);
@@ -657,6 +475,15 @@ mod tests {
                 "phase",
                 "totalpods"
             ]
+        );
+        let spec = upstream
+            .pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties")
+            .and_then(|p| p.as_object())
+            .unwrap();
+        assert_eq!(
+            spec.keys().collect::<Vec<_>>(),
+            ["nodeName", "reason"],
+            "upstream's spec: no knob"
         );
         let text = upstream.to_string();
         assert!(

@@ -276,35 +276,12 @@ pub struct Config {
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_concurrent_reconciles: u16,
 
-    /// Default of the `paused` drain knob: every maintenance keeps its node cordoned and tainted
-    /// but sends no eviction until unpaused (`spec.paused: false` or the annotation
-    /// nodemaintenance.medik8s.io/paused=false). Off by default, as upstream.
-    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
-          default_missing_value = "true", value_name = "BOOL")]
-    pub drain_paused: bool,
-
-    /// Default of the `drainTimeout` knob: how long a drain may take from its start before
-    /// `--on-timeout` applies (90s, 15m, 1h30m). Unset by default: no deadline, as upstream.
-    #[arg(long, value_name = "DURATION", value_parser = parse_drain_timeout)]
-    pub drain_timeout: Option<std::time::Duration>,
-
-    /// Default of the `onTimeout` knob: Wait, Fail, SkipStuck, ForceDelete (which needs the
-    /// force-delete RBAC overlay) or Abort. Wait by default.
-    #[arg(long, value_enum, default_value = "Wait", value_name = "ACTION")]
-    pub on_timeout: crate::api::OnTimeout,
-
-    /// Default of the `stage` knob: Preflight, Idle, Cordon or Drain (how far every maintenance
-    /// goes until its spec.stage or the annotation nodemaintenance.medik8s.io/stage says
-    /// otherwise). Drain by default, as upstream.
-    #[arg(long, value_enum, default_value = "Drain", value_name = "STAGE")]
-    pub stage: crate::api::Stage,
-
-    /// Default of the `nodeConditions` knob: every maintenance writes the Node lifecycle
-    /// conditions (MaintenancePlanned, MaintenanceInProgress, DrainInProgress, Drained) on its
-    /// node's status. Off by default: upstream writes no node status.
-    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
-          default_missing_value = "true", value_name = "BOOL")]
-    pub node_conditions: bool,
+    /// The drain knobs' flags (`--drain-paused`, `--drain-timeout`, `--on-timeout`,
+    /// `--drain-rules`, `--stage`, `--node-conditions`, `--expire-after`,
+    /// `--wait-for-volume-detach`): the defaults of the knobs of every maintenance
+    /// (`crate::knobs`).
+    #[command(flatten)]
+    pub knobs: crate::api::DrainKnobs,
 
     /// Honour the common opt-out annotations: a pod annotated karpenter.sh/do-not-disrupt=true
     /// or cluster-autoscaler.kubernetes.io/safe-to-evict=false is not evicted until the drain
@@ -312,18 +289,6 @@ pub struct Config {
     #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
           default_missing_value = "true", value_name = "BOOL")]
     pub honor_opt_out_annotations: bool,
-
-    /// Default of the `expireAfter` knob: how long a Succeeded maintenance stays before the
-    /// operator deletes it (30s, 12h), restoring the node. Unset by default: it stays, as
-    /// upstream.
-    #[arg(long, value_name = "DURATION", value_parser = parse_drain_timeout)]
-    pub expire_after: Option<std::time::Duration>,
-
-    /// Default of the `waitForVolumeDetach` knob: Succeeded waits until no VolumeAttachment
-    /// names the node, for at most this bound from the drain's start (5m, or true for 5m;
-    /// then --on-timeout applies). Off by default, as upstream.
-    #[arg(long, value_name = "DURATION|BOOL", value_parser = parse_wait_for_volume_detach)]
-    pub wait_for_volume_detach: Option<DetachBound>,
 
     /// The cluster-wide drain budget: at most this many maintenances evict at once (a number,
     /// or a percentage of the nodes such as 10%); the others are cordoned and tainted at once
@@ -337,12 +302,6 @@ pub struct Config {
     /// within every budget that selects its node and within --max-parallel-drains.
     #[arg(long, value_name = "SELECTOR=N|PERCENT", value_parser = crate::policy::NodeBudget::parse)]
     pub max_parallel_drains_for: Vec<crate::policy::NodeBudget>,
-
-    /// Default of the `drainRules` knob: a JSON list of rules ({podSelector, namespaceSelector,
-    /// behavior: Drain, Skip or WaitCompleted, order}) for every maintenance that has none of its
-    /// own. None by default.
-    #[arg(long, value_name = "JSON", value_parser = parse_drain_rules)]
-    pub drain_rules: Option<Vec<crate::api::DrainRule>>,
 
     /// The CREATE of a NodeMaintenance warns (never refuses) when it brings the NodeMaintenances
     /// to more than this percentage of the nodes ((NodeMaintenances + 1) / nodes); 0 turns the
@@ -362,23 +321,6 @@ pub struct Config {
     #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1,
           default_missing_value = "true", value_name = "BOOL")]
     pub pod_warnings: bool,
-}
-
-fn parse_drain_rules(s: &str) -> Result<Vec<crate::api::DrainRule>, String> {
-    crate::policy::parse_rules(s, "--drain-rules")
-}
-
-fn parse_drain_timeout(s: &str) -> Result<std::time::Duration, String> {
-    crate::policy::parse_duration(s).map_err(|accepted| format!("expected {accepted}"))
-}
-
-/// A `--wait-for-volume-detach` value: the bound, `None` for `false` (an alias, so clap reads
-/// the flag's one value with [`parse_wait_for_volume_detach`]).
-pub type DetachBound = Option<std::time::Duration>;
-
-fn parse_wait_for_volume_detach(s: &str) -> Result<Option<std::time::Duration>, String> {
-    crate::policy::parse_wait_for_volume_detach(s)
-        .map_err(|accepted| format!("expected {accepted}"))
 }
 
 impl Config {
@@ -587,6 +529,46 @@ mod tests {
         assert_eq!(c.own_pod(), None, "no pod name, no own pod");
         let c = parse(&["--pod-name="]).unwrap();
         assert_eq!(c.pod_name(), None);
+    }
+
+    /// The knobs' flags resolve to the defaults as a spec would: none gives upstream's.
+    #[test]
+    fn the_knob_flags_give_the_defaults_of_the_knobs() {
+        use crate::api::{OnTimeout, Stage};
+        use crate::policy::{DrainPolicy, defaults};
+        use std::time::Duration;
+        assert_eq!(defaults(&parse(&[]).unwrap().knobs), DrainPolicy::default());
+        let c = parse(&[
+            "--drain-paused=true",
+            "--drain-timeout=15m",
+            "--on-timeout=ForceDelete",
+            r#"--drain-rules=[{"podSelector": {"matchLabels": {"app": "db"}}, "behavior": "Skip"}]"#,
+            "--stage=Idle",
+            "--node-conditions",
+            "--expire-after=30s",
+            "--wait-for-volume-detach=true",
+        ])
+        .unwrap();
+        let d = defaults(&c.knobs);
+        assert_eq!(
+            (d.paused, d.drain_timeout, d.on_timeout, d.drain_rules.len()),
+            (
+                true,
+                Some(Duration::from_secs(900)),
+                OnTimeout::ForceDelete,
+                1
+            )
+        );
+        assert_eq!(
+            (d.stage, d.node_conditions, d.expire_after),
+            (Stage::Idle, true, Some(Duration::from_secs(30)))
+        );
+        assert_eq!(
+            d.wait_for_volume_detach,
+            Some(crate::knobs::DEFAULT_DETACH_BOUND)
+        );
+        let c = parse(&["--wait-for-volume-detach=false"]).unwrap();
+        assert_eq!(defaults(&c.knobs).wait_for_volume_detach, None);
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod client;
 pub mod config;
 pub(crate) mod controller;
 pub(crate) mod drain;
+pub mod knobs;
 pub(crate) mod leader;
 pub(crate) mod lease;
 pub(crate) mod metrics;

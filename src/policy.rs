@@ -7,92 +7,25 @@
 //! an invalid value, and on a cluster without the webhook an invalid value is reported in status
 //! and the default applies.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kube::ResourceExt;
 
 use crate::api::{DrainRule, NodeMaintenance, OnTimeout, Stage};
+use crate::knobs::{DrainKnobs, Knob, check_rules};
 
 pub mod pre_drain_hooks;
 mod strict;
 
-/// Annotation of the `paused` knob: `"true"` or `"false"`.
-pub const PAUSED_ANNOTATION: &str = "nodemaintenance.medik8s.io/paused";
-/// Annotation of the `drainTimeout` knob: a duration ([`parse_duration`]).
-pub const DRAIN_TIMEOUT_ANNOTATION: &str = "nodemaintenance.medik8s.io/drainTimeout";
-/// Annotation of the `onTimeout` knob: one of [`OnTimeout::ALL`].
-pub const ON_TIMEOUT_ANNOTATION: &str = "nodemaintenance.medik8s.io/onTimeout";
-/// Annotation of the `drainRules` knob: the rules as a JSON list ([`parse_rules`]).
-pub const DRAIN_RULES_ANNOTATION: &str = "nodemaintenance.medik8s.io/drainRules";
-/// Annotation of the `nodeConditions` knob: `"true"` or `"false"`.
-pub const NODE_CONDITIONS_ANNOTATION: &str = "nodemaintenance.medik8s.io/nodeConditions";
-/// Annotation of the `startAt` knob: an RFC 3339 time.
-pub const START_AT_ANNOTATION: &str = "nodemaintenance.medik8s.io/startAt";
-/// Annotation of the `expireAfter` knob: a duration ([`parse_duration`]).
-pub const EXPIRE_AFTER_ANNOTATION: &str = "nodemaintenance.medik8s.io/expireAfter";
-/// Annotation of the `waitForVolumeDetach` knob: `"true"` (the bound
-/// [`crate::drain::volume_detach::DEFAULT_BOUND`]), `"false"` or a duration bound.
-pub const WAIT_FOR_VOLUME_DETACH_ANNOTATION: &str =
-    "nodemaintenance.medik8s.io/waitForVolumeDetach";
-/// Annotation of the `stage` knob: one of [`Stage::ALL`].
-pub const STAGE_ANNOTATION: &str = "nodemaintenance.medik8s.io/stage";
-/// Every knob annotation: any other of the group on a NodeMaintenance, save the operator's own
-/// records, is refused as a typo of one of them ([`strict::unknown_annotations`]).
-pub const KNOB_ANNOTATIONS: [&str; 9] = [
-    PAUSED_ANNOTATION,
-    DRAIN_TIMEOUT_ANNOTATION,
-    ON_TIMEOUT_ANNOTATION,
-    DRAIN_RULES_ANNOTATION,
-    STAGE_ANNOTATION,
-    NODE_CONDITIONS_ANNOTATION,
-    START_AT_ANNOTATION,
-    EXPIRE_AFTER_ANNOTATION,
-    WAIT_FOR_VOLUME_DETACH_ANNOTATION,
-];
-const RULES_ACCEPTED: &str = "a JSON list of rules {podSelector, namespaceSelector, behavior: \
-                              Drain, Skip or WaitCompleted, order}, each with at least one \
-                              selector of at least one matchLabels or matchExpressions entry";
-const KNOBS_ACCEPTED: &str = "nodemaintenance.medik8s.io/ followed by paused, drainTimeout, \
-                              onTimeout, drainRules, stage, nodeConditions, startAt, expireAfter \
-                              or waitForVolumeDetach";
+pub use crate::knobs::{
+    DRAIN_RULES_ANNOTATION, DRAIN_TIMEOUT_ANNOTATION, ON_TIMEOUT_ANNOTATION, PAUSED_ANNOTATION,
+    STAGE_ANNOTATION, WAIT_FOR_VOLUME_DETACH_ANNOTATION, parse_duration, parse_rules,
+    parse_wait_for_volume_detach,
+};
 
-/// Parses drain rules given as JSON text at `source` (the annotation's name, `--drain-rules`),
-/// strictly: exactly the keys of [`DrainRule`] at every depth, known values, and every rule
-/// selecting what it names ([`strict`]).
-///
-/// # Errors
-/// What is wrong and where: `<source>[0]: unknown field "selector", expected one of …`.
-pub fn parse_rules(s: &str, source: &str) -> Result<Vec<DrainRule>, String> {
-    strict::parse_rules(s, source)
-}
-
-const DURATION_ACCEPTED: &str = "a positive duration such as 90s, 15m or 1h30m";
-const ON_TIMEOUT_ACCEPTED: &str = "Wait, Fail, SkipStuck, ForceDelete, Abort";
-const STAGE_ACCEPTED: &str = "Preflight, Idle, Cordon, Drain";
-const WAIT_ACCEPTED: &str = "true, false, or a positive duration bound such as 5m";
-const START_AT_ACCEPTED: &str = "an RFC 3339 time such as 2030-01-02T03:00:00Z";
-
-/// The operator's defaults of the knobs (its flags).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Defaults {
-    /// `--drain-paused`: every maintenance starts with its evictions paused.
-    pub paused: bool,
-    /// `--drain-timeout`: the deadline of every drain, from its start (`None`: none).
-    pub drain_timeout: Option<Duration>,
-    /// `--on-timeout`: what happens at the deadline.
-    pub on_timeout: OnTimeout,
-    /// `--drain-rules`: the rules of every maintenance that has none of its own.
-    pub drain_rules: Vec<DrainRule>,
-    /// `--stage`: how far every maintenance goes.
-    pub stage: Stage,
-    /// `--node-conditions`: every maintenance writes the Node lifecycle conditions.
-    pub node_conditions: bool,
-    /// `--expire-after`: how long every Succeeded maintenance stays (`None`: for ever).
-    pub expire_after: Option<Duration>,
-    /// `--wait-for-volume-detach`: the bound of every maintenance's wait for its node's
-    /// VolumeAttachments (`None`: no wait).
-    pub wait_for_volume_detach: Option<Duration>,
-}
+/// The operator's defaults of the knobs: the policy its flags resolve to ([`defaults`]).
+pub type Defaults = DrainPolicy;
 
 /// The knobs of one maintenance, resolved.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -195,208 +128,149 @@ impl std::fmt::Display for InvalidKnob {
 
 impl std::error::Error for InvalidKnob {}
 
-/// Parses a knob's duration: jiff's friendly format (`90s`, `15m`, `1h30m`, `1h 30m`, Go's
-/// `time.ParseDuration` spellings of whole units) or ISO 8601 (`PT90S`); it must be positive.
-///
-/// # Errors
-/// The accepted form, when `s` is not one.
-pub fn parse_duration(s: &str) -> Result<Duration, &'static str> {
-    s.trim()
-        .parse::<jiff::SignedDuration>()
-        .ok()
-        .filter(|d| d.is_positive())
-        .and_then(|d| Duration::try_from(d).ok())
-        .ok_or(DURATION_ACCEPTED)
-}
-
-/// Parses a `waitForVolumeDetach` value: `true` (the bound
-/// [`crate::drain::volume_detach::DEFAULT_BOUND`]), `false` (no wait, whatever the flag says) or
-/// a bound as [`parse_duration`] reads it.
-///
-/// # Errors
-/// The accepted forms, when `s` is none of them.
-pub fn parse_wait_for_volume_detach(s: &str) -> Result<Option<Duration>, &'static str> {
-    match s.trim() {
-        "true" => Ok(Some(crate::drain::volume_detach::DEFAULT_BOUND)),
-        "false" => Ok(None),
-        other => parse_duration(other).map(Some).map_err(|_| WAIT_ACCEPTED),
-    }
-}
-
-fn stage(s: &str) -> Option<Stage> {
-    Stage::ALL
-        .iter()
-        .find(|(_, name)| *name == s)
-        .map(|(v, _)| *v)
-}
-
-fn on_timeout(s: &str) -> Option<OnTimeout> {
-    OnTimeout::ALL
-        .iter()
-        .find(|(_, name)| *name == s)
-        .map(|(v, _)| *v)
+/// The value `s` names in `all` (`Stage::ALL`, `OnTimeout::ALL`).
+fn named<T: Copy>(all: &[(T, &str)], s: &str) -> Option<T> {
+    all.iter().find(|(_, name)| *name == s).map(|(v, _)| *v)
 }
 
 /// The reads of one maintenance's knobs, each refused value recorded.
-struct Knobs<'a> {
-    nm: &'a NodeMaintenance,
+struct Reads<'a> {
+    annotations: &'a BTreeMap<String, String>,
     invalid: Vec<InvalidKnob>,
 }
 
-impl Knobs<'_> {
-    fn parse<T>(
-        &mut self,
-        knob: (&'static str, &'static str, &'static str),
-        value: Option<&String>,
-        parse: impl Fn(&str) -> Option<T>,
-    ) -> Option<T> {
-        self.detailed(knob, value, |v| parse(v).ok_or(None))
+type Read<T> = Result<T, Option<String>>;
+
+impl Reads<'_> {
+    /// `knob` from its annotation read with `text` (`Err(Some(detail))`: the problem's own
+    /// words), recorded when refused; `None` without.
+    fn annotation<T>(&mut self, knob: Knob, text: impl Fn(&str) -> Read<T>) -> Option<T> {
+        let annotations = self.annotations;
+        let value = annotations.get(knob.annotation)?;
+        let read = text(value);
+        read.map_err(|detail| self.refuse(knob, knob.annotation, value.clone(), detail))
+            .ok()
     }
 
-    /// As [`Knobs::parse`], with the problem's own words (`Err(Some(detail))`) where there are.
-    fn detailed<T>(
+    /// `knob` from its annotation, else from the `written` text (`spec.<knob>`) read alike.
+    fn text<T>(
         &mut self,
-        (knob, source_name, accepted): (&'static str, &'static str, &'static str),
-        value: Option<&String>,
-        parse: impl Fn(&str) -> Result<T, Option<String>>,
+        knob: Knob,
+        text: impl Fn(&str) -> Read<T>,
+        written: Option<&String>,
     ) -> Option<T> {
-        let value = value?;
-        match parse(value) {
-            Ok(parsed) => Some(parsed),
+        self.annotation(knob, &text).or_else(|| {
+            let value = written?;
+            text(value)
+                .map_err(|detail| self.refuse(knob, knob.field, value.clone(), detail))
+                .ok()
+        })
+    }
+
+    fn refuse(&mut self, knob: Knob, source: &'static str, value: String, detail: Option<String>) {
+        self.invalid.push(InvalidKnob {
+            knob: knob.name,
+            source_name: source,
+            value,
+            accepted: knob.accepted,
+            detail,
+        });
+    }
+
+    /// The rules of `spec.drainRules`, as the API server leaves them after pruning: refused when
+    /// one would select every pod.
+    fn spec_rules(&mut self, rules: &[DrainRule]) -> Option<Vec<DrainRule>> {
+        let knob = DrainKnobs::DRAIN_RULES;
+        match check_rules(rules, knob.field) {
+            Ok(()) => Some(rules.to_vec()),
             Err(detail) => {
-                self.invalid.push(InvalidKnob {
-                    knob,
-                    source_name,
-                    value: value.clone(),
-                    accepted,
-                    detail,
-                });
+                let value = serde_json::to_string(rules).unwrap_or_default();
+                self.refuse(knob, knob.field, value, Some(detail));
                 None
             }
         }
     }
 
-    fn annotation<T>(
-        &mut self,
-        (knob, annotation, accepted): (&'static str, &'static str, &'static str),
-        parse: impl Fn(&str) -> Option<T>,
-    ) -> Option<T> {
-        let nm = self.nm;
-        self.parse(
-            (knob, annotation, accepted),
-            nm.annotations().get(annotation),
-            parse,
-        )
+    /// Each knob from its annotation, else `w` (the spec's, or the flags'), else `d`.
+    fn policy(&mut self, w: &DrainKnobs, d: &DrainPolicy) -> DrainPolicy {
+        type K = DrainKnobs;
+        let boolean = |v: &str| match v {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(None),
+        };
+        let duration = |v: &str| parse_duration(v).map_err(|_| None);
+        let time = |v: &str| v.trim().parse::<jiff::Timestamp>().map_err(|_| None);
+        let wait = |v: &str| parse_wait_for_volume_detach(v).map_err(|_| None);
+        DrainPolicy {
+            paused: self
+                .annotation(K::PAUSED, boolean)
+                .or(w.paused)
+                .unwrap_or(d.paused),
+            drain_timeout: self
+                .text(K::DRAIN_TIMEOUT, duration, w.drain_timeout.as_ref())
+                .or(d.drain_timeout),
+            on_timeout: self
+                .annotation(K::ON_TIMEOUT, |v| named(OnTimeout::ALL, v).ok_or(None))
+                .or(w.on_timeout)
+                .unwrap_or(d.on_timeout),
+            // A rule list with one rule that cannot be read is refused whole: the knob falls back
+            // as if absent (a rule that cannot be read selects nothing, never every pod).
+            drain_rules: self
+                .annotation(K::DRAIN_RULES, |v| {
+                    parse_rules(v, DRAIN_RULES_ANNOTATION).map_err(Some)
+                })
+                .or_else(|| self.spec_rules(w.drain_rules.as_ref()?))
+                .unwrap_or_else(|| d.drain_rules.clone()),
+            stage: self
+                .annotation(K::STAGE, |v| named(Stage::ALL, v).ok_or(None))
+                .or(w.stage)
+                .unwrap_or(d.stage),
+            node_conditions: self
+                .annotation(K::NODE_CONDITIONS, boolean)
+                .or(w.node_conditions)
+                .unwrap_or(d.node_conditions),
+            start_at: self
+                .text(K::START_AT, time, w.start_at.as_ref())
+                .or(d.start_at),
+            expire_after: self
+                .text(K::EXPIRE_AFTER, duration, w.expire_after.as_ref())
+                .or(d.expire_after),
+            wait_for_volume_detach: self
+                .text(
+                    K::WAIT_FOR_VOLUME_DETACH,
+                    wait,
+                    w.wait_for_volume_detach.as_ref(),
+                )
+                .unwrap_or(d.wait_for_volume_detach),
+            hooks: Vec::new(),
+            deadline_start: None,
+        }
     }
 }
 
 /// The policy of `nm` under `defaults`: annotation, else spec, else flag, per knob; and the
 /// values refused (each knob then falls back as if that value were absent).
 pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> (DrainPolicy, Vec<InvalidKnob>) {
-    let mut k = Knobs {
-        nm,
+    let mut reads = Reads {
+        annotations: nm.annotations(),
         invalid: Vec::new(),
     };
-    let boolean = |v: &str| match v {
-        "true" => Some(true),
-        "false" => Some(false),
-        _ => None,
-    };
-    let paused = k
-        .annotation(("paused", PAUSED_ANNOTATION, "true, false"), boolean)
-        .or(nm.spec.paused)
-        .unwrap_or(defaults.paused);
-    let duration = |v: &str| parse_duration(v).ok();
-    let timeout = ("drainTimeout", DRAIN_TIMEOUT_ANNOTATION, DURATION_ACCEPTED);
-    let drain_timeout = k
-        .annotation(timeout, duration)
-        .or_else(|| {
-            let spec = ("drainTimeout", "spec.drainTimeout", DURATION_ACCEPTED);
-            k.parse(spec, nm.spec.drain_timeout.as_ref(), duration)
-        })
-        .or(defaults.drain_timeout);
-    let on_timeout = k
-        .annotation(
-            ("onTimeout", ON_TIMEOUT_ANNOTATION, ON_TIMEOUT_ACCEPTED),
-            on_timeout,
-        )
-        .or(nm.spec.on_timeout)
-        .unwrap_or(defaults.on_timeout);
-    // A rule list with one rule that cannot be read is refused whole: the knob falls back as if
-    // absent (a rule that cannot be read selects nothing, never every pod).
-    let drain_rules = k
-        .detailed(
-            ("drainRules", DRAIN_RULES_ANNOTATION, RULES_ACCEPTED),
-            nm.annotations().get(DRAIN_RULES_ANNOTATION),
-            |v| parse_rules(v, DRAIN_RULES_ANNOTATION).map_err(Some),
-        )
-        .or_else(|| {
-            let spec = ("drainRules", "spec.drainRules", RULES_ACCEPTED);
-            let rules = nm.spec.drain_rules.as_ref();
-            let text = rules.map(|r| serde_json::to_string(r).unwrap_or_default());
-            k.detailed(spec, text.as_ref(), |_| {
-                let rules = rules.cloned().unwrap_or_default();
-                strict::check_rules(&rules, "spec.drainRules").map_err(Some)?;
-                Ok(rules)
-            })
-        })
-        .unwrap_or_else(|| defaults.drain_rules.clone());
-    let stage = k
-        .annotation(("stage", STAGE_ANNOTATION, STAGE_ACCEPTED), stage)
-        .or(nm.spec.stage)
-        .unwrap_or(defaults.stage);
-    let node_conditions = k
-        .annotation(
-            ("nodeConditions", NODE_CONDITIONS_ANNOTATION, "true, false"),
-            boolean,
-        )
-        .or(nm.spec.node_conditions)
-        .unwrap_or(defaults.node_conditions);
-    let time = |v: &str| v.trim().parse::<jiff::Timestamp>().ok();
-    let start_at = k
-        .annotation(("startAt", START_AT_ANNOTATION, START_AT_ACCEPTED), time)
-        .or_else(|| {
-            let spec = ("startAt", "spec.startAt", START_AT_ACCEPTED);
-            k.parse(spec, nm.spec.start_at.as_ref(), time)
-        });
-    let expire = ("expireAfter", EXPIRE_AFTER_ANNOTATION, DURATION_ACCEPTED);
-    let expire_after = k
-        .annotation(expire, duration)
-        .or_else(|| {
-            let spec = ("expireAfter", "spec.expireAfter", DURATION_ACCEPTED);
-            k.parse(spec, nm.spec.expire_after.as_ref(), duration)
-        })
-        .or(defaults.expire_after);
-    let detach = (
-        "waitForVolumeDetach",
-        WAIT_FOR_VOLUME_DETACH_ANNOTATION,
-        WAIT_ACCEPTED,
-    );
-    let wait_for_volume_detach = k
-        .annotation(detach, |v| parse_wait_for_volume_detach(v).ok())
-        .or_else(|| {
-            let spec = (
-                "waitForVolumeDetach",
-                "spec.waitForVolumeDetach",
-                WAIT_ACCEPTED,
-            );
-            let value = nm.spec.wait_for_volume_detach.as_ref();
-            k.parse(spec, value, |v| parse_wait_for_volume_detach(v).ok())
-        })
-        .unwrap_or(defaults.wait_for_volume_detach);
-    for (name, value) in strict::unknown_annotations(nm, &KNOB_ANNOTATIONS) {
-        k.invalid.push(InvalidKnob {
+    let mut policy = reads.policy(&nm.spec.knobs, defaults);
+    policy.hooks = pre_drain_hooks::owners(nm);
+    for (name, value) in strict::unknown_annotations(nm) {
+        reads.invalid.push(InvalidKnob {
             knob: "annotations",
             source_name: "metadata.annotations",
             value: value.clone(),
-            accepted: KNOBS_ACCEPTED,
+            accepted: crate::knobs::KNOBS_ACCEPTED.as_str(),
             detail: Some(format!(
                 "{name}: unknown annotation of the drain policy (no knob has this name)"
             )),
         });
     }
     for (_, value, why) in pre_drain_hooks::refused(nm) {
-        k.invalid.push(InvalidKnob {
+        reads.invalid.push(InvalidKnob {
             knob: "preDrainHooks",
             source_name: "metadata.annotations",
             value: value.clone(),
@@ -404,20 +278,18 @@ pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> (DrainPolicy, Vec<I
             detail: Some(why),
         });
     }
-    let policy = DrainPolicy {
-        hooks: pre_drain_hooks::owners(nm),
-        paused,
-        node_conditions,
-        start_at,
-        expire_after,
-        wait_for_volume_detach,
-        drain_timeout,
-        on_timeout,
-        drain_rules,
-        stage,
-        deadline_start: None,
+    (policy, reads.invalid)
+}
+
+/// The defaults the operator's flags give (`crate::config::Config`'s knobs, already checked by
+/// their parsers), read as a spec would be, over upstream's behaviour.
+pub fn defaults(flags: &DrainKnobs) -> Defaults {
+    let none = BTreeMap::new();
+    let mut reads = Reads {
+        annotations: &none,
+        invalid: Vec::new(),
     };
-    (policy, k.invalid)
+    reads.policy(flags, &DrainPolicy::default())
 }
 
 /// Whether `nm` goes as far as the drain at `now` (its `stage` under `defaults` is Drain and
@@ -566,10 +438,10 @@ mod tests {
             "nm",
             NodeMaintenanceSpec {
                 node_name: "n1".into(),
-                paused: spec,
                 ..NodeMaintenanceSpec::default()
             },
         );
+        nm.spec.paused = spec;
         if let Some(a) = annotation {
             nm.annotations_mut()
                 .insert(PAUSED_ANNOTATION.into(), a.into());
@@ -608,26 +480,6 @@ mod tests {
             "nodemaintenance.medik8s.io/paused has the invalid value \"yes\" for the knob paused \
              (accepted: true, false)"
         );
-    }
-
-    #[test]
-    fn a_duration_is_positive_in_friendly_or_iso_form() {
-        for (text, secs) in [
-            ("90s", 90),
-            ("15m", 900),
-            ("1h30m", 5400),
-            ("1h 30m", 5400),
-            ("PT90S", 90),
-        ] {
-            assert_eq!(
-                parse_duration(text),
-                Ok(Duration::from_secs(secs)),
-                "{text}"
-            );
-        }
-        for text in ["", "0s", "-5s", "90", "soon", "5 parsecs"] {
-            assert_eq!(parse_duration(text), Err(DURATION_ACCEPTED), "{text}");
-        }
     }
 
     #[test]
@@ -686,7 +538,7 @@ mod tests {
     fn every_on_timeout_value_is_read_from_the_annotation_and_named_when_refused() {
         // The value set is declared once (`OnTimeout::ALL`); the refusal's text lists it all.
         let names: Vec<&str> = OnTimeout::ALL.iter().map(|(_, n)| *n).collect();
-        assert_eq!(ON_TIMEOUT_ACCEPTED, names.join(", "));
+        assert_eq!(DrainKnobs::ON_TIMEOUT.accepted, names.join(", "));
         for (value, name) in OnTimeout::ALL {
             let mut nm = NodeMaintenance::new("nm", Default::default());
             nm.annotations_mut()

@@ -395,7 +395,7 @@ async fn the_drain_knobs_apply_by_annotation_on_upstreams_schema() {
     assert_eq!(
         (
             created.spec.paused,
-            created.spec.drain_timeout,
+            created.spec.drain_timeout.clone(),
             created.spec.on_timeout
         ),
         (None, None, None),

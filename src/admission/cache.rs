@@ -77,7 +77,6 @@ pub(crate) fn strip_nm(nm: &mut NodeMaintenance) {
         spec: NodeMaintenanceSpec {
             node_name,
             reason: None,
-            paused: None,
             ..Default::default()
         },
         status: None,

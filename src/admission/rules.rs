@@ -185,7 +185,6 @@ mod tests {
             NodeMaintenanceSpec {
                 node_name: node.into(),
                 reason: None,
-                paused: None,
                 ..Default::default()
             },
         );

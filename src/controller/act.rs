@@ -715,7 +715,6 @@ mod tests {
             crate::api::NodeMaintenanceSpec {
                 node_name: "n1".into(),
                 reason: None,
-                paused: None,
                 ..Default::default()
             },
         );

@@ -78,16 +78,7 @@ impl From<&crate::config::Config> for ControllerConfig {
                 honor_opt_out: config.honor_opt_out_annotations,
             },
             reporter_instance: config.pod_name().map(str::to_owned),
-            policy: crate::policy::Defaults {
-                paused: config.drain_paused,
-                drain_timeout: config.drain_timeout,
-                on_timeout: config.on_timeout,
-                drain_rules: config.drain_rules.clone().unwrap_or_default(),
-                stage: config.stage,
-                node_conditions: config.node_conditions,
-                expire_after: config.expire_after,
-                wait_for_volume_detach: config.wait_for_volume_detach.flatten(),
-            },
+            policy: crate::policy::defaults(&config.knobs),
             max_parallel_drains: config.max_parallel_drains,
             max_parallel_drains_for: config.max_parallel_drains_for.clone(),
         }

@@ -15,10 +15,10 @@ fn nm(stage: Option<Stage>, annotation: Option<&str>) -> NodeMaintenance {
         "nm",
         NodeMaintenanceSpec {
             node_name: "node01".into(),
-            stage,
             ..NodeMaintenanceSpec::default()
         },
     );
+    nm.spec.stage = stage;
     nm.metadata.finalizers = Some(vec![FINALIZER.into()]);
     nm.metadata.uid = Some("uid-nm".into());
     nm.metadata.generation = Some(1);

@@ -47,7 +47,6 @@ pub(super) fn nm(name: &str, node: &str) -> NodeMaintenance {
         NodeMaintenanceSpec {
             node_name: node.into(),
             reason: None,
-            paused: None,
             ..NodeMaintenanceSpec::default()
         },
     );

@@ -199,16 +199,17 @@ fn failed_by_the_wait_stays_failed_until_the_policy_lifts_it() {
 
 #[test]
 fn wait_for_volume_detach_is_read_as_every_knob_and_refused_by_name() {
+    use crate::knobs::DEFAULT_DETACH_BOUND as DEFAULT_BOUND;
     use crate::policy::{Defaults, WAIT_FOR_VOLUME_DETACH_ANNOTATION, resolve};
     let nm = |spec: Option<&str>, annotation: Option<&str>| {
         let mut nm = crate::api::NodeMaintenance::new(
             "nm",
             crate::api::NodeMaintenanceSpec {
                 node_name: "n1".into(),
-                wait_for_volume_detach: spec.map(Into::into),
                 ..Default::default()
             },
         );
+        nm.spec.wait_for_volume_detach = spec.map(Into::into);
         if let Some(a) = annotation {
             nm.annotations_mut()
                 .insert(WAIT_FOR_VOLUME_DETACH_ANNOTATION.into(), a.into());
