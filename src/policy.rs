@@ -31,7 +31,7 @@ pub const START_AT_ANNOTATION: &str = "nodemaintenance.medik8s.io/startAt";
 /// Annotation of the `expireAfter` knob: a duration ([`parse_duration`]).
 pub const EXPIRE_AFTER_ANNOTATION: &str = "nodemaintenance.medik8s.io/expireAfter";
 /// Annotation of the `waitForVolumeDetach` knob: `"true"` (the bound
-/// [`crate::drain::volume_detach::DEFAULT_BOUND`]), `"false"` or a duration bound.
+/// [`crate::drain::consts::VOLUME_DETACH_BOUND`]), `"false"` or a duration bound.
 pub const WAIT_FOR_VOLUME_DETACH_ANNOTATION: &str =
     "nodemaintenance.medik8s.io/waitForVolumeDetach";
 /// Annotation of the `stage` knob: one of [`Stage::ALL`].
@@ -210,14 +210,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, &'static str> {
 }
 
 /// Parses a `waitForVolumeDetach` value: `true` (the bound
-/// [`crate::drain::volume_detach::DEFAULT_BOUND`]), `false` (no wait, whatever the flag says) or
+/// [`crate::drain::consts::VOLUME_DETACH_BOUND`]), `false` (no wait, whatever the flag says) or
 /// a bound as [`parse_duration`] reads it.
 ///
 /// # Errors
 /// The accepted forms, when `s` is none of them.
 pub fn parse_wait_for_volume_detach(s: &str) -> Result<Option<Duration>, &'static str> {
     match s.trim() {
-        "true" => Ok(Some(crate::drain::volume_detach::DEFAULT_BOUND)),
+        "true" => Ok(Some(crate::drain::consts::VOLUME_DETACH_BOUND)),
         "false" => Ok(None),
         other => parse_duration(other).map(Some).map_err(|_| WAIT_ACCEPTED),
     }

@@ -3,12 +3,12 @@
 //! recorded it, right after a check that the maintenance still stands; it waits for the API
 //! server's answer however long its admission webhooks take, and the answer, recorded in the
 //! node's memory as it arrives, wakes the maintenance's next pass (`docs/drain-contract.md §4`).
-//! Every decision is made by the pure functions of `pass.rs` and `mod.rs`; this module only
+//! Every decision is made by the pure functions of `pass.rs`, `decide.rs` and `answer.rs`; this module only
 //! carries them out.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -19,19 +19,21 @@ use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::answer::{EvictionOutcome, classify_eviction};
 use super::budget::BudgetWatch;
+use super::budget::SharedCause;
+use super::consts::{READ_TIMEOUT, reason, result};
 use super::deadline::PlannedDeletion;
+use super::decide::{Arrival, classify, daemonset_owner, selector_matches};
+use super::disposition::{Disposition, DrainOptions};
 use super::gate::{Halt, Standing};
 use super::gone::GoneWatches;
+use super::memory::{Awaited, DrainMemory, RetrySchedule, Settled};
 use super::migration::MigrationWatch;
 use super::pass::{self, DrainReport, PlannedEviction, Survey};
 use super::pod::{DrainPod, PodPage};
 use super::preview::{self, Ask};
 use super::rules;
-use super::{
-    Arrival, Disposition, DrainMemory, DrainOptions, EvictionOutcome, RetrySchedule, classify,
-    classify_eviction, daemonset_owner, reason, result, selector_matches,
-};
 use crate::api::{DrainRule, PodReference};
 use crate::metrics::Metrics;
 use crate::policy::DrainPolicy;
@@ -47,8 +49,6 @@ pub(crate) const LIST_PAGE_SIZE: u32 = 100;
 /// Pod-list pages being fetched at once across every pass of the process, so that many nodes
 /// draining at once hold at most this many raw pages.
 pub(crate) const LIST_PAGES_IN_FLIGHT: usize = 4;
-/// Deadline of one read (a pod-list page, a DaemonSet GET, a PodDisruptionBudget list).
-pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Dry-run evictions of the stage Preflight in flight at once: enough to ask a node of a few
 /// hundred pods in a handful of round trips, few enough that a preview never loads the API
@@ -459,7 +459,7 @@ impl Drainer {
     fn remember(
         &self,
         node: &str,
-        settled: pass::Settled,
+        settled: Settled,
         evict: Vec<PlannedEviction>,
     ) -> Vec<PlannedEviction> {
         let mut schedules = self.schedules();
@@ -533,7 +533,7 @@ impl Drainer {
         node: &str,
         uid: &str,
         outcome: Option<&EvictionOutcome>,
-        planned: Option<(&Option<super::Awaited>, &Option<super::SharedCause>)>,
+        planned: Option<(&Option<Awaited>, &Option<SharedCause>)>,
     ) -> (bool, bool) {
         let mut schedules = self.schedules();
         let Some(schedule) = schedules.get_mut(node) else {

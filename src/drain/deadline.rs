@@ -6,8 +6,8 @@
 //! maintenance pass carry them). Pure: [`super::pass::plan_pass`] asks these per pod; the
 //! executor sends the deletions.
 
+use super::consts::reason;
 use super::pod::DrainPod;
-use super::reason;
 use crate::api::{PodBlocker, PodReference};
 
 /// The shortest grace period a forced deletion gives: 0 would remove the pod from the API at
@@ -92,18 +92,18 @@ pub(crate) fn force_by(policy: &crate::policy::DrainPolicy) -> Option<jiff::Time
         .flatten()
 }
 
-/// [`force_due`] for the round `plan`: the deadline `by` and the grace when due, else `None`
-/// with the wait folded into `plan.force_in` (the earliest).
+/// [`force_due`] for a round: the deadline `by` and the grace when due, else `None` with the
+/// wait folded into the round's `force_in` (the earliest).
 pub(crate) fn due(
     pod: &DrainPod,
     by: jiff::Timestamp,
     now: jiff::Timestamp,
-    plan: &mut super::pass::PassPlan,
+    force_in: &mut Option<std::time::Duration>,
 ) -> Option<(jiff::Timestamp, i64)> {
     match force_due(pod, by, now) {
         Ok(grace) => Some((by, grace)),
         Err(wait) => {
-            plan.force_in = sooner(plan.force_in, Some(wait));
+            *force_in = sooner(*force_in, Some(wait));
             None
         }
     }
@@ -117,14 +117,6 @@ pub(crate) fn sooner(
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
-    }
-}
-
-impl super::RetrySchedule {
-    /// The forced DELETE of `uid` was not sent (the maintenance was paused, moved back or
-    /// deleted meanwhile: `super::gate`): it is forgotten, so a later round decides it again.
-    pub(crate) fn force_unsent(&mut self, uid: &str) {
-        self.forced.remove(uid);
     }
 }
 
@@ -291,7 +283,7 @@ mod tests {
         let at = Instant::now();
         let run = |now: i64| {
             let memory = RetrySchedule::default();
-            let budgets = super::super::Budgets::default();
+            let budgets = super::super::budget::Budgets::default();
             plan_pass(pods(), &memory, &budgets, &policy, Some(t(0)), t(now), at)
         };
         let deleted = |plan: &super::super::pass::PassPlan| {
@@ -341,7 +333,7 @@ mod tests {
             ..policy.clone()
         };
         let memory = RetrySchedule::default();
-        let budgets = super::super::Budgets::default();
+        let budgets = super::super::budget::Budgets::default();
         let plan = plan_pass(pods(), &memory, &budgets, &wait, Some(t(0)), t(99), at);
         assert!(plan.delete.is_empty());
     }

@@ -9,13 +9,15 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use super::answer::{aggregate_errors, evicting, evicting_error};
+use super::budget::{Budget, Budgets, SharedCause};
+use super::consts::{REPLACEMENT_WAIT, reason};
 use super::deadline::{self, PlannedDeletion};
+use super::decide::{skipped_entry, terminating_blocker, tolerates_maintenance, waiting_blocker};
+use super::disposition::{Disposition, Stage};
+use super::memory::{Awaited, RetrySchedule, Settled, awaiting_replacement};
 use super::pod::DrainPod;
-use super::{
-    Awaited, Budget, Budgets, Disposition, RetrySchedule, SharedCause, aggregate_errors, reason,
-    skipped_by_rule, skipped_entry, terminating_blocker, tolerates_maintenance, waiting_blocker,
-    waiting_for_completion,
-};
+use super::rules::{skipped_by_rule, waiting_for_completion};
 use crate::api::{OnTimeout, PodBlocker, PodReference};
 use crate::bounds::MAX_BLOCKERS;
 use crate::policy::DrainPolicy;
@@ -92,7 +94,7 @@ impl DrainReport {
         self.pending
             .iter()
             .filter(|b| !waits_only(&b.reason))
-            .all(|b| super::responders::moving(&b.reason))
+            .all(|b| reason::moving(&b.reason))
     }
     /// The pods (`namespace/name`) whose deletion should wake the next round (`drain::gone`):
     /// the terminating ones, when there are some and no eviction's answer is due (each answer
@@ -197,7 +199,7 @@ pub(crate) struct PassPlan {
 /// for their retry (`schedule` at `at`); every other evictable pod is pending with its blocker;
 /// kept pods are listed once each; an evicted pod that tolerates both maintenance taints keeps
 /// the drain open until its controller's replacement is listed, for at most
-/// [`super::REPLACEMENT_WAIT`]. `now` is the API server's time of the pod list (how long a pod
+/// [`REPLACEMENT_WAIT`]. `now` is the API server's time of the pod list (how long a pod
 /// has been terminating, how long a replacement has been awaited); `started` the drain's start.
 ///
 /// Causes many pods share ([`Gate`]): a pod whose budget allows no disruption, or whose
@@ -300,9 +302,11 @@ pub(crate) fn plan_pass(
             plan.launchers.insert(key, vmi.to_string());
         }
         // The operator's own pod stays last even then: deleted once it is all that is left.
-        let own_pod_first = stage == super::Stage::OwnPod && first_stage != Some(stage);
+        let own_pod_first = stage == Stage::OwnPod && first_stage != Some(stage);
         let by = force_by.filter(|_| !own_pod_first);
-        if let Some((by, grace)) = by.and_then(|by| deadline::due(&pod, by, now, &mut plan)) {
+        if let Some((by, grace)) =
+            by.and_then(|by| deadline::due(&pod, by, now, &mut plan.force_in))
+        {
             plan.listed.insert(uid.clone());
             if let Some(b) = schedule.forced(&uid) {
                 plan.pending.push(b.clone());
@@ -360,7 +364,7 @@ pub(crate) fn plan_pass(
             // Listed before the API server accepted its eviction: terminating since that answer.
             plan.listed.insert(uid.clone());
             plan.pending
-                .push(answer.cloned().unwrap_or_else(|| super::evicting(&r)));
+                .push(answer.cloned().unwrap_or_else(|| evicting(&r)));
             continue;
         }
         if Some(stage) > first_stage {
@@ -445,7 +449,7 @@ pub(crate) fn show_migrations(
                 namespace: b.namespace.clone(),
                 name: b.name.clone(),
             };
-            plan.errors.push(super::evicting_error(&pod, &text));
+            plan.errors.push(evicting_error(&pod, &text));
             let key = format!("migration/{}/{migration}", b.namespace);
             plan.listed.insert(key.clone());
             let failed = FailedMigration {
@@ -585,7 +589,7 @@ fn held_by(budget: &Budget, pod: &PodReference) -> PodBlocker {
 
 /// The awaited replacements that stay after a round: an evicted tolerating pod no longer listed
 /// is awaited until as many of its controller's pods run on the node as are awaited for it
-/// (they are its replacements, kept), or [`super::REPLACEMENT_WAIT`] after a listing last showed
+/// (they are its replacements, kept), or [`REPLACEMENT_WAIT`] after a listing last showed
 /// it. Each one still awaited is pending as [`reason::AWAITING_REPLACEMENT`].
 fn await_replacements(
     plan: &mut PassPlan,
@@ -593,7 +597,7 @@ fn await_replacements(
     live: &HashMap<String, usize>,
     now: jiff::Timestamp,
 ) {
-    let wait = super::REPLACEMENT_WAIT.as_secs() as i64;
+    let wait = REPLACEMENT_WAIT.as_secs() as i64;
     let mut gone: BTreeMap<&str, Vec<(&String, &Awaited)>> = BTreeMap::new();
     for (uid, a) in schedule.awaited() {
         if plan.awaited.contains_key(uid) || now.as_second() - a.last_seen.as_second() > wait {
@@ -605,7 +609,7 @@ fn await_replacements(
         waiting.sort_by_key(|(uid, a)| (a.last_seen, uid.as_str()));
         let replaced = live.get(owner).copied().unwrap_or(0);
         for (uid, a) in waiting.into_iter().skip(replaced) {
-            plan.pending.push(super::awaiting_replacement(&a.pod));
+            plan.pending.push(awaiting_replacement(&a.pod));
             plan.awaited.insert(uid.clone(), a.clone());
         }
     }
@@ -639,30 +643,6 @@ pub(crate) fn fair_order(evict: Vec<PlannedEviction>) -> Vec<PlannedEviction> {
             return out;
         }
     }
-}
-
-/// What a round leaves in the node's memory, applied by the executor under the memory's lock
-/// (answers that arrive meanwhile are kept): the UIDs still listed, the evictions sent, the kept
-/// pods announced, the first listing and the awaited replacements.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct Settled {
-    /// UIDs whose retry entries stay.
-    pub listed: HashSet<String>,
-    /// UIDs of the kept pods (announced from now on).
-    pub kept: Vec<String>,
-    /// UIDs of the `NotMigratable` pods (warned about from now on).
-    pub warned: Vec<String>,
-    /// The first listing to record, if any.
-    pub first_listing: Option<(i64, HashSet<String>)>,
-    /// The replacements awaited.
-    pub awaited: HashMap<String, Awaited>,
-    /// The UIDs of the replacements awaited in the memory the round read (an entry recorded by
-    /// an answer since is kept).
-    pub read_awaited: HashSet<String>,
-    /// Whether the drain is done: the first listing and the awaited replacements are forgotten.
-    pub done: bool,
-    /// The pods deleted by this round, by UID, with their blockers.
-    pub forced: Vec<(String, PodBlocker)>,
 }
 
 /// Settles a round (pure): its report, with the evictions it sends pending as `Evicting` (or as

@@ -8,9 +8,11 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use super::consts::{DRAIN_LABEL, reason};
+use super::decide::{pod_rule, selector_matches, stage};
+use super::disposition::{Disposition, DrainOptions, PodRule};
 use super::pod::DrainPod;
-use super::{DRAIN_LABEL, Disposition, DrainOptions, PodRule, pod_rule, selector_matches, stage};
-use crate::api::{DrainBehavior, DrainRule};
+use crate::api::{DrainBehavior, DrainRule, PodBlocker, PodReference};
 
 /// The label name the status shows for a pod a rule keeps or waits for (in place of the pod's
 /// own drain label).
@@ -101,6 +103,31 @@ pub(crate) fn apply(
             stage: stage(pod, options, rule.order.unwrap_or(0)),
         },
         (other, _) => other,
+    }
+}
+
+/// The status entry of a pod its drain label keeps ([`Disposition::SkipByRule`]).
+pub(crate) fn skipped_by_rule(pod: &PodReference, label: &str) -> PodBlocker {
+    PodBlocker {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        reason: reason::SKIPPED.to_string(),
+        message: Some(format!("not evicted: {}", says(label, "skip"))),
+        ..PodBlocker::default()
+    }
+}
+
+/// The blocker of a pod its drain label says to wait for ([`Disposition::WaitCompleted`]).
+pub(crate) fn waiting_for_completion(pod: &PodReference, label: &str) -> PodBlocker {
+    PodBlocker {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        reason: reason::WAITING_FOR_COMPLETION.to_string(),
+        message: Some(format!(
+            "{}: not evicted; the drain waits until it finishes",
+            says(label, "wait-completed")
+        )),
+        ..PodBlocker::default()
     }
 }
 

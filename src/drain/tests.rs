@@ -1,8 +1,15 @@
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use super::pod::{DrainPod, OwnerRef};
 use super::*;
+use crate::api::{PodBlocker, PodReference};
 use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Pod, PodSpec, PodStatus, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelectorRequirement, OwnerReference, Time,
 };
+use kube::core::Status;
 use kube::core::response::{StatusCause, StatusDetails};
 
 /// Merges JSON object `from` into `into`.
@@ -360,7 +367,7 @@ fn in_the_starts_own_second_the_first_listing_decides() {
     );
     // Another drain's listing (another start) says nothing about this one.
     let mut schedule = RetrySchedule::default();
-    let settled = pass::Settled {
+    let settled = Settled {
         first_listing: Some((999, ["uid-orig".to_string()].into())),
         ..Default::default()
     };

@@ -12,7 +12,6 @@
 //! the node, as `drainTimeout`), never from the operator's memory, so a restart changes nothing.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
@@ -21,10 +20,6 @@ use kube::{Client, ResourceExt};
 
 use crate::api::{OnTimeout, PodBlocker};
 use crate::policy::DrainPolicy;
-
-/// The bound of `waitForVolumeDetach: "true"`: Cluster API's drain waits of the same kind are
-/// minutes; five is long enough for a CSI driver's detach and short enough to be noticed.
-pub(crate) const DEFAULT_BOUND: Duration = Duration::from_secs(300);
 
 /// Blocker reason of an attachment still naming the node (`namespace` empty, `name` the
 /// VolumeAttachment's).
@@ -130,7 +125,7 @@ pub(crate) fn on_node(all: &[VolumeAttachment], node: &str) -> Vec<Attachment> {
 /// waited for). Each call is bounded by the drain's read deadline. A failed list is recorded in
 /// [`Observed::unread`], never read as "nothing attached".
 pub(crate) async fn observe(client: &Client, node: &str) -> Observed {
-    let timeout = super::act::READ_TIMEOUT;
+    let timeout = super::consts::READ_TIMEOUT;
     let request = kube::core::Request::new("/apis/storage.k8s.io/v1/volumeattachments")
         .list(&ListParams::default())
         .map_err(kube::Error::BuildRequest);

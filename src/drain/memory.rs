@@ -1,0 +1,413 @@
+//! The drain's memory of each node between rounds ([`RetrySchedule`], by node in
+//! [`DrainMemory`]): what a round reads besides the listing, and what its settlement and the
+//! evictions' answers write.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use super::answer::{EvictionOutcome, evicting, evicting_error};
+use super::budget::{Relief, SharedCause};
+use super::consts::{REPLACEMENT_WAIT, reason, result};
+use super::deadline;
+use crate::api::{PodBlocker, PodReference};
+
+/// The drain's memory of one node, by pod UID: the retry schedule (after a refused eviction the
+/// pod is not asked again before [`EVICTION_RETRY_INTERVAL`] has passed, whatever triggered the
+/// pass: our own status write, node patch or lease renewal included), the evictions sent and not
+/// yet answered, the kept pods already announced, the drain's first listing ([`Arrival`]), and
+/// the replacements awaited ([`REPLACEMENT_WAIT`]). Read into each round's observation; the
+/// round's pure decisions say what it becomes (`pass::settle`), and each eviction's answer is
+/// recorded as it arrives ([`RetrySchedule::answered`]). Lost on restart: the first pass of a new
+/// process asks each pending pod once more, then the schedule applies again.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RetrySchedule {
+    entries: HashMap<String, RetryEntry>,
+    announced: HashMap<String, String>,
+    /// Pods already named in a `NotMigratable` Warning, with their node, by UID.
+    warned: HashMap<String, String>,
+    in_flight: HashSet<String>,
+    first_listing: Option<(i64, HashSet<String>)>,
+    awaited: HashMap<String, Awaited>,
+    shared: HashMap<SharedCause, SharedEntry>,
+    /// Pods deleted after the drain deadline, with their `ForceDeleted` blocker, by UID.
+    forced: HashMap<String, (String, PodBlocker)>,
+    /// Pods whose eviction the API server accepted (or answered gone), with their node and the
+    /// answer's blocker, by UID: a listing that still shows one of them not terminating was taken
+    /// before that answer, so the pod is not asked again (`docs/drain-contract.md` §4).
+    accepted: HashMap<String, (String, Option<PodBlocker>)>,
+}
+
+/// The last refusal that named a cause many pods share ([`SharedCause`]): until `due`, the
+/// other pods it covers are held by it without a request of their own (`docs/drain-contract.md`
+/// §1).
+#[derive(Clone, Debug)]
+pub(crate) struct SharedEntry {
+    /// The node whose drain was refused.
+    pub node: String,
+    /// When one of its pods may be asked again.
+    pub due: Instant,
+    /// The refusal's blocker (of the pod that was asked).
+    pub blocker: PodBlocker,
+    /// The API server's error text of the refusal (`error_text`), for each held pod's lastError.
+    pub error: Option<String>,
+}
+
+impl SharedEntry {
+    /// The refusal as it stands for `pod`: its blocker and upstream-format error text.
+    pub(crate) fn for_pod(&self, pod: &PodReference) -> (PodBlocker, Option<String>) {
+        let blocker = PodBlocker {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            ..self.blocker.clone()
+        };
+        let error = self.error.as_deref().map(|e| evicting_error(pod, e));
+        (blocker, error)
+    }
+}
+
+#[derive(Clone, Debug)]
+struct RetryEntry {
+    node: String,
+    due: Instant,
+    blocker: PodBlocker,
+    error: Option<String>,
+    /// The cause many pods share that the refusal named.
+    shared: Option<SharedCause>,
+}
+
+/// A pod evicted from the node that tolerates both maintenance taints, whose controller's
+/// replacement is awaited on the node (kept by the pod's UID).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Awaited {
+    /// The evicted pod.
+    pub pod: PodReference,
+    /// The UID of its controller (the replacement has the same).
+    pub owner: String,
+    /// The last time a listing showed it, by the API server's clock.
+    pub last_seen: jiff::Timestamp,
+}
+
+impl RetrySchedule {
+    /// The blocker and lastError text of the last refusal, to keep reporting for pod `uid` while
+    /// its retry is not due at `now`; `None` when it may be evicted.
+    pub(crate) fn held(&self, uid: &str, now: Instant) -> Option<(&PodBlocker, Option<&str>)> {
+        self.entries
+            .get(uid)
+            .filter(|e| e.due > now)
+            .map(|e| (&e.blocker, e.error.as_deref()))
+    }
+    /// The blocker of the last refusal of pod `uid`, due or not.
+    pub(crate) fn last_refusal(&self, uid: &str) -> Option<&PodBlocker> {
+        self.entries.get(uid).map(|e| &e.blocker)
+    }
+    /// What status shows for pod `uid` while its eviction is sent and unanswered: its last
+    /// refusal (blocker and lastError text) when it was refused before, so a budget's probe,
+    /// asked again each retry, stays named with the budget that holds it instead of flipping to
+    /// `Evicting` for the milliseconds of each ask (docs/drain-contract.md §1); else
+    /// [`evicting`] and no error.
+    pub(crate) fn asking(&self, pod: &PodReference, uid: &str) -> (PodBlocker, Option<String>) {
+        match self.entries.get(uid) {
+            Some(e) => (e.blocker.clone(), e.error.clone()),
+            None => (evicting(pod), None),
+        }
+    }
+    /// Records the outcome of an eviction of pod `uid` on `node`: a refusal (a blocker other than
+    /// `Terminating`) schedules the next try one interval after `now`; anything else clears it.
+    /// A refusal that names a cause many pods share also holds those pods until the same time
+    /// ([`Self::shared`]).
+    pub(crate) fn record(
+        &mut self,
+        uid: &str,
+        node: &str,
+        outcome: &EvictionOutcome,
+        now: Instant,
+    ) {
+        match (&outcome.blocker, outcome.retry) {
+            (Some(b), Some(retry)) => {
+                self.entries.insert(
+                    uid.to_string(),
+                    RetryEntry {
+                        node: node.to_string(),
+                        due: now + retry,
+                        blocker: b.clone(),
+                        error: outcome.error.clone(),
+                        shared: outcome.shared.clone(),
+                    },
+                );
+                if let Some(cause) = &outcome.shared {
+                    let entry = SharedEntry {
+                        node: node.to_string(),
+                        due: now + retry,
+                        blocker: b.clone(),
+                        error: outcome.api_error.clone(),
+                    };
+                    self.shared.insert(cause.clone(), entry);
+                }
+            }
+            _ => {
+                self.entries.remove(uid);
+            }
+        }
+    }
+    /// The last refusal that named `cause`, while it still holds the pods it covers at `now`.
+    pub(crate) fn shared(&self, cause: &SharedCause, now: Instant) -> Option<&SharedEntry> {
+        self.shared.get(cause).filter(|e| e.due > now)
+    }
+    /// Ends what `relief` says of the refusals naming its budget: the hold on the pods no
+    /// request was sent for (`hold`), the retries of the pods it refused (`retries`: the probe's
+    /// included, often the only pod of its budget on a node; Ready pods refused too, which only
+    /// a hold still due keeps from being asked: where none is left, one may be asked early into
+    /// a 429). Whether anything was held. Scans the node's
+    /// retries only when `retries` (a change of the budget, rare).
+    pub(crate) fn release(&mut self, relief: &Relief) -> bool {
+        let mut released = false;
+        if relief.retries {
+            let before = self.entries.len();
+            self.entries
+                .retain(|_, e| e.shared.as_ref() != Some(&relief.cause));
+            released = self.entries.len() != before;
+        }
+        if relief.hold {
+            released |= self.shared.remove(&relief.cause).is_some();
+        }
+        released
+    }
+    /// The last refusal that named `cause`, due or not (its texts, for pods held by it).
+    pub(crate) fn last_shared(&self, cause: &SharedCause) -> Option<&SharedEntry> {
+        self.shared.get(cause)
+    }
+    /// The `ForceDeleted` blocker of pod `uid`, when the drain deleted it after its deadline.
+    pub(crate) fn forced(&self, uid: &str) -> Option<&PodBlocker> {
+        self.forced.get(uid).map(|(_, b)| b)
+    }
+    /// The answer to the forced DELETE of `uid` on `node`: a failure (`error`, the API server's
+    /// text) is held as a refusal is, and the pod is deleted again once the retry is due.
+    pub(crate) fn force_answered(
+        &mut self,
+        uid: &str,
+        node: &str,
+        error: Option<&str>,
+        now: Instant,
+    ) {
+        let Some(error) = error else { return };
+        let Some((_, b)) = self.forced.remove(uid) else {
+            return;
+        };
+        let pod = PodReference {
+            namespace: b.namespace.clone(),
+            name: b.name.clone(),
+        };
+        self.entries.insert(
+            uid.to_string(),
+            RetryEntry {
+                node: node.to_string(),
+                due: now + deadline::FORCE_DELETE_RETRY,
+                blocker: deadline::force_delete_failed(&pod, error),
+                error: Some(format!(
+                    "error when deleting pod \"{}\" in namespace \"{}\": {error}",
+                    pod.name, pod.namespace
+                )),
+                shared: None,
+            },
+        );
+    }
+    /// Whether an eviction of `uid` was sent and not answered yet.
+    pub(crate) fn in_flight(&self, uid: &str) -> bool {
+        self.in_flight.contains(uid)
+    }
+    /// Whether some eviction of this node is in flight.
+    pub(crate) fn any_in_flight(&self) -> bool {
+        !self.in_flight.is_empty()
+    }
+    /// Marks the eviction of `uid` as sent.
+    pub(crate) fn sent(&mut self, uid: &str) {
+        self.in_flight.insert(uid.to_string());
+    }
+    /// The answer to the eviction of `uid` (`None`: it was not sent after all, the maintenance
+    /// ended first): no longer in flight, and a refusal held as [`Self::record`] says.
+    /// An accepted eviction of a pod that `awaits` a replacement records that wait.
+    /// An accepted eviction of a pod the round found covered by a shared `cause` ends that
+    /// cause's hold: the cause allowed it, so its other pods are asked as the round decides.
+    /// Returns whether it ended a hold (the next round then asks what the hold kept back).
+    pub(crate) fn answered(
+        &mut self,
+        uid: &str,
+        node: &str,
+        outcome: Option<&EvictionOutcome>,
+        planned: Option<(&Option<Awaited>, &Option<SharedCause>)>,
+        now: Instant,
+    ) -> bool {
+        let mut ended_hold = false;
+        self.in_flight.remove(uid);
+        if let Some(o) = outcome {
+            self.record(uid, node, o, now);
+            if o.result == result::EVICTED || o.result == result::GONE {
+                self.accepted
+                    .insert(uid.to_string(), (node.to_string(), o.blocker.clone()));
+            }
+            if o.result == result::EVICTED
+                && let Some((awaits, cause)) = planned
+            {
+                if let Some(a) = awaits {
+                    self.awaited.insert(uid.to_string(), a.clone());
+                }
+                if let Some(c) = cause {
+                    ended_hold = self.shared.remove(c).is_some();
+                }
+            }
+        }
+        ended_hold
+    }
+    /// The drain's first listing of tolerating pods, when it was taken for the drain that started
+    /// at `started` (whole seconds).
+    pub(crate) fn first_listing(
+        &self,
+        started: Option<jiff::Timestamp>,
+    ) -> Option<&HashSet<String>> {
+        let (at, seen) = self.first_listing.as_ref()?;
+        (Some(*at) == started.map(|s| s.as_second())).then_some(seen)
+    }
+    /// The replacements awaited, by the controller UID of the evicted pod.
+    pub(crate) fn awaited(&self) -> &HashMap<String, Awaited> {
+        &self.awaited
+    }
+    /// Forgets the pods of `node` that are not in `listed` (gone, or no longer up for eviction).
+    pub(crate) fn retain(&mut self, node: &str, listed: &HashSet<String>) {
+        self.entries
+            .retain(|uid, e| e.node != node || listed.contains(uid));
+        self.announced
+            .retain(|uid, n| n != node || listed.contains(uid));
+        self.warned
+            .retain(|uid, n| n != node || listed.contains(uid));
+        self.forced
+            .retain(|uid, (n, _)| n != node || listed.contains(uid));
+        self.accepted
+            .retain(|uid, (n, _)| n != node || listed.contains(uid));
+    }
+    /// Whether the eviction of `uid` was accepted (or answered gone), with the answer's blocker:
+    /// a listing that shows the pod not terminating predates the answer.
+    pub(crate) fn accepted(&self, uid: &str) -> Option<Option<&PodBlocker>> {
+        self.accepted.get(uid).map(|(_, b)| b.as_ref())
+    }
+    /// Time until the earliest retry due on `node`, `None` when none is scheduled.
+    /// Retries already due are not counted: their pods are asked by the round that reads them,
+    /// and their answers wake the next one.
+    pub(crate) fn next_due(&self, node: &str, now: Instant) -> Option<Duration> {
+        let pods = self
+            .entries
+            .values()
+            .filter(|e| e.node == node)
+            .map(|e| e.due);
+        let shared = self
+            .shared
+            .values()
+            .filter(|e| e.node == node)
+            .map(|e| e.due);
+        pods.chain(shared)
+            .filter(|due| *due > now)
+            .map(|due| due - now)
+            .min()
+    }
+    /// Whether nothing is remembered.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+            && self.announced.is_empty()
+            && self.warned.is_empty()
+            && self.in_flight.is_empty()
+            && self.accepted.is_empty()
+            && self.first_listing.is_none()
+            && self.awaited.is_empty()
+            && self.shared.is_empty()
+            && self.forced.is_empty()
+    }
+    /// Applies what a round settled ([`Settled`]), keeping the answers that arrived
+    /// since the round read the memory: entries of pods no longer listed forgotten, the kept
+    /// pods announced, the first listing and the awaited replacements replaced (forgotten once
+    /// the drain is done).
+    pub(crate) fn apply(&mut self, node: &str, settled: Settled) {
+        self.retain(node, &settled.listed);
+        for uid in &settled.kept {
+            self.announce(uid, node);
+        }
+        for uid in &settled.warned {
+            self.warn(uid, node);
+        }
+        for (uid, b) in settled.forced {
+            self.entries.remove(&uid);
+            self.forced.insert(uid, (node.to_string(), b));
+        }
+        if settled.first_listing.is_some() {
+            self.first_listing = settled.first_listing;
+        }
+        self.awaited
+            .retain(|uid, _| !settled.read_awaited.contains(uid));
+        self.awaited.extend(settled.awaited);
+        if settled.done {
+            self.first_listing = None;
+            self.awaited.clear();
+            self.shared.clear();
+        }
+    }
+    /// The forced DELETE of `uid` was not sent (the maintenance was paused, moved back or
+    /// deleted meanwhile: `super::gate`): it is forgotten, so a later round decides it again.
+    pub(crate) fn force_unsent(&mut self, uid: &str) {
+        self.forced.remove(uid);
+    }
+    /// Whether skipped pod `uid` is reported for the first time (for its one event).
+    pub(crate) fn announce(&mut self, uid: &str, node: &str) -> bool {
+        self.announced
+            .insert(uid.to_string(), node.to_string())
+            .is_none()
+    }
+    /// Whether not-migratable pod `uid` is reported for the first time (for its one Warning).
+    pub(crate) fn warn(&mut self, uid: &str, node: &str) -> bool {
+        self.warned
+            .insert(uid.to_string(), node.to_string())
+            .is_none()
+    }
+}
+
+/// What a round leaves in the node's memory, applied by the executor under the memory's lock
+/// (answers that arrive meanwhile are kept): the UIDs still listed, the evictions sent, the kept
+/// pods announced, the first listing and the awaited replacements.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Settled {
+    /// UIDs whose retry entries stay.
+    pub listed: HashSet<String>,
+    /// UIDs of the kept pods (announced from now on).
+    pub kept: Vec<String>,
+    /// UIDs of the `NotMigratable` pods (warned about from now on).
+    pub warned: Vec<String>,
+    /// The first listing to record, if any.
+    pub first_listing: Option<(i64, HashSet<String>)>,
+    /// The replacements awaited.
+    pub awaited: HashMap<String, Awaited>,
+    /// The UIDs of the replacements awaited in the memory the round read (an entry recorded by
+    /// an answer since is kept).
+    pub read_awaited: HashSet<String>,
+    /// Whether the drain is done: the first listing and the awaited replacements are forgotten.
+    pub done: bool,
+    /// The pods deleted by this round, by UID, with their blockers.
+    pub forced: Vec<(String, PodBlocker)>,
+}
+
+/// The drain's memory of every node, by node name ([`RetrySchedule`]); owned by the
+/// controller's memory (`crate::controller::memory::Memories`), read and written by the drain.
+pub(crate) type DrainMemory = std::sync::Arc<std::sync::Mutex<HashMap<String, RetrySchedule>>>;
+
+/// The blocker of an evicted pod, gone from the node, whose controller's replacement is awaited
+/// ([`reason::AWAITING_REPLACEMENT`]).
+pub(crate) fn awaiting_replacement(pod: &PodReference) -> PodBlocker {
+    PodBlocker {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        reason: reason::AWAITING_REPLACEMENT.to_string(),
+        message: Some(format!(
+            "evicted and gone; it tolerates the maintenance taints, so its controller's \
+             replacement may be scheduled back onto this node: waiting up to {}s for it, to name \
+             it as kept",
+            REPLACEMENT_WAIT.as_secs()
+        )),
+        ..PodBlocker::default()
+    }
+}
