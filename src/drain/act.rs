@@ -387,7 +387,7 @@ impl Drainer {
         pass::show_migrations(&mut plan, &self.migrations.read(), started);
         let evict = plan.evict.clone();
         let delete = plan.delete.clone();
-        let (mut report, settled) = pass::settle(node, plan, &schedule, Instant::now());
+        let (mut report, settled) = pass::settle(plan, &schedule, Instant::now());
         super::responders::show(&mut report, &responders);
         // Record, then send.
         let evict = self.remember(node, settled, evict);
@@ -446,7 +446,7 @@ impl Drainer {
             let uid = d.uid.unwrap_or_default();
             let mut schedules = this.schedules();
             if let Some(schedule) = schedules.get_mut(&node) {
-                schedule.force_answered(&uid, &node, error.as_deref(), Instant::now());
+                schedule.force_answered(&uid, error.as_deref(), Instant::now());
             }
             drop(schedules);
             (standing.wake)();
@@ -464,7 +464,7 @@ impl Drainer {
     ) -> Vec<PlannedEviction> {
         let mut schedules = self.schedules();
         let schedule = schedules.entry(node.to_owned()).or_default();
-        schedule.apply(node, settled);
+        schedule.apply(settled);
         let now = Instant::now();
         let evict: Vec<PlannedEviction> = evict
             .into_iter()
@@ -539,7 +539,7 @@ impl Drainer {
         let Some(schedule) = schedules.get_mut(node) else {
             return (true, false);
         };
-        let ended_hold = schedule.answered(uid, node, outcome, planned, Instant::now());
+        let ended_hold = schedule.answered(uid, outcome, planned, Instant::now());
         let last = !schedule.any_in_flight();
         if schedule.is_empty() {
             schedules.remove(node);

@@ -271,22 +271,6 @@ pub(crate) fn classify_eviction(
     }
 }
 
-/// The blocker of a pod whose eviction was sent and not yet answered ([`reason::EVICTING`]).
-/// No time in the text: the status is rewritten only when it changes.
-pub(crate) fn evicting(pod: &PodReference) -> PodBlocker {
-    PodBlocker {
-        namespace: pod.namespace.clone(),
-        name: pod.name.clone(),
-        reason: reason::EVICTING.to_string(),
-        message: Some(
-            "eviction requested; waiting for the API server's answer (an admission webhook on \
-             pods/eviction may be slow)"
-                .to_string(),
-        ),
-        ..PodBlocker::default()
-    }
-}
-
 /// `utilerrors.NewAggregate(errs).Error()`: `None` for none, the text itself for one,
 /// `[e1, e2]` for several (duplicates dropped, order kept). Bounded (ours): at most
 /// [`crate::bounds::MAX_ERRORS`] texts, each cut to [`bounds::MAX_ERROR`] bytes, then

@@ -3,10 +3,11 @@
 //! `ForceDelete` deletes each remaining evictable pod early enough that it gets its own grace
 //! period before the deadline (its grace `g` before it: [`force_due`]), as Karpenter's
 //! `terminationGracePeriod` does. `Wait` and `Fail` change nothing per pod (the status and the
-//! maintenance pass carry them). Pure: [`super::pass::plan_pass`] asks these per pod; the
-//! executor sends the deletions.
+//! maintenance pass carry them). Also the blocker of a pod already terminating, stuck once its
+//! deletion is overdue ([`terminating_blocker`]). Pure: [`super::pass::plan_pass`] asks these
+//! per pod; the executor sends the deletions.
 
-use super::consts::reason;
+use super::consts::{STUCK_TERMINATING_MARGIN, reason};
 use super::pod::DrainPod;
 use crate::api::{PodBlocker, PodReference};
 
@@ -118,6 +119,44 @@ pub(crate) fn sooner(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
+}
+
+/// The blocker of a pod that is already terminating (deletionTimestamp set): `Terminating`, or
+/// `StuckTerminating` once `now` is more than [`STUCK_TERMINATING_MARGIN`] past its
+/// deletionTimestamp. The API server sets deletionTimestamp to the deletion time plus the grace
+/// period, so this is "terminating for longer than its grace period plus 60 s". `None` when the
+/// pod is not terminating.
+pub(crate) fn terminating_blocker(pod: &DrainPod, now: jiff::Timestamp) -> Option<PodBlocker> {
+    let due = pod.metadata.deletion_timestamp.as_ref()?.0;
+    let grace = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .or(pod.spec.termination_grace_period_seconds)
+        .unwrap_or(30);
+    let overdue = now.duration_since(due).as_secs();
+    let mut b = PodBlocker {
+        namespace: pod.metadata.namespace.clone(),
+        name: pod.metadata.name.clone(),
+        reason: reason::TERMINATING.to_string(),
+        message: Some(format!("terminating (grace period {grace}s, due at {due})")),
+        ..PodBlocker::default()
+    };
+    if overdue > STUCK_TERMINATING_MARGIN.as_secs() as i64 {
+        let finalizers = &pod.metadata.finalizers;
+        // No live counter in the text: the status is rewritten only when it changes, and every
+        // write triggers another reconcile.
+        let mut msg = format!(
+            "stuck terminating: still on the node more than {}s after its grace period of \
+             {grace}s ended at {due}; is the node's kubelet running?",
+            STUCK_TERMINATING_MARGIN.as_secs()
+        );
+        if !finalizers.is_empty() {
+            msg.push_str(&format!(" finalizers: {}", finalizers.join(", ")));
+        }
+        b.reason = reason::STUCK_TERMINATING.to_string();
+        b.message = Some(msg);
+    }
+    Some(b)
 }
 
 /// Whether a DELETE with `grace` seconds at `now` would end `pod` sooner than it ends anyway: it
@@ -297,7 +336,7 @@ mod tests {
         let start = run(0);
         assert_eq!(deleted(&start), [("slow".to_string(), 100)]);
         assert_eq!(start.overdue, None);
-        let (report, _) = settle("n", start, &RetrySchedule::default(), at);
+        let (report, _) = settle(start, &RetrySchedule::default(), at);
         assert_eq!(report.retry_in, Some(Duration::from_secs(69)));
         assert_eq!(report.forced.len(), 1);
         assert!(

@@ -9,8 +9,7 @@ use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::consts::{
-    CAPI_DRAIN_LABEL, DRAIN_LABEL, STUCK_TERMINATING_MARGIN, SYSTEM_CRITICAL_CLASSES,
-    SYSTEM_CRITICAL_PRIORITY, reason,
+    CAPI_DRAIN_LABEL, DRAIN_LABEL, SYSTEM_CRITICAL_CLASSES, SYSTEM_CRITICAL_PRIORITY, reason,
 };
 use super::disposition::{Disposition, DrainOptions, PodRule, Stage};
 use super::opt_out;
@@ -281,44 +280,6 @@ pub(crate) fn skipped_entry(pod: &PodReference) -> PodBlocker {
         )),
         ..PodBlocker::default()
     }
-}
-
-/// The blocker of a pod that is already terminating (deletionTimestamp set): `Terminating`, or
-/// `StuckTerminating` once `now` is more than [`STUCK_TERMINATING_MARGIN`] past its
-/// deletionTimestamp. The API server sets deletionTimestamp to the deletion time plus the grace
-/// period, so this is "terminating for longer than its grace period plus 60 s". `None` when the
-/// pod is not terminating.
-pub(crate) fn terminating_blocker(pod: &DrainPod, now: jiff::Timestamp) -> Option<PodBlocker> {
-    let due = pod.metadata.deletion_timestamp.as_ref()?.0;
-    let grace = pod
-        .metadata
-        .deletion_grace_period_seconds
-        .or(pod.spec.termination_grace_period_seconds)
-        .unwrap_or(30);
-    let overdue = now.duration_since(due).as_secs();
-    let mut b = PodBlocker {
-        namespace: pod.metadata.namespace.clone(),
-        name: pod.metadata.name.clone(),
-        reason: reason::TERMINATING.to_string(),
-        message: Some(format!("terminating (grace period {grace}s, due at {due})")),
-        ..PodBlocker::default()
-    };
-    if overdue > STUCK_TERMINATING_MARGIN.as_secs() as i64 {
-        let finalizers = &pod.metadata.finalizers;
-        // No live counter in the text: the status is rewritten only when it changes, and every
-        // write triggers another reconcile.
-        let mut msg = format!(
-            "stuck terminating: still on the node more than {}s after its grace period of \
-             {grace}s ended at {due}; is the node's kubelet running?",
-            STUCK_TERMINATING_MARGIN.as_secs()
-        );
-        if !finalizers.is_empty() {
-            msg.push_str(&format!(" finalizers: {}", finalizers.join(", ")));
-        }
-        b.reason = reason::STUCK_TERMINATING.to_string();
-        b.message = Some(msg);
-    }
-    Some(b)
 }
 
 /// Whether a label selector selects a pod with `labels` (policy/v1 semantics: an empty selector

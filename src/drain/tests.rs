@@ -48,7 +48,7 @@ fn daemonset_owner(p: &Pod) -> Option<OwnerRef> {
     super::daemonset_owner(&slim(p)).cloned()
 }
 fn terminating_blocker(p: &Pod, now: jiff::Timestamp) -> Option<PodBlocker> {
-    super::terminating_blocker(&slim(p), now)
+    super::deadline::terminating_blocker(&slim(p), now)
 }
 
 fn pod(name: &str) -> Pod {
@@ -371,7 +371,7 @@ fn in_the_starts_own_second_the_first_listing_decides() {
         first_listing: Some((999, ["uid-orig".to_string()].into())),
         ..Default::default()
     };
-    schedule.apply("n", settled);
+    schedule.apply(settled);
     assert!(schedule.first_listing(Some(start)).is_none());
     assert!(
         schedule
@@ -423,31 +423,25 @@ fn a_refused_pod_is_not_asked_again_before_its_retry_is_due() {
         )],
     );
     let refused = classify_eviction(&r("p"), false, Err(&e));
-    s.record("uid-p", "n1", &refused, t0);
+    s.record("uid-p", &refused, t0);
     let (b, err) = s.held("uid-p", t0 + Duration::from_millis(100)).unwrap();
     assert_eq!(b.reason, reason::PDB);
     assert!(err.is_some());
     assert!(s.held("uid-p", t0 + EVICTION_RETRY_INTERVAL).is_none());
     assert!(s.held("uid-q", t0).is_none());
-    assert_eq!(s.next_due("n1", t0), Some(EVICTION_RETRY_INTERVAL));
-    assert_eq!(s.next_due("n2", t0), None);
-    // Another node's pass does not forget it; this node's pass without the pod does.
-    s.retain("n2", &HashSet::new());
+    assert_eq!(s.next_due(t0), Some(EVICTION_RETRY_INTERVAL));
+    // A pass that still lists the pod keeps its refusal; one without the pod forgets it.
+    s.retain(&HashSet::from(["uid-p".to_string()]));
     assert!(s.held("uid-p", t0).is_some());
-    s.retain("n1", &HashSet::new());
+    s.retain(&HashSet::new());
     assert!(s.held("uid-p", t0).is_none());
     // An accepted eviction clears the schedule.
-    s.record("uid-p", "n1", &refused, t0);
-    s.record(
-        "uid-p",
-        "n1",
-        &classify_eviction(&r("p"), false, Ok(())),
-        t0,
-    );
+    s.record("uid-p", &refused, t0);
+    s.record("uid-p", &classify_eviction(&r("p"), false, Ok(())), t0);
     assert!(s.held("uid-p", t0).is_none());
     // Skipped pods are announced once per UID.
-    assert!(s.announce("uid-t", "n1"));
-    assert!(!s.announce("uid-t", "n1"));
+    assert!(s.announce("uid-t"));
+    assert!(!s.announce("uid-t"));
 }
 
 #[test]
@@ -468,8 +462,8 @@ fn a_budgets_relief_ends_what_it_says_of_its_refusals() {
     let fresh = || {
         let mut s = RetrySchedule::default();
         // p, the probe of budget b (often the only pod of its budget on a node); q, of budget c.
-        s.record("uid-p", "n1", &refused_by("p", "b"), t0);
-        s.record("uid-q", "n1", &refused_by("q", "c"), t0);
+        s.record("uid-p", &refused_by("p", "b"), t0);
+        s.record("uid-q", &refused_by("q", "c"), t0);
         s
     };
     let soon = t0 + Duration::from_millis(100);
@@ -909,4 +903,46 @@ impl From<Stage> for Disposition {
             stage,
         }
     }
+}
+
+#[test]
+fn a_pod_no_longer_listed_keeps_only_its_unanswered_eviction_and_awaited_replacement() {
+    let t0 = Instant::now();
+    let accepted = classify_eviction(&r("p"), false, Ok(()));
+    let awaits = Awaited {
+        pod: r("p"),
+        owner: "rs-uid".into(),
+        last_seen: jiff::Timestamp::UNIX_EPOCH,
+    };
+    let mut s = RetrySchedule::default();
+    // p: evicted (accepted, its replacement awaited), announced and warned; q: in flight.
+    s.sent("uid-p");
+    s.answered("uid-p", Some(&accepted), Some((&Some(awaits), &None)), t0);
+    assert!(s.announce("uid-p"));
+    assert!(s.warn("uid-p"));
+    s.sent("uid-q");
+    s.record("uid-q", &pdb_refusal("q"), t0);
+    s.retain(&HashSet::new());
+    // p is gone: its acceptance and announcements are forgotten, its awaited replacement is not.
+    assert_eq!(s.accepted("uid-p"), None);
+    assert_eq!(
+        s.awaited().map(|(uid, _)| uid.as_str()).collect::<Vec<_>>(),
+        ["uid-p"]
+    );
+    assert!(
+        s.announce("uid-p"),
+        "a pod no longer listed is announced anew"
+    );
+    // q's refusal is forgotten, its unanswered eviction is not.
+    assert!(s.held("uid-q", t0).is_none());
+    assert!(s.in_flight("uid-q"));
+    // Once nothing is left of a pod, nothing is remembered of the node.
+    s.answered("uid-q", None, None, t0);
+    s.apply(Settled {
+        read_awaited: ["uid-p".to_string()].into(),
+        done: true,
+        ..Settled::default()
+    });
+    assert!(!s.any_in_flight());
+    assert!(s.is_empty(), "{s:?}");
 }
