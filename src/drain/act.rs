@@ -3,7 +3,8 @@
 //! recorded it, right after a check that the maintenance still stands; it waits for the API
 //! server's answer however long its admission webhooks take, and the answer, recorded in the
 //! node's memory as it arrives, wakes the maintenance's next pass (`docs/drain-contract.md §4`).
-//! Every decision is made by the pure functions of `pass.rs`, `decide.rs` and `answer.rs`; this module only
+//! Every decision is made by the pure functions of `pass.rs`, `decide.rs`, `answer.rs` and
+//! `memory.rs` (which evictions are sent, which answers wake a pass); this module only
 //! carries them out.
 
 use std::collections::{BTreeMap, HashMap};
@@ -465,17 +466,15 @@ impl Drainer {
         let mut schedules = self.schedules();
         let schedule = schedules.entry(node.to_owned()).or_default();
         schedule.apply(settled);
-        let now = Instant::now();
+        let uid = |e: &PlannedEviction| e.uid.clone().unwrap_or_default();
+        let send = schedule.send(
+            evict.iter().map(|e| e.uid.as_deref().unwrap_or_default()),
+            Instant::now(),
+        );
         let evict: Vec<PlannedEviction> = evict
             .into_iter()
-            .filter(|e| {
-                let uid = e.uid.as_deref().unwrap_or_default();
-                !schedule.in_flight(uid) && schedule.held(uid, now).is_none()
-            })
+            .filter(|e| send.contains(&uid(e)))
             .collect();
-        for e in &evict {
-            schedule.sent(e.uid.as_deref().unwrap_or_default());
-        }
         if schedule.is_empty() {
             schedules.remove(node);
         }
@@ -512,13 +511,7 @@ impl Drainer {
             // state machine (thousands of evictions may wait at once on a big node).
             let outcome = Box::pin(this.evict_once(&node, &e)).await;
             drop((slot, lane));
-            let (last, ended_hold) =
-                this.answered(&node, &uid, Some(&outcome), Some((&e.awaits, &e.cause)));
-            // An acceptance changes no decision until its pod is gone, unless it ends a hold or
-            // awaits a replacement: the next pass (at most `REQUEUE_TERMINATING` later) counts
-            // it. Waking a pass per answer had a 3,000-pod node list its pods back to back (and
-            // each accepted eviction of a budget that allows had 2,000 pods' node do the same).
-            if outcome.retry.is_some() || ended_hold || e.awaits.is_some() || last {
+            if this.answered(&node, &uid, Some(&outcome), Some((&e.awaits, &e.cause))) {
                 (standing.wake)();
             }
         });
@@ -526,25 +519,24 @@ impl Drainer {
 
     /// Records the answer to the eviction of `uid` on `node` (`None`: not sent), with what the
     /// round planned for it (the replacement it awaits and the budget it spends once accepted).
-    /// Returns whether no other eviction of `node` is in flight (the node's last answer), and
-    /// whether the answer ended a hold ([`RetrySchedule::answered`]).
+    /// Returns whether it wakes the node's next pass ([`RetrySchedule::answered`]; always when
+    /// the node's memory is gone).
     fn answered(
         &self,
         node: &str,
         uid: &str,
         outcome: Option<&EvictionOutcome>,
         planned: Option<(&Option<Awaited>, &Option<SharedCause>)>,
-    ) -> (bool, bool) {
+    ) -> bool {
         let mut schedules = self.schedules();
         let Some(schedule) = schedules.get_mut(node) else {
-            return (true, false);
+            return true;
         };
-        let ended_hold = schedule.answered(uid, outcome, planned, Instant::now());
-        let last = !schedule.any_in_flight();
+        let wake = schedule.answered(uid, outcome, planned, Instant::now());
         if schedule.is_empty() {
             schedules.remove(node);
         }
-        (last, ended_hold)
+        wake
     }
 
     /// One eviction, classified and counted; a refusal by several budgets names them.

@@ -254,12 +254,35 @@ impl RetrySchedule {
     pub(crate) fn sent(&mut self, uid: &str) {
         self.pod(uid).in_flight = true;
     }
+    /// Marks sent the evictions of `uids` that a round decided, but for those already in flight
+    /// or held at `now` by an answer that arrived since the round read the memory: none is sent
+    /// twice. Returns the UIDs to send.
+    pub(crate) fn send<'a>(
+        &mut self,
+        uids: impl IntoIterator<Item = &'a str>,
+        now: Instant,
+    ) -> HashSet<String> {
+        let send: HashSet<String> = uids
+            .into_iter()
+            .filter(|uid| !self.in_flight(uid) && self.held(uid, now).is_none())
+            .map(str::to_string)
+            .collect();
+        for uid in &send {
+            self.sent(uid);
+        }
+        send
+    }
     /// The answer to the eviction of `uid` (`None`: it was not sent after all, the maintenance
     /// ended first): no longer in flight, and a refusal held as [`Self::record`] says.
     /// An accepted eviction of a pod that `awaits` a replacement records that wait.
     /// An accepted eviction of a pod the round found covered by a shared `cause` ends that
     /// cause's hold: the cause allowed it, so its other pods are asked as the round decides.
-    /// Returns whether it ended a hold (the next round then asks what the hold kept back).
+    /// Returns whether the answer wakes the node's next pass: a refusal (its retry is for a
+    /// round to schedule), an ended hold (the next round asks what the hold kept back), a pod
+    /// that awaits a replacement, or the node's last answer. An acceptance alone changes no
+    /// decision until its pod is gone, which the next pass (at most `REQUEUE_TERMINATING` later)
+    /// counts: waking a pass per answer had a 3,000-pod node list its pods back to back (and
+    /// each accepted eviction of a budget that allows had 2,000 pods' node do the same).
     pub(crate) fn answered(
         &mut self,
         uid: &str,
@@ -269,23 +292,25 @@ impl RetrySchedule {
     ) -> bool {
         let mut ended_hold = false;
         self.change(uid, |p| p.in_flight = false);
-        if let Some(o) = outcome {
-            self.record(uid, o, now);
-            if o.result == result::EVICTED || o.result == result::GONE {
-                self.pod(uid).accepted = Some(o.blocker.clone());
+        let Some(o) = outcome else {
+            return false;
+        };
+        self.record(uid, o, now);
+        if o.result == result::EVICTED || o.result == result::GONE {
+            self.pod(uid).accepted = Some(o.blocker.clone());
+        }
+        if o.result == result::EVICTED
+            && let Some((awaits, cause)) = planned
+        {
+            if let Some(a) = awaits {
+                self.pod(uid).awaited = Some(Box::new(a.clone()));
             }
-            if o.result == result::EVICTED
-                && let Some((awaits, cause)) = planned
-            {
-                if let Some(a) = awaits {
-                    self.pod(uid).awaited = Some(Box::new(a.clone()));
-                }
-                if let Some(c) = cause {
-                    ended_hold = self.shared.remove(c).is_some();
-                }
+            if let Some(c) = cause {
+                ended_hold = self.shared.remove(c).is_some();
             }
         }
-        ended_hold
+        let awaits = planned.is_some_and(|(awaits, _)| awaits.is_some());
+        o.retry.is_some() || ended_hold || awaits || !self.any_in_flight()
     }
     /// The drain's first listing of tolerating pods, when it was taken for the drain that started
     /// at `started` (whole seconds).

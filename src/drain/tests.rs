@@ -946,3 +946,37 @@ fn a_pod_no_longer_listed_keeps_only_its_unanswered_eviction_and_awaited_replace
     assert!(!s.any_in_flight());
     assert!(s.is_empty(), "{s:?}");
 }
+
+#[test]
+fn an_eviction_is_sent_once_and_only_an_answer_that_changes_a_decision_wakes_the_next_pass() {
+    let t0 = Instant::now();
+    let uids = |v: &[&str]| v.iter().map(|u| u.to_string()).collect::<HashSet<String>>();
+    let accepted = |name: &str| classify_eviction(&r(name), false, Ok(()));
+    let awaits = Awaited {
+        pod: r("c"),
+        owner: "rs-uid".into(),
+        last_seen: jiff::Timestamp::UNIX_EPOCH,
+    };
+    let mut s = RetrySchedule::default();
+    assert_eq!(
+        s.send(["uid-a", "uid-b", "uid-c"], t0),
+        uids(&["uid-a", "uid-b", "uid-c"])
+    );
+    // A round that read the memory before the evictions were sent decides them again.
+    assert!(s.send(["uid-a"], t0).is_empty());
+    // An acceptance while others are in flight changes no decision yet.
+    assert!(!s.answered("uid-a", Some(&accepted("a")), None, t0));
+    // One that awaits a replacement does, and so does a refusal, which holds its pod.
+    assert!(s.answered(
+        "uid-c",
+        Some(&accepted("c")),
+        Some((&Some(awaits), &None)),
+        t0
+    ));
+    assert!(s.answered("uid-b", Some(&pdb_refusal("b")), None, t0));
+    assert!(s.send(["uid-b"], t0).is_empty());
+    // The node's last answer does; an eviction not sent after all does not.
+    assert_eq!(s.send(["uid-d", "uid-e"], t0), uids(&["uid-d", "uid-e"]));
+    assert!(!s.answered("uid-e", None, None, t0));
+    assert!(s.answered("uid-d", Some(&accepted("d")), None, t0));
+}
