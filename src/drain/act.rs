@@ -25,7 +25,7 @@ use super::budget::BudgetWatch;
 use super::budget::SharedCause;
 use super::consts::{READ_TIMEOUT, reason, result};
 use super::deadline::PlannedDeletion;
-use super::decide::{Arrival, classify, daemonset_owner, selector_matches};
+use super::decide::{Arrival, daemonset_owner, decide, selector_matches};
 use super::disposition::{Disposition, DrainOptions};
 use super::gate::{Halt, Standing};
 use super::gone::GoneWatches;
@@ -252,9 +252,9 @@ impl Drainer {
         Ok((pods, listed_at))
     }
 
-    /// Classifies each pod ([`classify`] with `arrival`, then the maintenance's drain `rules`,
-    /// [`rules::apply`]), looking up each DaemonSet once, and each pod namespace's labels once
-    /// when a rule has a namespace selector.
+    /// Decides each pod ([`decide`], with `arrival` and the first of the maintenance's drain
+    /// `rules` that selects it), looking up each DaemonSet once, and each pod namespace's labels
+    /// once when a rule has a namespace selector.
     async fn classified(
         &self,
         pods: Vec<DrainPod>,
@@ -292,9 +292,8 @@ impl Drainer {
                     }
                 }
             };
-            let disposition = classify(&pod, exists.as_deref(), &self.options, arrival);
-            let disposition = if drain_rules.is_empty() {
-                disposition
+            let rule = if drain_rules.is_empty() {
+                None
             } else {
                 let labels = if rules::need_namespaces(drain_rules) {
                     Some(
@@ -304,9 +303,9 @@ impl Drainer {
                 } else {
                     None
                 };
-                let rule = rules::matching(drain_rules, &pod, labels);
-                rules::apply(disposition, rule, &pod, &self.options)
+                rules::matching(drain_rules, &pod, labels)
             };
+            let disposition = decide(&pod, exists.as_deref(), &self.options, arrival, rule);
             out.push((pod, disposition));
         }
         Ok(out)

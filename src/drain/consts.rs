@@ -161,3 +161,6 @@ pub(crate) const DRAIN_LABEL: &str = "nodemaintenance.medik8s.io/drain";
 /// (`cluster.x-k8s.io/drain`, honoured by its Machine drain); [`DRAIN_LABEL`] wins when both
 /// are set.
 pub(crate) const CAPI_DRAIN_LABEL: &str = "cluster.x-k8s.io/drain";
+/// The label name the status shows for a pod a rule keeps or waits for (in place of the pod's
+/// own drain label).
+pub(crate) const DRAIN_RULES: &str = "spec.drainRules";

@@ -9,12 +9,13 @@ use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::consts::{
-    CAPI_DRAIN_LABEL, DRAIN_LABEL, SYSTEM_CRITICAL_CLASSES, SYSTEM_CRITICAL_PRIORITY, reason,
+    CAPI_DRAIN_LABEL, DRAIN_LABEL, DRAIN_RULES, SYSTEM_CRITICAL_CLASSES, SYSTEM_CRITICAL_PRIORITY,
+    reason,
 };
 use super::disposition::{Disposition, DrainOptions, PodRule, Stage};
 use super::opt_out;
 use super::pod::{DrainPod, OwnerRef};
-use crate::api::{PodBlocker, PodReference};
+use crate::api::{DrainBehavior, DrainRule, PodBlocker, PodReference};
 use crate::node::{DRAIN_TAINT_KEY, NO_SCHEDULE, UNSCHEDULABLE_TAINT_KEY};
 
 /// The rule of a pod with `labels`: [`DRAIN_LABEL`] (`skip`, `wait-completed`, an integer order),
@@ -225,6 +226,68 @@ pub(crate) fn classify(
         pod,
         options.honor_opt_out,
     )
+}
+
+/// What the drain does with `pod`: one ordered chain, kubectl's filters with upstream's flags,
+/// the pod's own drain label, the replacement rule, the opt-outs ([`classify`]), then the
+/// maintenance's drain `rule` that selects it, if one does ([`apply_rule`]). `daemonset_uid`
+/// as for [`classify`].
+pub(crate) fn decide(
+    pod: &DrainPod,
+    daemonset_uid: Option<&str>,
+    options: &DrainOptions,
+    arrival: &Arrival,
+    rule: Option<&DrainRule>,
+) -> Disposition {
+    apply_rule(
+        classify(pod, daemonset_uid, options, arrival),
+        rule,
+        pod,
+        options,
+    )
+}
+
+/// `disposition` (what [`classify`] decided for `pod`) with the maintenance's drain `rule`
+/// (`spec.drainRules`, `super::rules::matching`) applied: a pod
+/// without a drain label of its own that is up for eviction (or a replacement, which `Skip` and
+/// `WaitCompleted` concern as well) is kept, waited for or given the rule's order. Anything else
+/// (DaemonSet, mirror, finished pods, a pod's own label) stays as decided.
+pub(crate) fn apply_rule(
+    disposition: Disposition,
+    rule: Option<&DrainRule>,
+    pod: &DrainPod,
+    options: &DrainOptions,
+) -> Disposition {
+    let Some(rule) = rule else {
+        return disposition;
+    };
+    let own_label = pod_rule(&pod.metadata.labels).0 != PodRule::Drain(0)
+        || pod.metadata.labels.contains_key(DRAIN_LABEL);
+    if own_label {
+        return disposition;
+    }
+    // A pod an opt-out annotation holds (`super::opt_out`) is one the drain would evict: a rule
+    // that skips or waits for it decides instead (neither evicts it), a rule's order is its
+    // stage at the deadline.
+    match (disposition, rule.behavior) {
+        (
+            Disposition::Evict { .. } | Disposition::KeepReplacement | Disposition::OptedOut { .. },
+            DrainBehavior::Skip,
+        ) => Disposition::SkipByRule { label: DRAIN_RULES },
+        (
+            Disposition::Evict { .. } | Disposition::KeepReplacement | Disposition::OptedOut { .. },
+            DrainBehavior::WaitCompleted,
+        ) => Disposition::WaitCompleted { label: DRAIN_RULES },
+        (Disposition::Evict { warnings, .. }, DrainBehavior::Drain) => Disposition::Evict {
+            warnings,
+            stage: stage(pod, options, rule.order.unwrap_or(0)),
+        },
+        (Disposition::OptedOut { annotation, .. }, DrainBehavior::Drain) => Disposition::OptedOut {
+            annotation,
+            stage: stage(pod, options, rule.order.unwrap_or(0)),
+        },
+        (other, _) => other,
+    }
 }
 
 /// The blocker of an evictable pod held back because pods of an earlier stage are still on the

@@ -14,7 +14,7 @@
 //! Where it sits in the pod's classification ([`super::classify`]): only a pod the drain would
 //! evict is held. A DaemonSet, mirror or finished pod stays as before; a pod's own drain label
 //! (`skip`, `wait-completed`) and a drain rule that skips or waits for it decide first (neither
-//! evicts it; [`super::rules::apply`]); a replacement that is kept stays kept. Pure.
+//! evicts it; [`super::decide::apply_rule`]); a replacement that is kept stays kept. Pure.
 
 pub(crate) mod annotations;
 

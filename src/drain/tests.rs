@@ -980,3 +980,38 @@ fn an_eviction_is_sent_once_and_only_an_answer_that_changes_a_decision_wakes_the
     assert!(!s.answered("uid-e", None, None, t0));
     assert!(s.answered("uid-d", Some(&accepted("d")), None, t0));
 }
+
+#[test]
+fn a_pods_decision_is_its_classification_then_the_drain_rule_that_selects_it() {
+    let o = DrainOptions::default();
+    let none = Arrival::default();
+    let rule = |behavior| crate::api::DrainRule {
+        behavior,
+        order: Some(4),
+        ..crate::api::DrainRule::default()
+    };
+    let wait = rule(crate::api::DrainBehavior::WaitCompleted);
+    let drain = rule(crate::api::DrainBehavior::Drain);
+    let p = owned(pod("p"), "ReplicaSet", "rs");
+    // No rule: the classification.
+    assert_eq!(
+        decide(&slim(&p), None, &o, &none, None),
+        classify(&p, None, &o)
+    );
+    // A rule decides after it: it waits for the pod, or orders it.
+    assert_eq!(
+        decide(&slim(&p), None, &o, &none, Some(&wait)),
+        Disposition::WaitCompleted { label: DRAIN_RULES }
+    );
+    assert_eq!(
+        stage_of(decide(&slim(&p), None, &o, &none, Some(&drain))),
+        Stage::Ordinary(4)
+    );
+    // What the classification leaves alone, a rule does not evict.
+    let ds = owned(pod("d"), "DaemonSet", "ds");
+    let uid = daemonset_owner(&ds).map(|o| o.uid);
+    assert_eq!(
+        decide(&slim(&ds), uid.as_deref(), &o, &none, Some(&drain)),
+        Disposition::SkipDaemonSet
+    );
+}
