@@ -3,12 +3,13 @@
 //! recorded it, right after a check that the maintenance still stands; it waits for the API
 //! server's answer however long its admission webhooks take, and the answer, recorded in the
 //! node's memory as it arrives, wakes the maintenance's next pass (`docs/drain-contract.md §4`).
-//! Every decision is made by the pure functions of `pass.rs` and `mod.rs`; this module only
+//! Every decision is made by the pure functions of `pass.rs`, `decide.rs`, `answer.rs` and
+//! `memory.rs` (which evictions are sent, which answers wake a pass); this module only
 //! carries them out.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -19,19 +20,21 @@ use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::answer::{EvictionOutcome, classify_eviction};
 use super::budget::BudgetWatch;
+use super::budget::SharedCause;
+use super::consts::{READ_TIMEOUT, reason, result};
 use super::deadline::PlannedDeletion;
+use super::decide::{Arrival, daemonset_owner, decide, selector_matches};
+use super::disposition::{Disposition, DrainOptions};
 use super::gate::{Halt, Standing};
 use super::gone::GoneWatches;
+use super::memory::{Awaited, DrainMemory, RetrySchedule, Settled};
 use super::migration::MigrationWatch;
 use super::pass::{self, DrainReport, PlannedEviction, Survey};
 use super::pod::{DrainPod, PodPage};
 use super::preview::{self, Ask};
 use super::rules;
-use super::{
-    Arrival, Disposition, DrainMemory, DrainOptions, EvictionOutcome, RetrySchedule, classify,
-    classify_eviction, daemonset_owner, reason, result, selector_matches,
-};
 use crate::api::{DrainRule, PodReference};
 use crate::metrics::Metrics;
 use crate::policy::DrainPolicy;
@@ -47,8 +50,6 @@ pub(crate) const LIST_PAGE_SIZE: u32 = 100;
 /// Pod-list pages being fetched at once across every pass of the process, so that many nodes
 /// draining at once hold at most this many raw pages.
 pub(crate) const LIST_PAGES_IN_FLIGHT: usize = 4;
-/// Deadline of one read (a pod-list page, a DaemonSet GET, a PodDisruptionBudget list).
-pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Dry-run evictions of the stage Preflight in flight at once: enough to ask a node of a few
 /// hundred pods in a handful of round trips, few enough that a preview never loads the API
@@ -251,9 +252,9 @@ impl Drainer {
         Ok((pods, listed_at))
     }
 
-    /// Classifies each pod ([`classify`] with `arrival`, then the maintenance's drain `rules`,
-    /// [`rules::apply`]), looking up each DaemonSet once, and each pod namespace's labels once
-    /// when a rule has a namespace selector.
+    /// Decides each pod ([`decide`], with `arrival` and the first of the maintenance's drain
+    /// `rules` that selects it), looking up each DaemonSet once, and each pod namespace's labels
+    /// once when a rule has a namespace selector.
     async fn classified(
         &self,
         pods: Vec<DrainPod>,
@@ -291,9 +292,8 @@ impl Drainer {
                     }
                 }
             };
-            let disposition = classify(&pod, exists.as_deref(), &self.options, arrival);
-            let disposition = if drain_rules.is_empty() {
-                disposition
+            let rule = if drain_rules.is_empty() {
+                None
             } else {
                 let labels = if rules::need_namespaces(drain_rules) {
                     Some(
@@ -303,9 +303,9 @@ impl Drainer {
                 } else {
                     None
                 };
-                let rule = rules::matching(drain_rules, &pod, labels);
-                rules::apply(disposition, rule, &pod, &self.options)
+                rules::matching(drain_rules, &pod, labels)
             };
+            let disposition = decide(&pod, exists.as_deref(), &self.options, arrival, rule);
             out.push((pod, disposition));
         }
         Ok(out)
@@ -387,7 +387,7 @@ impl Drainer {
         pass::show_migrations(&mut plan, &self.migrations.read(), started);
         let evict = plan.evict.clone();
         let delete = plan.delete.clone();
-        let (mut report, settled) = pass::settle(node, plan, &schedule, Instant::now());
+        let (mut report, settled) = pass::settle(plan, &schedule, Instant::now());
         super::responders::show(&mut report, &responders);
         // Record, then send.
         let evict = self.remember(node, settled, evict);
@@ -446,7 +446,7 @@ impl Drainer {
             let uid = d.uid.unwrap_or_default();
             let mut schedules = this.schedules();
             if let Some(schedule) = schedules.get_mut(&node) {
-                schedule.force_answered(&uid, &node, error.as_deref(), Instant::now());
+                schedule.force_answered(&uid, error.as_deref(), Instant::now());
             }
             drop(schedules);
             (standing.wake)();
@@ -459,23 +459,21 @@ impl Drainer {
     fn remember(
         &self,
         node: &str,
-        settled: pass::Settled,
+        settled: Settled,
         evict: Vec<PlannedEviction>,
     ) -> Vec<PlannedEviction> {
         let mut schedules = self.schedules();
         let schedule = schedules.entry(node.to_owned()).or_default();
-        schedule.apply(node, settled);
-        let now = Instant::now();
+        schedule.apply(settled);
+        let uid = |e: &PlannedEviction| e.uid.clone().unwrap_or_default();
+        let send = schedule.send(
+            evict.iter().map(|e| e.uid.as_deref().unwrap_or_default()),
+            Instant::now(),
+        );
         let evict: Vec<PlannedEviction> = evict
             .into_iter()
-            .filter(|e| {
-                let uid = e.uid.as_deref().unwrap_or_default();
-                !schedule.in_flight(uid) && schedule.held(uid, now).is_none()
-            })
+            .filter(|e| send.contains(&uid(e)))
             .collect();
-        for e in &evict {
-            schedule.sent(e.uid.as_deref().unwrap_or_default());
-        }
         if schedule.is_empty() {
             schedules.remove(node);
         }
@@ -512,13 +510,7 @@ impl Drainer {
             // state machine (thousands of evictions may wait at once on a big node).
             let outcome = Box::pin(this.evict_once(&node, &e)).await;
             drop((slot, lane));
-            let (last, ended_hold) =
-                this.answered(&node, &uid, Some(&outcome), Some((&e.awaits, &e.cause)));
-            // An acceptance changes no decision until its pod is gone, unless it ends a hold or
-            // awaits a replacement: the next pass (at most `REQUEUE_TERMINATING` later) counts
-            // it. Waking a pass per answer had a 3,000-pod node list its pods back to back (and
-            // each accepted eviction of a budget that allows had 2,000 pods' node do the same).
-            if outcome.retry.is_some() || ended_hold || e.awaits.is_some() || last {
+            if this.answered(&node, &uid, Some(&outcome), Some((&e.awaits, &e.cause))) {
                 (standing.wake)();
             }
         });
@@ -526,25 +518,24 @@ impl Drainer {
 
     /// Records the answer to the eviction of `uid` on `node` (`None`: not sent), with what the
     /// round planned for it (the replacement it awaits and the budget it spends once accepted).
-    /// Returns whether no other eviction of `node` is in flight (the node's last answer), and
-    /// whether the answer ended a hold ([`RetrySchedule::answered`]).
+    /// Returns whether it wakes the node's next pass ([`RetrySchedule::answered`]; always when
+    /// the node's memory is gone).
     fn answered(
         &self,
         node: &str,
         uid: &str,
         outcome: Option<&EvictionOutcome>,
-        planned: Option<(&Option<super::Awaited>, &Option<super::SharedCause>)>,
-    ) -> (bool, bool) {
+        planned: Option<(&Option<Awaited>, &Option<SharedCause>)>,
+    ) -> bool {
         let mut schedules = self.schedules();
         let Some(schedule) = schedules.get_mut(node) else {
-            return (true, false);
+            return true;
         };
-        let ended_hold = schedule.answered(uid, node, outcome, planned, Instant::now());
-        let last = !schedule.any_in_flight();
+        let wake = schedule.answered(uid, outcome, planned, Instant::now());
         if schedule.is_empty() {
             schedules.remove(node);
         }
-        (last, ended_hold)
+        wake
     }
 
     /// One eviction, classified and counted; a refusal by several budgets names them.

@@ -20,7 +20,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
-use super::selector_matches;
+use super::decide::selector_matches;
 
 /// A PodDisruptionBudget as the drain reads it.
 #[derive(Clone, Debug, Default, PartialEq)]

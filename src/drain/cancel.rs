@@ -77,15 +77,18 @@ fn vmi_resource() -> ApiResource {
 /// "not offered".
 pub(crate) async fn observe(client: &Client, node: &str) -> Result<Evacuations, kube::Error> {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &vmi_resource());
-    let list = tokio::time::timeout(super::act::READ_TIMEOUT, api.list(&ListParams::default()))
-        .await
-        .map_err(|e| kube::Error::Service(Box::new(e)))??;
+    let list = tokio::time::timeout(
+        super::consts::READ_TIMEOUT,
+        api.list(&ListParams::default()),
+    )
+    .await
+    .map_err(|e| kube::Error::Service(Box::new(e)))??;
     let vmis = evacuating_off(node, &list.items);
     if vmis.is_empty() {
         return Ok(Evacuations::default());
     }
     let discovery = client.list_api_group_resources(SUBRESOURCES_GROUP_VERSION);
-    let cancel_served = match tokio::time::timeout(super::act::READ_TIMEOUT, discovery).await {
+    let cancel_served = match tokio::time::timeout(super::consts::READ_TIMEOUT, discovery).await {
         Ok(Ok(list)) => list.resources.iter().any(|r| r.name == CANCEL_RESOURCE),
         _ => false,
     };
@@ -111,7 +114,7 @@ pub(crate) async fn cancel(client: &Client, vmi: &VmiRef) -> Result<(), kube::Er
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(body)
         .map_err(kube::Error::HttpError)?;
-    tokio::time::timeout(super::act::READ_TIMEOUT, client.request_text(request))
+    tokio::time::timeout(super::consts::READ_TIMEOUT, client.request_text(request))
         .await
         .map_err(|e| kube::Error::Service(Box::new(e)))??;
     Ok(())

@@ -3,11 +3,12 @@
 //! `ForceDelete` deletes each remaining evictable pod early enough that it gets its own grace
 //! period before the deadline (its grace `g` before it: [`force_due`]), as Karpenter's
 //! `terminationGracePeriod` does. `Wait` and `Fail` change nothing per pod (the status and the
-//! maintenance pass carry them). Pure: [`super::pass::plan_pass`] asks these per pod; the
-//! executor sends the deletions.
+//! maintenance pass carry them). Also the blocker of a pod already terminating, stuck once its
+//! deletion is overdue ([`terminating_blocker`]). Pure: [`super::pass::plan_pass`] asks these
+//! per pod; the executor sends the deletions.
 
+use super::consts::{STUCK_TERMINATING_MARGIN, reason};
 use super::pod::DrainPod;
-use super::reason;
 use crate::api::{PodBlocker, PodReference};
 
 /// The shortest grace period a forced deletion gives: 0 would remove the pod from the API at
@@ -92,18 +93,18 @@ pub(crate) fn force_by(policy: &crate::policy::DrainPolicy) -> Option<jiff::Time
         .flatten()
 }
 
-/// [`force_due`] for the round `plan`: the deadline `by` and the grace when due, else `None`
-/// with the wait folded into `plan.force_in` (the earliest).
+/// [`force_due`] for a round: the deadline `by` and the grace when due, else `None` with the
+/// wait folded into the round's `force_in` (the earliest).
 pub(crate) fn due(
     pod: &DrainPod,
     by: jiff::Timestamp,
     now: jiff::Timestamp,
-    plan: &mut super::pass::PassPlan,
+    force_in: &mut Option<std::time::Duration>,
 ) -> Option<(jiff::Timestamp, i64)> {
     match force_due(pod, by, now) {
         Ok(grace) => Some((by, grace)),
         Err(wait) => {
-            plan.force_in = sooner(plan.force_in, Some(wait));
+            *force_in = sooner(*force_in, Some(wait));
             None
         }
     }
@@ -120,12 +121,42 @@ pub(crate) fn sooner(
     }
 }
 
-impl super::RetrySchedule {
-    /// The forced DELETE of `uid` was not sent (the maintenance was paused, moved back or
-    /// deleted meanwhile: `super::gate`): it is forgotten, so a later round decides it again.
-    pub(crate) fn force_unsent(&mut self, uid: &str) {
-        self.forced.remove(uid);
+/// The blocker of a pod that is already terminating (deletionTimestamp set): `Terminating`, or
+/// `StuckTerminating` once `now` is more than [`STUCK_TERMINATING_MARGIN`] past its
+/// deletionTimestamp. The API server sets deletionTimestamp to the deletion time plus the grace
+/// period, so this is "terminating for longer than its grace period plus 60 s". `None` when the
+/// pod is not terminating.
+pub(crate) fn terminating_blocker(pod: &DrainPod, now: jiff::Timestamp) -> Option<PodBlocker> {
+    let due = pod.metadata.deletion_timestamp.as_ref()?.0;
+    let grace = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .or(pod.spec.termination_grace_period_seconds)
+        .unwrap_or(30);
+    let overdue = now.duration_since(due).as_secs();
+    let mut b = PodBlocker {
+        namespace: pod.metadata.namespace.clone(),
+        name: pod.metadata.name.clone(),
+        reason: reason::TERMINATING.to_string(),
+        message: Some(format!("terminating (grace period {grace}s, due at {due})")),
+        ..PodBlocker::default()
+    };
+    if overdue > STUCK_TERMINATING_MARGIN.as_secs() as i64 {
+        let finalizers = &pod.metadata.finalizers;
+        // No live counter in the text: the status is rewritten only when it changes, and every
+        // write triggers another reconcile.
+        let mut msg = format!(
+            "stuck terminating: still on the node more than {}s after its grace period of \
+             {grace}s ended at {due}; is the node's kubelet running?",
+            STUCK_TERMINATING_MARGIN.as_secs()
+        );
+        if !finalizers.is_empty() {
+            msg.push_str(&format!(" finalizers: {}", finalizers.join(", ")));
+        }
+        b.reason = reason::STUCK_TERMINATING.to_string();
+        b.message = Some(msg);
     }
+    Some(b)
 }
 
 /// Whether a DELETE with `grace` seconds at `now` would end `pod` sooner than it ends anyway: it
@@ -291,7 +322,7 @@ mod tests {
         let at = Instant::now();
         let run = |now: i64| {
             let memory = RetrySchedule::default();
-            let budgets = super::super::Budgets::default();
+            let budgets = super::super::budget::Budgets::default();
             plan_pass(pods(), &memory, &budgets, &policy, Some(t(0)), t(now), at)
         };
         let deleted = |plan: &super::super::pass::PassPlan| {
@@ -305,7 +336,7 @@ mod tests {
         let start = run(0);
         assert_eq!(deleted(&start), [("slow".to_string(), 100)]);
         assert_eq!(start.overdue, None);
-        let (report, _) = settle("n", start, &RetrySchedule::default(), at);
+        let (report, _) = settle(start, &RetrySchedule::default(), at);
         assert_eq!(report.retry_in, Some(Duration::from_secs(69)));
         assert_eq!(report.forced.len(), 1);
         assert!(
@@ -341,7 +372,7 @@ mod tests {
             ..policy.clone()
         };
         let memory = RetrySchedule::default();
-        let budgets = super::super::Budgets::default();
+        let budgets = super::super::budget::Budgets::default();
         let plan = plan_pass(pods(), &memory, &budgets, &wait, Some(t(0)), t(99), at);
         assert!(plan.delete.is_empty());
     }

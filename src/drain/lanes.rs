@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::SharedCause;
+use super::budget::SharedCause;
 
 /// Evictions of one budget's pods in flight at once. Measured with a bare client on the local
 /// control plane (`cargo bench --bench maintenance -- budgetrelents`, 2,000 pods under one budget

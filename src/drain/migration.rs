@@ -141,7 +141,8 @@ impl Migrations {
 pub(crate) fn launcher_of(pod: &DrainPod) -> Option<&str> {
     pod.controller_ref()
         .filter(|o| {
-            o.kind == "VirtualMachineInstance" && super::api_group(&o.api_version) == "kubevirt.io"
+            o.kind == "VirtualMachineInstance"
+                && super::decide::api_group(&o.api_version) == "kubevirt.io"
         })
         .map(|o| o.name.as_str())
 }
@@ -158,7 +159,7 @@ pub(crate) fn show(
     migrations: &Migrations,
     since: Option<jiff::Timestamp>,
 ) -> Option<(String, String)> {
-    if b.reason != super::reason::EVACUATING {
+    if b.reason != super::consts::reason::EVACUATING {
         return None;
     }
     b.virtual_machine_instance = Some(vmi.to_string());
@@ -172,7 +173,7 @@ pub(crate) fn show(
         "live migration {} of VMI {}/{} failed; KubeVirt creates the next one after its back-off",
         failed.name, b.namespace, vmi
     );
-    b.reason = super::reason::MIGRATION_FAILED.to_string();
+    b.reason = super::consts::reason::MIGRATION_FAILED.to_string();
     b.message = Some(match (&b.migration, &b.migration_phase) {
         (Some(next), phase) if *next != failed.name => format!(
             "{text} (next: {next}, {})",
@@ -216,7 +217,7 @@ impl MigrationWatch {
         client: Client,
     ) -> (Self, Option<impl Future<Output = ()> + Send + 'static>) {
         let discovery = client.list_api_group_resources(KUBEVIRT_GROUP_VERSION);
-        let served = match tokio::time::timeout(super::act::READ_TIMEOUT, discovery).await {
+        let served = match tokio::time::timeout(super::consts::READ_TIMEOUT, discovery).await {
             Ok(Ok(list)) => list
                 .resources
                 .iter()
@@ -233,7 +234,7 @@ impl MigrationWatch {
         let api: Api<DynamicObject> = Api::all_with(client, &resource);
         let one = ListParams::default().limit(1);
         let readable =
-            tokio::time::timeout(super::act::READ_TIMEOUT, api.list_metadata(&one)).await;
+            tokio::time::timeout(super::consts::READ_TIMEOUT, api.list_metadata(&one)).await;
         if let Err(e) = readable
             .map_err(|_| "timed out".to_string())
             .and_then(|r| r.map_err(|e| e.to_string()))
@@ -328,7 +329,7 @@ mod tests {
         let mut b = PodBlocker {
             namespace: "ns".into(),
             name: "virt-launcher-vm-a-x".into(),
-            reason: super::super::reason::EVACUATING.into(),
+            reason: super::super::consts::reason::EVACUATING.into(),
             ..PodBlocker::default()
         };
         assert_eq!(show(&mut b, vmi, &migrations, None), None);
@@ -348,7 +349,7 @@ mod tests {
         );
         // Not yet migrating (no migration object): the VMI only. Another reason: untouched.
         let mut early = PodBlocker {
-            reason: super::super::reason::EVACUATING.into(),
+            reason: super::super::consts::reason::EVACUATING.into(),
             namespace: "ns".into(),
             ..PodBlocker::default()
         };
@@ -356,7 +357,7 @@ mod tests {
         assert_eq!(early.virtual_machine_instance.as_deref(), Some("vm-c"));
         assert_eq!(early.migration, None);
         let mut pinned = PodBlocker {
-            reason: super::super::reason::NOT_MIGRATABLE.into(),
+            reason: super::super::consts::reason::NOT_MIGRATABLE.into(),
             namespace: "ns".into(),
             ..PodBlocker::default()
         };
@@ -364,7 +365,7 @@ mod tests {
         assert_eq!(
             pinned,
             PodBlocker {
-                reason: super::super::reason::NOT_MIGRATABLE.into(),
+                reason: super::super::consts::reason::NOT_MIGRATABLE.into(),
                 namespace: "ns".into(),
                 ..PodBlocker::default()
             }
@@ -392,7 +393,7 @@ mod tests {
             let mut b = PodBlocker {
                 namespace: "ns".into(),
                 name: "virt-launcher-vm-a-x".into(),
-                reason: super::super::reason::EVACUATING.into(),
+                reason: super::super::consts::reason::EVACUATING.into(),
                 ..PodBlocker::default()
             };
             let since = since.map(|t| t.parse().unwrap());
@@ -401,7 +402,7 @@ mod tests {
         };
         let failed = migration("m1", "vm-a", "2026-01-01T00:01:00Z", "Failed");
         let (b, failure) = shown(&of(std::slice::from_ref(&failed)), None);
-        assert_eq!(b.reason, super::super::reason::MIGRATION_FAILED);
+        assert_eq!(b.reason, super::super::consts::reason::MIGRATION_FAILED);
         let (name, text) = failure.unwrap();
         assert_eq!(name, "m1");
         assert!(text.contains("live migration m1 of VMI ns/vm-a failed"));
@@ -410,7 +411,7 @@ mod tests {
             migration("m2", "vm-a", "2026-01-01T00:01:20Z", "Pending"),
         ];
         let (b, failure) = shown(&of(&backoff), Some("2026-01-01T00:00:00Z"));
-        assert_eq!(b.reason, super::super::reason::MIGRATION_FAILED);
+        assert_eq!(b.reason, super::super::consts::reason::MIGRATION_FAILED);
         assert_eq!(b.migration.as_deref(), Some("m2"), "the next one shown");
         assert!(b.message.unwrap().contains("(next: m2, Pending)"));
         assert_eq!(failure.unwrap().0, "m1", "the failed one named");

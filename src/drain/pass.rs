@@ -9,13 +9,15 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use super::answer::{aggregate_errors, evicting_error};
+use super::budget::{Budget, Budgets, SharedCause};
+use super::consts::{REPLACEMENT_WAIT, reason};
 use super::deadline::{self, PlannedDeletion};
+use super::decide::{skipped_entry, tolerates_maintenance, waiting_blocker};
+use super::disposition::{Disposition, Stage};
+use super::memory::{Awaited, RetrySchedule, Settled, awaiting_replacement, evicting};
 use super::pod::DrainPod;
-use super::{
-    Awaited, Budget, Budgets, Disposition, RetrySchedule, SharedCause, aggregate_errors, reason,
-    skipped_by_rule, skipped_entry, terminating_blocker, tolerates_maintenance, waiting_blocker,
-    waiting_for_completion,
-};
+use super::rules::{skipped_by_rule, waiting_for_completion};
 use crate::api::{OnTimeout, PodBlocker, PodReference};
 use crate::bounds::MAX_BLOCKERS;
 use crate::policy::DrainPolicy;
@@ -92,7 +94,7 @@ impl DrainReport {
         self.pending
             .iter()
             .filter(|b| !waits_only(&b.reason))
-            .all(|b| super::responders::moving(&b.reason))
+            .all(|b| reason::moving(&b.reason))
     }
     /// The pods (`namespace/name`) whose deletion should wake the next round (`drain::gone`):
     /// the terminating ones, when there are some and no eviction's answer is due (each answer
@@ -197,7 +199,7 @@ pub(crate) struct PassPlan {
 /// for their retry (`schedule` at `at`); every other evictable pod is pending with its blocker;
 /// kept pods are listed once each; an evicted pod that tolerates both maintenance taints keeps
 /// the drain open until its controller's replacement is listed, for at most
-/// [`super::REPLACEMENT_WAIT`]. `now` is the API server's time of the pod list (how long a pod
+/// [`REPLACEMENT_WAIT`]. `now` is the API server's time of the pod list (how long a pod
 /// has been terminating, how long a replacement has been awaited); `started` the drain's start.
 ///
 /// Causes many pods share ([`Gate`]): a pod whose budget allows no disruption, or whose
@@ -300,9 +302,11 @@ pub(crate) fn plan_pass(
             plan.launchers.insert(key, vmi.to_string());
         }
         // The operator's own pod stays last even then: deleted once it is all that is left.
-        let own_pod_first = stage == super::Stage::OwnPod && first_stage != Some(stage);
+        let own_pod_first = stage == Stage::OwnPod && first_stage != Some(stage);
         let by = force_by.filter(|_| !own_pod_first);
-        if let Some((by, grace)) = by.and_then(|by| deadline::due(&pod, by, now, &mut plan)) {
+        if let Some((by, grace)) =
+            by.and_then(|by| deadline::due(&pod, by, now, &mut plan.force_in))
+        {
             plan.listed.insert(uid.clone());
             if let Some(b) = schedule.forced(&uid) {
                 plan.pending.push(b.clone());
@@ -328,7 +332,7 @@ pub(crate) fn plan_pass(
                 continue;
             }
         }
-        if let Some(b) = terminating_blocker(&pod, now) {
+        if let Some(b) = deadline::terminating_blocker(&pod, now) {
             if overdue == Some(OnTimeout::SkipStuck) && deadline::deletion_overdue(&pod, now) {
                 plan.listed.insert(uid.clone());
                 plan.kept.push(deadline::overdue_skipped(&pod));
@@ -360,7 +364,7 @@ pub(crate) fn plan_pass(
             // Listed before the API server accepted its eviction: terminating since that answer.
             plan.listed.insert(uid.clone());
             plan.pending
-                .push(answer.cloned().unwrap_or_else(|| super::evicting(&r)));
+                .push(answer.cloned().unwrap_or_else(|| evicting(&r)));
             continue;
         }
         if Some(stage) > first_stage {
@@ -445,7 +449,7 @@ pub(crate) fn show_migrations(
                 namespace: b.namespace.clone(),
                 name: b.name.clone(),
             };
-            plan.errors.push(super::evicting_error(&pod, &text));
+            plan.errors.push(evicting_error(&pod, &text));
             let key = format!("migration/{}/{migration}", b.namespace);
             plan.listed.insert(key.clone());
             let failed = FailedMigration {
@@ -585,7 +589,7 @@ fn held_by(budget: &Budget, pod: &PodReference) -> PodBlocker {
 
 /// The awaited replacements that stay after a round: an evicted tolerating pod no longer listed
 /// is awaited until as many of its controller's pods run on the node as are awaited for it
-/// (they are its replacements, kept), or [`super::REPLACEMENT_WAIT`] after a listing last showed
+/// (they are its replacements, kept), or [`REPLACEMENT_WAIT`] after a listing last showed
 /// it. Each one still awaited is pending as [`reason::AWAITING_REPLACEMENT`].
 fn await_replacements(
     plan: &mut PassPlan,
@@ -593,7 +597,7 @@ fn await_replacements(
     live: &HashMap<String, usize>,
     now: jiff::Timestamp,
 ) {
-    let wait = super::REPLACEMENT_WAIT.as_secs() as i64;
+    let wait = REPLACEMENT_WAIT.as_secs() as i64;
     let mut gone: BTreeMap<&str, Vec<(&String, &Awaited)>> = BTreeMap::new();
     for (uid, a) in schedule.awaited() {
         if plan.awaited.contains_key(uid) || now.as_second() - a.last_seen.as_second() > wait {
@@ -605,7 +609,7 @@ fn await_replacements(
         waiting.sort_by_key(|(uid, a)| (a.last_seen, uid.as_str()));
         let replaced = live.get(owner).copied().unwrap_or(0);
         for (uid, a) in waiting.into_iter().skip(replaced) {
-            plan.pending.push(super::awaiting_replacement(&a.pod));
+            plan.pending.push(awaiting_replacement(&a.pod));
             plan.awaited.insert(uid.clone(), a.clone());
         }
     }
@@ -641,62 +645,37 @@ pub(crate) fn fair_order(evict: Vec<PlannedEviction>) -> Vec<PlannedEviction> {
     }
 }
 
-/// What a round leaves in the node's memory, applied by the executor under the memory's lock
-/// (answers that arrive meanwhile are kept): the UIDs still listed, the evictions sent, the kept
-/// pods announced, the first listing and the awaited replacements.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct Settled {
-    /// UIDs whose retry entries stay.
-    pub listed: HashSet<String>,
-    /// UIDs of the kept pods (announced from now on).
-    pub kept: Vec<String>,
-    /// UIDs of the `NotMigratable` pods (warned about from now on).
-    pub warned: Vec<String>,
-    /// The first listing to record, if any.
-    pub first_listing: Option<(i64, HashSet<String>)>,
-    /// The replacements awaited.
-    pub awaited: HashMap<String, Awaited>,
-    /// The UIDs of the replacements awaited in the memory the round read (an entry recorded by
-    /// an answer since is kept).
-    pub read_awaited: HashSet<String>,
-    /// Whether the drain is done: the first listing and the awaited replacements are forgotten.
-    pub done: bool,
-    /// The pods deleted by this round, by UID, with their blockers.
-    pub forced: Vec<(String, PodBlocker)>,
-}
-
 /// Settles a round (pure): its report, with the evictions it sends pending as `Evicting` (or as
 /// their last refusal, for a pod asked again: [`RetrySchedule::asking`]), the
 /// kept pods not in `schedule`'s announcements newly announced, and the next retry (`retry_in`,
 /// from `answered`); and what the node's memory becomes ([`Settled`]). Lists are sorted by
 /// namespace and name, errors by text, so an unchanged node gives an unchanged report.
 pub(crate) fn settle(
-    node: &str,
     mut plan: PassPlan,
     schedule: &RetrySchedule,
     answered: Instant,
 ) -> (DrainReport, Settled) {
     let mut probe = schedule.clone();
-    probe.retain(node, &plan.listed);
+    probe.retain(&plan.listed);
     let newly_kept: HashSet<String> = plan
         .kept_uids
         .iter()
-        .filter(|uid| probe.announce(uid, node))
+        .filter(|uid| probe.announce(uid))
         .cloned()
         .collect();
     let newly_not_migratable: Vec<PodBlocker> = plan
         .not_migratable
         .iter()
-        .filter(|(uid, _)| probe.warn(uid, node))
+        .filter(|(uid, _)| probe.warn(uid))
         .map(|(_, b)| b.clone())
         .collect();
     let newly_failed_migrations: Vec<FailedMigration> = plan
         .failed_migrations
         .iter()
-        .filter(|(key, _)| probe.warn(key, node))
+        .filter(|(key, _)| probe.warn(key))
         .map(|(_, f)| f.clone())
         .collect();
-    let retry_in = deadline::sooner(probe.next_due(node, answered), plan.force_in);
+    let retry_in = deadline::sooner(probe.next_due(answered), plan.force_in);
     let (sending, resent): (Vec<PodBlocker>, Vec<Option<String>>) = plan
         .evict
         .iter()
@@ -715,7 +694,7 @@ pub(crate) fn settle(
             .collect(),
         first_listing: plan.first_listing.clone(),
         awaited: plan.awaited.clone(),
-        read_awaited: schedule.awaited().keys().cloned().collect(),
+        read_awaited: schedule.awaited().map(|(uid, _)| uid.clone()).collect(),
         done: false,
         forced: plan.forced.clone(),
     };
@@ -846,7 +825,7 @@ mod tests {
         let at = Instant::now();
         let mut retries = RetrySchedule::default();
         let refused = crate::drain::tests::pdb_refusal("held");
-        retries.record("uid-held", "n", &refused, at);
+        retries.record("uid-held", &refused, at);
         let pods = vec![
             (
                 pod("a", json!({"metadata": {"labels": {"app": "a"}}})),
@@ -913,7 +892,7 @@ mod tests {
             Some("a")
         );
 
-        let (rep, settled) = settle("n", plan.clone(), &retries, at);
+        let (rep, settled) = settle(plan.clone(), &retries, at);
         assert_eq!(rep.pending.len(), 4);
         assert_eq!(
             (rep.pending[0].name.as_str(), rep.pending[0].reason.as_str()),
@@ -922,8 +901,8 @@ mod tests {
         );
         assert_eq!((rep.skipped.len(), rep.newly_skipped.len()), (1, 1));
         assert!(!rep.done() && rep.blocked() && !settled.done);
-        retries.apply("n", settled);
-        let (again, _) = settle("n", plan, &retries, at);
+        retries.apply(settled);
+        let (again, _) = settle(plan, &retries, at);
         assert!(again.newly_skipped.is_empty(), "announced once");
     }
 
@@ -985,7 +964,7 @@ mod tests {
         // The answer arrives while the next round lists: its listing still shows the pod
         // running, but the API server has already marked it for deletion.
         let accepted = classify_eviction(&plan.evict[0].pod, false, Ok(()));
-        memory.answered("uid-p", "n", Some(&accepted), None, at);
+        memory.answered("uid-p", Some(&accepted), None, at);
         let plan = round(&memory, running());
         assert!(plan.evict.is_empty(), "asked again: {:?}", plan.evict);
         assert_eq!(plan.pending[0].reason, reason::TERMINATING);
@@ -994,7 +973,7 @@ mod tests {
         let gone = crate::drain::tests::api_err(404, "pods \"p\" not found", &[]);
         let first = round(&RetrySchedule::default(), running());
         let gone = classify_eviction(&first.evict[0].pod, false, Err(&gone));
-        gone_memory.answered("uid-p", "n", Some(&gone), None, at);
+        gone_memory.answered("uid-p", Some(&gone), None, at);
         assert!(round(&gone_memory, running()).evict.is_empty());
         // Once a listing shows it terminating, or no more, the memory of the answer goes.
         let terminating = || {
@@ -1006,8 +985,8 @@ mod tests {
                 ordinary(),
             )]
         };
-        let (_, settled) = settle("n", round(&memory, terminating()), &memory, at);
-        memory.apply("n", settled);
+        let (_, settled) = settle(round(&memory, terminating()), &memory, at);
+        memory.apply(settled);
         assert!(memory.accepted("uid-p").is_none());
         assert!(memory.is_empty());
     }
@@ -1023,12 +1002,12 @@ mod tests {
         let none = Budgets::default();
         let refused = crate::drain::tests::pdb_refusal("probe");
         memory.sent("uid-probe");
-        memory.answered("uid-probe", "n", Some(&refused), None, at);
+        memory.answered("uid-probe", Some(&refused), None, at);
         // Due again: asked, and the report of the round that sends it names the budget.
         let later = at + Duration::from_secs(6);
         let plan = plan_pass(pods(), &memory, &none, &policy, None, t(6), later);
         assert_eq!(plan.evict.len(), 1, "asked again once due");
-        let (rep, _) = settle("n", plan, &memory, later);
+        let (rep, _) = settle(plan, &memory, later);
         assert_eq!(rep.pending.len(), 1);
         assert_eq!(rep.pending[0].reason, reason::PDB, "{:?}", rep.pending);
         assert_eq!(rep.pending[0].pod_disruption_budget.as_deref(), Some("b"));
@@ -1041,7 +1020,7 @@ mod tests {
         // A pod never refused before still shows `Evicting` while its first ask is out.
         let fresh = RetrySchedule::default();
         let plan = plan_pass(pods(), &fresh, &none, &policy, None, t(0), at);
-        let (rep, _) = settle("n", plan, &fresh, at);
+        let (rep, _) = settle(plan, &fresh, at);
         assert_eq!(rep.pending[0].reason, reason::EVICTING);
     }
 
@@ -1073,7 +1052,7 @@ mod tests {
         );
         assert!(plan.evict.is_empty());
         assert_eq!(plan.pending[0].reason, reason::EVICTING);
-        let (rep, _) = settle("n", plan, &memory, at);
+        let (rep, _) = settle(plan, &memory, at);
         assert!(!rep.blocked() && rep.last_error().is_none());
         // The API server's answer (a webhook's refusal, after 20 s): held, named, retried later.
         let e = crate::drain::tests::api_err(
@@ -1096,7 +1075,7 @@ mod tests {
             false,
             Err(&e),
         );
-        memory.answered("uid-slow", "n", Some(&refused), None, at);
+        memory.answered("uid-slow", Some(&refused), None, at);
         let plan = plan_pass(
             pods(),
             &memory,
@@ -1121,7 +1100,7 @@ mod tests {
         assert_eq!(plan.evict.len(), 1, "asked again once the retry is due");
         // Not sent after all (the maintenance ended first): neither in flight nor held.
         memory.sent("uid-slow");
-        memory.answered("uid-slow", "n", None, None, at);
+        memory.answered("uid-slow", None, None, at);
         assert!(!memory.in_flight("uid-slow"));
     }
 
@@ -1172,8 +1151,8 @@ mod tests {
             at,
         );
         assert_eq!(plan.awaited.len(), 1);
-        let (_, settled) = settle("n", plan, &memory, at);
-        memory.apply("n", settled);
+        let (_, settled) = settle(plan, &memory, at);
+        memory.apply(settled);
         // Gone, no replacement listed yet: the drain is not done.
         let plan = plan_pass(
             Vec::new(),
@@ -1191,9 +1170,9 @@ mod tests {
                 .collect::<Vec<_>>(),
             [("orig", reason::AWAITING_REPLACEMENT)]
         );
-        let (rep, settled) = settle("n", plan, &memory, at);
+        let (rep, settled) = settle(plan, &memory, at);
         assert!(!rep.done() && !rep.blocked());
-        memory.apply("n", settled);
+        memory.apply(settled);
         // The replacement is listed, kept: done, and it is named.
         let repl = tolerating_owned("repl", "web", json!({}));
         let plan = plan_pass(
@@ -1205,7 +1184,7 @@ mod tests {
             t(4),
             at,
         );
-        let (rep, settled) = settle("n", plan, &memory, at);
+        let (rep, settled) = settle(plan, &memory, at);
         assert!(rep.done(), "{:?}", rep.pending);
         assert_eq!(rep.skipped[0].name, "repl");
         assert!(settled.done);
@@ -1224,13 +1203,12 @@ mod tests {
         );
         let e = plan.evict[0].clone();
         assert!(e.awaits.is_some());
-        let (_, settled) = settle("n", plan, &memory, at);
-        memory.apply("n", settled);
+        let (_, settled) = settle(plan, &memory, at);
+        memory.apply(settled);
         memory.sent("uid-quick");
         let accepted = classify_eviction(&e.pod, false, Ok(()));
         memory.answered(
             "uid-quick",
-            "n",
             Some(&accepted),
             Some((&e.awaits, &e.cause)),
             at,
@@ -1263,8 +1241,8 @@ mod tests {
             t(1),
             at,
         );
-        let (_, settled) = settle("n", plan, &memory, at);
-        memory.apply("n", settled);
+        let (_, settled) = settle(plan, &memory, at);
+        memory.apply(settled);
         let wait = crate::drain::REPLACEMENT_WAIT.as_secs() as i64;
         assert!(
             !plan_pass(
@@ -1320,7 +1298,7 @@ mod tests {
     fn refuse(memory: &mut RetrySchedule, pod: &str, at: Instant) {
         let refused = crate::drain::tests::pdb_refusal(pod);
         memory.sent(&format!("uid-{pod}"));
-        memory.answered(&format!("uid-{pod}"), "n", Some(&refused), None, at);
+        memory.answered(&format!("uid-{pod}"), Some(&refused), None, at);
     }
 
     #[test]
@@ -1394,7 +1372,6 @@ mod tests {
         // the budget is asked again only once the retry is due.
         memory.answered(
             "uid-web-0",
-            "n",
             Some(&crate::drain::tests::pdb_refusal("web-0")),
             None,
             secs(1),
@@ -1415,7 +1392,7 @@ mod tests {
             "each held pod says why, as if refused itself"
         );
         assert!(plan.errors.iter().any(|e| e.contains("pods/\"web-7\"")));
-        let (rep, _) = settle("n", plan, &memory, secs(2));
+        let (rep, _) = settle(plan, &memory, secs(2));
         assert_eq!(
             rep.retry_in,
             Some(Duration::from_secs(4)),
@@ -1489,13 +1466,7 @@ mod tests {
         let uid = e.uid.as_deref().unwrap();
         memory.sent(uid);
         let accepted = classify_eviction(&e.pod, false, Ok(()));
-        memory.answered(
-            uid,
-            "n",
-            Some(&accepted),
-            Some((&e.awaits, &e.cause)),
-            secs(9),
-        );
+        memory.answered(uid, Some(&accepted), Some((&e.awaits, &e.cause)), secs(9));
         assert!(memory.shared(&e.cause.clone().unwrap(), secs(9)).is_none());
     }
 
@@ -1646,7 +1617,7 @@ mod tests {
                 .iter()
                 .map(|e| (e.pod.name.clone(), e.in_progress))
                 .collect();
-            let (rep, settled) = settle("n", plan, memory, at + Duration::from_secs(secs));
+            let (rep, settled) = settle(plan, memory, at + Duration::from_secs(secs));
             (asked, rep, settled)
         };
         let mut memory = RetrySchedule::default();
@@ -1671,7 +1642,7 @@ mod tests {
         ] {
             memory.sent(uid);
             let o = classify_eviction(&pod(name, json!({})).reference(), false, Err(e));
-            memory.answered(uid, "n", Some(&o), None, at);
+            memory.answered(uid, Some(&o), None, at);
         }
         let reasons = |rep: &DrainReport| -> Vec<(String, String)> {
             rep.pending
@@ -1704,7 +1675,7 @@ mod tests {
             "{error}"
         );
         assert!(rep.blocked() && !rep.only_evacuating());
-        memory.apply("n", settled);
+        memory.apply(settled);
         // Past the upstream interval: only the VM that cannot migrate is asked again; no second
         // Warning while it stays refused.
         let (asked, rep, settled) = run(&memory, true, 6);
@@ -1714,19 +1685,13 @@ mod tests {
             Some(Duration::from_secs(24)),
             "the evacuation's retry"
         );
-        memory.apply("n", settled);
+        memory.apply(settled);
         memory.sent("uid-pinned");
         let o = classify_eviction(&pod("pinned", json!({})).reference(), false, Err(&pinned));
-        memory.answered(
-            "uid-pinned",
-            "n",
-            Some(&o),
-            None,
-            at + Duration::from_secs(6),
-        );
+        memory.answered("uid-pinned", Some(&o), None, at + Duration::from_secs(6));
         let (_, rep, settled) = run(&memory, true, 7);
         assert!(rep.newly_not_migratable.is_empty(), "one Warning per pod");
-        memory.apply("n", settled);
+        memory.apply(settled);
         // Past the evacuation's retry: while the pod carries the responder's in-progress
         // annotation, it is not asked again (still Evacuating); without it, it is.
         let (asked, rep30, _) = run(&memory, true, 30);
@@ -1766,7 +1731,7 @@ mod tests {
             })
         );
         memory.sent("uid-web-0");
-        memory.answered("uid-web-0", "n", Some(&refused), None, at);
+        memory.answered("uid-web-0", Some(&refused), None, at);
         let plan = plan_pass(
             pods(),
             &memory,
@@ -1879,7 +1844,7 @@ mod tests {
             t(2),
             at,
         );
-        let (rep, _) = settle("n", plan, &memory, at);
+        let (rep, _) = settle(plan, &memory, at);
         assert!(
             !rep.done() && rep.blocked(),
             "waits for the job, polling at the blocked pace"
@@ -1894,7 +1859,7 @@ mod tests {
             t(3),
             at,
         );
-        let (rep, _) = settle("n", plan, &memory, at);
+        let (rep, _) = settle(plan, &memory, at);
         assert!(rep.done());
         assert_eq!(rep.skipped.len(), 1);
     }
@@ -2006,10 +1971,10 @@ mod tests {
             ]
         );
         // Remembered: the next round deletes nothing again and still says why the pods stay.
-        let (report, settled) = settle("n", plan, &memory, at);
+        let (report, settled) = settle(plan, &memory, at);
         assert_eq!(report.forced.len(), 2);
         let mut memory = memory.clone();
-        memory.apply("n", settled);
+        memory.apply(settled);
         let again = run(OnTimeout::ForceDelete, 95, &memory);
         assert!(again.delete.is_empty());
         assert_eq!(
@@ -2020,7 +1985,7 @@ mod tests {
             2
         );
         // A failed DELETE holds the pod for a minute, then deletes it again.
-        memory.force_answered("uid-db", "n", Some("forbidden"), at);
+        memory.force_answered("uid-db", Some("forbidden"), at);
         let held = run(OnTimeout::ForceDelete, 96, &memory);
         assert!(held.delete.is_empty());
         assert!(held.errors.iter().any(|e| e.contains("forbidden")));

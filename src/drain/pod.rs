@@ -77,7 +77,7 @@ pub(crate) struct PodMarks {
     /// [`super::REQUEST_EVICT_ONLY_ANNOTATION`]: a responder carries out its eviction.
     pub request_evict_only: bool,
     /// The opt-out annotations and what their values say ([`super::opt_out`]).
-    pub opt_out: super::opt_out::OptOutMarks,
+    pub opt_out: super::opt_out::annotations::OptOutMarks,
 }
 
 /// An owner reference as the drain reads it.
@@ -196,12 +196,15 @@ fn marks<'de, D: serde::Deserializer<'de>>(d: D) -> Result<PodMarks, D::Error> {
             let mut marks = PodMarks::default();
             while let Some(key) = map.next_key::<String>()? {
                 match key.as_str() {
-                    super::MIRROR_ANNOTATION => marks.mirror = true,
-                    super::EVICTION_IN_PROGRESS_ANNOTATION => marks.eviction_in_progress = true,
-                    super::REQUEST_EVICT_ONLY_ANNOTATION => marks.request_evict_only = true,
-                    k @ (super::opt_out::DO_NOT_DISRUPT | super::opt_out::SAFE_TO_EVICT) => {
+                    super::consts::MIRROR_ANNOTATION => marks.mirror = true,
+                    super::consts::EVICTION_IN_PROGRESS_ANNOTATION => {
+                        marks.eviction_in_progress = true
+                    }
+                    super::consts::REQUEST_EVICT_ONLY_ANNOTATION => marks.request_evict_only = true,
+                    k @ (super::opt_out::annotations::DO_NOT_DISRUPT
+                    | super::opt_out::annotations::SAFE_TO_EVICT) => {
                         let value = map.next_value::<String>()?;
-                        super::opt_out::read(&mut marks.opt_out, k, &value);
+                        super::opt_out::annotations::read(&mut marks.opt_out, k, &value);
                         continue;
                     }
                     _ => {}

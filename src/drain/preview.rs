@@ -8,8 +8,8 @@
 //! budget's probe has answered. `Drainer::preflight` sends the dry runs.
 
 use super::budget::Budgets;
+use super::consts::reason;
 use super::pod::DrainPod;
-use super::reason;
 use crate::api::PodBlocker;
 
 /// How a pod of the preview is answered.
@@ -34,7 +34,7 @@ pub(crate) enum Ask {
 /// run, since a dry run consumes nothing; a pod under several budgets is refused with 500 on
 /// its own; unknown budgets: every pod is asked, as before the budgets are listed).
 pub(crate) fn asks(pods: &[&DrainPod], budgets: &Budgets) -> Vec<Ask> {
-    let mut probes: std::collections::HashMap<super::SharedCause, usize> =
+    let mut probes: std::collections::HashMap<super::budget::SharedCause, usize> =
         std::collections::HashMap::new();
     pods.iter()
         .enumerate()

@@ -27,7 +27,7 @@ pub(crate) fn serving<'a>(
 /// the group, preferred first, each bounded by the drain's read deadline); `None` when none
 /// does or discovery fails (the Eviction API is the fallback either way).
 pub(crate) async fn discover(client: &Client) -> Option<String> {
-    let timeout = super::act::READ_TIMEOUT;
+    let timeout = super::consts::READ_TIMEOUT;
     let groups = tokio::time::timeout(timeout, client.list_api_groups())
         .await
         .ok()?

@@ -25,14 +25,13 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
+use super::answer::evicting_error;
+use super::consts::reason;
+pub(crate) use super::consts::reason::{EVICTION_RESPONDER, moving};
 use super::pass::DrainReport;
 use super::pod::DrainPod;
-use super::reason;
 use crate::api::{PodBlocker, PodReference};
 
-/// The blocker reason of a pod whose Eviction has an `Active` responder: progress, not an
-/// error, like [`reason::EVACUATING`].
-pub(crate) const EVICTION_RESPONDER: &str = "EvictionResponder";
 /// The resource this module watches, in the group version that serves EvictionRequests.
 pub(crate) const RESOURCE: &str = "evictions";
 /// `status.targetResponders[].state` of the one responder at work (KEP-4563: at most one).
@@ -51,13 +50,6 @@ const SHOWN_OVER: [&str; 4] = [
     reason::TOO_MANY_REQUESTS,
     reason::EVACUATING,
 ];
-
-/// Whether a blocker `reason` is a responder moving the pod away ([`reason::EVACUATING`] or
-/// [`EVICTION_RESPONDER`]): counted in `status.evacuatingPods`, and a drain held only by such
-/// pods is `PodsEvacuating`, not `EvictionBlocked`.
-pub(crate) fn moving(reason: &str) -> bool {
-    reason == reason::EVACUATING || reason == EVICTION_RESPONDER
-}
 
 /// The `Active` responder of one Eviction, as its blocker shows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -197,7 +189,7 @@ pub(crate) fn show(report: &mut DrainReport, active: &HashMap<(String, String), 
             name: b.name.clone(),
         };
         // Every refusal's text is `evicting_error(pod, ..)`: its prefix names the pod.
-        quiet.push(super::evicting_error(&pod, ""));
+        quiet.push(evicting_error(&pod, ""));
     }
     report
         .errors
@@ -237,7 +229,7 @@ impl ResponderWatch {
             return (Self::none(), None);
         };
         let discovery = client.list_api_group_resources(gv);
-        let listed = match tokio::time::timeout(super::act::READ_TIMEOUT, discovery).await {
+        let listed = match tokio::time::timeout(super::consts::READ_TIMEOUT, discovery).await {
             Ok(Ok(list)) => list.resources.iter().any(|r| r.name == RESOURCE),
             _ => false,
         };
@@ -249,7 +241,7 @@ impl ResponderWatch {
         let api: Api<DynamicObject> = Api::all_with(client, &resource);
         let one = ListParams::default().limit(1);
         let readable =
-            tokio::time::timeout(super::act::READ_TIMEOUT, api.list_metadata(&one)).await;
+            tokio::time::timeout(super::consts::READ_TIMEOUT, api.list_metadata(&one)).await;
         if let Err(e) = readable
             .map_err(|_| "timed out".to_string())
             .and_then(|r| r.map_err(|e| e.to_string()))

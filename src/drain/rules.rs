@@ -1,20 +1,20 @@
 //! A maintenance's drain rules (`spec.drainRules`, `docs/drain-contract.md` §1 "A pod's own
 //! rule"), after Cluster API's MachineDrainRule: the first rule whose pod and namespace
 //! selectors select a pod says whether it is drained (in which order), skipped or waited for.
-//! A pod's own drain label wins ([`super::pod_rule`]). Pure: the round's classification asks
-//! [`apply`] per pod with the labels of the pod's namespace.
+//! A pod's own drain label wins ([`super::pod_rule`]). Pure: the pod's decision
+//! ([`super::decide::decide`]) applies the rule [`matching`] finds for it with the labels of the
+//! pod's namespace ([`super::decide::apply_rule`]).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use super::consts::DRAIN_RULES;
+use super::consts::reason;
+pub(crate) use super::decide::apply_rule as apply;
+use super::decide::selector_matches;
 use super::pod::DrainPod;
-use super::{DRAIN_LABEL, Disposition, DrainOptions, PodRule, pod_rule, selector_matches, stage};
-use crate::api::{DrainBehavior, DrainRule};
-
-/// The label name the status shows for a pod a rule keeps or waits for (in place of the pod's
-/// own drain label).
-pub(crate) const DRAIN_RULES: &str = "spec.drainRules";
+use crate::api::{DrainRule, PodBlocker, PodReference};
 
 /// Why a pod is kept or waited for, as status and events say it: `labelled <label>=<value>`
 /// for a pod's own label, `selected by spec.drainRules (<value>)` for a rule.
@@ -62,52 +62,37 @@ pub(crate) fn need_namespaces(rules: &[DrainRule]) -> bool {
     rules.iter().any(|r| r.namespace_selector.is_some())
 }
 
-/// `disposition` (what [`super::classify`] decided for `pod`) with `rule` applied: a pod
-/// without a drain label of its own that is up for eviction (or a replacement, which `Skip` and
-/// `WaitCompleted` concern as well) is kept, waited for or given the rule's order. Anything else
-/// (DaemonSet, mirror, finished pods, a pod's own label) stays as decided.
-pub(crate) fn apply(
-    disposition: Disposition,
-    rule: Option<&DrainRule>,
-    pod: &DrainPod,
-    options: &DrainOptions,
-) -> Disposition {
-    let Some(rule) = rule else {
-        return disposition;
-    };
-    let own_label = pod_rule(&pod.metadata.labels).0 != PodRule::Drain(0)
-        || pod.metadata.labels.contains_key(DRAIN_LABEL);
-    if own_label {
-        return disposition;
+/// The status entry of a pod its drain label keeps ([`Disposition::SkipByRule`]).
+pub(crate) fn skipped_by_rule(pod: &PodReference, label: &str) -> PodBlocker {
+    PodBlocker {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        reason: reason::SKIPPED.to_string(),
+        message: Some(format!("not evicted: {}", says(label, "skip"))),
+        ..PodBlocker::default()
     }
-    // A pod an opt-out annotation holds (`super::opt_out`) is one the drain would evict: a rule
-    // that skips or waits for it decides instead (neither evicts it), a rule's order is its
-    // stage at the deadline.
-    match (disposition, rule.behavior) {
-        (
-            Disposition::Evict { .. } | Disposition::KeepReplacement | Disposition::OptedOut { .. },
-            DrainBehavior::Skip,
-        ) => Disposition::SkipByRule { label: DRAIN_RULES },
-        (
-            Disposition::Evict { .. } | Disposition::KeepReplacement | Disposition::OptedOut { .. },
-            DrainBehavior::WaitCompleted,
-        ) => Disposition::WaitCompleted { label: DRAIN_RULES },
-        (Disposition::Evict { warnings, .. }, DrainBehavior::Drain) => Disposition::Evict {
-            warnings,
-            stage: stage(pod, options, rule.order.unwrap_or(0)),
-        },
-        (Disposition::OptedOut { annotation, .. }, DrainBehavior::Drain) => Disposition::OptedOut {
-            annotation,
-            stage: stage(pod, options, rule.order.unwrap_or(0)),
-        },
-        (other, _) => other,
+}
+
+/// The blocker of a pod its drain label says to wait for ([`Disposition::WaitCompleted`]).
+pub(crate) fn waiting_for_completion(pod: &PodReference, label: &str) -> PodBlocker {
+    PodBlocker {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        reason: reason::WAITING_FOR_COMPLETION.to_string(),
+        message: Some(format!(
+            "{}: not evicted; the drain waits until it finishes",
+            says(label, "wait-completed")
+        )),
+        ..PodBlocker::default()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::Stage;
+    use crate::api::DrainBehavior;
+    use crate::drain::consts::DRAIN_LABEL;
+    use crate::drain::{Disposition, DrainOptions, Stage};
 
     fn pod(labels: &[(&str, &str)]) -> DrainPod {
         let mut p = DrainPod::default();

@@ -1,8 +1,15 @@
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use super::pod::{DrainPod, OwnerRef};
 use super::*;
+use crate::api::{PodBlocker, PodReference};
 use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Pod, PodSpec, PodStatus, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelectorRequirement, OwnerReference, Time,
 };
+use kube::core::Status;
 use kube::core::response::{StatusCause, StatusDetails};
 
 /// Merges JSON object `from` into `into`.
@@ -41,7 +48,7 @@ fn daemonset_owner(p: &Pod) -> Option<OwnerRef> {
     super::daemonset_owner(&slim(p)).cloned()
 }
 fn terminating_blocker(p: &Pod, now: jiff::Timestamp) -> Option<PodBlocker> {
-    super::terminating_blocker(&slim(p), now)
+    super::deadline::terminating_blocker(&slim(p), now)
 }
 
 fn pod(name: &str) -> Pod {
@@ -360,11 +367,11 @@ fn in_the_starts_own_second_the_first_listing_decides() {
     );
     // Another drain's listing (another start) says nothing about this one.
     let mut schedule = RetrySchedule::default();
-    let settled = pass::Settled {
+    let settled = Settled {
         first_listing: Some((999, ["uid-orig".to_string()].into())),
         ..Default::default()
     };
-    schedule.apply("n", settled);
+    schedule.apply(settled);
     assert!(schedule.first_listing(Some(start)).is_none());
     assert!(
         schedule
@@ -416,31 +423,25 @@ fn a_refused_pod_is_not_asked_again_before_its_retry_is_due() {
         )],
     );
     let refused = classify_eviction(&r("p"), false, Err(&e));
-    s.record("uid-p", "n1", &refused, t0);
+    s.record("uid-p", &refused, t0);
     let (b, err) = s.held("uid-p", t0 + Duration::from_millis(100)).unwrap();
     assert_eq!(b.reason, reason::PDB);
     assert!(err.is_some());
     assert!(s.held("uid-p", t0 + EVICTION_RETRY_INTERVAL).is_none());
     assert!(s.held("uid-q", t0).is_none());
-    assert_eq!(s.next_due("n1", t0), Some(EVICTION_RETRY_INTERVAL));
-    assert_eq!(s.next_due("n2", t0), None);
-    // Another node's pass does not forget it; this node's pass without the pod does.
-    s.retain("n2", &HashSet::new());
+    assert_eq!(s.next_due(t0), Some(EVICTION_RETRY_INTERVAL));
+    // A pass that still lists the pod keeps its refusal; one without the pod forgets it.
+    s.retain(&HashSet::from(["uid-p".to_string()]));
     assert!(s.held("uid-p", t0).is_some());
-    s.retain("n1", &HashSet::new());
+    s.retain(&HashSet::new());
     assert!(s.held("uid-p", t0).is_none());
     // An accepted eviction clears the schedule.
-    s.record("uid-p", "n1", &refused, t0);
-    s.record(
-        "uid-p",
-        "n1",
-        &classify_eviction(&r("p"), false, Ok(())),
-        t0,
-    );
+    s.record("uid-p", &refused, t0);
+    s.record("uid-p", &classify_eviction(&r("p"), false, Ok(())), t0);
     assert!(s.held("uid-p", t0).is_none());
     // Skipped pods are announced once per UID.
-    assert!(s.announce("uid-t", "n1"));
-    assert!(!s.announce("uid-t", "n1"));
+    assert!(s.announce("uid-t"));
+    assert!(!s.announce("uid-t"));
 }
 
 #[test]
@@ -461,8 +462,8 @@ fn a_budgets_relief_ends_what_it_says_of_its_refusals() {
     let fresh = || {
         let mut s = RetrySchedule::default();
         // p, the probe of budget b (often the only pod of its budget on a node); q, of budget c.
-        s.record("uid-p", "n1", &refused_by("p", "b"), t0);
-        s.record("uid-q", "n1", &refused_by("q", "c"), t0);
+        s.record("uid-p", &refused_by("p", "b"), t0);
+        s.record("uid-q", &refused_by("q", "c"), t0);
         s
     };
     let soon = t0 + Duration::from_millis(100);
@@ -902,4 +903,115 @@ impl From<Stage> for Disposition {
             stage,
         }
     }
+}
+
+#[test]
+fn a_pod_no_longer_listed_keeps_only_its_unanswered_eviction_and_awaited_replacement() {
+    let t0 = Instant::now();
+    let accepted = classify_eviction(&r("p"), false, Ok(()));
+    let awaits = Awaited {
+        pod: r("p"),
+        owner: "rs-uid".into(),
+        last_seen: jiff::Timestamp::UNIX_EPOCH,
+    };
+    let mut s = RetrySchedule::default();
+    // p: evicted (accepted, its replacement awaited), announced and warned; q: in flight.
+    s.sent("uid-p");
+    s.answered("uid-p", Some(&accepted), Some((&Some(awaits), &None)), t0);
+    assert!(s.announce("uid-p"));
+    assert!(s.warn("uid-p"));
+    s.sent("uid-q");
+    s.record("uid-q", &pdb_refusal("q"), t0);
+    s.retain(&HashSet::new());
+    // p is gone: its acceptance and announcements are forgotten, its awaited replacement is not.
+    assert_eq!(s.accepted("uid-p"), None);
+    assert_eq!(
+        s.awaited().map(|(uid, _)| uid.as_str()).collect::<Vec<_>>(),
+        ["uid-p"]
+    );
+    assert!(
+        s.announce("uid-p"),
+        "a pod no longer listed is announced anew"
+    );
+    // q's refusal is forgotten, its unanswered eviction is not.
+    assert!(s.held("uid-q", t0).is_none());
+    assert!(s.in_flight("uid-q"));
+    // Once nothing is left of a pod, nothing is remembered of the node.
+    s.answered("uid-q", None, None, t0);
+    s.apply(Settled {
+        read_awaited: ["uid-p".to_string()].into(),
+        done: true,
+        ..Settled::default()
+    });
+    assert!(!s.any_in_flight());
+    assert!(s.is_empty(), "{s:?}");
+}
+
+#[test]
+fn an_eviction_is_sent_once_and_only_an_answer_that_changes_a_decision_wakes_the_next_pass() {
+    let t0 = Instant::now();
+    let uids = |v: &[&str]| v.iter().map(|u| u.to_string()).collect::<HashSet<String>>();
+    let accepted = |name: &str| classify_eviction(&r(name), false, Ok(()));
+    let awaits = Awaited {
+        pod: r("c"),
+        owner: "rs-uid".into(),
+        last_seen: jiff::Timestamp::UNIX_EPOCH,
+    };
+    let mut s = RetrySchedule::default();
+    assert_eq!(
+        s.send(["uid-a", "uid-b", "uid-c"], t0),
+        uids(&["uid-a", "uid-b", "uid-c"])
+    );
+    // A round that read the memory before the evictions were sent decides them again.
+    assert!(s.send(["uid-a"], t0).is_empty());
+    // An acceptance while others are in flight changes no decision yet.
+    assert!(!s.answered("uid-a", Some(&accepted("a")), None, t0));
+    // One that awaits a replacement does, and so does a refusal, which holds its pod.
+    assert!(s.answered(
+        "uid-c",
+        Some(&accepted("c")),
+        Some((&Some(awaits), &None)),
+        t0
+    ));
+    assert!(s.answered("uid-b", Some(&pdb_refusal("b")), None, t0));
+    assert!(s.send(["uid-b"], t0).is_empty());
+    // The node's last answer does; an eviction not sent after all does not.
+    assert_eq!(s.send(["uid-d", "uid-e"], t0), uids(&["uid-d", "uid-e"]));
+    assert!(!s.answered("uid-e", None, None, t0));
+    assert!(s.answered("uid-d", Some(&accepted("d")), None, t0));
+}
+
+#[test]
+fn a_pods_decision_is_its_classification_then_the_drain_rule_that_selects_it() {
+    let o = DrainOptions::default();
+    let none = Arrival::default();
+    let rule = |behavior| crate::api::DrainRule {
+        behavior,
+        order: Some(4),
+        ..crate::api::DrainRule::default()
+    };
+    let wait = rule(crate::api::DrainBehavior::WaitCompleted);
+    let drain = rule(crate::api::DrainBehavior::Drain);
+    let p = owned(pod("p"), "ReplicaSet", "rs");
+    // No rule: the classification.
+    assert_eq!(
+        decide(&slim(&p), None, &o, &none, None),
+        classify(&p, None, &o)
+    );
+    // A rule decides after it: it waits for the pod, or orders it.
+    assert_eq!(
+        decide(&slim(&p), None, &o, &none, Some(&wait)),
+        Disposition::WaitCompleted { label: DRAIN_RULES }
+    );
+    assert_eq!(
+        stage_of(decide(&slim(&p), None, &o, &none, Some(&drain))),
+        Stage::Ordinary(4)
+    );
+    // What the classification leaves alone, a rule does not evict.
+    let ds = owned(pod("d"), "DaemonSet", "ds");
+    let uid = daemonset_owner(&ds).map(|o| o.uid);
+    assert_eq!(
+        decide(&slim(&ds), uid.as_deref(), &o, &none, Some(&drain)),
+        Disposition::SkipDaemonSet
+    );
 }

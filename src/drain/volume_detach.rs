@@ -125,7 +125,7 @@ pub(crate) fn on_node(all: &[VolumeAttachment], node: &str) -> Vec<Attachment> {
 /// waited for). Each call is bounded by the drain's read deadline. A failed list is recorded in
 /// [`Observed::unread`], never read as "nothing attached".
 pub(crate) async fn observe(client: &Client, node: &str) -> Observed {
-    let timeout = super::act::READ_TIMEOUT;
+    let timeout = super::consts::READ_TIMEOUT;
     let request = kube::core::Request::new("/apis/storage.k8s.io/v1/volumeattachments")
         .list(&ListParams::default())
         .map_err(kube::Error::BuildRequest);
