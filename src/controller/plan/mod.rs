@@ -18,6 +18,7 @@
 //! - `write.rs`: the writes.
 
 pub(crate) mod abort;
+pub(crate) mod condition;
 mod deletion;
 mod encode;
 mod maintenance;

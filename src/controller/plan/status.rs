@@ -8,46 +8,14 @@
 
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::*;
 use crate::api::{MaintenancePhase, NodeMaintenanceStatus, PodReference};
 use crate::drain::{self, DrainReport, Survey};
 
-/// Condition types in `status.conditions`.
-pub(crate) mod condition {
-    /// The node is cordoned, tainted and labelled for this maintenance.
-    pub(crate) const CORDONED: &str = "Cordoned";
-    /// Every evictable pod is gone.
-    pub(crate) const DRAINED: &str = "Drained";
-    /// The medik8s lease of the node is ours. `False` with reason [`LEASE_LOST`] remembers that
-    /// it used to be ours (upstream used `drainProgress > 0` as a proxy for this).
-    pub(crate) const LEASE_HELD: &str = "LeaseHeld";
-    /// Reason of `LeaseHeld=False` after we held the lease.
-    pub(crate) const LEASE_LOST: &str = "LeaseLost";
-    /// Reason of `LeaseHeld=False` when we never held it.
-    pub(crate) const HELD_BY_OTHER: &str = "HeldByOther";
-    /// No new eviction is sent (the `paused` knob, `crate::policy`); written once the knob was
-    /// first set, so a maintenance that never paused keeps upstream's status.
-    pub(crate) const DRAIN_PAUSED: &str = "DrainPaused";
-    /// `False` while a knob's annotation has a value the operator refuses (the default applies);
-    /// written once one was first refused.
-    pub(crate) const DRAIN_POLICY_VALID: &str = "DrainPolicyValid";
-    /// Reason of `Drained=False` once the drain's deadline (`drainTimeout`) has passed.
-    pub(crate) const DEADLINE_EXCEEDED: &str = "DrainDeadlineExceeded";
-    /// `True` while the maintenance waits for a slot of the drain budget
-    /// (`--max-parallel-drains`); written once it first waited.
-    pub(crate) const DRAIN_QUEUED: &str = "DrainQueued";
-    /// How far the maintenance goes (the `stage` knob); the reason names the stage. Written once
-    /// a stage other than Drain was first set, so a maintenance that never used the knob keeps
-    /// upstream's status.
-    pub(crate) const STAGE: &str = "Stage";
-    /// Reason of `Cordoned=False` and `LeaseHeld=False` once a stage short of Cordon released
-    /// the node and the lease.
-    pub(crate) const RELEASED: &str = "Released";
-    /// Reason of `Stage` while the maintenance waits for its window (`startAt`).
-    pub(crate) const MAINTENANCE_WINDOW: &str = "MaintenanceWindow";
-}
+pub(crate) use super::condition::{self, condition, set_condition};
+pub(crate) use crate::server_time::now_time;
 
 /// Upstream's event reasons and exact messages (docs/compat.md §4), plus ours.
 pub(crate) mod event {
@@ -211,56 +179,6 @@ pub(crate) struct Step {
 pub(crate) fn is_terminal(status: &NodeMaintenanceStatus) -> bool {
     status.phase == Some(MaintenancePhase::Failed)
         && status.error_on_lease_count.unwrap_or(0) > MAX_LEASE_ERRORS
-}
-
-/// `now` with the 1 s precision of `metav1.Time`, so a value read back compares equal.
-pub(crate) fn now_time(now: jiff::Timestamp) -> Time {
-    Time(jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
-}
-
-/// Sets condition `type_` on `status`, keeping `lastTransitionTime` when its status is unchanged.
-pub(crate) fn set_condition(
-    status: &mut NodeMaintenanceStatus,
-    type_: &str,
-    value: bool,
-    reason: &str,
-    message: impl Into<String>,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
-) {
-    let value = if value { "True" } else { "False" }.to_string();
-    let conditions = status.conditions.get_or_insert_with(Vec::new);
-    let message = message.into();
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) => {
-            if c.status != value {
-                c.last_transition_time = now_time(now);
-                c.status = value;
-            }
-            c.reason = reason.to_string();
-            c.message = message;
-            c.observed_generation = generation;
-        }
-        None => conditions.push(Condition {
-            type_: type_.to_string(),
-            status: value,
-            reason: reason.to_string(),
-            message,
-            observed_generation: generation,
-            last_transition_time: now_time(now),
-        }),
-    }
-}
-
-pub(super) fn condition<'a>(
-    status: &'a NodeMaintenanceStatus,
-    type_: &str,
-) -> Option<&'a Condition> {
-    status
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
 }
 
 /// Whether the lease was ours at some point: `LeaseHeld` is True, or False because it was lost.
