@@ -1,10 +1,10 @@
 //! The conditions of a NodeMaintenance's `status.conditions`: their types and reasons, and how
 //! one is set (`lastTransitionTime` moves only with its status) and read. A leaf: the plan's
-//! steps and the drain's gates set them alike.
+//! steps and the drain's gates set them alike; the drain's gate reads the abort here.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use crate::api::NodeMaintenanceStatus;
+use crate::api::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
 use crate::server_time::now_time;
 
 /// The node is cordoned, tainted and labelled for this maintenance.
@@ -83,4 +83,39 @@ pub(crate) fn condition<'a>(
         .as_ref()?
         .iter()
         .find(|c| c.type_ == type_)
+}
+
+/// Condition type recording that the drain was aborted at its deadline (`True`), or that the
+/// abort is over (`False`: a stage short of Cordon ended it).
+pub(crate) const ABORTED: &str = crate::api::ABORTED_CONDITION;
+
+/// Reason of `Aborted=True`: the drain did not finish by its deadline and `onTimeout` is `Abort`.
+pub(crate) const DRAIN_ABORTED: &str = crate::api::DRAIN_ABORTED_REASON;
+
+/// Reason of `Aborted=False` once a stage short of Cordon ended the abort.
+pub(crate) const ABORT_ENDED: &str = "AbortEnded";
+
+/// What `lastError` says of an abort; read back only where the CRD prunes conditions.
+pub(crate) const ABORT_MARKER: &str = "onTimeout Abort: the drain is aborted";
+
+/// Whether `status` records an abort in force: `Aborted=True`; on a CRD that prunes conditions
+/// (upstream's, which keeps `phase` and `lastError`), no `Aborted` condition at all, phase
+/// Failed and `lastError` saying so ([`ABORT_MARKER`]).
+pub(crate) fn is_aborted(status: &NodeMaintenanceStatus) -> bool {
+    match condition(status, ABORTED) {
+        Some(c) => c.status == "True",
+        None => {
+            status.phase == Some(MaintenancePhase::Failed)
+                && status
+                    .last_error
+                    .as_deref()
+                    .is_some_and(|e| e.contains(ABORT_MARKER))
+        }
+    }
+}
+
+/// Whether the maintenance `nm`, as the controller's cache holds it, records an abort in force:
+/// the drain gate's reading ([`crate::drain::gate::may_send`]).
+pub(crate) fn aborted(nm: &NodeMaintenance) -> bool {
+    nm.status.as_ref().is_some_and(is_aborted)
 }

@@ -5,7 +5,12 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
-use super::*;
+use super::release::{exit, invalidate};
+use super::status::{EventTarget, PlannedEvent, Requeue, event};
+use super::write::{NodePurpose, Write, Writes};
+use super::{Plan, Then, validate_node_name};
+use crate::api::{FINALIZER, NodeMaintenance, NodeMaintenanceStatus};
+use crate::controller::memory::{Remember, StatusSchema};
 
 /// How the node looked when its NodeMaintenance is being deleted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,8 +143,8 @@ pub(super) fn plan_deletion(
         let successor = o.successor.as_ref().map(|(n, _)| n.as_str());
         match (deletion_plan(seen, &o.name, successor), node) {
             (DeletionPlan::Exit, Some(node)) => {
-                exit(&mut w, &o.node_name, node, me, NodePurpose::Exit);
-                maintenance::invalidate(&mut w, o.lease.as_ref());
+                exit(&mut w, &o.node_name, node, me, NodePurpose::Exit, true);
+                invalidate(&mut w, o.lease.as_ref());
                 cancel_evacuations(&mut w, &o.evacuations);
             }
             (DeletionPlan::Transfer { to }, Some(node)) => {
@@ -164,7 +169,7 @@ pub(super) fn plan_deletion(
                 {
                     adopt_and_exit(&mut w, &o.node_name, node, me);
                 }
-                maintenance::invalidate(&mut w, o.lease.as_ref());
+                invalidate(&mut w, o.lease.as_ref());
             }
             _ => {}
         }
@@ -203,28 +208,6 @@ pub(super) fn plan_deletion(
     }
 }
 
-/// Restores `node` from `me`'s record, with `UncordonNode` when it uncordons it; nothing when
-/// the record is not `me`'s.
-fn exit(
-    w: &mut Writes,
-    name: &str,
-    node: &Node,
-    me: crate::node::Claimant<'_>,
-    purpose: NodePurpose,
-) {
-    if let crate::node::ExitPlan::Apply { patch, uncordon } = crate::node::plan_exit_for(node, me) {
-        w.push(Write::Node {
-            name: name.to_owned(),
-            patch,
-            purpose,
-        });
-        if uncordon {
-            let e = PlannedEvent::normal(EventTarget::Node, event::UNCORDON);
-            w.events(vec![e], Some(node));
-        }
-    }
-}
-
 /// A node left in maintenance by upstream NMO (its drain taint, none of our records): adopted
 /// and restored at once, as upstream would have restored it. One patch: the exit planned on the
 /// node as adopting it would leave it (adoption records "nothing was there before").
@@ -232,7 +215,7 @@ fn adopt_and_exit(w: &mut Writes, name: &str, node: &Node, me: crate::node::Clai
     let Some(adopted) = crate::node::adopted(node, me) else {
         return;
     };
-    exit(w, name, &adopted, me, NodePurpose::AdoptAndExit);
+    exit(w, name, &adopted, me, NodePurpose::AdoptAndExit, true);
 }
 
 /// After the node is restored, what becomes of the migrations still evacuating VMIs off it

@@ -5,26 +5,46 @@
 //! The reconciler (`reconcile.rs`) observes (`observe.rs`) and the executor (`act.rs`) sends the
 //! writes; neither decides (docs/design.md §1).
 //!
-//! - `maintenance.rs`: the maintenance pass (status, lease, node entry, drain), step by step;
+//! - `maintenance.rs`: the maintenance pass, its steps run in order;
 //! - `steps.rs`: the pass's steps, and those each stage runs;
+//! - `pass.rs`: the pass being planned, and how it ends;
+//! - one file per step, its flow with its status: `release.rs` (every exit of the node: stage,
+//!   moved node, lost lease, deletion), `node_found.rs`, `init.rs`, `stage.rs`, `lease.rs`,
+//!   `enter.rs`, `node_conditions.rs`, `drain_policy.rs`, `deadline.rs`, `slot.rs`,
+//!   `expire.rs`, `draining.rs`, `preflight.rs`;
 //! - `abort.rs`: `onTimeout: Abort`, recorded at the deadline, then the node released;
 //! - `timeline.rs`: the maintenance's moments, and the deadline, arrival, expiry and slot read
 //!   from them;
 //! - `pre_drain_hooks.rs`: the pre-drain hooks' condition, and the start they hold back;
 //! - `record.rs`: the record of the node entered, on the NodeMaintenance;
 //! - `deletion.rs`: the deletion pass (restore or hand over, lease, finalizer);
-//! - `status.rs`: the status steps (phases, conditions, events, requeues);
+//! - `status.rs`, `condition.rs`: what a step yields (status, events, requeue) and the helpers
+//!   the steps share;
 //! - `encode.rs`: when a status is worth a write, and its merge patch;
 //! - `write.rs`: the writes.
 
 pub(crate) mod abort;
 pub(crate) mod condition;
+mod deadline;
 mod deletion;
+mod drain_policy;
+mod draining;
 mod encode;
+mod enter;
+mod expire;
+mod init;
+mod lease;
 mod maintenance;
+mod node_conditions;
+mod node_found;
+mod pass;
 mod pre_drain_hooks;
+mod preflight;
 mod preflight_events;
 mod record;
+mod release;
+mod slot;
+mod stage;
 #[cfg(test)]
 mod stage_tests;
 mod status;
@@ -35,45 +55,25 @@ pub(crate) mod timeline;
 mod volume_detach;
 mod write;
 
-use std::time::Duration;
-
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
 use super::memory::{Memory, Remember, StatusSchema};
 use crate::api::{FINALIZER, NodeMaintenance, NodeMaintenanceStatus};
-use crate::drain::{DrainReport, Survey};
+use crate::drain::Survey;
 
 pub(crate) use deletion::{ObservedDeletion, successor};
+pub(crate) use draining::drained_plan;
 #[cfg(test)]
 use encode::STATUS_FIELDS;
-pub(crate) use encode::{needs_write, status_patch};
-pub(crate) use status::*;
+pub(crate) use encode::last_error_patch;
+pub(crate) use node_found::replaced;
+pub(crate) use preflight::preflight_plan;
+#[cfg(test)]
+pub(crate) use status::event;
+pub(crate) use status::{EventTarget, LEASE_WAIT_INITIAL, PlannedEvent, Requeue, is_terminal};
 pub(crate) use write::{NodePurpose, Precondition, Write};
-
-/// Next pass while evicted pods are only terminating (the pass is cheap: one pod list).
-pub(crate) const REQUEUE_TERMINATING: Duration = Duration::from_secs(1);
-/// Next pass while an eviction is refused (upstream's `waitDurationOnDrainError`).
-pub(crate) const REQUEUE_BLOCKED: Duration = Duration::from_secs(5);
-/// Re-check of a Succeeded maintenance: renews the 3600 s lease well before it expires and
-/// corrects drift the Node watch might have missed.
-pub(crate) const REQUEUE_SUCCEEDED: Duration = Duration::from_secs(300);
-/// Re-check while the node does not exist (the Node watch usually comes first).
-pub(crate) const REQUEUE_NODE_MISSING: Duration = Duration::from_secs(30);
-/// Re-check while another NodeMaintenance holds the node.
-pub(crate) const REQUEUE_HELD_BY_OTHER: Duration = Duration::from_secs(30);
-/// Re-check after a lease we held was found held by someone else.
-pub(crate) const REQUEUE_LEASE_LOST: Duration = Duration::from_secs(5);
-/// First wait for a lease we never held; doubles per attempt up to [`LEASE_WAIT_MAX`].
-pub(crate) const LEASE_WAIT_INITIAL: Duration = Duration::from_secs(2);
-/// Longest wait for a lease we never held.
-pub(crate) const LEASE_WAIT_MAX: Duration = Duration::from_secs(30);
-/// Re-check of a NodeMaintenance with an invalid nodeName (the webhook forbids editing it, so
-/// this is only a safety net).
-pub(crate) const REQUEUE_INVALID: Duration = Duration::from_secs(300);
-/// Upstream's `maxAllowedErrorToUpdateOwnedLease`: a count above this fails the maintenance.
-pub(crate) const MAX_LEASE_ERRORS: i32 = 3;
 
 /// What to do with a NodeMaintenance before looking at its node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -304,73 +304,6 @@ pub(crate) struct DrainRound {
     pub(crate) pruned: Vec<String>,
 }
 
-/// The writes of a pass being planned, with the status the API server will hold after them
-/// (so a status equal to it is not written again).
-struct Writes {
-    list: Vec<Write>,
-    stored: NodeMaintenanceStatus,
-    pruned: Vec<String>,
-}
-
-impl Writes {
-    fn new(stored: NodeMaintenanceStatus, schema: &StatusSchema) -> Self {
-        Writes {
-            list: Vec::new(),
-            stored,
-            pruned: schema.pruned(),
-        }
-    }
-
-    fn push(&mut self, w: Write) {
-        self.list.push(w);
-    }
-
-    /// Writes `status` when it differs from the stored one in more than `lastUpdate`.
-    fn status(&mut self, status: &NodeMaintenanceStatus) {
-        if needs_write(&self.stored, status, &self.pruned) {
-            self.list.push(Write::Status {
-                patch: status_patch(status, None),
-                sent: Box::new(status.clone()),
-                wakes: write::wakes(&self.stored, status),
-            });
-            self.stored = status.clone();
-        }
-    }
-
-    /// Publishes `events` (a Node event about `node`: name and uid).
-    fn events(&mut self, events: Vec<PlannedEvent>, node: Option<&Node>) {
-        for event in events {
-            let node = match event.target {
-                EventTarget::Node => node.map(|n| (n.name_any(), n.metadata.uid.clone())),
-                EventTarget::Maintenance => None,
-            };
-            self.list.push(Write::Event { event, node });
-        }
-    }
-
-    /// Records `step`: its status, then its events.
-    fn finish(mut self, step: Step, node: Option<&Node>, memory: Memory) -> Plan {
-        self.status(&step.status);
-        self.events(step.events, node);
-        let (requeue, remember) = match step.requeue {
-            Requeue::LeaseWait => (
-                Requeue::After(lease_wait(memory.lease_waits)),
-                Remember::Set(Memory {
-                    lease_waits: memory.lease_waits.saturating_add(1),
-                    ..memory
-                }),
-            ),
-            r => (r, Remember::Same),
-        };
-        Plan {
-            writes: self.list,
-            then: Then::Requeue(requeue),
-            remember,
-            status: Some(step.status),
-        }
-    }
-}
-
 /// The whole decision of one pass (pure: no I/O, no clock).
 pub(crate) fn plan(o: &Observed, now: jiff::Timestamp) -> Plan {
     let (add_finalizer, e) = entry_with_finalizer(&o.nm);
@@ -396,71 +329,6 @@ pub(crate) fn plan(o: &Observed, now: jiff::Timestamp) -> Plan {
         plan.writes.splice(0..0, first);
     }
     plan
-}
-
-/// The drain round's writes, from what its evictions answered: the status [`drained`] makes of
-/// the report (written when it changed), held by the `waitForVolumeDetach` wait when the round
-/// observed the node's VolumeAttachments (`volumes`: only with the knob and no pod left), its
-/// events, its requeue.
-pub(crate) fn drained_plan(
-    round: &DrainRound,
-    report: &DrainReport,
-    volumes: Option<&crate::drain::volume_detach::Observed>,
-    now: jiff::Timestamp,
-) -> Plan {
-    let mut step = drained(&round.status, report, round.generation, now);
-    if let Some(o) = volumes.filter(|_| report.done()) {
-        use crate::drain::volume_detach as vd;
-        let verdict = vd::verdict(
-            vd::blockers(o, &round.node),
-            &round.policy,
-            o.at.unwrap_or(now),
-        );
-        let bound = vd::bound(&round.policy);
-        step = volume_detach::hold(step, &round.status, verdict, bound, round.generation, now);
-    }
-    let mut writes = Writes {
-        list: Vec::new(),
-        stored: round.stored.clone(),
-        pruned: round.pruned.clone(),
-    };
-    // Events about single pods first: the round has already recorded them as announced in the
-    // drain's memory, so a status write that finds the object changed (a pass woken by an
-    // eviction's answer may read the cache before our previous write reached it) must not take
-    // them with it. The phase's events follow the status they announce.
-    let (about_pods, phase): (Vec<_>, Vec<_>) =
-        step.events.into_iter().partition(|e| e.pod.is_some());
-    writes.events(about_pods, None);
-    writes.status(&step.status);
-    writes.events(phase, None);
-    Plan {
-        writes: writes.list,
-        then: Then::Requeue(step.requeue),
-        remember: Remember::Same,
-        status: Some(step.status),
-    }
-}
-
-/// The preflight's writes, from the refusals of its dry-run evictions: the status
-/// [`preflight`] makes of them (written when it changed), its requeue.
-pub(crate) fn preflight_plan(
-    round: &DrainRound,
-    blockers: &[crate::api::PodBlocker],
-    now: jiff::Timestamp,
-) -> Plan {
-    let step = preflight(&round.status, blockers, round.generation, now);
-    let mut writes = Writes {
-        list: Vec::new(),
-        stored: round.stored.clone(),
-        pruned: round.pruned.clone(),
-    };
-    writes.status(&step.status);
-    Plan {
-        writes: writes.list,
-        then: Then::Requeue(step.requeue),
-        remember: Remember::Same,
-        status: Some(step.status),
-    }
 }
 
 /// Adds our finalizer: a JSON patch whose `test` op fails (409-like 422) if the list changed
@@ -502,45 +370,4 @@ pub(crate) fn entered_node(nm: &NodeMaintenance) -> Option<&str> {
     nm.annotations()
         .get(crate::api::ENTERED_NODE_ANNOTATION)
         .map(String::as_str)
-}
-
-/// `node`'s `spec.providerID`, empty when it has none.
-pub(crate) fn provider_id(node: &Node) -> &str {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .unwrap_or_default()
-}
-
-/// A Node under the name `nm` entered that is another machine: the providerID `nm` recorded
-/// ([`crate::api::ENTERED_NODE_PROVIDER_ID_ANNOTATION`]) for that name, and the one `node` has
-/// (empty when none).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Replaced {
-    /// The providerID of the node entered.
-    pub(crate) entered: String,
-    /// The providerID of the node found under its name now.
-    pub(crate) found: String,
-}
-
-/// Whether `node` is another machine than the one `nm` entered under its name: `nm` recorded a
-/// non-empty providerID for that name and `node`'s differs (or is empty). No record, an empty
-/// one (the node had none) or the same providerID is the same machine, which resumes
-/// (docs/drain-contract.md §3). The uid is no test: the same machine registering again is a new
-/// Node object. A node that registers before its cloud controller sets the providerID is taken
-/// for another until it shows the recorded one; the check is made on every pass, so it then
-/// resumes.
-pub(crate) fn replaced(nm: &NodeMaintenance, node: &Node) -> Option<Replaced> {
-    let annotations = nm.annotations();
-    if annotations.get(crate::api::ENTERED_NODE_ANNOTATION) != node.metadata.name.as_ref() {
-        return None;
-    }
-    let entered = annotations
-        .get(crate::api::ENTERED_NODE_PROVIDER_ID_ANNOTATION)
-        .filter(|p| !p.is_empty())?;
-    let found = provider_id(node);
-    (entered != found).then(|| Replaced {
-        entered: entered.clone(),
-        found: found.to_owned(),
-    })
 }

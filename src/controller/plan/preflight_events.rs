@@ -7,7 +7,8 @@
 
 use crate::api::{NodeMaintenance, Stage};
 
-use super::status::{condition, event};
+use super::condition::{self, condition};
+use super::status::event;
 
 /// Normal, on the NodeMaintenance, after the finalizer was added to one in stage Preflight
 /// (ours; upstream's [`event::BEGIN`] otherwise).
@@ -52,7 +53,7 @@ pub(crate) fn removed(
     let cordoned = nm
         .status
         .as_ref()
-        .is_some_and(|s| condition(s, super::status::condition::CORDONED).is_some());
+        .is_some_and(|s| condition(s, condition::CORDONED).is_some());
     if stage(nm, defaults) == Stage::Preflight && !cordoned {
         REMOVED_PREFLIGHT
     } else {

@@ -1,5 +1,8 @@
 //! The stages (`stage` knob) as whole plans: what each stage writes from one observation.
 
+use super::condition::{condition, set_condition};
+use super::preflight::REQUEUE_PREFLIGHT;
+use super::status::REQUEUE_SUCCEEDED;
 use super::*;
 use crate::api::{MaintenancePhase, NodeMaintenanceSpec, PodBlocker, Stage};
 use k8s_openapi::api::coordination::v1::LeaseSpec;
