@@ -7,7 +7,7 @@
 //!    read) records the abort in status and ends: phase `Failed`, `lastError`, condition
 //!    [`ABORTED`]`=True` with reason [`DRAIN_ABORTED`]; nothing else is written.
 //! 2. [`standing`]: every later pass reads that condition (not a memory of this process, so a
-//!    restarted or new leader reads it too) and runs [`super::steps::ABORTED_STEPS`]: the node
+//!    restarted or new leader reads it too) and runs [`super::maintenance::ABORTED_STEPS`]: the node
 //!    restored as a delete would restore it and the lease given up (both no-ops once done), no
 //!    lease taken, no node entered, no round. The drain gate ([`crate::drain::gate::may_send`])
 //!    reads the same condition, so evictions a round decided before the abort are not sent.

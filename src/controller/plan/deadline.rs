@@ -1,4 +1,4 @@
-//! The drain's deadline in status ([`PassStep::Deadline`](super::steps::PassStep),
+//! The drain's deadline in status ([`PassStep::Deadline`](super::maintenance::PassStep),
 //! `docs/drain-contract.md` §10); past it with `onTimeout: Fail` the pass ends Failed, and the
 //! words both Fail and Abort (`abort.rs`) use.
 

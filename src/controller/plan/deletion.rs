@@ -111,14 +111,10 @@ pub(crate) struct ObservedDeletion {
 }
 
 /// Plans the deletion pass (docs/design.md §3: restore, or hand over to a successor): the node,
-/// the lease, then the finalizer and `removed` (`RemovedMaintenance`, or `RemovedPreflight`:
-/// `preflight_events::removed`); the object's memory is forgotten. An invalid node name touches
+/// the lease, then the finalizer (its `RemovedMaintenance` event follows, `preflight_events`); the
+/// object's memory is forgotten. An invalid node name touches
 /// no node and no lease.
-pub(super) fn plan_deletion(
-    o: &ObservedDeletion,
-    removed: (&'static str, &'static str),
-    now: jiff::Timestamp,
-) -> Plan {
+pub(super) fn plan_deletion(o: &ObservedDeletion, now: jiff::Timestamp) -> Plan {
     let mut w = Writes::new(NodeMaintenanceStatus::default(), &StatusSchema::default());
     let me = crate::node::Claimant {
         name: &o.name,
@@ -196,10 +192,6 @@ pub(super) fn plan_deletion(
             add: false,
         });
     }
-    w.events(
-        vec![PlannedEvent::normal(EventTarget::Maintenance, removed)],
-        None,
-    );
     Plan {
         writes: w.list,
         then: Then::Requeue(Requeue::Never),

@@ -1,4 +1,4 @@
-//! The drain policy in status ([`PassStep::Policy`](super::steps::PassStep)): paused, refused
+//! The drain policy in status ([`PassStep::Policy`](super::maintenance::PassStep)): paused, refused
 //! knob values, and the pre-drain hooks' condition.
 
 use super::condition::{self, condition, set_condition};

@@ -1,4 +1,4 @@
-//! The drain round ([`PassStep::Drain`](super::steps::PassStep)) and what its evictions'
+//! The drain round ([`PassStep::Drain`](super::maintenance::PassStep)) and what its evictions'
 //! answers make of the status ([`drained`], [`drained_plan`]); the node going down
 //! (`NodeShutdown`) holds it.
 

@@ -1,4 +1,4 @@
-//! The node entered ([`PassStep::Enter`](super::steps::PassStep): cordon, taints, label, our
+//! The node entered ([`PassStep::Enter`](super::maintenance::PassStep): cordon, taints, label, our
 //! record and the drain's start in one patch) and recorded on the NodeMaintenance (`Record`),
 //! with their status: entered, or held by another NodeMaintenance.
 

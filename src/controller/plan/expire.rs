@@ -1,4 +1,4 @@
-//! `expireAfter` ([`PassStep::Expire`](super::steps::PassStep)): this drain's end plus
+//! `expireAfter` ([`PassStep::Expire`](super::maintenance::PassStep)): this drain's end plus
 //! `expireAfter`, the NodeMaintenance deletes itself (its deletion pass restores the node); until
 //! then the pass comes back when it is due.
 

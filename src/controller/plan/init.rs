@@ -1,5 +1,5 @@
 //! The status initialised (upstream's `initMaintenanceStatus`) before the node is touched
-//! ([`PassStep::StatusInit`](super::steps::PassStep)).
+//! ([`PassStep::StatusInit`](super::maintenance::PassStep)).
 
 use super::pass::{Flow, Pass};
 use super::status::{count, names, non_empty, now_time, touch};

@@ -1,4 +1,4 @@
-//! The medik8s lease of the node ([`PassStep::Lease`](super::steps::PassStep)): requested, and
+//! The medik8s lease of the node ([`PassStep::Lease`](super::maintenance::PassStep)): requested, and
 //! its ownership recorded in status before the node is entered; upstream's errorOnLeaseCount
 //! rules, and the release when it is lost for good.
 

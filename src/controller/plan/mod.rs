@@ -5,8 +5,7 @@
 //! The reconciler (`reconcile.rs`) observes (`observe.rs`) and the executor (`act.rs`) sends the
 //! writes; neither decides (docs/design.md §1).
 //!
-//! - `maintenance.rs`: the maintenance pass, its steps run in order;
-//! - `steps.rs`: the pass's steps, and those each stage runs;
+//! - `maintenance.rs`: the maintenance pass: its steps in their order, those each stage runs;
 //! - `pass.rs`: the pass being planned, and how it ends;
 //! - one file per step, its flow with its status: `release.rs` (every exit of the node: stage,
 //!   moved node, lost lease, deletion), `node_found.rs`, `init.rs`, `stage.rs`, `lease.rs`,
@@ -48,7 +47,6 @@ mod stage;
 #[cfg(test)]
 mod stage_tests;
 mod status;
-mod steps;
 #[cfg(test)]
 mod tests;
 pub(crate) mod timeline;
@@ -304,31 +302,44 @@ pub(crate) struct DrainRound {
     pub(crate) pruned: Vec<String>,
 }
 
-/// The whole decision of one pass (pure: no I/O, no clock).
+/// The whole decision of one pass (pure: no I/O, no clock): the entry decision with our
+/// finalizer, the finalizer's events around the pass's writes (`preflight_events`), then the
+/// deletion pass or the maintenance pass.
 pub(crate) fn plan(o: &Observed, now: jiff::Timestamp) -> Plan {
     let (add_finalizer, e) = entry_with_finalizer(&o.nm);
+    let cleanup = e == Entry::Cleanup;
+    let (first, last) = preflight_events::writes(&o.nm, &o.policy, add_finalizer, cleanup);
     let mut plan = match (&o.world, e) {
-        (World::Deletion(d), Entry::Cleanup) => {
-            deletion::plan_deletion(d, preflight_events::removed(&o.nm, &o.policy), now)
-        }
-        (World::Maintenance(m), Entry::Maintain) => maintenance::plan_maintenance(o, m, None, now),
-        (World::Maintenance(m), Entry::InvalidNodeName(why)) => {
-            maintenance::plan_maintenance(o, m, Some(&why), now)
+        (World::Deletion(d), Entry::Cleanup) => deletion::plan_deletion(d, now),
+        (World::Maintenance(m), e @ (Entry::Maintain | Entry::InvalidNodeName(_))) => {
+            let invalid = match &e {
+                Entry::InvalidNodeName(why) => Some(why.as_str()),
+                _ => None,
+            };
+            maintenance::plan_maintenance(o, m, invalid, now)
         }
         _ => Plan::wait(Vec::new()),
     };
-    if add_finalizer {
-        let begin = Write::Event {
-            event: PlannedEvent::normal(
-                EventTarget::Maintenance,
-                preflight_events::begin(&o.nm, &o.policy),
-            ),
-            node: None,
-        };
-        let first = [add_finalizer_write(&o.nm), begin];
-        plan.writes.splice(0..0, first);
-    }
+    plan.writes.splice(0..0, first);
+    plan.writes.extend(last);
     plan
+}
+
+/// The entry decision, with our finalizer taken as added when it is missing: the write that adds
+/// it (`None`: nothing to add), and what the pass does then.
+pub(crate) fn entry_with_finalizer(nm: &NodeMaintenance) -> (Option<Write>, Entry) {
+    let has_finalizer = nm.finalizers().iter().any(|f| f == FINALIZER);
+    let add = (!has_finalizer && nm.metadata.deletion_timestamp.is_none())
+        .then(|| add_finalizer_write(nm));
+    let e = match add {
+        None => entry(nm),
+        Some(_) => {
+            let mut with = nm.clone();
+            with.finalizers_mut().push(FINALIZER.to_string());
+            entry(&with)
+        }
+    };
+    (add, e)
 }
 
 /// Adds our finalizer: a JSON patch whose `test` op fails (409-like 422) if the list changed
@@ -349,19 +360,6 @@ fn add_finalizer_write(nm: &NodeMaintenance) -> Write {
     Write::Finalizers {
         patch: serde_json::from_value(ops).unwrap_or_default(),
         add: true,
-    }
-}
-
-/// The entry decision, with our finalizer taken as added when it is missing: whether to add it,
-/// and what the pass does then.
-pub(crate) fn entry_with_finalizer(nm: &NodeMaintenance) -> (bool, Entry) {
-    match entry(nm) {
-        Entry::AddFinalizer => {
-            let mut with = nm.clone();
-            with.finalizers_mut().push(FINALIZER.to_string());
-            (true, entry(&with))
-        }
-        e => (false, e),
     }
 }
 

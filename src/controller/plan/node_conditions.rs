@@ -1,8 +1,8 @@
 //! The Node's lifecycle conditions (the `nodeConditions` knob, `crate::node::conditions`),
-//! written on transitions ([`PassStep::NodeConditions`](super::steps::PassStep)).
+//! written on transitions ([`PassStep::NodeConditions`](super::maintenance::PassStep)).
 
+use super::maintenance::{PassStep, steps};
 use super::pass::{Flow, Pass};
-use super::steps::{PassStep, steps};
 use super::write::Write;
 use crate::api::MaintenancePhase;
 

@@ -1,4 +1,4 @@
-//! The node found: `spec.nodeName` usable ([`PassStep::NodeName`](super::steps::PassStep)), the
+//! The node found: `spec.nodeName` usable ([`PassStep::NodeName`](super::maintenance::PassStep)), the
 //! node there and the machine entered under that name (`NodePresent`), with each failure's
 //! status; the drain's deadline is read once the node is found.
 
@@ -9,13 +9,13 @@ use kube::ResourceExt;
 
 use super::abort;
 use super::condition::{self, set_condition};
+use super::maintenance::{PassStep, steps};
 use super::pass::{Flow, Pass};
 use super::record::provider_id;
 use super::release::invalidate;
 use super::status::{
     EventTarget, PlannedEvent, Requeue, Step, event, fail_with, is_terminal, touch,
 };
-use super::steps::{PassStep, steps};
 use super::timeline::{self, Timeline};
 use super::volume_detach;
 use crate::api::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};

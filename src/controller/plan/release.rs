@@ -1,7 +1,7 @@
 //! Giving the node back: one [`exit`] restores a node from our record (uncordon, taints, label,
 //! record) and one [`invalidate`] gives up the lease, for every way out of a maintenance: a stage
 //! short of Cordon, a maintenance queued for a slot or aborted at its deadline
-//! ([`PassStep::Release`](super::steps::PassStep)), a `spec.nodeName` that moved (`Moved`), the
+//! ([`PassStep::Release`](super::maintenance::PassStep)), a `spec.nodeName` that moved (`Moved`), the
 //! lease lost for good (`lease.rs`), and the deletion pass (`deletion.rs`), which an expiry
 //! reaches too. The status of a release ([`released`]) is here as well.
 

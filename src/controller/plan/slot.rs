@@ -1,4 +1,4 @@
-//! The drain slot (`--max-parallel-drains`, [`PassStep::Queue`](super::steps::PassStep)) in
+//! The drain slot (`--max-parallel-drains`, [`PassStep::Queue`](super::maintenance::PassStep)) in
 //! status; the pass ends while the maintenance waits for one, is paused or is held by a hook.
 
 use super::condition::{self, condition, set_condition};

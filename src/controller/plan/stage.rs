@@ -1,4 +1,4 @@
-//! The stage in status (the `stage` knob, [`PassStep::Stage`](super::steps::PassStep)).
+//! The stage in status (the `stage` knob, [`PassStep::Stage`](super::maintenance::PassStep)).
 
 use super::condition::{self, condition, set_condition};
 use super::pass::{Flow, Pass};

@@ -421,7 +421,7 @@ fn node_conditions_are_written_on_transitions_only_when_the_knob_asks() {
         replaced: false,
         evacuations: Default::default(),
     };
-    let p = deletion::plan_deletion(&deletion, event::REMOVED, t(200));
+    let p = deletion::plan_deletion(&deletion, t(200));
     let ended = conditions_of(&p);
     assert_eq!(ended.len(), 1);
     assert!(
