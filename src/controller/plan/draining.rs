@@ -173,13 +173,7 @@ pub(crate) fn drained(
     ];
     for (pods, warning, reason) in about_pods {
         for b in pods {
-            let note = format!(
-                "Pod {}/{} {}",
-                b.namespace,
-                b.name,
-                b.message.as_deref().unwrap_or(&b.reason)
-            );
-            let note = crate::bounds::truncate(&note, crate::bounds::MAX_EVENT_NOTE);
+            let note = pod_note(b);
             let e = if warning {
                 PlannedEvent::warning(EventTarget::Maintenance, reason, note)
             } else {
@@ -192,13 +186,7 @@ pub(crate) fn drained(
     // about one related object into a series that keeps the first one's note.
     for f in &report.newly_failed_migrations {
         let b = &f.blocker;
-        let note = format!(
-            "Pod {}/{} {}",
-            b.namespace,
-            b.name,
-            b.message.as_deref().unwrap_or(&b.reason)
-        );
-        let note = crate::bounds::truncate(&note, crate::bounds::MAX_EVENT_NOTE);
+        let note = pod_note(b);
         let mut e =
             PlannedEvent::warning(EventTarget::Maintenance, event::POD_MIGRATION_FAILED, note);
         e.migration = Some(crate::drain::cancel::VmiRef {
@@ -289,4 +277,15 @@ pub(crate) fn drained(
         events,
         requeue,
     }
+}
+
+/// `Pod <ns>/<name> <message, else reason>`, cut to an event note's bound.
+fn pod_note(b: &crate::api::PodBlocker) -> String {
+    let note = format!(
+        "Pod {}/{} {}",
+        b.namespace,
+        b.name,
+        b.message.as_deref().unwrap_or(&b.reason)
+    );
+    crate::bounds::truncate(&note, crate::bounds::MAX_EVENT_NOTE)
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::condition::{self, set_condition};
 use super::pass::{Flow, Pass};
 use super::record::entered_record;
-use super::status::{EventTarget, PlannedEvent, Requeue, Step, event, touch};
+use super::status::{EventTarget, PlannedEvent, Requeue, Step, event, not_cordoned};
 use super::timeline::{self, StartRecord};
 use super::write::{NodePurpose, Write};
 use crate::api::{MaintenancePhase, NodeMaintenanceStatus, Stage};
@@ -96,21 +96,15 @@ pub(crate) fn held_by_other(
         "node {node} is held by NodeMaintenance {other}; this one takes over when that one is deleted"
     );
     s.last_error = Some(msg.clone());
-    set_condition(
-        &mut s,
-        condition::CORDONED,
-        false,
-        "HeldByOtherMaintenance",
-        msg,
+    let cordoned = ("HeldByOtherMaintenance", msg);
+    not_cordoned(
+        s,
+        Vec::new(),
+        cordoned,
+        Requeue::After(REQUEUE_HELD_BY_OTHER),
         generation,
         now,
-    );
-    touch(&mut s, generation, now);
-    Step {
-        status: s,
-        events: Vec::new(),
-        requeue: Requeue::After(REQUEUE_HELD_BY_OTHER),
-    }
+    )
 }
 
 /// The node is in maintenance for us. `repaired` lists what someone had undone and we re-applied

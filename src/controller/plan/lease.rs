@@ -9,7 +9,7 @@ use super::pass::{Flow, Pass};
 use super::release::{exit, invalidate};
 use super::status::{
     EventTarget, MAX_LEASE_ERRORS, PlannedEvent, Requeue, Step, event, fail, held_lease_before,
-    touch,
+    not_cordoned, touch,
 };
 use super::write::{NodePurpose, Write, Writes};
 use crate::api::NodeMaintenanceStatus;
@@ -239,19 +239,9 @@ pub(crate) fn lease_failed(
         events.push(PlannedEvent::normal(EventTarget::Node, event::UNCORDON));
     }
     fail(recorded, &mut s, &mut events);
-    set_condition(
-        &mut s,
-        condition::CORDONED,
-        false,
+    let cordoned = (
         condition::LEASE_LOST,
         "the node was taken out of maintenance because the medik8s lease could not be extended",
-        generation,
-        now,
     );
-    touch(&mut s, generation, now);
-    Step {
-        status: s,
-        events,
-        requeue: Requeue::Never,
-    }
+    not_cordoned(s, events, cordoned, Requeue::Never, generation, now)
 }

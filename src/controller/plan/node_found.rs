@@ -8,13 +8,12 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
 use super::abort;
-use super::condition::{self, set_condition};
 use super::maintenance::{PassStep, steps};
 use super::pass::{Flow, Pass};
 use super::record::provider_id;
 use super::release::invalidate;
 use super::status::{
-    EventTarget, PlannedEvent, Requeue, Step, event, fail_with, is_terminal, touch,
+    EventTarget, PlannedEvent, Requeue, Step, event, fail_with, is_terminal, not_cordoned,
 };
 use super::timeline::{self, Timeline};
 use super::volume_detach;
@@ -103,24 +102,10 @@ pub(crate) fn invalid_node_name(
     generation: Option<i64>,
     now: jiff::Timestamp,
 ) -> Step {
-    let mut s = old.clone();
-    let mut events = Vec::new();
-    fail_with(old, &mut s, &mut events, invalid_node_name_error(node, why));
-    set_condition(
-        &mut s,
-        condition::CORDONED,
-        false,
-        "InvalidNodeName",
-        "spec.nodeName is invalid",
-        generation,
-        now,
-    );
-    touch(&mut s, generation, now);
-    Step {
-        status: s,
-        events,
-        requeue: Requeue::After(REQUEUE_INVALID),
-    }
+    let error = invalid_node_name_error(node, why);
+    let cordoned = ("InvalidNodeName", "spec.nodeName is invalid".to_owned());
+    let requeue = REQUEUE_INVALID;
+    failed(old, Vec::new(), error, cordoned, requeue, generation, now)
 }
 
 /// `lastError` for a nodeName that cannot name a Node: upstream's text for the same input first
@@ -148,29 +133,13 @@ pub(crate) fn node_missing(
     generation: Option<i64>,
     now: jiff::Timestamp,
 ) -> Step {
-    let mut s = old.clone();
-    let mut events = Vec::new();
-    fail_with(
-        old,
-        &mut s,
-        &mut events,
-        format!("nodes \"{node}\" not found"),
-    );
-    set_condition(
-        &mut s,
-        condition::CORDONED,
-        false,
+    let error = format!("nodes \"{node}\" not found");
+    let cordoned = (
         "NodeNotFound",
         format!("node {node} does not exist; maintenance resumes when it appears"),
-        generation,
-        now,
     );
-    touch(&mut s, generation, now);
-    Step {
-        status: s,
-        events,
-        requeue: Requeue::After(REQUEUE_NODE_MISSING),
-    }
+    let requeue = REQUEUE_NODE_MISSING;
+    failed(old, Vec::new(), error, cordoned, requeue, generation, now)
 }
 
 /// The node under the name entered is another machine ([`Replaced`]): phase Failed, a lastError
@@ -185,7 +154,6 @@ pub(crate) fn node_replaced(
     generation: Option<i64>,
     now: jiff::Timestamp,
 ) -> Step {
-    let mut s = old.clone();
     let mut events = Vec::new();
     let found = if replaced.found.is_empty() {
         "none".to_owned()
@@ -206,22 +174,32 @@ pub(crate) fn node_replaced(
             text.clone(),
         ));
     }
-    fail_with(old, &mut s, &mut events, text.clone());
-    set_condition(
-        &mut s,
-        condition::CORDONED,
-        false,
-        "NodeReplaced",
-        text,
+    let cordoned = ("NodeReplaced", text.clone());
+    let requeue = REQUEUE_NODE_MISSING;
+    failed(old, events, text, cordoned, requeue, generation, now)
+}
+
+/// Phase Failed with `error` in `lastError` and `Cordoned=False` (`cordoned`: reason and
+/// message), after `events`: a node this maintenance cannot maintain; back after `requeue`.
+fn failed(
+    old: &NodeMaintenanceStatus,
+    mut events: Vec<PlannedEvent>,
+    error: String,
+    cordoned: (&str, String),
+    requeue: Duration,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Step {
+    let mut s = old.clone();
+    fail_with(old, &mut s, &mut events, error);
+    not_cordoned(
+        s,
+        events,
+        cordoned,
+        Requeue::After(requeue),
         generation,
         now,
-    );
-    touch(&mut s, generation, now);
-    Step {
-        status: s,
-        events,
-        requeue: Requeue::After(REQUEUE_NODE_MISSING),
-    }
+    )
 }
 
 /// The node exists: a maintenance that failed because it was missing is Running again.

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::condition::{self, condition};
+use super::condition::{self, condition, set_condition};
 use crate::api::{MaintenancePhase, NodeMaintenanceStatus, PodReference};
 
 pub(crate) use crate::server_time::now_time;
@@ -283,5 +283,33 @@ pub(crate) fn pods_left(status: &NodeMaintenanceStatus) -> String {
         "none listed".to_string()
     } else {
         left.join(", ")
+    }
+}
+
+/// `s` with `Cordoned=False` (`reason`, `message`) and stamped: the step of a pass that does not
+/// hold the node (its name unusable, the node missing, replaced or another maintenance's, the
+/// lease lost for good), with its `events`, back after `requeue`.
+pub(crate) fn not_cordoned(
+    mut s: NodeMaintenanceStatus,
+    events: Vec<PlannedEvent>,
+    (reason, message): (&str, impl Into<String>),
+    requeue: Requeue,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Step {
+    set_condition(
+        &mut s,
+        condition::CORDONED,
+        false,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    touch(&mut s, generation, now);
+    Step {
+        status: s,
+        events,
+        requeue,
     }
 }
