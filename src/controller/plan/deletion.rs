@@ -1,14 +1,15 @@
 //! The deletion pass: restore the node (or hand it to the next NodeMaintenance for it), give up
 //! the lease, remove the finalizer.
 
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
+use super::node_found::validate_node_name;
+use super::observed::ObservedDeletion;
+use super::outcome::{Plan, Then};
 use super::release::{exit, invalidate};
 use super::status::{EventTarget, PlannedEvent, Requeue, event};
 use super::write::{NodePurpose, Write, Writes};
-use super::{Plan, Then, validate_node_name};
 use crate::api::{FINALIZER, NodeMaintenance, NodeMaintenanceStatus};
 use crate::controller::memory::{Remember, StatusSchema};
 
@@ -76,38 +77,6 @@ pub(crate) fn successor<'a>(
             };
             key(a).cmp(&key(b))
         })
-}
-
-/// What the deletion pass of a NodeMaintenance observed (the input of [`plan_deletion`]).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct ObservedDeletion {
-    /// `metadata.name` of the NodeMaintenance being deleted.
-    pub(crate) name: String,
-    /// Its `metadata.uid`.
-    pub(crate) uid: Option<String>,
-    /// The node it entered ([`ENTERED_NODE_ANNOTATION`](crate::api::ENTERED_NODE_ANNOTATION)),
-    /// else `spec.nodeName`.
-    pub(crate) node_name: String,
-    /// The node as read; `None` when it does not exist or `node_name` is no valid node name
-    /// (then it was not read).
-    pub(crate) node: Option<Node>,
-    /// The live NodeMaintenance that should take the node over ([`successor`]): name and uid.
-    pub(crate) successor: Option<(String, Option<String>)>,
-    /// `status.phase` is set: the maintenance was started (by us or by upstream NMO).
-    pub(crate) started: bool,
-    /// The node's medik8s lease (`None`: there is none, or `node_name` is invalid).
-    pub(crate) lease: Option<Lease>,
-    /// `metadata.finalizers` of the NodeMaintenance.
-    pub(crate) finalizers: Vec<String>,
-
-    /// KubeVirt's evacuations off the node (empty without KubeVirt); cancelled only when this
-    /// pass restores the node.
-    pub(crate) evacuations: crate::drain::cancel::Evacuations,
-
-    /// The node as read is another machine than the one entered under its name
-    /// ([`super::replaced`]): never adopted (nothing on it was ours; a record on it is another
-    /// maintenance's, and is left alone as any other holder's).
-    pub(crate) replaced: bool,
 }
 
 /// Plans the deletion pass (docs/design.md §3: restore, or hand over to a successor): the node,

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::condition::{self, set_condition};
+use super::outcome::{DrainRound, Plan, Then};
 use super::pass::{Flow, Pass};
 use super::status::{
     EventTarget, PlannedEvent, REQUEUE_SUCCEEDED, REQUEUE_TERMINATING, Requeue, Step, count, event,
@@ -12,7 +13,6 @@ use super::status::{
 };
 use super::volume_detach;
 use super::write::Writes;
-use super::{DrainRound, Plan, Then};
 use crate::api::{MaintenancePhase, NodeMaintenanceStatus};
 use crate::controller::memory::Remember;
 use crate::drain::{self, DrainReport};

@@ -13,9 +13,10 @@
 use std::ops::ControlFlow;
 use std::time::Duration;
 
+use super::observed::{Observed, ObservedMaintenance};
+use super::outcome::{Plan, Then};
 use super::pass::{Flow, Pass};
 use super::status::REQUEUE_SUCCEEDED;
-use super::{Observed, ObservedMaintenance, Plan, Then};
 use crate::api::Stage;
 
 /// The maintenance pass: runs the steps of its stage ([`steps`]) in order until one ends the

@@ -6,6 +6,7 @@
 //! writes; neither decides (docs/design.md §1).
 //!
 //! - `maintenance.rs`: the maintenance pass: its steps in their order, those each stage runs;
+//! - `observed.rs`, `outcome.rs`: what a pass read, and what it does;
 //! - `pass.rs`: the pass being planned, and how it ends;
 //! - one file per step, its flow with its status: `release.rs` (every exit of the node: stage,
 //!   moved node, lost lease, deletion), `node_found.rs`, `init.rs`, `stage.rs`, `lease.rs`,
@@ -36,6 +37,8 @@ mod lease;
 mod maintenance;
 mod node_conditions;
 mod node_found;
+mod observed;
+mod outcome;
 mod pass;
 mod pre_drain_hooks;
 mod preflight;
@@ -53,25 +56,23 @@ pub(crate) mod timeline;
 mod volume_detach;
 mod write;
 
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
-use super::memory::{Memory, Remember, StatusSchema};
-use crate::api::{FINALIZER, NodeMaintenance, NodeMaintenanceStatus};
-use crate::drain::Survey;
+use crate::api::{FINALIZER, NodeMaintenance};
 
-pub(crate) use deletion::{ObservedDeletion, successor};
+pub(crate) use deletion::successor;
 pub(crate) use draining::drained_plan;
 #[cfg(test)]
 use encode::STATUS_FIELDS;
 pub(crate) use encode::last_error_patch;
-pub(crate) use node_found::replaced;
+pub(crate) use node_found::{replaced, validate_node_name};
+pub(crate) use observed::{Observed, ObservedDeletion, ObservedMaintenance, World};
+pub(crate) use outcome::{Plan, Then};
 pub(crate) use preflight::preflight_plan;
 #[cfg(test)]
 pub(crate) use status::event;
 pub(crate) use status::{EventTarget, LEASE_WAIT_INITIAL, PlannedEvent, Requeue, is_terminal};
-pub(crate) use write::{NodePurpose, Precondition, Write};
+pub(crate) use write::{NodePurpose, Write};
 
 /// What to do with a NodeMaintenance before looking at its node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,34 +115,6 @@ pub(crate) fn entry(nm: &NodeMaintenance) -> Entry {
         Err(why) => Entry::InvalidNodeName(why),
         Ok(()) => Entry::Maintain,
     }
-}
-
-/// Whether `name` can be a Node name ([`crate::api::validate_node_name`], the webhook's rule
-/// too) and that node can have a medik8s lease ([`crate::lease::lease_name_error`]: a name of
-/// more than 248 characters cannot, `docs/drain-contract.md` §7); the error says why not, for
-/// `status.lastError`. Such a name is maintained by nobody: no node or lease is touched.
-///
-/// # Errors
-/// The reason as a clause (`it is empty`).
-pub(crate) fn validate_node_name(name: &str) -> Result<(), String> {
-    crate::api::validate_node_name(name).map_err(|e| e.to_string())?;
-    crate::lease::lease_name_error(name).map_or(Ok(()), Err)
-}
-
-/// Everything one pass reads (the output of the reconcile's `observe`, the input of [`plan`]).
-#[derive(Clone, Debug)]
-pub(crate) struct Observed {
-    /// The NodeMaintenance as the pass began with it.
-    pub(crate) nm: NodeMaintenance,
-    /// What was read besides it; which part depends on [`reads`].
-    pub(crate) world: World,
-    /// What earlier passes of this object remember.
-    pub(crate) memory: Memory,
-    /// Which status fields the installed CRD keeps, as learnt so far.
-    pub(crate) schema: StatusSchema,
-    /// The operator's defaults of the drain knobs (its flags), resolved with the object's own
-    /// ([`crate::policy::resolve`]).
-    pub(crate) policy: crate::policy::Defaults,
 }
 
 /// What a pass reads besides the NodeMaintenance ([`reads`]).
@@ -197,109 +170,6 @@ pub(crate) fn reads(nm: &NodeMaintenance) -> Reads {
         },
         Entry::Ignore | Entry::Terminal | Entry::AddFinalizer => Reads::Nothing,
     }
-}
-
-/// What a pass read besides the NodeMaintenance.
-#[derive(Clone, Debug)]
-pub(crate) enum World {
-    /// Nothing: the pass ends without touching node or lease.
-    Nothing,
-    /// The deletion pass's reads.
-    Deletion(Box<ObservedDeletion>),
-    /// The maintenance pass's reads.
-    Maintenance(Box<ObservedMaintenance>),
-}
-
-/// What a maintenance pass read: pods, node and lease, each only when the pass gets that far
-/// (`None` otherwise, or when absent).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct ObservedMaintenance {
-    /// The pods on the node, read only while `status.phase` is unset (status initialisation).
-    pub(crate) survey: Option<Survey>,
-    /// The node (`None`: it does not exist, or it was not read).
-    pub(crate) node: Option<Node>,
-    /// When the API server answered the node's read: its `Date` header (whole seconds; `None`
-    /// when not read or the header was missing). The drain's start when this pass enters the
-    /// node, else the plan's `now` (the operator's clock).
-    pub(crate) server_time: Option<jiff::Timestamp>,
-    /// The node's medik8s lease (`None`: there is none, or it was not read).
-    pub(crate) lease: Option<Lease>,
-    /// The lease namespace is missing (read only when the lease is).
-    pub(crate) lease_namespace_missing: bool,
-    /// Whether the NodeMaintenance recorded as the node's holder still exists (`true` while the
-    /// cache has not listed everything).
-    pub(crate) holder_live: bool,
-    /// Where the maintenance stands in the drain budget (`None`: no budget is set, or it takes
-    /// no part).
-    pub(crate) queue: Option<super::queue::Place>,
-    /// The node entered first when `spec.nodeName` no longer names it ([`Reads::EnteredNode`]):
-    /// its name, the node and its lease as read.
-    pub(crate) entered: Option<(String, Option<Node>, Option<Lease>)>,
-}
-
-/// Everything one pass does.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Plan {
-    /// The writes, in order; the first that fails ends the pass.
-    pub(crate) writes: Vec<Write>,
-    /// After the writes.
-    pub(crate) then: Then,
-    /// What the object's memory becomes once the writes are done.
-    pub(crate) remember: Remember,
-    /// The status the pass ends with, for the metrics (`None`: the pass plans none).
-    pub(crate) status: Option<NodeMaintenanceStatus>,
-}
-
-impl Plan {
-    fn wait(writes: Vec<Write>) -> Self {
-        Plan {
-            writes,
-            then: Then::Requeue(Requeue::Never),
-            remember: Remember::Same,
-            status: None,
-        }
-    }
-
-    /// Each write's kind and precondition, in order (the debug log).
-    pub(crate) fn preconditions(&self) -> Vec<(&'static str, Precondition)> {
-        self.writes
-            .iter()
-            .map(|w| (w.kind(), w.precondition()))
-            .collect()
-    }
-}
-
-/// How a pass goes on after its writes.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Then {
-    /// Come back then ([`Requeue::LeaseWait`] never appears here: the plan resolves it).
-    Requeue(Requeue),
-    /// Run one drain round, then write what [`drained_plan`] makes of it.
-    Drain(Box<DrainRound>),
-    /// Ask the node's evictions with a dry run (the stage Preflight), then write what
-    /// [`preflight_plan`] makes of the refusals.
-    Preflight(Box<DrainRound>),
-}
-
-/// What the drain round needs from the pass that planned it.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct DrainRound {
-    /// The node.
-    pub(crate) node: String,
-    /// The status before the drain (with the node entered).
-    pub(crate) status: NodeMaintenanceStatus,
-    /// The status the API server holds once the pass's writes are done.
-    pub(crate) stored: NodeMaintenanceStatus,
-    /// When the drain started, the time the drain compares pods' creation with
-    /// (`timeline::arrival`): the start recorded on the node when the drain started (the API
-    /// server's time of the node read of the pass that started it).
-    pub(crate) started: Option<jiff::Timestamp>,
-    /// The maintenance's drain policy, resolved by the pass ([`crate::policy::resolve`]).
-    pub(crate) policy: crate::policy::DrainPolicy,
-    /// `metadata.generation`.
-    pub(crate) generation: Option<i64>,
-    /// The status fields the API server prunes.
-    pub(crate) pruned: Vec<String>,
 }
 
 /// The whole decision of one pass (pure: no I/O, no clock): the entry decision with our

@@ -9,10 +9,11 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
 use super::abort;
+use super::observed::{Observed, ObservedMaintenance};
+use super::outcome::{DrainRound, Plan, Then};
 use super::status::{Requeue, Step, lease_wait};
 use super::timeline::{self, Timeline};
 use super::write::Writes;
-use super::{DrainRound, Observed, ObservedMaintenance, Plan, Then};
 use crate::api::{MaintenancePhase, NodeMaintenanceStatus, OnTimeout, Stage};
 use crate::controller::memory::{Memory, Remember};
 use crate::controller::queue::Place;

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
+use super::outcome::{DrainRound, Plan, Then};
 use super::status::{Requeue, Step, non_empty, touch};
 use super::write::Writes;
-use super::{DrainRound, Plan, Then};
 use crate::api::NodeMaintenanceStatus;
 use crate::controller::memory::Remember;
 

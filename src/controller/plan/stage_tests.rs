@@ -4,8 +4,12 @@ use super::condition::{condition, set_condition};
 use super::preflight::REQUEUE_PREFLIGHT;
 use super::status::REQUEUE_SUCCEEDED;
 use super::*;
+use crate::api::NodeMaintenanceStatus;
 use crate::api::{MaintenancePhase, NodeMaintenanceSpec, PodBlocker, Stage};
+use crate::controller::memory::{Memory, StatusSchema};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1::LeaseSpec;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use std::time::Duration;
 

@@ -1,12 +1,18 @@
 use super::condition::{self, condition, set_condition};
 use super::encode::{needs_write, status_patch};
+use super::outcome::DrainRound;
 use super::*;
 use super::{draining::*, enter::*, init::*, lease::*, node_found::*, slot::*, status::*};
+use crate::api::NodeMaintenanceStatus;
 use crate::api::{MaintenancePhase, NodeMaintenanceSpec, PodBlocker, PodReference};
+use crate::controller::memory::{Memory, Remember, StatusSchema};
 use crate::drain::DrainReport;
+use crate::drain::Survey;
 use crate::drain::{self, reason};
 use deletion::{DeletionPlan, NodeSeen, deletion_plan};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1::LeaseSpec;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use std::time::Duration;
 

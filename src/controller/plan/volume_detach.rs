@@ -150,7 +150,8 @@ mod tests {
     use super::*;
     use crate::api::OnTimeout;
     use crate::controller::plan::encode::needs_write;
-    use crate::controller::plan::{DrainRound, Then, drained_plan};
+    use crate::controller::plan::outcome::DrainRound;
+    use crate::controller::plan::{Then, drained_plan};
     use crate::drain::DrainReport;
     use crate::drain::volume_detach::{Attachment, Observed};
 
