@@ -177,7 +177,7 @@ pub(crate) fn reads(nm: &NodeMaintenance) -> Reads {
 /// deletion pass or the maintenance pass.
 pub(crate) fn plan(o: &Observed, now: jiff::Timestamp) -> Plan {
     let (add_finalizer, e) = entry_with_finalizer(&o.nm);
-    let cleanup = e == Entry::Cleanup;
+    let cleanup = matches!((&o.world, &e), (World::Deletion(_), Entry::Cleanup));
     let (first, last) = preflight_events::writes(&o.nm, &o.policy, add_finalizer, cleanup);
     let mut plan = match (&o.world, e) {
         (World::Deletion(d), Entry::Cleanup) => deletion::plan_deletion(d, now),
