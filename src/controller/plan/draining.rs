@@ -12,9 +12,7 @@ use super::status::{
     names, non_empty, now_time, touch,
 };
 use super::volume_detach;
-use super::write::Writes;
 use crate::api::{MaintenancePhase, NodeMaintenanceStatus};
-use crate::controller::memory::Remember;
 use crate::drain::{self, DrainReport};
 
 /// Next pass while an eviction is refused (upstream's `waitDurationOnDrainError`).
@@ -63,26 +61,18 @@ pub(crate) fn drained_plan(
         let bound = vd::bound(&round.policy);
         step = volume_detach::hold(step, &round.status, verdict, bound, round.generation, now);
     }
-    let mut writes = Writes {
-        list: Vec::new(),
-        stored: round.stored.clone(),
-        pruned: round.pruned.clone(),
-    };
+    let mut writes = round.writes();
     // Events about single pods first: the round has already recorded them as announced in the
     // drain's memory, so a status write that finds the object changed (a pass woken by an
     // eviction's answer may read the cache before our previous write reached it) must not take
     // them with it. The phase's events follow the status they announce.
-    let (about_pods, phase): (Vec<_>, Vec<_>) =
-        step.events.into_iter().partition(|e| e.pod.is_some());
+    let (about_pods, phase): (Vec<_>, Vec<_>) = std::mem::take(&mut step.events)
+        .into_iter()
+        .partition(|e| e.pod.is_some());
     writes.events(about_pods, None);
     writes.status(&step.status);
     writes.events(phase, None);
-    Plan {
-        writes: writes.list,
-        then: Then::Requeue(step.requeue),
-        remember: Remember::Same,
-        status: Some(step.status),
-    }
+    Plan::after_round(writes, step)
 }
 
 /// `(evictionPods - pending) * 100 / evictionPods`, clamped to 0..=100; 0 when nothing was up

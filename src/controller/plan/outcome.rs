@@ -1,8 +1,8 @@
 //! What one pass does ([`Plan`]): its writes in order, then a requeue or a drain round
 //! ([`Then`], [`DrainRound`]), and what the object's memory becomes. A leaf of the plan.
 
-use super::status::Requeue;
-use super::write::{Precondition, Write};
+use super::status::{Requeue, Step};
+use super::write::{Precondition, Write, Writes};
 use crate::api::NodeMaintenanceStatus;
 use crate::controller::memory::Remember;
 
@@ -26,6 +26,16 @@ impl Plan {
             then: Then::Requeue(Requeue::Never),
             remember: Remember::Same,
             status: None,
+        }
+    }
+
+    /// The plan of a drain round's answers: `writes`, then back as `step` says.
+    pub(super) fn after_round(writes: Writes, step: Step) -> Self {
+        Plan {
+            writes: writes.list,
+            then: Then::Requeue(step.requeue),
+            remember: Remember::Same,
+            status: Some(step.status),
         }
     }
 
@@ -69,4 +79,15 @@ pub(crate) struct DrainRound {
     pub(crate) generation: Option<i64>,
     /// The status fields the API server prunes.
     pub(crate) pruned: Vec<String>,
+}
+
+impl DrainRound {
+    /// The writes after the round, from the status the pass's writes left stored.
+    pub(super) fn writes(&self) -> Writes {
+        Writes {
+            list: Vec::new(),
+            stored: self.stored.clone(),
+            pruned: self.pruned.clone(),
+        }
+    }
 }

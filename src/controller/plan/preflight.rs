@@ -2,11 +2,9 @@
 
 use std::time::Duration;
 
-use super::outcome::{DrainRound, Plan, Then};
+use super::outcome::{DrainRound, Plan};
 use super::status::{Requeue, Step, non_empty, touch};
-use super::write::Writes;
 use crate::api::NodeMaintenanceStatus;
-use crate::controller::memory::Remember;
 
 /// Re-check of a maintenance in stage Preflight: its dry-run evictions ask once per pod, so not
 /// at the drain's pace.
@@ -20,18 +18,9 @@ pub(crate) fn preflight_plan(
     now: jiff::Timestamp,
 ) -> Plan {
     let step = preflight(&round.status, blockers, round.generation, now);
-    let mut writes = Writes {
-        list: Vec::new(),
-        stored: round.stored.clone(),
-        pruned: round.pruned.clone(),
-    };
+    let mut writes = round.writes();
     writes.status(&step.status);
-    Plan {
-        writes: writes.list,
-        then: Then::Requeue(step.requeue),
-        remember: Remember::Same,
-        status: Some(step.status),
-    }
+    Plan::after_round(writes, step)
 }
 
 /// The stage Preflight's findings: `blockers` (what the dry-run evictions refused, capped as the
