@@ -48,6 +48,15 @@ pub(crate) async fn request_dated<T: DeserializeOwned>(
     Ok((value, date))
 }
 
+/// `now` with the 1 s precision of `metav1.Time`, so a value read back compares equal.
+pub(crate) fn now_time(
+    now: jiff::Timestamp,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        jiff::Timestamp::from_second(now.as_second()).unwrap_or(now),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,6 @@ use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
 use super::context::{Context, Error, REPORTER};
@@ -89,31 +88,6 @@ fn record_metrics(
         ctx.metrics.drain_duration(seconds.max(0.0));
         tracing::info!("Maintenance was completed - all pods were evicted");
     }
-}
-
-/// The precondition of a drain round's evictions, checked as the executor checks every write's:
-/// whether it may evict for `nm`. The cache's copy exists with the same uid and is not
-/// deleting, and, while the NodeMaintenance watch is away ([`Context::nms_synced`] false), a GET
-/// from the API server says the same. A failed GET defers the round.
-///
-/// An eviction cannot be taken back, so none on the word of a copy that may be stale (a
-/// reconcile started before a relist finished holds the copy from before it; docs/design.md
-/// §7). Read at the last moment before evicting, not with the rest of the pass.
-pub(crate) async fn may_evict(ctx: &Context, nm: &NodeMaintenance) -> bool {
-    let current = |o: &NodeMaintenance| {
-        o.metadata.deletion_timestamp.is_none() && o.metadata.uid == nm.metadata.uid
-    };
-    if !ctx
-        .store
-        .get(&ObjectRef::from_obj(nm))
-        .is_some_and(|o| current(&o))
-    {
-        return false;
-    }
-    if *ctx.nms_synced.borrow() {
-        return true;
-    }
-    matches!(ctx.nms.get_opt(&nm.name_any()).await, Ok(Some(o)) if current(&o))
 }
 
 /// The controller's action for a plan's requeue.

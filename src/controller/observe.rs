@@ -1,6 +1,7 @@
 //! The reads of a pass, into one [`Observed`]: what [`plan::reads`] says the pass needs, plus
-//! what earlier passes remember (`memory.rs`). Nothing here decides or writes; a dry run that
-//! learns the status schema is the one request that looks like a write, and it changes nothing.
+//! what earlier passes remember (`memory.rs`); and the reads made later in a pass, right before
+//! an eviction ([`may_evict`]). Nothing here decides or writes; a dry run that learns the status
+//! schema is the one request that looks like a write, and it changes nothing.
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -211,10 +212,37 @@ async fn deletion(
 /// counts as live (the record is kept); after that the cache is complete, and the holder
 /// annotation is only ever written for objects in it.
 pub(crate) fn holder_is_live(ctx: &Context, holder: &str, uid: Option<&str>) -> bool {
-    if !*ctx.nms_synced.borrow() {
+    !*ctx.nms_synced.borrow() || in_cache(ctx, holder, uid)
+}
+
+/// Whether the controller's cache holds NodeMaintenance `name` (with `uid`, when given).
+pub(crate) fn in_cache(ctx: &Context, name: &str, uid: Option<&str>) -> bool {
+    ctx.store
+        .get(&ObjectRef::new(name))
+        .is_some_and(|o| uid.is_none_or(|u| o.metadata.uid.as_deref() == Some(u)))
+}
+
+/// The precondition of a drain round's evictions, checked as the executor checks every write's:
+/// whether it may evict for `nm`. The cache's copy exists with the same uid and is not
+/// deleting, and, while the NodeMaintenance watch is away ([`Context::nms_synced`] false), a GET
+/// from the API server says the same. A failed GET defers the round.
+///
+/// An eviction cannot be taken back, so none on the word of a copy that may be stale (a
+/// reconcile started before a relist finished holds the copy from before it; docs/design.md
+/// §7). Read at the last moment before evicting, not with the rest of the pass.
+pub(crate) async fn may_evict(ctx: &Context, nm: &NodeMaintenance) -> bool {
+    let current = |o: &NodeMaintenance| {
+        o.metadata.deletion_timestamp.is_none() && o.metadata.uid == nm.metadata.uid
+    };
+    if !ctx
+        .store
+        .get(&ObjectRef::from_obj(nm))
+        .is_some_and(|o| current(&o))
+    {
+        return false;
+    }
+    if *ctx.nms_synced.borrow() {
         return true;
     }
-    ctx.store
-        .get(&ObjectRef::new(holder))
-        .is_some_and(|o| uid.is_none_or(|u| o.metadata.uid.as_deref() == Some(u)))
+    matches!(ctx.nms.get_opt(&nm.name_any()).await, Ok(Some(o)) if current(&o))
 }

@@ -18,7 +18,6 @@ use std::sync::Arc;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::runtime::reflector::ObjectRef;
 use serde_json::{Map, Value};
 
 use super::context::Context;
@@ -201,11 +200,7 @@ async fn settle(ctx: &Context, name: &str) -> Result<(), SettleError> {
         return Ok(());
     };
     let targeted = ctx.store.state().iter().any(|nm| targets(nm, name));
-    let is_live = |holder: &str, uid: Option<&str>| {
-        ctx.store
-            .get(&ObjectRef::new(holder))
-            .is_some_and(|o| uid.is_none_or(|u| o.metadata.uid.as_deref() == Some(u)))
-    };
+    let is_live = |holder: &str, uid: Option<&str>| super::observe::in_cache(ctx, holder, uid);
     if let Some(ended) = orphan_conditions(&node, &is_live, targeted, jiff::Timestamp::now()) {
         tracing::info!(node = %name, "ending the lifecycle conditions of a vanished NodeMaintenance");
         if let super::act::Executed::Stopped = super::act::execute_unowned(ctx, vec![ended]).await?

@@ -109,7 +109,7 @@ async fn pass(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
             });
         }
     };
-    if !act::may_evict(ctx, &current).await {
+    if !super::observe::may_evict(ctx, &current).await {
         tracing::debug!("NodeMaintenance may be deleting; drain round deferred");
         return Ok(Action::requeue(Duration::from_secs(1)));
     }

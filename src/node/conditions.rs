@@ -173,7 +173,7 @@ pub(crate) fn patch(
     let ended = (false, MAINTENANCE_ENDED);
     let each = wanted.map_or([ended; 4].map(|v| ("", v)), |l| l.each());
     let message = message(nm);
-    let now = crate::controller::plan::now_time(now);
+    let now = crate::server_time::now_time(now);
     let changed: Vec<Value> = TYPES
         .iter()
         .zip(each)

@@ -7,7 +7,7 @@
 //!    read) records the abort in status and ends: phase `Failed`, `lastError`, condition
 //!    [`ABORTED`]`=True` with reason [`DRAIN_ABORTED`]; nothing else is written.
 //! 2. [`standing`]: every later pass reads that condition (not a memory of this process, so a
-//!    restarted or new leader reads it too) and runs [`super::steps::ABORTED_STEPS`]: the node
+//!    restarted or new leader reads it too) and runs [`super::maintenance::ABORTED_STEPS`]: the node
 //!    restored as a delete would restore it and the lease given up (both no-ops once done), no
 //!    lease taken, no node entered, no round. The drain gate ([`crate::drain::gate::may_send`])
 //!    reads the same condition, so evictions a round decided before the abort are not sent.
@@ -21,40 +21,20 @@
 
 use std::time::Duration;
 
-use super::*;
-use crate::api::{MaintenancePhase, OnTimeout, Stage};
+use super::condition::{
+    ABORT_ENDED, ABORT_MARKER, ABORTED, DRAIN_ABORTED, is_aborted, set_condition,
+};
+use super::status::{
+    EventTarget, PlannedEvent, Requeue, Step, event, fail_with, is_terminal, passed, pods_left,
+    touch,
+};
+use crate::api::{MaintenancePhase, NodeMaintenanceStatus, OnTimeout, Stage};
 
-/// Condition type recording that the drain was aborted at its deadline (`True`), or that the
-/// abort is over (`False`: a stage short of Cordon ended it).
-pub(crate) const ABORTED: &str = crate::api::ABORTED_CONDITION;
-/// Reason of `Aborted=True`: the drain did not finish by its deadline and `onTimeout` is `Abort`.
-pub(crate) const DRAIN_ABORTED: &str = crate::api::DRAIN_ABORTED_REASON;
-/// Reason of `Aborted=False` once a stage short of Cordon ended the abort.
-pub(crate) const ABORT_ENDED: &str = "AbortEnded";
 /// The pass after the abort is recorded starts with the status write's own watch event, once the
 /// controller's cache holds it (the write changes the phase and a condition: `write::wakes`), so
 /// it reads the abort back; this is its fallback. A timer of its own could start that pass on a
 /// cache without the write, which would record the abort (and announce it) again.
 pub(crate) const REQUEUE_ABORTED: Duration = Duration::from_secs(5);
-
-/// What `lastError` says of an abort; read back only where the CRD prunes conditions.
-pub(crate) const ABORT_MARKER: &str = "onTimeout Abort: the drain is aborted";
-
-/// Whether `status` records an abort in force: `Aborted=True`; on a CRD that prunes conditions
-/// (upstream's, which keeps `phase` and `lastError`), no `Aborted` condition at all, phase
-/// Failed and `lastError` saying so ([`ABORT_MARKER`]).
-pub(crate) fn is_aborted(status: &NodeMaintenanceStatus) -> bool {
-    match condition(status, ABORTED) {
-        Some(c) => c.status == "True",
-        None => {
-            status.phase == Some(MaintenancePhase::Failed)
-                && status
-                    .last_error
-                    .as_deref()
-                    .is_some_and(|e| e.contains(ABORT_MARKER))
-        }
-    }
-}
 
 /// The status a pass of `stage` starts from, and whether the abort it records is in force: a
 /// stage short of Cordon (`Idle`, `Preflight`) ends it (`Aborted=False` reason [`ABORT_ENDED`],
@@ -90,8 +70,7 @@ pub(crate) fn standing(
         s.phase = Some(MaintenancePhase::Running);
     }
     s.last_error = None;
-    s.last_update = Some(now_time(now));
-    s.observed_generation = generation;
+    touch(&mut s, generation, now);
     (s, false)
 }
 
@@ -117,22 +96,8 @@ pub(crate) fn at_deadline(
     {
         return None;
     }
-    let at = deadline.map(|d| d.to_string()).unwrap_or_default();
-    let secs = timeout.map_or(0, |t| t.as_secs());
-    let passed =
-        format!("the drain did not finish within its drainTimeout of {secs}s (deadline {at})");
-    let left: Vec<String> = match &status.blockers {
-        Some(b) if !b.is_empty() => b
-            .iter()
-            .map(|b| format!("{}/{} ({})", b.namespace, b.name, b.reason))
-            .collect(),
-        _ => status.pending_pods.clone().unwrap_or_default(),
-    };
-    let left = if left.is_empty() {
-        "none listed".to_string()
-    } else {
-        left.join(", ")
-    };
+    let passed = passed(timeout, deadline);
+    let left = pods_left(status);
     let text = crate::bounds::truncate(
         &format!(
             "{passed}; {ABORT_MARKER}, the node restored as on delete and nothing more \
@@ -146,29 +111,14 @@ pub(crate) fn at_deadline(
         event::DEADLINE_EXCEEDED,
         format!("{passed}; {}", OnTimeout::Abort.consequence()),
     )];
-    if s.phase != Some(MaintenancePhase::Failed) {
-        events.push(PlannedEvent::warning(
-            EventTarget::Maintenance,
-            event::FAILED.0,
-            event::FAILED.1,
-        ));
-    }
-    s.phase = Some(MaintenancePhase::Failed);
-    s.last_error = Some(text.clone());
+    fail_with(status, &mut s, &mut events, text.clone());
     set_condition(&mut s, ABORTED, true, DRAIN_ABORTED, text, generation, now);
-    s.last_update = Some(now_time(now));
-    s.observed_generation = generation;
+    touch(&mut s, generation, now);
     Some(Step {
         status: s,
         events,
         requeue: Requeue::After(REQUEUE_ABORTED),
     })
-}
-
-/// Whether the maintenance `nm`, as the controller's cache holds it, records an abort in force:
-/// the drain gate's reading ([`crate::drain::gate::may_send`]).
-pub(crate) fn aborted(nm: &NodeMaintenance) -> bool {
-    nm.status.as_ref().is_some_and(is_aborted)
 }
 
 #[cfg(test)]

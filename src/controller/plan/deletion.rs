@@ -1,11 +1,17 @@
 //! The deletion pass: restore the node (or hand it to the next NodeMaintenance for it), give up
 //! the lease, remove the finalizer.
 
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
-use super::*;
+use super::node_found::validate_node_name;
+use super::observed::ObservedDeletion;
+use super::outcome::{Plan, Then};
+use super::release::{exit, invalidate};
+use super::status::{EventTarget, PlannedEvent, Requeue, event};
+use super::write::{NodePurpose, Write, Writes};
+use crate::api::{FINALIZER, NodeMaintenance, NodeMaintenanceStatus};
+use crate::controller::memory::{Remember, StatusSchema};
 
 /// How the node looked when its NodeMaintenance is being deleted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,47 +79,11 @@ pub(crate) fn successor<'a>(
         })
 }
 
-/// What the deletion pass of a NodeMaintenance observed (the input of [`plan_deletion`]).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct ObservedDeletion {
-    /// `metadata.name` of the NodeMaintenance being deleted.
-    pub(crate) name: String,
-    /// Its `metadata.uid`.
-    pub(crate) uid: Option<String>,
-    /// The node it entered ([`ENTERED_NODE_ANNOTATION`](crate::api::ENTERED_NODE_ANNOTATION)),
-    /// else `spec.nodeName`.
-    pub(crate) node_name: String,
-    /// The node as read; `None` when it does not exist or `node_name` is no valid node name
-    /// (then it was not read).
-    pub(crate) node: Option<Node>,
-    /// The live NodeMaintenance that should take the node over ([`successor`]): name and uid.
-    pub(crate) successor: Option<(String, Option<String>)>,
-    /// `status.phase` is set: the maintenance was started (by us or by upstream NMO).
-    pub(crate) started: bool,
-    /// The node's medik8s lease (`None`: there is none, or `node_name` is invalid).
-    pub(crate) lease: Option<Lease>,
-    /// `metadata.finalizers` of the NodeMaintenance.
-    pub(crate) finalizers: Vec<String>,
-
-    /// KubeVirt's evacuations off the node (empty without KubeVirt); cancelled only when this
-    /// pass restores the node.
-    pub(crate) evacuations: crate::drain::cancel::Evacuations,
-
-    /// The node as read is another machine than the one entered under its name
-    /// ([`super::replaced`]): never adopted (nothing on it was ours; a record on it is another
-    /// maintenance's, and is left alone as any other holder's).
-    pub(crate) replaced: bool,
-}
-
 /// Plans the deletion pass (docs/design.md §3: restore, or hand over to a successor): the node,
-/// the lease, then the finalizer and `removed` (`RemovedMaintenance`, or `RemovedPreflight`:
-/// `preflight_events::removed`); the object's memory is forgotten. An invalid node name touches
+/// the lease, then the finalizer (its `RemovedMaintenance` event follows, `preflight_events`); the
+/// object's memory is forgotten. An invalid node name touches
 /// no node and no lease.
-pub(super) fn plan_deletion(
-    o: &ObservedDeletion,
-    removed: (&'static str, &'static str),
-    now: jiff::Timestamp,
-) -> Plan {
+pub(super) fn plan_deletion(o: &ObservedDeletion, now: jiff::Timestamp) -> Plan {
     let mut w = Writes::new(NodeMaintenanceStatus::default(), &StatusSchema::default());
     let me = crate::node::Claimant {
         name: &o.name,
@@ -138,8 +108,8 @@ pub(super) fn plan_deletion(
         let successor = o.successor.as_ref().map(|(n, _)| n.as_str());
         match (deletion_plan(seen, &o.name, successor), node) {
             (DeletionPlan::Exit, Some(node)) => {
-                exit(&mut w, &o.node_name, node, me, NodePurpose::Exit);
-                maintenance::invalidate(&mut w, o.lease.as_ref());
+                exit(&mut w, &o.node_name, node, me, NodePurpose::Exit, true);
+                invalidate(&mut w, o.lease.as_ref());
                 cancel_evacuations(&mut w, &o.evacuations);
             }
             (DeletionPlan::Transfer { to }, Some(node)) => {
@@ -164,7 +134,7 @@ pub(super) fn plan_deletion(
                 {
                     adopt_and_exit(&mut w, &o.node_name, node, me);
                 }
-                maintenance::invalidate(&mut w, o.lease.as_ref());
+                invalidate(&mut w, o.lease.as_ref());
             }
             _ => {}
         }
@@ -191,37 +161,11 @@ pub(super) fn plan_deletion(
             add: false,
         });
     }
-    w.events(
-        vec![PlannedEvent::normal(EventTarget::Maintenance, removed)],
-        None,
-    );
     Plan {
         writes: w.list,
         then: Then::Requeue(Requeue::Never),
         remember: Remember::Forget,
         status: None,
-    }
-}
-
-/// Restores `node` from `me`'s record, with `UncordonNode` when it uncordons it; nothing when
-/// the record is not `me`'s.
-fn exit(
-    w: &mut Writes,
-    name: &str,
-    node: &Node,
-    me: crate::node::Claimant<'_>,
-    purpose: NodePurpose,
-) {
-    if let crate::node::ExitPlan::Apply { patch, uncordon } = crate::node::plan_exit_for(node, me) {
-        w.push(Write::Node {
-            name: name.to_owned(),
-            patch,
-            purpose,
-        });
-        if uncordon {
-            let e = PlannedEvent::normal(EventTarget::Node, event::UNCORDON);
-            w.events(vec![e], Some(node));
-        }
     }
 }
 
@@ -232,7 +176,7 @@ fn adopt_and_exit(w: &mut Writes, name: &str, node: &Node, me: crate::node::Clai
     let Some(adopted) = crate::node::adopted(node, me) else {
         return;
     };
-    exit(w, name, &adopted, me, NodePurpose::AdoptAndExit);
+    exit(w, name, &adopted, me, NodePurpose::AdoptAndExit, true);
 }
 
 /// After the node is restored, what becomes of the migrations still evacuating VMIs off it

@@ -2,6 +2,7 @@
 //! it.
 
 use crate::api::NodeMaintenanceStatus;
+use crate::server_time::now_time;
 
 /// every step bumps), i.e. whether a status write is due. `pruned` names the status fields (JSON
 /// names) the API server drops (those of [`crate::api::ADDED_STATUS_FIELDS`] when upstream's CRD
@@ -65,4 +66,20 @@ pub(crate) fn status_patch(
         patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
     }
     patch
+}
+
+/// The status patch that records a failed pass's error in `lastError` (the error sink: best
+/// effort, no precondition, the next successful pass replaces it); `None` when it says so
+/// already. An API server's or a webhook's message can be any length, so it is bounded
+/// (docs/drain-contract.md §5).
+pub(crate) fn last_error_patch(
+    nm: &crate::api::NodeMaintenance,
+    error: &str,
+    now: jiff::Timestamp,
+) -> Option<serde_json::Value> {
+    let text = crate::bounds::truncate(error, crate::bounds::MAX_ERROR * 4);
+    if nm.status.as_ref().and_then(|s| s.last_error.as_deref()) == Some(text.as_str()) {
+        return None;
+    }
+    Some(serde_json::json!({"status": {"lastError": text, "lastUpdate": now_time(now)}}))
 }

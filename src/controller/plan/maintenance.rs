@@ -4,31 +4,20 @@
 //! and its ownership recorded before entering, the node entered (its record, the drain's start
 //! among it, in the same patch), the entered node recorded on the NodeMaintenance (best effort),
 //! the policy and the deadline in status, the drain slot, then the drain round. A step either
-//! hands over to the next or ends the pass with its plan; the steps a pass runs are its stage's
-//! (`steps.rs`).
+//! hands over to the next or ends the pass with its plan. Every stage's list is a subsequence
+//! of the order of [`PassStep`] (the `stage` knob, `crate::policy`; docs/design.md §1, "The
+//! maintenance pass as steps"): Drain is today's (and upstream's) pass, Cordon stops before the
+//! drain, Idle and Preflight release what an earlier stage held instead of taking it. Each
+//! step's flow and status live in the file named for it.
 
 use std::ops::ControlFlow;
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
-
-use super::*;
-use crate::api::{MaintenancePhase, OnTimeout, Stage};
-use crate::controller::queue::Place;
-use crate::lease::{self, LeaseRequest};
-use crate::node::{self, Claimant, EnterPlan, ExitPlan};
-use crate::policy::{DrainPolicy, InvalidKnob};
-
-use super::abort;
-use super::record::{clear_record, entered_record};
-use super::steps::{PassStep, pass_steps, steps};
-use super::timeline::{self, StartRecord, Timeline};
-
-/// After restoring a node that `spec.nodeName` no longer names, the next pass starts on the new
-/// one at once.
-const REQUEUE_NODE_CHANGED: Duration = Duration::from_millis(100);
+use super::observed::{Observed, ObservedMaintenance};
+use super::outcome::{Plan, Then};
+use super::pass::{Flow, Pass};
+use super::status::REQUEUE_SUCCEEDED;
+use crate::api::Stage;
 
 /// The maintenance pass: runs the steps of its stage ([`steps`]) in order until one ends the
 /// pass; a list that ends before
@@ -54,90 +43,8 @@ pub(super) fn plan_maintenance(
     pass.hold(opens.map_or(REQUEUE_SUCCEEDED, |d| d.min(REQUEUE_SUCCEEDED)))
 }
 
-/// One maintenance pass being planned: what it observed, and what its steps decided so far.
-struct Pass<'a> {
-    o: &'a Observed,
-    m: &'a ObservedMaintenance,
-    invalid: Option<&'a str>,
-    now: jiff::Timestamp,
-    name: String,
-    /// The status as the steps so far leave it.
-    status: NodeMaintenanceStatus,
-    w: Writes,
-    memory: Memory,
-    /// Found by [`PassStep::NodePresent`].
-    node: Option<&'a Node>,
-    drain_policy: DrainPolicy,
-    refused: Vec<InvalidKnob>,
-    /// The deadline passed, and what applies then.
-    overdue: Option<OnTimeout>,
-    /// Failed at the deadline (`onTimeout: Fail`): the node is still enforced, no round.
-    failing: bool,
-    /// Aborted at the deadline (`onTimeout: Abort`, recorded in status): the node is released.
-    aborted: bool,
-    /// The maintenance's moments as this pass reads them; the enter step records the drain's
-    /// start.
-    timeline: Timeline,
-    /// What had drifted on the node and was re-applied.
-    repaired: Vec<&'static str>,
-    /// The maintenance waits Idle for its window, which opens then (`startAt`, by the API
-    /// server's clock).
-    window: Option<jiff::Timestamp>,
-    /// The pass comes back no later than this (a Succeeded maintenance's expiry).
-    due: Option<Duration>,
-    /// Its place in the drain budget ([`timeline::place`]), and whether it waits for a slot.
-    place: Option<Place>,
-    waits: bool,
-}
-
-type Flow = ControlFlow<Plan>;
-
-impl<'a> Pass<'a> {
-    fn new(
-        o: &'a Observed,
-        m: &'a ObservedMaintenance,
-        invalid: Option<&'a str>,
-        now: jiff::Timestamp,
-    ) -> Self {
-        let old = o.nm.status.clone().unwrap_or_default();
-        let (mut drain_policy, refused) = crate::policy::resolve(&o.nm, &o.policy);
-        // A stage that would touch the node waits Idle until its window opens.
-        let window = drain_policy
-            .start_at
-            .filter(|t| *t > m.server_time.unwrap_or(now))
-            .filter(|_| matches!(drain_policy.stage, Stage::Cordon | Stage::Drain));
-        if window.is_some() {
-            drain_policy.stage = Stage::Idle;
-        }
-        let place = timeline::place(&o.nm, &old, m.node.as_ref(), m.queue.as_ref());
-        let (status, aborted) =
-            abort::standing(&old, drain_policy.stage, o.nm.metadata.generation, now);
-        let waits =
-            drain_policy.stage == Stage::Drain && timeline::is_queued(place.as_ref()) && !aborted;
-        Pass {
-            o,
-            m,
-            invalid,
-            now,
-            name: o.nm.name_any(),
-            w: Writes::new(old, &o.schema),
-            status,
-            memory: o.memory,
-            node: None,
-            drain_policy,
-            refused,
-            overdue: None,
-            failing: false,
-            aborted,
-            timeline: Timeline::default(),
-            repaired: Vec::new(),
-            window,
-            due: None,
-            place,
-            waits,
-        }
-    }
-
+impl Pass<'_> {
+    /// Runs `step` (each in the file named for it).
     fn run(&mut self, step: PassStep) -> Flow {
         match step {
             PassStep::Moved => self.moved(),
@@ -159,530 +66,228 @@ impl<'a> Pass<'a> {
             PassStep::Drain => self.drain(),
         }
     }
+}
 
-    fn me(&self) -> Claimant<'_> {
-        Claimant {
-            name: &self.name,
-            uid: self.o.nm.metadata.uid.as_deref(),
-        }
-    }
+/// The steps of a maintenance pass, in the order they run. Each one either hands over to the
+/// next or ends the pass with its plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PassStep {
+    /// The node entered first, when `spec.nodeName` no longer names it, is restored and its
+    /// record cleared; the pass ends (the next one starts over on the new node).
+    Moved,
+    /// An unusable `spec.nodeName` fails the maintenance; nothing is read or touched.
+    NodeName,
+    /// The status is initialised (phase Running, the pods counted) before the node is touched.
+    StatusInit,
+    /// The node exists and is the machine entered; the drain's deadline is read from it.
+    NodePresent,
+    /// The stage in status (the `stage` knob; phase Running short of Drain).
+    Stage,
+    /// A stage short of Cordon: the node restored as a delete would (uncordon, taints, label)
+    /// and the lease given up, when they are ours.
+    Release,
+    /// The lease is requested and its ownership recorded in the status before entering.
+    Lease,
+    /// The node is entered: cordon, both taints, the label and our record in one patch.
+    Enter,
+    /// The entered node is recorded on the NodeMaintenance; re-applied marks are announced.
+    Record,
+    /// The Node lifecycle conditions (the `nodeConditions` knob), written on transitions.
+    NodeConditions,
+    /// The drain policy's conditions (paused, refused knob values).
+    Policy,
+    /// The drain's deadline; once passed with `onTimeout: Fail` the pass ends Failed.
+    Deadline,
+    /// The drain slot (`--max-parallel-drains`); the pass ends while it waits or is paused.
+    Queue,
+    /// The stage Preflight: the pass ends asking the node's evictions with a dry run.
+    Blockers,
+    /// `expireAfter` after Succeeded, the NodeMaintenance deletes itself (its deletion pass
+    /// restores the node); until then the pass comes back when it is due.
+    Expire,
+    /// The node going down (`GracefulNodeShutdownInProgress=True`): no round, the status says
+    /// why (`crate::drain::gate::node_shutdown`).
+    NodeShutdown,
+    /// One drain round; none once Succeeded.
+    Drain,
+}
 
-    fn node_name(&self) -> &'a str {
-        self.o.nm.spec.node_name.as_str()
-    }
+/// The steps of stage Drain: today's (and upstream's) maintenance.
+pub(crate) const DRAIN_STEPS: &[PassStep] = &[
+    PassStep::Moved,
+    PassStep::NodeName,
+    PassStep::StatusInit,
+    PassStep::NodePresent,
+    PassStep::Stage,
+    PassStep::Lease,
+    PassStep::Enter,
+    PassStep::Record,
+    PassStep::NodeConditions,
+    PassStep::Policy,
+    PassStep::Deadline,
+    PassStep::Queue,
+    PassStep::Expire,
+    PassStep::NodeShutdown,
+    PassStep::Drain,
+];
 
-    fn generation(&self) -> Option<i64> {
-        self.o.nm.metadata.generation
-    }
+/// The steps of stage Cordon: Drain's up to the node entered and recorded, without an eviction.
+pub(crate) const CORDON_STEPS: &[PassStep] = &[
+    PassStep::Moved,
+    PassStep::NodeName,
+    PassStep::StatusInit,
+    PassStep::NodePresent,
+    PassStep::Stage,
+    PassStep::Lease,
+    PassStep::Enter,
+    PassStep::Record,
+    PassStep::NodeConditions,
+    PassStep::Policy,
+];
 
-    /// The API server's time of the node read, else the operator's.
-    fn server_now(&self) -> jiff::Timestamp {
-        self.m.server_time.unwrap_or(self.now)
-    }
+/// The steps of stage Idle: the node found, and released when a stage before held it.
+pub(crate) const IDLE_STEPS: &[PassStep] = &[
+    PassStep::Moved,
+    PassStep::NodeName,
+    PassStep::StatusInit,
+    PassStep::NodePresent,
+    PassStep::Stage,
+    PassStep::Release,
+    PassStep::NodeConditions,
+    PassStep::Policy,
+];
 
-    /// Ends the pass with `step`, the memory as the pass found it.
-    fn end(&mut self, step: Step) -> Plan {
-        let w = std::mem::replace(&mut self.w, Writes::new(Default::default(), &self.o.schema));
-        w.finish(step, self.node, self.o.memory)
-    }
+/// The steps of stage Preflight: Idle's, then what would block the drain.
+pub(crate) const PREFLIGHT_STEPS: &[PassStep] = &[
+    PassStep::Moved,
+    PassStep::NodeName,
+    PassStep::StatusInit,
+    PassStep::NodePresent,
+    PassStep::Stage,
+    PassStep::Release,
+    PassStep::NodeConditions,
+    PassStep::Policy,
+    PassStep::Blockers,
+];
 
-    /// Ends the pass with `step`, remembering what the steps so far learnt.
-    fn end_remembering(&mut self, step: Step) -> Plan {
-        let plan = self.end(step);
-        with_memory(plan, self.memory, self.o.memory)
-    }
+/// The steps of stage Drain while the maintenance waits for a drain slot
+/// (`--max-parallel-drains`): Idle's, the node left in service (released when an earlier pass
+/// held it), then the place in the queue, which ends the pass.
+pub(crate) const QUEUED_STEPS: &[PassStep] = &[
+    PassStep::Moved,
+    PassStep::NodeName,
+    PassStep::StatusInit,
+    PassStep::NodePresent,
+    PassStep::Stage,
+    PassStep::Release,
+    PassStep::NodeConditions,
+    PassStep::Policy,
+    PassStep::Queue,
+];
 
-    /// Ends the pass holding the status reached, back after `requeue` (or when due sooner).
-    fn hold(&mut self, requeue: Duration) -> Plan {
-        let step = Step {
-            status: self.status.clone(),
-            events: Vec::new(),
-            requeue: Requeue::After(self.due.map_or(requeue, |d| d.min(requeue))),
-        };
-        self.end_remembering(step)
-    }
+/// The steps of a maintenance whose drain was aborted at its deadline (`onTimeout: Abort`,
+/// `abort.rs`) while its stage is Cordon or Drain: Idle's without the stage's status (the phase
+/// stays Failed): the node restored and the lease given up when they are still ours, nothing
+/// taken.
+pub(crate) const ABORTED_STEPS: &[PassStep] = &[
+    PassStep::Moved,
+    PassStep::NodeName,
+    PassStep::StatusInit,
+    PassStep::NodePresent,
+    PassStep::Release,
+    PassStep::NodeConditions,
+    PassStep::Policy,
+];
 
-    fn moved(&mut self) -> Flow {
-        let Some((entered, node, lease)) = &self.m.entered else {
-            return Flow::Continue(());
-        };
-        // Restore the node entered first; the next pass starts over on the new one.
-        let me = Claimant {
-            name: &self.name,
-            uid: self.o.nm.metadata.uid.as_deref(),
-        };
-        leave(&mut self.w, entered, node.as_ref(), lease.as_ref(), me);
-        self.w.push(clear_record());
-        Flow::Break(self.end(Step {
-            status: NodeMaintenanceStatus::default(),
-            events: Vec::new(),
-            requeue: Requeue::After(REQUEUE_NODE_CHANGED),
-        }))
-    }
-
-    fn node_name_valid(&mut self) -> Flow {
-        let Some(why) = self.invalid else {
-            return Flow::Continue(());
-        };
-        let step = invalid_node_name(
-            &self.status,
-            self.node_name(),
-            why,
-            self.generation(),
-            self.now,
-        );
-        Flow::Break(self.end(step))
-    }
-
-    fn status_init(&mut self) -> Flow {
-        if let Some(s) = self
-            .m
-            .survey
-            .as_ref()
-            .and_then(|survey| init_status(&self.status, survey, self.generation(), self.now))
-        {
-            self.w.status(&s);
-            self.status = s;
-        }
-        Flow::Continue(())
-    }
-
-    fn node_present(&mut self) -> Flow {
-        let (generation, now, node_name) = (self.generation(), self.now, self.node_name());
-        let Some(node) = self.m.node.as_ref() else {
-            let step = node_missing(&self.status, node_name, generation, now);
-            return Flow::Break(self.end(step));
-        };
-        self.node = Some(node);
-        if let Some(replaced) = replaced(&self.o.nm, node) {
-            // Another machine under the name entered: nothing on it is ours to touch, and no
-            // lease is taken for it. Ours, still held for the machine that left, is given up
-            // unless a maintenance entered the new one (its holder record), which may be
-            // renewing it.
-            let step = node_replaced(&self.status, node_name, &replaced, generation, now);
-            self.w.status(&step.status);
-            if node::observe(node).holder.is_none() {
-                invalidate(&mut self.w, self.m.lease.as_ref());
-            }
-            return Flow::Break(self.end(step));
-        }
-        // The deadline counts from the drain's start (`timeline::deadline_start`); a maintenance
-        // it failed stays Failed while the policy says so (an edit of the policy resumes it).
-        let at = self.server_now();
-        self.timeline = Timeline::of(
-            &self.o.nm,
-            &self.status,
-            Some(node),
-            self.place.as_ref(),
-            at,
-        );
-        let p = &mut self.drain_policy;
-        if steps(p.stage).contains(&PassStep::Deadline) && !self.aborted {
-            p.deadline_start = timeline::deadline_start(&self.timeline);
-            self.overdue = p.overdue(p.deadline_start, at);
-            // At the drain's deadline, or at the bound of the wait for volumes to detach.
-            self.failing = volume_detach::failing(self.overdue, &self.status, p, at);
-        }
-        // Aborted at the deadline: recorded first; the next pass releases the node (`abort.rs`).
-        let (p, generation) = (&self.drain_policy, self.generation());
-        let deadline = (p.deadline(p.deadline_start), p.drain_timeout);
-        if let Some(step) =
-            abort::at_deadline(&self.status, self.overdue, deadline, generation, now)
-        {
-            return Flow::Break(self.end(step));
-        }
-        if !self.failing && !self.aborted {
-            self.status = super::node_present(&self.status);
-        }
-        Flow::Continue(())
-    }
-
-    fn stage(&mut self) -> Flow {
-        let stage = self.drain_policy.stage;
-        self.status = staged(
-            &self.status,
-            stage,
-            self.window,
-            self.generation(),
-            self.now,
-        );
-        Flow::Continue(())
-    }
-
-    fn release(&mut self) -> Flow {
-        let Some(node) = self.node else {
-            return Flow::Continue(());
-        };
-        let held_lease =
-            condition(&self.status, condition::LEASE_HELD).is_some_and(|c| c.status == "True");
-        let exit = node::plan_exit_for(node, self.me());
-        if let ExitPlan::Apply { patch, uncordon } = exit {
-            self.w.push(Write::Node {
-                name: self.node_name().to_owned(),
-                patch,
-                purpose: NodePurpose::Exit,
-            });
-            if uncordon {
-                let e = PlannedEvent::normal(EventTarget::Node, event::UNCORDON);
-                self.w.events(vec![e], Some(node));
-            }
-            invalidate(&mut self.w, self.m.lease.as_ref());
-        } else if held_lease {
-            // Held, the node not entered yet (a pass that ended between the two).
-            invalidate(&mut self.w, self.m.lease.as_ref());
-        }
-        let (generation, now) = (self.generation(), self.now);
-        self.status = released(
-            &timeline::release(&self.status, generation, now),
-            generation,
-            now,
-        );
-        Flow::Continue(())
-    }
-
-    fn lease(&mut self) -> Flow {
-        let (generation, now, node_name) = (self.generation(), self.now, self.node_name());
-        let Some(node) = self.node else {
-            return Flow::Continue(());
-        };
-        let request = lease::request(
-            node_name,
-            node.metadata.uid.as_deref(),
-            self.m.lease.as_ref(),
-            now,
-        );
-        let observation = match &request {
-            LeaseRequest::AlreadyHeld { holder } => LeaseObservation::AlreadyHeld(
-                lease::LeaseError::AlreadyHeld {
-                    holder: holder.clone(),
-                }
-                .to_string(),
-            ),
-            _ => LeaseObservation::Held,
-        };
-        let record = node::observe(node);
-        let holds_node = record
-            .holder
-            .as_deref()
-            .is_some_and(|h| self.me().owns(h, record.holder_uid.as_deref()));
-        match lease_result(&self.status, &observation, holds_node, generation, now) {
-            LeaseStep::Proceed(s) => {
-                // Ownership (and a phase back from Failed) is recorded before touching the node.
-                lease_writes(&mut self.w, request, self.m.lease_namespace_missing);
-                self.memory.lease_waits = 0;
-                self.w.status(&s);
-                self.status = s;
-                Flow::Continue(())
-            }
-            LeaseStep::Wait(step) => Flow::Break(self.end(step)),
-            LeaseStep::Stop(step) => {
-                let exit = node::plan_exit_for(node, self.me());
-                let uncordon = matches!(exit, ExitPlan::Apply { uncordon: true, .. });
-                let failed = lease_failed(&step.status, uncordon, generation, now);
-                self.w.status(&step.status);
-                if let ExitPlan::Apply { patch, .. } = exit {
-                    self.w.push(Write::Node {
-                        name: node_name.to_owned(),
-                        patch,
-                        purpose: NodePurpose::ExitAfterLeaseLoss,
-                    });
-                }
-                invalidate(&mut self.w, self.m.lease.as_ref());
-                Flow::Break(self.end(failed))
-            }
-        }
-    }
-
-    fn enter(&mut self) -> Flow {
-        let (generation, now, node_name) = (self.generation(), self.now, self.node_name());
-        let Some(node) = self.node else {
-            return Flow::Continue(());
-        };
-        let holder_live = self.m.holder_live;
-        let live = |_: &str, _: Option<&str>| holder_live;
-        let reason = self.o.nm.spec.reason.as_deref();
-        let (plan, outcome) = node::plan_enter_for(node, self.me(), reason, &live);
-        // The drain starts with the first pass that drains (stage Drain, a slot held), by the
-        // API server's clock (the one that stamps the pods it is compared with); the
-        // operator's only when the answer carried no `Date`.
-        let drains = self.drain_policy.stage == Stage::Drain
-            && !self.timeline.queued
-            && self.status.phase != Some(MaintenancePhase::Succeeded);
-        let drains = super::pre_drain_hooks::may_start(drains, &self.drain_policy.hooks);
-        let recorded = node::drain_started(node);
-        let entering = node::records_start(&outcome);
-        let record = timeline::start_record(drains, entering, recorded, self.server_now());
-        self.timeline.drain_started = match record {
-            StartRecord::Set(t) => Some(t),
-            StartRecord::Clear => None,
-            StartRecord::Keep => recorded,
-        };
-        let (patch, repaired) = match plan {
-            EnterPlan::HeldBy(other) => {
-                let step = held_by_other(&self.status, node_name, &other, generation, now);
-                return Flow::Break(self.end_remembering(step));
-            }
-            EnterPlan::Unchanged => (None, Vec::new()),
-            EnterPlan::Apply { patch, repaired } => (Some(patch), repaired),
-        };
-        if let Some(patch) = timeline::with_start(node, patch, record) {
-            self.w.push(Write::Node {
-                name: node_name.to_owned(),
-                patch,
-                purpose: NodePurpose::Enter(outcome),
-            });
-        }
-        self.repaired = repaired;
-        Flow::Continue(())
-    }
-
-    fn record(&mut self) -> Flow {
-        let Some(node) = self.node else {
-            return Flow::Continue(());
-        };
-        if let Some(patch) = entered_record(&self.o.nm, node) {
-            self.w.push(Write::Annotations {
-                patch,
-                required: false,
-            });
-        }
-        let (status, events) = entered(
-            &self.status,
-            self.node_name(),
-            &self.repaired,
-            self.generation(),
-            self.now,
-        );
-        self.status = status;
-        self.w.events(events, self.node);
-        Flow::Continue(())
-    }
-
-    fn node_conditions(&mut self) -> Flow {
-        use crate::node::conditions::{Lifecycle, pass_patch};
-        let p = &self.drain_policy;
-        let wanted = p.node_conditions.then(|| {
-            let held = !self.waits && !self.aborted && steps(p.stage).contains(&PassStep::Enter);
-            let succeeded = self.status.phase == Some(MaintenancePhase::Succeeded);
-            let l = Lifecycle::of(p.stage, held, succeeded, self.window.is_some());
-            super::pre_drain_hooks::lifecycle(l, &p.hooks)
-        });
-        if let Some(patch) = self
-            .node
-            .and_then(|n| pass_patch(n, &self.name, wanted, self.now))
-        {
-            let name = self.node_name().to_owned();
-            self.w.push(Write::NodeConditions { name, patch });
-        }
-        Flow::Continue(())
-    }
-
-    fn policy(&mut self) -> Flow {
-        let (status, events) = policy(
-            &self.status,
-            (&self.drain_policy, self.memory.paused),
-            &self.refused,
-            self.generation(),
-            self.now,
-        );
-        let hooks = &self.drain_policy.hooks;
-        self.status = super::pre_drain_hooks::status(&status, hooks, self.generation(), self.now);
-        self.w.events(events, self.node);
-        self.memory.paused = Some(self.drain_policy.paused);
-        Flow::Continue(())
-    }
-
-    fn deadline(&mut self) -> Flow {
-        let p = &self.drain_policy;
-        let (status, events) = deadline(
-            &self.status,
-            (p, self.overdue),
-            p.deadline(p.deadline_start),
-            self.memory.deadline_announced,
-            self.generation(),
-            self.now,
-        );
-        self.status = status;
-        self.w.events(events, self.node);
-        self.memory.deadline_announced = Some(self.overdue.is_some());
-        if self.failing {
-            // Failed at the deadline: the node, lease and label are still enforced above; no
-            // round.
-            return Flow::Break(self.hold(REQUEUE_SUCCEEDED));
-        }
-        Flow::Continue(())
-    }
-
-    fn queue(&mut self) -> Flow {
-        let place = self.place.as_ref();
-        let (status, events) = queued(
-            &self.status,
-            place,
-            self.memory.queued,
-            self.generation(),
-            self.now,
-        );
-        self.status = status;
-        self.w.events(events, self.node);
-        self.memory.queued = place.map(|p| matches!(p, Place::Queued { .. }));
-        // Paused, held by a pre-drain hook or queued for a drain slot: an edit of the object
-        // (unpausing, a hook removed) or a freed slot (`Context::wake_admitted`) starts the
-        // next pass.
-        self.hold_short_of_round(self.drain_policy.holds_evictions() || self.waits)
-    }
-
-    /// `halt`: no round, so no new eviction (node, lease, label enforced above) unless Succeeded;
-    /// the lease is renewed on time, a deadline still passes (that pass applies onTimeout Fail).
-    fn hold_short_of_round(&mut self, halt: bool) -> Flow {
-        if !halt || self.status.phase == Some(MaintenancePhase::Succeeded) {
-            return Flow::Continue(());
-        }
-        let requeue = timeline::held_requeue(&self.drain_policy, self.server_now());
-        Flow::Break(self.hold(requeue))
-    }
-
-    /// The node going down: no round; the Node watch's change of it starts the pass that resumes.
-    fn node_shutdown(&mut self) -> Flow {
-        use crate::drain::gate::node_shutdown;
-        let g = self.generation();
-        let (status, halt) = node_shutdown::status(&self.status, self.node, g, self.now);
-        self.status = status;
-        self.hold_short_of_round(halt)
-    }
-
-    fn expire(&mut self) -> Flow {
-        let Some(after) = self.drain_policy.expire_after else {
-            return Flow::Continue(());
-        };
-        // This drain's end plus `expireAfter` (`timeline::expires`).
-        let at = self.server_now();
-        let t = Timeline::of(&self.o.nm, &self.status, self.node, self.place.as_ref(), at);
-        let Some(expires) = timeline::expires(&t, after) else {
-            return Flow::Continue(());
-        };
-        let left = expires.duration_since(self.server_now());
-        if left.is_positive() {
-            // Back a second after it expires: the API server's clock counts whole seconds.
-            let until = left + jiff::SignedDuration::from_secs(1);
-            self.due = Duration::try_from(until).ok();
-            return Flow::Continue(());
-        }
-        let message = format!(
-            "Succeeded at {}, expired after {} (expireAfter): deleting the NodeMaintenance; the \
-             node is restored",
-            t.drain_ended.unwrap_or(expires),
-            jiff::SignedDuration::try_from(after).unwrap_or_default()
-        );
-        let e = PlannedEvent::normal(EventTarget::Maintenance, (event::EXPIRED, &message));
-        let status = self.status.clone();
-        self.w.status(&status);
-        self.w.events(vec![e], self.node);
-        self.w.push(Write::DeleteMaintenance {
-            uid: self.o.nm.metadata.uid.clone(),
-        });
-        Flow::Break(self.end_remembering(Step {
-            status,
-            events: Vec::new(),
-            requeue: Requeue::Never,
-        }))
-    }
-
-    fn drain(&mut self) -> Flow {
-        if self.status.phase == Some(MaintenancePhase::Succeeded) {
-            // Drained once is drained: a pod that arrives later (an admin's maintenance job)
-            // stays. The node, lease and label are still enforced above. Upstream drains on
-            // every reconcile, it just rarely reconciles a Succeeded one
-            // (docs/drain-contract.md §3).
-            return Flow::Break(self.hold(REQUEUE_SUCCEEDED));
-        }
-        Flow::Break(self.round(Then::Drain))
-    }
-
-    /// Ends the pass with its writes, then a round over the node's pods (`then`).
-    fn round(&mut self, then: fn(Box<DrainRound>) -> Then) -> Plan {
-        let w = &self.w;
-        Plan {
-            then: then(Box::new(DrainRound {
-                node: self.node_name().to_owned(),
-                status: self.status.clone(),
-                stored: w.stored.clone(),
-                started: timeline::arrival(&self.timeline),
-                policy: self.drain_policy.clone(),
-                generation: self.generation(),
-                pruned: w.pruned.clone(),
-            })),
-            writes: std::mem::take(&mut self.w.list),
-            remember: remember(self.memory, self.o.memory),
-            status: Some(self.status.clone()),
-        }
+/// The steps a pass of `stage` runs, each list in the one order of [`PassStep`].
+pub(crate) fn steps(stage: Stage) -> &'static [PassStep] {
+    match stage {
+        Stage::Drain => DRAIN_STEPS,
+        Stage::Cordon => CORDON_STEPS,
+        Stage::Idle => IDLE_STEPS,
+        Stage::Preflight => PREFLIGHT_STEPS,
     }
 }
 
-fn remember(new: Memory, old: Memory) -> Remember {
-    if new == old {
-        Remember::Same
-    } else {
-        Remember::Set(new)
+/// The steps a pass of `stage` runs: [`ABORTED_STEPS`] while an abort is in force (`aborted`),
+/// else [`QUEUED_STEPS`] while it `waits` for a drain slot.
+pub(crate) fn pass_steps(stage: Stage, waits: bool, aborted: bool) -> &'static [PassStep] {
+    match (aborted, waits) {
+        (true, _) => ABORTED_STEPS,
+        (false, true) => QUEUED_STEPS,
+        (false, false) => steps(stage),
     }
 }
 
-fn with_memory(mut plan: Plan, new: Memory, old: Memory) -> Plan {
-    if plan.remember == Remember::Same {
-        plan.remember = remember(new, old);
-    }
-    plan
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// The lease writes of a request that found the lease ours (or free): the namespace when it is
-/// missing, then the create or the replace; nothing while ours is current.
-fn lease_writes(w: &mut Writes, request: LeaseRequest, namespace_missing: bool) {
-    match request {
-        LeaseRequest::Create(lease) => {
-            if namespace_missing {
-                w.push(Write::LeaseNamespace);
+    /// Every step, in the one order.
+    const ORDER: &[PassStep] = &[
+        PassStep::Moved,
+        PassStep::NodeName,
+        PassStep::StatusInit,
+        PassStep::NodePresent,
+        PassStep::Stage,
+        PassStep::Release,
+        PassStep::Lease,
+        PassStep::Enter,
+        PassStep::Record,
+        PassStep::NodeConditions,
+        PassStep::Policy,
+        PassStep::Deadline,
+        PassStep::Queue,
+        PassStep::Blockers,
+        PassStep::Expire,
+        PassStep::NodeShutdown,
+        PassStep::Drain,
+    ];
+
+    #[test]
+    fn every_stage_runs_its_steps_in_the_one_order() {
+        let lists = Stage::ALL.iter().map(|(s, _)| (s.to_string(), steps(*s)));
+        let others = [
+            ("queued".to_string(), QUEUED_STEPS),
+            ("aborted".to_string(), ABORTED_STEPS),
+        ];
+        for (stage, list) in lists.chain(others) {
+            let mut rest = ORDER.iter();
+            for step in list {
+                assert!(
+                    rest.any(|s| s == step),
+                    "{stage}: {step:?} out of order in {list:?}"
+                );
             }
-            w.push(Write::CreateLease(lease));
         }
-        LeaseRequest::Replace(lease) => w.push(Write::ReplaceLease(lease)),
-        LeaseRequest::Current | LeaseRequest::AlreadyHeld { .. } => {}
-    }
-}
-
-/// Gives up the lease read (upstream's `InvalidateLease`): deleted when it is ours; another
-/// holder's (a remediation's) is left alone, as upstream does on stop.
-pub(super) fn invalidate(w: &mut Writes, lease: Option<&Lease>) {
-    if let lease::Invalidation::Delete {
-        name,
-        uid,
-        resource_version,
-    } = lease::invalidation(lease)
-    {
-        w.push(Write::DeleteLease {
-            name,
-            uid,
-            resource_version,
-        });
-    }
-}
-
-/// Takes the node entered first out of maintenance when it is still ours, then gives up its
-/// lease (a node held by another NodeMaintenance keeps the lease that one renews). A missing
-/// node counts as left.
-fn leave(w: &mut Writes, name: &str, node: Option<&Node>, lease: Option<&Lease>, me: Claimant<'_>) {
-    let Some(node) = node else {
-        invalidate(w, lease);
-        return;
-    };
-    if let ExitPlan::Apply { patch, uncordon } = node::plan_exit_for(node, me) {
-        w.push(Write::Node {
-            name: name.to_owned(),
-            patch,
-            purpose: NodePurpose::Exit,
-        });
-        if uncordon {
-            let e = PlannedEvent::normal(EventTarget::Node, event::UNCORDON);
-            w.events(vec![e], Some(node));
+        // What each stage holds: only Cordon and Drain take the lease and enter the node,
+        // only Idle and Preflight release them, only Drain evicts.
+        let has = |stage, step| steps(stage).contains(&step);
+        for (stage, _) in Stage::ALL {
+            let holds = matches!(stage, Stage::Cordon | Stage::Drain);
+            assert_eq!(has(*stage, PassStep::Lease), holds, "{stage}");
+            assert_eq!(has(*stage, PassStep::Enter), holds, "{stage}");
+            assert_eq!(has(*stage, PassStep::Release), !holds, "{stage}");
+            assert_eq!(has(*stage, PassStep::Drain), *stage == Stage::Drain);
+            assert_eq!(has(*stage, PassStep::Blockers), *stage == Stage::Preflight);
         }
-        invalidate(w, lease);
+        // Waiting for a slot holds nothing: the node is released, not entered.
+        assert!(QUEUED_STEPS.contains(&PassStep::Release));
+        assert!(
+            !QUEUED_STEPS.contains(&PassStep::Enter) && !QUEUED_STEPS.contains(&PassStep::Lease)
+        );
+        // Aborted holds nothing either, whatever the stage, and keeps its phase (no Stage step).
+        for stage in [Stage::Cordon, Stage::Drain] {
+            let list = pass_steps(stage, false, true);
+            assert!(list.contains(&PassStep::Release), "{stage}");
+            for step in [
+                PassStep::Lease,
+                PassStep::Enter,
+                PassStep::Stage,
+                PassStep::Drain,
+            ] {
+                assert!(!list.contains(&step), "{stage}: {step:?}");
+            }
+        }
     }
 }

@@ -4,7 +4,8 @@
 //! start. The hold itself is the pass's: a hooked maintenance ends its pass at the queue step as
 //! a paused one does (`DrainPolicy::holds_evictions`), with its node entered. Pure.
 
-use super::*;
+use super::condition::{condition, set_condition};
+use crate::api::NodeMaintenanceStatus;
 use crate::node::conditions::Lifecycle;
 
 /// Condition type: `True` (reason [`HELD`]) while a pre-drain hook is present, naming the

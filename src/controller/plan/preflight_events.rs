@@ -5,9 +5,12 @@
 //! Every other stage, Drain (upstream's only behaviour) included, keeps upstream's events
 //! (docs/drain-contract.md §10, "Stages and events").
 
+use super::status::{EventTarget, PlannedEvent};
+use super::write::Write;
 use crate::api::{NodeMaintenance, Stage};
 
-use super::status::{condition, event};
+use super::condition::{self, condition};
+use super::status::event;
 
 /// Normal, on the NodeMaintenance, after the finalizer was added to one in stage Preflight
 /// (ours; upstream's [`event::BEGIN`] otherwise).
@@ -23,47 +26,75 @@ pub(crate) const REMOVED_PREFLIGHT: (&str, &str) = (
     "Removed a preflight; the node was not touched",
 );
 
-fn stage(nm: &NodeMaintenance, defaults: &crate::policy::Defaults) -> Stage {
-    crate::policy::resolve(nm, defaults).0.stage
-}
-
-/// The event of the pass that adds the finalizer: [`BEGIN_PREFLIGHT`] when `nm`'s stage (its
+/// The finalizer's writes around a pass's own: `add` (the finalizer's patch), then the begin
+/// event, first when the pass adds it; the removed event last when the pass is the deletion pass
+/// (`cleanup`), which removes it. A NodeMaintenance whose stage (its
 /// annotation, spec or the operator's default, as [`crate::policy::resolve`] reads it) is
-/// Preflight, else upstream's `BeginMaintenance`.
-pub(crate) fn begin(
+/// Preflight begins with [`BEGIN_PREFLIGHT`], and is removed with [`REMOVED_PREFLIGHT`] while its
+/// status has no `Cordoned` condition (written once a stage cordoned the node, kept False
+/// `Released` when a later stage gave it up); every other one with upstream's events.
+pub(super) fn writes(
     nm: &NodeMaintenance,
     defaults: &crate::policy::Defaults,
-) -> (&'static str, &'static str) {
-    if stage(nm, defaults) == Stage::Preflight {
-        BEGIN_PREFLIGHT
-    } else {
-        event::BEGIN
+    add: Option<Write>,
+    cleanup: bool,
+) -> (Vec<Write>, Vec<Write>) {
+    if add.is_none() && !cleanup {
+        return (Vec::new(), Vec::new());
     }
-}
-
-/// The event of the pass that removes the finalizer: [`REMOVED_PREFLIGHT`] when `nm` is in
-/// stage Preflight and its status has no `Cordoned` condition (written once a stage cordoned the
-/// node, kept False `Released` when a later stage gave it up), else upstream's
-/// `RemovedMaintenance`.
-pub(crate) fn removed(
-    nm: &NodeMaintenance,
-    defaults: &crate::policy::Defaults,
-) -> (&'static str, &'static str) {
+    let preflight = crate::policy::resolve(nm, defaults).0.stage == Stage::Preflight;
     let cordoned = nm
         .status
         .as_ref()
-        .is_some_and(|s| condition(s, super::status::condition::CORDONED).is_some());
-    if stage(nm, defaults) == Stage::Preflight && !cordoned {
+        .is_some_and(|s| condition(s, condition::CORDONED).is_some());
+    let event = |e| Write::Event {
+        event: PlannedEvent::normal(EventTarget::Maintenance, e),
+        node: None,
+    };
+    let begin = if preflight {
+        BEGIN_PREFLIGHT
+    } else {
+        event::BEGIN
+    };
+    let removed = if preflight && !cordoned {
         REMOVED_PREFLIGHT
     } else {
         event::REMOVED
-    }
+    };
+    let first = add.map_or_else(Vec::new, |add| vec![add, event(begin)]);
+    let last = if cleanup {
+        vec![event(removed)]
+    } else {
+        Vec::new()
+    };
+    (first, last)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::policy::Defaults;
+
+    type Said = (&'static str, &'static str);
+
+    /// The begin and removed events' reasons, as a pass that adds the finalizer and one that
+    /// removes it write them.
+    fn begin(nm: &NodeMaintenance, d: &Defaults) -> &'static str {
+        let add = Write::LeaseNamespace;
+        reason(writes(nm, d, Some(add), false).0[1].clone())
+    }
+    fn removed(nm: &NodeMaintenance, d: &Defaults) -> &'static str {
+        reason(writes(nm, d, None, true).1[0].clone())
+    }
+    fn reason(w: Write) -> &'static str {
+        match w {
+            Write::Event { event, .. } => event.reason,
+            w => panic!("not an event: {w:?}"),
+        }
+    }
+    fn r(said: Said) -> &'static str {
+        said.0
+    }
 
     fn nm(stage: Option<&str>, cordoned: Option<&str>) -> NodeMaintenance {
         let mut v = serde_json::json!({
@@ -86,16 +117,23 @@ mod tests {
     #[test]
     fn a_preflight_begins_and_ends_as_a_preflight() {
         let d = Defaults::default();
-        assert_eq!(begin(&nm(Some("Preflight"), None), &d), BEGIN_PREFLIGHT);
-        assert_eq!(removed(&nm(Some("Preflight"), None), &d), REMOVED_PREFLIGHT);
+        assert_eq!(begin(&nm(Some("Preflight"), None), &d), r(BEGIN_PREFLIGHT));
+        assert_eq!(
+            removed(&nm(Some("Preflight"), None), &d),
+            r(REMOVED_PREFLIGHT)
+        );
     }
 
     #[test]
     fn every_other_stage_keeps_upstreams_events() {
         let d = Defaults::default();
         for stage in [None, Some("Drain"), Some("Cordon"), Some("Idle")] {
-            assert_eq!(begin(&nm(stage, None), &d), event::BEGIN, "{stage:?}");
-            assert_eq!(removed(&nm(stage, None), &d), event::REMOVED, "{stage:?}");
+            assert_eq!(begin(&nm(stage, None), &d), r(event::BEGIN), "{stage:?}");
+            assert_eq!(
+                removed(&nm(stage, None), &d),
+                r(event::REMOVED),
+                "{stage:?}"
+            );
         }
     }
 
@@ -103,6 +141,6 @@ mod tests {
     fn a_preflight_that_once_cordoned_the_node_is_removed_as_a_maintenance() {
         let d = Defaults::default();
         let was_cordoned = nm(Some("Preflight"), Some("Released"));
-        assert_eq!(removed(&was_cordoned, &d), event::REMOVED);
+        assert_eq!(removed(&was_cordoned, &d), r(event::REMOVED));
     }
 }

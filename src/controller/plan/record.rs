@@ -4,11 +4,19 @@
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
-use super::*;
+use super::write::Write;
 use crate::api::{
     DRAIN_STARTED_ANNOTATION, ENTERED_NODE_ANNOTATION, ENTERED_NODE_PROVIDER_ID_ANNOTATION,
-    ENTERED_NODE_UID_ANNOTATION,
+    ENTERED_NODE_UID_ANNOTATION, NodeMaintenance,
 };
+
+/// `node`'s `spec.providerID`, empty when it has none.
+pub(crate) fn provider_id(node: &Node) -> &str {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .unwrap_or_default()
+}
 
 /// Clears the record of the node entered (the node, its identity, the legacy drain start) on the
 /// NodeMaintenance, after that node was left: a required write (the next pass starts over on

@@ -1,8 +1,15 @@
 //! The stages (`stage` knob) as whole plans: what each stage writes from one observation.
 
+use super::condition::{condition, set_condition};
+use super::preflight::REQUEUE_PREFLIGHT;
+use super::status::REQUEUE_SUCCEEDED;
 use super::*;
+use crate::api::NodeMaintenanceStatus;
 use crate::api::{MaintenancePhase, NodeMaintenanceSpec, PodBlocker, Stage};
+use crate::controller::memory::{Memory, StatusSchema};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1::LeaseSpec;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use std::time::Duration;
 
@@ -418,7 +425,7 @@ fn node_conditions_are_written_on_transitions_only_when_the_knob_asks() {
         replaced: false,
         evacuations: Default::default(),
     };
-    let p = deletion::plan_deletion(&deletion, event::REMOVED, t(200));
+    let p = deletion::plan_deletion(&deletion, t(200));
     let ended = conditions_of(&p);
     assert_eq!(ended.len(), 1);
     assert!(

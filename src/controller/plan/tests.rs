@@ -1,9 +1,20 @@
+use super::condition::{self, condition, set_condition};
+use super::encode::{needs_write, status_patch};
+use super::outcome::DrainRound;
 use super::*;
+use super::{draining::*, enter::*, init::*, lease::*, node_found::*, slot::*, status::*};
+use crate::api::NodeMaintenanceStatus;
 use crate::api::{MaintenancePhase, NodeMaintenanceSpec, PodBlocker, PodReference};
+use crate::controller::memory::{Memory, Remember, StatusSchema};
+use crate::drain::DrainReport;
+use crate::drain::Survey;
 use crate::drain::{self, reason};
 use deletion::{DeletionPlan, NodeSeen, deletion_plan};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::coordination::v1::LeaseSpec;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use std::time::Duration;
 
 pub(super) fn t(s: i64) -> jiff::Timestamp {
     jiff::Timestamp::from_second(1_800_000_000 + s).unwrap()
@@ -1584,7 +1595,7 @@ fn a_paused_maintenance_runs_no_drain_round_and_says_so() {
         }
     };
     let condition = |s: &NodeMaintenanceStatus, type_: &str| {
-        status::condition(s, type_).map(|c| (c.status.clone(), c.reason.clone()))
+        condition(s, type_).map(|c| (c.status.clone(), c.reason.clone()))
     };
     let running = NodeMaintenanceStatus {
         phase: Some(MaintenancePhase::Running),
@@ -1595,7 +1606,7 @@ fn a_paused_maintenance_runs_no_drain_round_and_says_so() {
     assert!(matches!(paused.then, Then::Requeue(_)), "no drain round");
     let s = paused.status.clone().unwrap();
     assert_eq!(
-        condition(&s, status::condition::DRAIN_PAUSED),
+        condition(&s, condition::DRAIN_PAUSED),
         Some(("True".into(), "Paused".into()))
     );
     assert_eq!(reasons(&events_of(&paused)), ["DrainPaused"]);
@@ -1614,7 +1625,7 @@ fn a_paused_maintenance_runs_no_drain_round_and_says_so() {
     let never = plan(&observed(None, &running), t(0));
     assert!(matches!(never.then, Then::Drain(_)));
     assert_eq!(
-        condition(&never.status.unwrap(), status::condition::DRAIN_PAUSED),
+        condition(&never.status.unwrap(), condition::DRAIN_PAUSED),
         None,
         "a maintenance that never paused keeps upstream's status"
     );
@@ -1625,7 +1636,7 @@ fn a_paused_maintenance_runs_no_drain_round_and_says_so() {
     );
     let s = refused.status.clone().unwrap();
     assert_eq!(
-        condition(&s, status::condition::DRAIN_POLICY_VALID),
+        condition(&s, condition::DRAIN_POLICY_VALID),
         Some(("False".into(), "InvalidValue".into()))
     );
     assert!(
@@ -1699,7 +1710,7 @@ fn past_the_deadline_fail_fails_the_maintenance_and_keeps_the_node() {
         "{error}"
     );
     assert_eq!(
-        status::condition(&s, status::condition::DRAINED).map(|c| c.reason.clone()),
+        condition(&s, condition::DRAINED).map(|c| c.reason.clone()),
         Some("DrainDeadlineExceeded".into())
     );
     assert_eq!(
@@ -1788,7 +1799,7 @@ fn a_queued_maintenance_leaves_its_node_in_service_and_runs_no_round_until_a_slo
         "node and lease untouched"
     );
     let s = waiting.status.clone().unwrap();
-    let c = status::condition(&s, status::condition::DRAIN_QUEUED).unwrap();
+    let c = condition(&s, condition::DRAIN_QUEUED).unwrap();
     assert_eq!(
         (c.status.as_str(), c.reason.as_str()),
         ("True", "MaxParallelDrains")
@@ -1832,7 +1843,7 @@ fn a_queued_maintenance_leaves_its_node_in_service_and_runs_no_round_until_a_slo
     // Without a budget nothing changes: no condition, a round.
     let free = plan(&observed(None, &running, None), t(0));
     assert!(matches!(free.then, Then::Drain(_)));
-    assert!(status::condition(&free.status.unwrap(), status::condition::DRAIN_QUEUED).is_none());
+    assert!(condition(&free.status.unwrap(), condition::DRAIN_QUEUED).is_none());
 }
 
 /// `docs/drain-contract.md` §10: time spent waiting for a drain slot does not count toward the
@@ -1877,7 +1888,7 @@ fn the_deadline_counts_from_the_drain_slot_not_from_the_queue() {
         full: "--max-parallel-drains=1".into(),
     };
     // The last pass found it waiting.
-    running = status::queued(&running, Some(&waiting), None, GEN, t(0)).0;
+    running = queued(&running, Some(&waiting), None, GEN, t(0)).0;
     let queued = plan(&observed(Some(waiting), &running, 500), t(500));
     let s = queued.status.clone().unwrap();
     assert_eq!(

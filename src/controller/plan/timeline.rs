@@ -22,8 +22,9 @@
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
-use super::*;
-use crate::api::MaintenancePhase;
+use super::condition::{self, condition, set_condition};
+use super::status::REQUEUE_SUCCEEDED;
+use crate::api::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
 use crate::controller::queue::Place;
 
 /// The moments of one maintenance, as one pass reads them (`None`: not (yet) recorded).

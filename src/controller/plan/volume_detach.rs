@@ -6,9 +6,10 @@
 use crate::api::{MaintenancePhase, NodeMaintenanceStatus, PodBlocker};
 use crate::drain::volume_detach::{FAILED_PREFIX, Verdict, named};
 
-use super::{
-    EventTarget, PlannedEvent, REQUEUE_SUCCEEDED, REQUEUE_TERMINATING, Requeue, Step, condition,
-    event, now_time, set_condition,
+use super::condition::{self, set_condition};
+use super::status::{
+    EventTarget, PlannedEvent, REQUEUE_SUCCEEDED, REQUEUE_TERMINATING, Requeue, Step, event,
+    now_time,
 };
 
 /// `Drained` condition reason while the wait holds Succeeded back.
@@ -148,7 +149,9 @@ mod tests {
 
     use super::*;
     use crate::api::OnTimeout;
-    use crate::controller::plan::{DrainRound, Then, drained_plan, needs_write};
+    use crate::controller::plan::encode::needs_write;
+    use crate::controller::plan::outcome::DrainRound;
+    use crate::controller::plan::{Then, drained_plan};
     use crate::drain::DrainReport;
     use crate::drain::volume_detach::{Attachment, Observed};
 

@@ -7,8 +7,13 @@
 use k8s_openapi::api::coordination::v1::Lease;
 use serde_json::Value;
 
-use super::PlannedEvent;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+
+use super::encode::{needs_write, status_patch};
+use super::status::{EventTarget, PlannedEvent};
 use crate::api::NodeMaintenanceStatus;
+use crate::controller::memory::StatusSchema;
 use crate::node::EnterOutcome;
 
 /// One write of a pass, in the order the plan lists them.
@@ -215,6 +220,54 @@ pub(crate) fn wakes(stored: &NodeMaintenanceStatus, wanted: &NodeMaintenanceStat
         k
     };
     stored.phase != wanted.phase || keys(stored) != keys(wanted)
+}
+
+/// The writes of a pass being planned, with the status the API server will hold after them
+/// (so a status equal to it is not written again).
+pub(crate) struct Writes {
+    /// The writes so far, in order.
+    pub(super) list: Vec<Write>,
+    /// The status the API server holds once they are done.
+    pub(super) stored: NodeMaintenanceStatus,
+    /// The status fields the API server prunes.
+    pub(super) pruned: Vec<String>,
+}
+
+impl Writes {
+    pub(super) fn new(stored: NodeMaintenanceStatus, schema: &StatusSchema) -> Self {
+        Writes {
+            list: Vec::new(),
+            stored,
+            pruned: schema.pruned(),
+        }
+    }
+
+    pub(super) fn push(&mut self, w: Write) {
+        self.list.push(w);
+    }
+
+    /// Writes `status` when it differs from the stored one in more than `lastUpdate`.
+    pub(super) fn status(&mut self, status: &NodeMaintenanceStatus) {
+        if needs_write(&self.stored, status, &self.pruned) {
+            self.list.push(Write::Status {
+                patch: status_patch(status, None),
+                sent: Box::new(status.clone()),
+                wakes: wakes(&self.stored, status),
+            });
+            self.stored = status.clone();
+        }
+    }
+
+    /// Publishes `events` (a Node event about `node`: name and uid).
+    pub(super) fn events(&mut self, events: Vec<PlannedEvent>, node: Option<&Node>) {
+        for event in events {
+            let node = match event.target {
+                EventTarget::Node => node.map(|n| (n.name_any(), n.metadata.uid.clone())),
+                EventTarget::Maintenance => None,
+            };
+            self.list.push(Write::Event { event, node });
+        }
+    }
 }
 
 #[cfg(test)]

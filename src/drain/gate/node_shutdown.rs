@@ -14,7 +14,7 @@
 use k8s_openapi::api::core::v1::Node;
 
 use crate::api::NodeMaintenanceStatus;
-use crate::controller::plan::set_condition;
+use crate::controller::plan::condition::set_condition;
 use crate::node::conditions::GRACEFUL_NODE_SHUTDOWN_IN_PROGRESS;
 
 /// The NodeMaintenance's condition type: True while its node shuts down and the drain sends

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::controller::plan::slot::queued;
 
 fn t(s: i64) -> jiff::Timestamp {
     jiff::Timestamp::from_second(1_800_000_000 + s).unwrap()

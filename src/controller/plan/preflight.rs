@@ -1,0 +1,45 @@
+//! The stage Preflight's findings: what the dry-run evictions refused, in status.
+
+use std::time::Duration;
+
+use super::outcome::{DrainRound, Plan};
+use super::status::{Requeue, Step, non_empty, touch};
+use crate::api::NodeMaintenanceStatus;
+
+/// Re-check of a maintenance in stage Preflight: its dry-run evictions ask once per pod, so not
+/// at the drain's pace.
+pub(crate) const REQUEUE_PREFLIGHT: Duration = Duration::from_secs(60);
+
+/// The preflight's writes, from the refusals of its dry-run evictions: the status
+/// [`preflight`] makes of them (written when it changed), its requeue.
+pub(crate) fn preflight_plan(
+    round: &DrainRound,
+    blockers: &[crate::api::PodBlocker],
+    now: jiff::Timestamp,
+) -> Plan {
+    let step = preflight(&round.status, blockers, round.generation, now);
+    let mut writes = round.writes();
+    writes.status(&step.status);
+    Plan::after_round(writes, step)
+}
+
+/// The stage Preflight's findings: `blockers` (what the dry-run evictions refused, capped as the
+/// drain's are) in `status.blockers`, and `lastError` empty; back after [`REQUEUE_PREFLIGHT`].
+pub(crate) fn preflight(
+    status: &NodeMaintenanceStatus,
+    blockers: &[crate::api::PodBlocker],
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Step {
+    let mut s = status.clone();
+    s.blockers = non_empty(crate::drain::pass::cap_blockers(blockers).0);
+    s.last_error = None;
+    if *status != s {
+        touch(&mut s, generation, now);
+    }
+    Step {
+        status: s,
+        events: Vec::new(),
+        requeue: Requeue::After(REQUEUE_PREFLIGHT),
+    }
+}
