@@ -17,24 +17,21 @@ use crate::leader;
 /// [`RunError::KubeConfig`] naming the file or source and the reason.
 pub(super) async fn kube_config(flag: Option<&Path>) -> Result<kube::Config, RunError> {
     let opts = KubeConfigOptions::default();
-    if let Some(path) = flag {
-        let kc = Kubeconfig::read_from(path).map_err(|e| {
-            RunError::KubeConfig(format!("cannot use --kubeconfig {}: {e}", path.display()))
-        })?;
+    let (source, kubeconfig) = match flag {
+        Some(path) => (
+            format!("--kubeconfig {}", path.display()),
+            Kubeconfig::read_from(path).map(Some),
+        ),
+        // kube reads `$KUBECONFIG` itself (a path list, merged as kubectl does); asking it
+        // first keeps controller-runtime's order, in which the variable wins over the
+        // in-cluster account.
+        None => ("KUBECONFIG".to_string(), Kubeconfig::from_env()),
+    };
+    let unusable = |e| RunError::KubeConfig(format!("cannot use {source}: {e}"));
+    if let Some(kc) = kubeconfig.map_err(unusable)? {
         return kube::Config::from_custom_kubeconfig(kc, &opts)
             .await
-            .map_err(|e| {
-                RunError::KubeConfig(format!("cannot use --kubeconfig {}: {e}", path.display()))
-            });
-    }
-    // kube reads `$KUBECONFIG` itself (a path list, merged as kubectl does); asking it first
-    // keeps controller-runtime's order, in which the variable wins over the in-cluster account.
-    let from_env = Kubeconfig::from_env()
-        .map_err(|e| RunError::KubeConfig(format!("cannot use KUBECONFIG: {e}")))?;
-    if let Some(kc) = from_env {
-        return kube::Config::from_custom_kubeconfig(kc, &opts)
-            .await
-            .map_err(|e| RunError::KubeConfig(format!("cannot use KUBECONFIG: {e}")));
+            .map_err(unusable);
     }
     match kube::Config::incluster() {
         Ok(c) => Ok(c),
