@@ -40,12 +40,8 @@ pub(crate) fn strip_node(node: &mut Node) {
         l
     });
     let ready = ready_condition_status(
-        node.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_deref())
-            .unwrap_or_default()
-            .iter()
-            .map(|c| (c.type_.as_str(), c.status.as_str())),
+        node.status.as_ref().and_then(|s| s.conditions.as_deref()),
+        |c| (c.type_.as_str(), c.status.as_str()),
     );
     *node = Node {
         metadata: ObjectMeta {
@@ -87,12 +83,8 @@ pub(crate) fn strip_nm(nm: &mut NodeMaintenance) {
 /// condition.
 pub(crate) fn strip_pod(pod: &mut Pod) {
     let ready = ready_condition_status(
-        pod.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_deref())
-            .unwrap_or_default()
-            .iter()
-            .map(|c| (c.type_.as_str(), c.status.as_str())),
+        pod.status.as_ref().and_then(|s| s.conditions.as_deref()),
+        |c| (c.type_.as_str(), c.status.as_str()),
     );
     let node_name = pod.spec.as_mut().and_then(|s| s.node_name.take());
     *pod = Pod {
@@ -150,9 +142,12 @@ pub(crate) fn strip_budget(pdb: &mut PodDisruptionBudget) {
     };
 }
 
-fn ready_condition_status<'a>(
-    mut conditions: impl Iterator<Item = (&'a str, &'a str)>,
+/// The status of the `Ready` condition among `conditions`, read by `parts` as (type, status).
+fn ready_condition_status<C>(
+    conditions: Option<&[C]>,
+    parts: impl Fn(&C) -> (&str, &str),
 ) -> Option<String> {
+    let mut conditions = conditions.unwrap_or_default().iter().map(parts);
     conditions
         .find(|(t, _)| *t == "Ready")
         .map(|(_, s)| s.to_string())
