@@ -206,18 +206,10 @@ impl ReplicaSets {
 
 /// A table a watch keeps: the live state, and the one a relist is building (swapped in whole
 /// when the relist completes, as a reflector's store does).
+#[derive(Default)]
 struct Table<T> {
     live: T,
     next: Option<T>,
-}
-
-impl<T: Default> Default for Table<T> {
-    fn default() -> Self {
-        Self {
-            live: T::default(),
-            next: None,
-        }
-    }
 }
 
 /// Applies `ev` to `table`; true when a (re)list completed.
