@@ -98,21 +98,24 @@ pub(crate) fn profile_settings(
     profile: Option<&TlsSecurityProfile>,
 ) -> (&'static str, String, Vec<String>, Option<String>) {
     let owned = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let intermediate = || {
+    let intermediate = |fallback: Option<String>| {
         let mut ciphers = owned(&TLS13);
         ciphers.extend(owned(&INTERMEDIATE_TLS12));
-        ciphers
+        (
+            "Intermediate",
+            "VersionTLS12".to_string(),
+            ciphers,
+            fallback,
+        )
     };
     let kind = profile
         .and_then(|p| p.profile_type.as_deref())
         .filter(|t| !t.is_empty());
     match kind {
-        None | Some("Intermediate") => {
-            ("Intermediate", "VersionTLS12".into(), intermediate(), None)
-        }
+        None | Some("Intermediate") => intermediate(None),
         Some("Modern") => ("Modern", "VersionTLS13".into(), owned(&TLS13), None),
         Some("Old") => {
-            let mut ciphers = intermediate();
+            let (_, _, mut ciphers, _) = intermediate(None);
             ciphers.extend(owned(&OLD_EXTRA));
             ("Old", "VersionTLS10".into(), ciphers, None)
         }
@@ -126,19 +129,9 @@ pub(crate) fn profile_settings(
                 custom.ciphers.clone(),
                 None,
             ),
-            None => (
-                "Intermediate",
-                "VersionTLS12".into(),
-                intermediate(),
-                Some("type Custom without custom settings".into()),
-            ),
+            None => intermediate(Some("type Custom without custom settings".into())),
         },
-        Some(other) => (
-            "Intermediate",
-            "VersionTLS12".into(),
-            intermediate(),
-            Some(format!("unknown profile type {other:?}")),
-        ),
+        Some(other) => intermediate(Some(format!("unknown profile type {other:?}"))),
     }
 }
 

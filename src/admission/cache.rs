@@ -40,12 +40,8 @@ pub(crate) fn strip_node(node: &mut Node) {
         l
     });
     let ready = ready_condition_status(
-        node.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_deref())
-            .unwrap_or_default()
-            .iter()
-            .map(|c| (c.type_.as_str(), c.status.as_str())),
+        node.status.as_ref().and_then(|s| s.conditions.as_deref()),
+        |c| (c.type_.as_str(), c.status.as_str()),
     );
     *node = Node {
         metadata: ObjectMeta {
@@ -87,12 +83,8 @@ pub(crate) fn strip_nm(nm: &mut NodeMaintenance) {
 /// condition.
 pub(crate) fn strip_pod(pod: &mut Pod) {
     let ready = ready_condition_status(
-        pod.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_deref())
-            .unwrap_or_default()
-            .iter()
-            .map(|c| (c.type_.as_str(), c.status.as_str())),
+        pod.status.as_ref().and_then(|s| s.conditions.as_deref()),
+        |c| (c.type_.as_str(), c.status.as_str()),
     );
     let node_name = pod.spec.as_mut().and_then(|s| s.node_name.take());
     *pod = Pod {
@@ -117,29 +109,9 @@ pub(crate) fn strip_pod(pod: &mut Pod) {
     };
 }
 
-/// Keeps only a PodDisruptionBudget's name, namespace, selector and `disruptionsAllowed`.
-pub(crate) fn strip_pdb(pdb: &mut PodDisruptionBudget) {
-    let selector = pdb.spec.as_mut().and_then(|s| s.selector.take());
-    let disruptions_allowed = pdb.status.as_ref().and_then(|s| s.disruptions_allowed);
-    *pdb = PodDisruptionBudget {
-        metadata: ObjectMeta {
-            name: pdb.metadata.name.take(),
-            namespace: pdb.metadata.namespace.take(),
-            ..ObjectMeta::default()
-        },
-        spec: Some(k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec {
-            selector,
-            ..Default::default()
-        }),
-        status: Some(PodDisruptionBudgetStatus {
-            disruptions_allowed,
-            ..Default::default()
-        }),
-    };
-}
-
 /// Keeps what [`crate::drain::Budget::of`] reads of a PodDisruptionBudget, for the CREATE
-/// warning about budgets that allow no disruption (`super::budgets`).
+/// warning about budgets that allow no disruption (`super::budgets`); the etcd guard rule reads
+/// a subset of it (selector, `disruptionsAllowed`).
 pub(crate) fn strip_budget(pdb: &mut PodDisruptionBudget) {
     let selector = pdb.spec.as_mut().and_then(|s| s.selector.take());
     let unhealthy_pod_eviction_policy = pdb
@@ -170,9 +142,12 @@ pub(crate) fn strip_budget(pdb: &mut PodDisruptionBudget) {
     };
 }
 
-fn ready_condition_status<'a>(
-    mut conditions: impl Iterator<Item = (&'a str, &'a str)>,
+/// The status of the `Ready` condition among `conditions`, read by `parts` as (type, status).
+fn ready_condition_status<C>(
+    conditions: Option<&[C]>,
+    parts: impl Fn(&C) -> (&str, &str),
 ) -> Option<String> {
+    let mut conditions = conditions.unwrap_or_default().iter().map(parts);
     conditions
         .find(|(t, _)| *t == "Ready")
         .map(|(_, s)| s.to_string())
@@ -366,7 +341,7 @@ pub(crate) fn start(
         "etcd guard budgets",
         Api::<PodDisruptionBudget>::namespaced(client.clone(), OPENSHIFT_ETCD_NAMESPACE),
         watcher::Config::default(),
-        strip_pdb,
+        strip_budget,
         |_| {},
     );
     tasks.push(t);
@@ -457,26 +432,27 @@ where
         .backoff(crate::watch::relist::watch_backoff())
         .modify(strip)
         .reflect(writer);
-    let task = tokio::spawn(drive(what, events, synced_tx, on_event));
+    let task = tokio::spawn(drive(what, events, move |ev| {
+        if matches!(ev, watcher::Event::InitDone) {
+            tracing::debug!(cache = what, "admission cache listed");
+            synced_tx.send_replace(true);
+        }
+        on_event(&ev);
+    }));
     (store, task, synced)
 }
 
-async fn drive<K>(
+/// Feeds the events of `events` to `on_event` for as long as it runs, logging each failed watch
+/// of the cache `what` (the watcher retries by itself).
+pub(super) async fn drive<K>(
     what: &'static str,
     events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-    synced: watch::Sender<bool>,
-    on_event: impl Fn(&watcher::Event<K>) + Send + Sync + 'static,
+    on_event: impl Fn(watcher::Event<K>) + Send + 'static,
 ) {
     let mut events = std::pin::pin!(events);
     while let Some(ev) = events.next().await {
         match ev {
-            Ok(ev) => {
-                if matches!(ev, watcher::Event::InitDone) {
-                    tracing::debug!(cache = what, "admission cache listed");
-                    synced.send_replace(true);
-                }
-                on_event(&ev);
-            }
+            Ok(ev) => on_event(ev),
             Err(e) => {
                 tracing::warn!(cache = what, error = %e, "admission cache watch failed; retrying")
             }
@@ -599,7 +575,7 @@ mod tests {
             "status": {"disruptionsAllowed": 1, "currentHealthy": 3, "desiredHealthy": 2, "expectedPods": 3}
         }))
         .unwrap();
-        strip_pdb(&mut pdb);
+        strip_budget(&mut pdb);
         assert_eq!(
             pdb.spec.as_ref().and_then(|s| s.selector.as_ref()),
             Some(&serde_json::from_value(json!({"matchLabels": {"app": "guard"}})).unwrap())

@@ -17,7 +17,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::PartialObjectMeta;
@@ -207,18 +206,10 @@ impl ReplicaSets {
 
 /// A table a watch keeps: the live state, and the one a relist is building (swapped in whole
 /// when the relist completes, as a reflector's store does).
+#[derive(Default)]
 struct Table<T> {
     live: T,
     next: Option<T>,
-}
-
-impl<T: Default> Default for Table<T> {
-    fn default() -> Self {
-        Self {
-            live: T::default(),
-            next: None,
-        }
-    }
 }
 
 /// Applies `ev` to `table`; true when a (re)list completed.
@@ -453,17 +444,8 @@ async fn drive<K>(
     on_event: impl Fn(watcher::Event<K>) + Send + 'static,
 ) {
     // A watcher lists when first polled: not polled until `after`.
-    if after.wait_for(|v| *v).await.is_err() {
-        return;
-    }
-    let mut events = std::pin::pin!(events);
-    while let Some(ev) = events.next().await {
-        match ev {
-            Ok(ev) => on_event(ev),
-            Err(e) => {
-                tracing::warn!(cache = what, error = %e, "admission cache watch failed; retrying")
-            }
-        }
+    if after.wait_for(|v| *v).await.is_ok() {
+        super::cache::drive(what, events, on_event).await;
     }
 }
 

@@ -237,15 +237,11 @@ pub(crate) fn guard_pod(
     selector: Option<&LabelSelector>,
     pods: &[Arc<Pod>],
 ) -> Result<GuardPod, String> {
-    let selector = budget_selector(selector)?;
-    let empty = BTreeMap::new();
-    Ok(pods
-        .iter()
-        .find(|p| {
-            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
-                && selector.matches(p.metadata.labels.as_ref().unwrap_or(&empty))
-        })
-        .map_or(GuardPod::Absent, |p| GuardPod::Present(pod_ready_status(p))))
+    Ok(bound_and_selected(selector, pods)?
+        .find(|(on, _)| *on == node)
+        .map_or(GuardPod::Absent, |(_, p)| {
+            GuardPod::Present(pod_ready_status(p))
+        }))
 }
 
 /// Whether the guard budget's `selector` matches any pod bound to a node.
@@ -256,14 +252,21 @@ pub(crate) fn budget_selects_pods(
     selector: Option<&LabelSelector>,
     pods: &[Arc<Pod>],
 ) -> Result<bool, String> {
+    Ok(bound_and_selected(selector, pods)?.next().is_some())
+}
+
+/// The pods of `pods` bound to a node whose labels match `selector`, with their node's name.
+fn bound_and_selected<'a>(
+    selector: Option<&LabelSelector>,
+    pods: &'a [Arc<Pod>],
+) -> Result<impl Iterator<Item = (&'a str, &'a Arc<Pod>)>, String> {
+    static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
     let selector = budget_selector(selector)?;
-    let empty = BTreeMap::new();
-    Ok(pods.iter().any(|p| {
-        p.spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .is_some()
-            && selector.matches(p.metadata.labels.as_ref().unwrap_or(&empty))
+    Ok(pods.iter().filter_map(move |p| {
+        let node = p.spec.as_ref()?.node_name.as_deref()?;
+        selector
+            .matches(p.metadata.labels.as_ref().unwrap_or(&NO_LABELS))
+            .then_some((node, p))
     }))
 }
 

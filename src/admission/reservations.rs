@@ -98,12 +98,6 @@ impl Reservations {
         ends
     }
 
-    #[cfg(test)]
-    /// Whether the reservation `token` of `node` is still held.
-    pub(crate) fn holds(&self, node: &str, token: u64) -> bool {
-        self.by_node.get(node).is_some_and(|r| r.token == token)
-    }
-
     /// Ends the reservation `token` of `node` (its object was found not to exist by a check that
     /// started when the reservation had `renewals` renewals); a newer reservation of the node, or
     /// one renewed since, is left alone. Returns whether it ended.
@@ -120,23 +114,28 @@ impl Reservations {
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &Reservation)> {
         self.by_node.iter()
     }
-
-    #[cfg(test)]
-    /// The number of reservations held.
-    pub(crate) fn len(&self) -> usize {
-        self.by_node.len()
-    }
-
-    #[cfg(test)]
-    /// Whether no reservation is held.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.by_node.is_empty()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Reservations {
+        /// Whether the reservation `token` of `node` is still held.
+        pub(crate) fn holds(&self, node: &str, token: u64) -> bool {
+            self.by_node.get(node).is_some_and(|r| r.token == token)
+        }
+
+        /// The number of reservations held.
+        pub(crate) fn len(&self) -> usize {
+            self.by_node.len()
+        }
+
+        /// Whether no reservation is held.
+        pub(crate) fn is_empty(&self) -> bool {
+            self.by_node.is_empty()
+        }
+    }
 
     #[test]
     fn a_reservation_refuses_other_objects_until_the_cache_shows_its_own() {

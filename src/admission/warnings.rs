@@ -117,14 +117,10 @@ pub(crate) fn warnings(
              --honor-opt-out-annotations): not evicted until the drain deadline, and the \
              maintenance does not succeed while {} on the node: {}",
             count(opted_out.len(), "pod"),
-            if opted_out.len() == 1 { "opts" } else { "opt" },
+            plural(opted_out.len(), "opts", "opt"),
             crate::drain::opt_out::DO_NOT_DISRUPT,
             crate::drain::opt_out::SAFE_TO_EVICT,
-            if opted_out.len() == 1 {
-                "it is"
-            } else {
-                "they are"
-            },
+            plural(opted_out.len(), "it is", "they are"),
             list(opted_out)
         ));
     }
@@ -134,7 +130,7 @@ pub(crate) fn warnings(
             "{} on node {node} {} emptyDir volumes, whose data is deleted when the drain evicts \
              them: {}",
             count(empty_dir.len(), "pod"),
-            if empty_dir.len() == 1 { "uses" } else { "use" },
+            plural(empty_dir.len(), "uses", "use"),
             list(empty_dir)
         ));
     }
@@ -143,12 +139,8 @@ pub(crate) fn warnings(
         out.push(format!(
             "{} on node {node} {} no controller, so once evicted {} recreated anywhere: {}",
             count(bare.len(), "pod"),
-            if bare.len() == 1 { "has" } else { "have" },
-            if bare.len() == 1 {
-                "it is not"
-            } else {
-                "they are not"
-            },
+            plural(bare.len(), "has", "have"),
+            plural(bare.len(), "it is not", "they are not"),
             list(bare)
         ));
     }
@@ -219,11 +211,12 @@ fn budget_warnings(node: &str, pods: &[NodePod], blocking: &[Budget]) -> Vec<Str
 }
 
 fn count(n: usize, what: &str) -> String {
-    if n == 1 {
-        format!("1 {what}")
-    } else {
-        format!("{n} {what}s")
-    }
+    format!("{n} {what}{}", plural(n, "", "s"))
+}
+
+/// `one` for one, else `many`.
+fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 { one } else { many }
 }
 
 /// Up to [`PODS_NAMED`] of `names`, then how many more.

@@ -204,6 +204,11 @@ const Q: QueueLabels = QueueLabels {
     name: CONTROLLER_NAME,
     controller: CONTROLLER_NAME,
 };
+const D: DepthLabels = DepthLabels {
+    name: CONTROLLER_NAME,
+    controller: CONTROLLER_NAME,
+    priority: "",
+};
 
 impl RuntimeMetrics {
     /// Registers every family on `registry` (which must carry no prefix) with its series at zero.
@@ -284,20 +289,12 @@ impl RuntimeMetrics {
         let _ = m.reconcile_time.get_or_create(&C);
         let _ = m.max_concurrent.get_or_create(&C);
         let _ = m.active_workers.get_or_create(&C);
-        let _ = m.depth.get_or_create(&Self::depth_labels());
+        let _ = m.depth.get_or_create(&D);
         let _ = m.adds.get_or_create(&Q);
         let _ = m.queue_duration.get_or_create(&Q);
         let _ = m.work_duration.get_or_create(&Q);
         let _ = m.retries.get_or_create(&Q);
         m
-    }
-
-    fn depth_labels() -> DepthLabels {
-        DepthLabels {
-            name: CONTROLLER_NAME,
-            controller: CONTROLLER_NAME,
-            priority: "",
-        }
     }
 
     fn queue(&self) -> std::sync::MutexGuard<'_, WorkQueue> {
@@ -371,7 +368,7 @@ impl RuntimeMetrics {
     /// encoding).
     pub(crate) fn refresh(&self) {
         let (depth, newly_due) = self.queue().depth(Instant::now());
-        self.depth.get_or_create(&Self::depth_labels()).set(depth);
+        self.depth.get_or_create(&D).set(depth);
         if newly_due > 0 {
             self.adds.get_or_create(&Q).inc_by(newly_due);
         }

@@ -123,18 +123,6 @@ pub(crate) struct NodeMaintenanceState {
 }
 
 impl NodeMaintenanceState {
-    #[cfg(test)]
-    /// True when a holder is recorded and the node is cordoned, carries both maintenance taints
-    /// and is excluded from remediation, i.e. entry needs no node change except possibly the
-    /// reason annotation.
-    pub(crate) fn complete(&self) -> bool {
-        self.holder.is_some()
-            && self.cordoned
-            && self.drain_taint
-            && self.unschedulable_taint
-            && self.excluded
-    }
-
     /// True when the node carries every mark of maintenance (cordon, both maintenance taints,
     /// exclude label), whoever put them there.
     pub(crate) fn carries_marks(&self) -> bool {
@@ -214,12 +202,6 @@ pub(crate) struct Claimant<'a> {
 }
 
 impl<'a> Claimant<'a> {
-    #[cfg(test)]
-    /// A claimant known by name only (its record on the node matches any uid).
-    pub(crate) fn named(name: &'a str) -> Self {
-        Self { name, uid: None }
-    }
-
     /// Whether the record `holder`/`uid` on a node is this claimant's: same name, and the same
     /// uid when both are known (a record written before uids were recorded matches by name).
     pub(crate) fn owns(&self, holder: &str, uid: Option<&str>) -> bool {

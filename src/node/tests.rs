@@ -1,6 +1,27 @@
 use super::*;
 use serde_json::json;
 
+// Test-only ways into the node's state, kept out of the production code.
+impl NodeMaintenanceState {
+    /// True when a holder is recorded and the node is cordoned, carries both maintenance taints
+    /// and is excluded from remediation, i.e. entry needs no node change except possibly the
+    /// reason annotation.
+    pub(crate) fn complete(&self) -> bool {
+        self.holder.is_some()
+            && self.cordoned
+            && self.drain_taint
+            && self.unschedulable_taint
+            && self.excluded
+    }
+}
+
+impl<'a> Claimant<'a> {
+    /// A claimant known by name only (its record on the node matches any uid).
+    pub(crate) fn named(name: &'a str) -> Self {
+        Self { name, uid: None }
+    }
+}
+
 const NM: &str = "nm-1";
 
 fn node(value: Value) -> Node {

@@ -9,8 +9,6 @@
 //! Read from the object on every pass (no memory): a restart, a pause or a stage change finds
 //! the hooks where their owners left them. Pure.
 
-use std::collections::BTreeMap;
-
 use kube::ResourceExt;
 
 use crate::api::NodeMaintenance;
@@ -29,11 +27,7 @@ pub(crate) const HOOKS_ACCEPTED: &str =
 /// name order. An empty owner (refused by the webhook, and by the API server's own annotation
 /// rules) is listed as `""`: a hook that cannot be named still holds, never lets the drain go.
 pub fn owners(nm: &NodeMaintenance) -> Vec<String> {
-    owners_of(nm.annotations())
-}
-
-fn owners_of(annotations: &BTreeMap<String, String>) -> Vec<String> {
-    annotations
+    nm.annotations()
         .keys()
         .filter_map(|k| k.strip_prefix(PRE_DRAIN_HOOK_PREFIX))
         .map(str::to_owned)

@@ -278,9 +278,7 @@ impl NodeCache {
             .unwrap_or_else(|e| e.into_inner())
             .retain(|tx| tx.send(change.clone()).is_ok());
     }
-}
 
-impl NodeCache {
     /// An empty cache, not synced, whose entries record which of `budgets` (at most 32) select
     /// their node ([`NodeEntry::budgets`]); [`watch`] fills it.
     pub(crate) fn new(budgets: Arc<[crate::policy::NodeBudget]>) -> Self {

@@ -382,20 +382,8 @@ fn on_read(at: At, read: Read) -> (Option<Item>, After) {
         ),
         (At::InitialEvents, Read::Ended) => (None, After::Initial),
         (At::Watching { rv }, Read::Frame(frame)) => match frame {
-            Frame::Applied(n) => {
-                let rv = n.metadata.resource_version.clone().unwrap_or(rv);
-                (
-                    Some(Ok(watcher::Event::Apply(n))),
-                    After::Stay(At::Watching { rv }),
-                )
-            }
-            Frame::Deleted(n) => {
-                let rv = n.metadata.resource_version.clone().unwrap_or(rv);
-                (
-                    Some(Ok(watcher::Event::Delete(n))),
-                    After::Stay(At::Watching { rv }),
-                )
-            }
+            Frame::Applied(n) => changed(rv, n, watcher::Event::Apply),
+            Frame::Deleted(n) => changed(rv, n, watcher::Event::Delete),
             Frame::Bookmark {
                 resource_version, ..
             } => {
@@ -425,6 +413,17 @@ fn on_read(at: At, read: Read) -> (Option<Item>, After) {
 
 /// Opens a protobuf watch of all Nodes: with the initial state streamed first when `from` is
 /// `None`, else from resourceVersion `from`.
+/// A node changed while watching: the event, and the node's resourceVersion to resume from
+/// (the last one when it has none).
+fn changed(
+    rv: String,
+    n: WatchedNode,
+    event: fn(WatchedNode) -> watcher::Event<WatchedNode>,
+) -> (Option<Item>, After) {
+    let rv = n.metadata.resource_version.clone().unwrap_or(rv);
+    (Some(Ok(event(n))), After::Stay(At::Watching { rv }))
+}
+
 async fn open(client: &Client, from: Option<&str>) -> Result<Frames, kube::Error> {
     let common =
         format!("watch=true&allowWatchBookmarks=true&timeoutSeconds={WATCH_TIMEOUT_SECONDS}");
