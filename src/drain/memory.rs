@@ -17,7 +17,7 @@ use crate::api::{PodBlocker, PodReference};
 /// again before its retry is due ([`EVICTION_RETRY_INTERVAL`](super::consts::EVICTION_RETRY_INTERVAL)),
 /// whatever triggered the pass: our own status write, node patch or lease renewal included.
 /// Read into each round's observation; the round's pure decisions say what it becomes
-/// (`pass::settle`), and each eviction's answer is recorded as it arrives
+/// (`round::settle`), and each eviction's answer is recorded as it arrives
 /// ([`RetrySchedule::answered`]). Lost on restart: the first pass of a new process asks each
 /// pending pod once more, then the schedule applies again.
 #[derive(Clone, Debug, Default)]

@@ -1,11 +1,11 @@
-//! One drain round as two pure decisions around the evictions (the shape of `docs/design.md §2`):
-//! [`plan_pass`] turns the classified pods of the node, the drain's memory of the node
-//! ([`RetrySchedule`]) and the API server's time into the pods to evict now and the ones that
-//! wait (with why); [`settle`] turns that plan into the [`DrainReport`] the status is made of
-//! and what the node's memory becomes. The executor (`act.rs`) sends the evictions after both,
-//! each on its own, and records each answer when it arrives. Neither decision does I/O or reads
-//! a clock.
-
+//! One drain round as one pure function (the shape of `docs/design.md §2`): [`round`] turns
+//! what a round observed of a node ([`Observed`]: its classified pods, the API server's time of
+//! their list, the migrations and responders at work), the drain's memory of the node
+//! ([`RetrySchedule`]), the budgets and the policy into a [`Round`]: the evictions and forced
+//! deletions to send, the [`DrainReport`] the status is made of, and the node's memory delta
+//! ([`Settled`]). Inside, [`plan_pass`] decides each pod, and [`settle`] turns that plan into the
+//! report and the delta. The executor (`act.rs`) sends what the round decided, each on its own,
+//! and records each answer when it arrives. Nothing here does I/O or reads a clock.
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -16,11 +16,73 @@ use super::deadline::{self, PlannedDeletion};
 use super::decide::{skipped_entry, tolerates_maintenance, waiting_blocker};
 use super::disposition::{Disposition, Stage};
 use super::memory::{Awaited, RetrySchedule, Settled, awaiting_replacement, evicting};
+use super::migration::Migrations;
 use super::pod::DrainPod;
+use super::responders::ActiveResponder;
 use super::rules::{skipped_by_rule, waiting_for_completion};
 use crate::api::{OnTimeout, PodBlocker, PodReference};
 use crate::bounds::MAX_BLOCKERS;
 use crate::policy::DrainPolicy;
+
+/// What a round observed of one node, besides its memory.
+pub(crate) struct Observed {
+    /// Every pod listed on the node, each with its decision (`decide.rs`).
+    pub pods: Vec<(DrainPod, Disposition)>,
+    /// The drain's start, by the API server's clock.
+    pub started: Option<jiff::Timestamp>,
+    /// The API server's time of the pod list.
+    pub listed_at: jiff::Timestamp,
+    /// When the observation began (the retries due by then are due in this round).
+    pub at: Instant,
+    /// KubeVirt's migrations.
+    pub migrations: Migrations,
+    /// The Evictions' active responders, by the namespace and name of their pod.
+    pub responders: HashMap<(String, String), ActiveResponder>,
+}
+
+/// What one round decided: what to send, what to report, and what the node's memory becomes.
+pub(crate) struct Round {
+    /// The evictions to send, namespaces taking turns.
+    pub evict: Vec<PlannedEviction>,
+    /// The forced DELETEs to send.
+    pub delete: Vec<PlannedDeletion>,
+    /// The status's view of the round.
+    pub report: DrainReport,
+    /// The node's memory delta, applied before anything is sent.
+    pub memory: Settled,
+}
+
+/// One drain round (pure): each pod decided once ([`plan_pass`], the migrations shown in the
+/// `Evacuating` blockers of launcher pods), settled against `memory` at `now` ([`settle`]), and
+/// the responders at work shown over their pods' blockers (`responders::show`).
+pub(crate) fn round(
+    observed: Observed,
+    memory: &RetrySchedule,
+    budgets: &Budgets,
+    policy: &DrainPolicy,
+    now: Instant,
+) -> Round {
+    let Observed {
+        pods,
+        started,
+        listed_at,
+        at,
+        migrations,
+        responders,
+    } = observed;
+    let mut plan = plan_pass(pods, memory, budgets, policy, started, listed_at, at);
+    show_migrations(&mut plan, &migrations, started);
+    let evict = plan.evict.clone();
+    let delete = plan.delete.clone();
+    let (mut report, memory) = settle(plan, memory, now);
+    super::responders::show(&mut report.pending, &mut report.errors, &responders);
+    Round {
+        evict,
+        delete,
+        report,
+        memory,
+    }
+}
 
 /// The pods on a node as the drain sees them.
 #[derive(Clone, Debug, Default, PartialEq)]
