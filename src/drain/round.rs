@@ -3,7 +3,7 @@
 //! their list, the migrations and responders at work), the drain's memory of the node
 //! ([`RetrySchedule`]), the budgets and the policy into a [`Round`]: the evictions and forced
 //! deletions to send, the [`DrainReport`] the status is made of, and the node's memory delta
-//! ([`Settled`]). Inside, [`plan_pass`] decides each pod, and [`settle`] turns that plan into the
+//! ([`Settled`]). Inside, [`plan`] decides each pod, and [`settle`] turns that plan into the
 //! report and the delta. The executor (`act.rs`) sends what the round decided, each on its own,
 //! and records each answer when it arrives. Nothing here does I/O or reads a clock.
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -52,26 +52,17 @@ pub(crate) struct Round {
     pub memory: Settled,
 }
 
-/// One drain round (pure): each pod decided once ([`plan_pass`], the migrations shown in the
-/// `Evacuating` blockers of launcher pods), settled against `memory` at `now` ([`settle`]), and
+/// One drain round (pure): each pod decided once ([`plan`]), settled against `memory` at `now` ([`settle`]), and
 /// the responders at work shown over their pods' blockers (`responders::show`).
 pub(crate) fn round(
-    observed: Observed,
+    mut observed: Observed,
     memory: &RetrySchedule,
     budgets: &Budgets,
     policy: &DrainPolicy,
     now: Instant,
 ) -> Round {
-    let Observed {
-        pods,
-        started,
-        listed_at,
-        at,
-        migrations,
-        responders,
-    } = observed;
-    let mut plan = plan_pass(pods, memory, budgets, policy, started, listed_at, at);
-    show_migrations(&mut plan, &migrations, started);
+    let responders = std::mem::take(&mut observed.responders);
+    let plan = plan(observed, memory, budgets, policy);
     let evict = plan.evict.clone();
     let delete = plan.delete.clone();
     let (mut report, memory) = settle(plan, memory, now);
@@ -231,11 +222,8 @@ pub(crate) struct PassPlan {
     /// The pods held by a `NotMigratable` refusal, by UID, for their one Warning.
     pub not_migratable: Vec<(String, PodBlocker)>,
     /// The launcher pods whose VMI's migration failed, keyed by the failed migration
-    /// (`migration/<namespace>/<name>`), for its one Warning ([`show_migrations`]).
+    /// (`migration/<namespace>/<name>`), for its one Warning.
     pub failed_migrations: Vec<(String, FailedMigration)>,
-    /// The VMI of each evictable virt-launcher pod, by the pod's namespace and name
-    /// ([`show_migrations`]).
-    pub launchers: HashMap<(String, String), String>,
     /// The evictions to send now, namespaces taking turns ([`fair_order`]).
     pub evict: Vec<PlannedEviction>,
     /// UIDs whose retry entries stay (listed, up for eviction or kept).
@@ -256,22 +244,137 @@ pub(crate) struct PassPlan {
     pub forced: Vec<(String, PodBlocker)>,
 }
 
-/// Decides a round over the node's classified pods: evict the evictable pods of the earliest
-/// [`super::Stage`] still on the node that are neither terminating, nor in flight, nor waiting
-/// for their retry (`schedule` at `at`); every other evictable pod is pending with its blocker;
-/// kept pods are listed once each; an evicted pod that tolerates both maintenance taints keeps
-/// the drain open until its controller's replacement is listed, for at most
-/// [`REPLACEMENT_WAIT`]. `now` is the API server's time of the pod list (how long a pod
-/// has been terminating, how long a replacement has been awaited); `started` the drain's start.
+/// Decides a round over the node's classified pods, each pod once ([`outcome`], its one
+/// [`Outcome`]), the outcomes collected in the buckets of [`PassPlan`]: evict the evictable
+/// pods of the earliest [`super::Stage`] still on the node that are neither terminating, nor in
+/// flight, nor waiting for their retry (the memory at `observed.at`); every other evictable pod
+/// is pending with its blocker; kept pods are listed once each; an evicted pod that tolerates
+/// both maintenance taints keeps the drain open until its controller's replacement is listed,
+/// for at most [`REPLACEMENT_WAIT`]. `observed.listed_at` is the API server's time of the pod
+/// list (how long a pod has been terminating, how long a replacement has been awaited).
 ///
 /// Causes many pods share ([`Gate`]): a pod whose budget allows no disruption, or whose
 /// namespace refused recently, is held by that cause without a request, and only one pod per
 /// cause is asked per retry interval; a budget that allows `k` has at most `k` pods asked.
 ///
-/// Once `policy`'s deadline has passed (its `deadline_start` plus `drainTimeout`, by `now`), `SkipStuck`
-/// keeps a terminating pod whose deletion is overdue; `ForceDelete` deletes each evictable pod
-/// once, whatever its stage or budget, its own grace period ahead of the deadline
-/// ([`deadline::force_due`]); pods labelled `wait-completed` are still waited for.
+/// Once `policy`'s deadline has passed (its `deadline_start` plus `drainTimeout`, by the list's
+/// time), `SkipStuck` keeps a terminating pod whose deletion is overdue; `ForceDelete` deletes
+/// each evictable pod once, whatever its stage or budget, its own grace period ahead of the
+/// deadline ([`deadline::force_due`]); pods labelled `wait-completed` are still waited for.
+fn plan(
+    observed: Observed,
+    memory: &RetrySchedule,
+    budgets: &Budgets,
+    policy: &DrainPolicy,
+) -> PassPlan {
+    let now = observed.listed_at;
+    let overdue = policy.overdue(policy.deadline_start, now);
+    let pods = super::opt_out::at_deadline(observed.pods, overdue);
+    let mut gate = Gate::new(budgets, memory, observed.at);
+    for (pod, _) in &pods {
+        if pod
+            .metadata
+            .uid
+            .as_deref()
+            .is_some_and(|uid| memory.in_flight(uid))
+        {
+            gate.in_flight(pod);
+        }
+    }
+    let mut cx = Context {
+        memory,
+        gate,
+        migrations: &observed.migrations,
+        started: observed.started,
+        overdue,
+        force_by: deadline::force_by(policy),
+        first_stage: pods
+            .iter()
+            .filter_map(|(_, d)| match d {
+                Disposition::Evict { stage, .. } => Some(*stage),
+                _ => None,
+            })
+            .min(),
+        now,
+        at: observed.at,
+        force_in: None,
+    };
+    let mut plan = PassPlan {
+        total_pods: pods.len(),
+        overdue,
+        ..PassPlan::default()
+    };
+    let mut tolerating = HashSet::new();
+    // Pods of each controller that run on (are listed and not terminating): replacements.
+    let mut live: HashMap<String, usize> = HashMap::new();
+    for (pod, disposition) in pods {
+        let r = pod.reference();
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if tolerates_maintenance(&pod) {
+            tolerating.extend(pod.metadata.uid.clone());
+        }
+        if let Some(c) = pod.controller_ref()
+            && pod.metadata.deletion_timestamp.is_none()
+            && !matches!(disposition, Disposition::SkipFinished)
+        {
+            *live.entry(c.uid.clone()).or_default() += 1;
+        }
+        match outcome(pod, disposition, &r, &uid, &mut cx) {
+            Outcome::Ignored => continue,
+            Outcome::Kept(b, evictable) => {
+                plan.listed.insert(uid.clone());
+                plan.kept.push(b);
+                plan.kept_uids.push(uid);
+                if !evictable {
+                    continue;
+                }
+            }
+            Outcome::Wait(w) => {
+                if w.remembered {
+                    plan.listed.insert(uid.clone());
+                }
+                plan.errors.extend(w.errors);
+                if w.not_migratable {
+                    plan.not_migratable.push((uid.clone(), w.blocker.clone()));
+                }
+                if let Some(migration) = w.failed_migration {
+                    let key = format!("migration/{}/{migration}", r.namespace);
+                    plan.listed.insert(key.clone());
+                    let blocker = w.blocker.clone();
+                    plan.failed_migrations
+                        .push((key, FailedMigration { blocker, migration }));
+                }
+                if let Some(a) = w.awaits {
+                    plan.awaited.insert(uid, a);
+                }
+                plan.pending.push(w.blocker);
+            }
+            Outcome::Evict(e) => {
+                plan.listed.insert(uid);
+                plan.evict.push(e);
+            }
+            Outcome::Delete(d, b) => {
+                plan.listed.insert(uid.clone());
+                plan.delete.push(d);
+                plan.forced.push((uid, b.clone()));
+                plan.pending.push(b);
+            }
+        }
+        plan.evictable.push(r);
+    }
+    if memory.first_listing(observed.started).is_none()
+        && let Some(start) = observed.started
+    {
+        plan.first_listing = Some((start.as_second(), tolerating));
+    }
+    plan.force_in = cx.force_in;
+    plan.evict = fair_order(std::mem::take(&mut plan.evict));
+    await_replacements(&mut plan, memory, &live, now);
+    plan
+}
+
+/// [`plan`] without migrations, as the table tests call it.
+#[cfg(test)]
 pub(crate) fn plan_pass(
     pods: Vec<(DrainPod, Disposition)>,
     schedule: &RetrySchedule,
@@ -281,246 +384,237 @@ pub(crate) fn plan_pass(
     now: jiff::Timestamp,
     at: Instant,
 ) -> PassPlan {
-    let overdue = policy.overdue(policy.deadline_start, now);
-    let pods = super::opt_out::at_deadline(pods, overdue);
-    let force_by = deadline::force_by(policy);
-    let mut plan = PassPlan {
-        total_pods: pods.len(),
-        overdue,
-        ..PassPlan::default()
+    let observed = Observed {
+        pods,
+        started,
+        listed_at: now,
+        at,
+        migrations: Migrations::default(),
+        responders: HashMap::new(),
     };
-    let mut gate = Gate::new(budgets, schedule, at);
-    for (pod, _) in &pods {
-        if pod
-            .metadata
-            .uid
-            .as_deref()
-            .is_some_and(|uid| schedule.in_flight(uid))
-        {
-            gate.in_flight(pod);
-        }
-    }
-    if schedule.first_listing(started).is_none()
-        && let Some(start) = started
-    {
-        let seen = pods
-            .iter()
-            .filter(|(p, _)| tolerates_maintenance(p))
-            .filter_map(|(p, _)| p.metadata.uid.clone())
-            .collect();
-        plan.first_listing = Some((start.as_second(), seen));
-    }
-    let first_stage = pods
-        .iter()
-        .filter_map(|(_, d)| match d {
-            Disposition::Evict { stage, .. } => Some(*stage),
-            _ => None,
-        })
-        .min();
-    // Pods of each controller that run on (are listed and not terminating): replacements.
-    let mut live: HashMap<String, usize> = HashMap::new();
-    for (pod, d) in &pods {
-        if let Some(c) = pod.controller_ref()
-            && pod.metadata.deletion_timestamp.is_none()
-            && !matches!(d, Disposition::SkipFinished)
-        {
-            *live.entry(c.uid.clone()).or_default() += 1;
-        }
-    }
-    for (pod, disposition) in pods {
-        let r = pod.reference();
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let (warnings, stage) = match disposition {
-            Disposition::Evict { warnings, stage } => (warnings, stage),
-            Disposition::KeepReplacement => {
-                plan.listed.insert(uid.clone());
-                plan.kept.push(skipped_entry(&r));
-                plan.kept_uids.push(uid);
-                continue;
-            }
-            Disposition::SkipByRule { label } => {
-                plan.listed.insert(uid.clone());
-                plan.kept.push(skipped_by_rule(&r, label));
-                plan.kept_uids.push(uid);
-                continue;
-            }
-            Disposition::WaitCompleted { label } => {
-                plan.evictable.push(r.clone());
-                plan.pending.push(waiting_for_completion(&r, label));
-                continue;
-            }
-            Disposition::OptedOut { annotation, .. } => {
-                plan.evictable.push(r.clone());
-                plan.pending.push(super::opt_out::held(&r, annotation));
-                continue;
-            }
-            Disposition::SkipDaemonSet | Disposition::SkipMirror | Disposition::SkipFinished => {
-                continue;
-            }
-        };
-        plan.evictable.push(r.clone());
-        if let Some(vmi) = super::migration::launcher_of(&pod) {
-            let key = (r.namespace.clone(), r.name.clone());
-            plan.launchers.insert(key, vmi.to_string());
-        }
-        // The operator's own pod stays last even then: deleted once it is all that is left.
-        let own_pod_first = stage == Stage::OwnPod && first_stage != Some(stage);
-        let by = force_by.filter(|_| !own_pod_first);
-        if let Some((by, grace)) =
-            by.and_then(|by| deadline::due(&pod, by, now, &mut plan.force_in))
-        {
-            plan.listed.insert(uid.clone());
-            if let Some(b) = schedule.forced(&uid) {
-                plan.pending.push(b.clone());
-                continue;
-            }
-            if let Some((b, error)) = schedule
-                .held(&uid, at)
-                .filter(|(b, _)| b.reason == reason::FORCE_DELETE_FAILED)
-            {
-                plan.pending.push(b.clone());
-                plan.errors.extend(error.map(str::to_string));
-                continue;
-            }
-            if deadline::force_shortens(&pod, grace, now) {
-                let b = deadline::force_deleted(&r, (now, by), grace);
-                plan.delete.push(PlannedDeletion {
-                    pod: r,
-                    uid: pod.metadata.uid,
-                    grace_seconds: grace,
-                });
-                plan.forced.push((uid, b.clone()));
-                plan.pending.push(b);
-                continue;
-            }
-        }
-        if let Some(b) = deadline::terminating_blocker(&pod, now) {
-            if overdue == Some(OnTimeout::SkipStuck) && deadline::deletion_overdue(&pod, now) {
-                plan.listed.insert(uid.clone());
-                plan.kept.push(deadline::overdue_skipped(&pod));
-                plan.kept_uids.push(uid);
-                continue;
-            }
-            if b.reason == reason::STUCK_TERMINATING {
-                plan.errors.push(format!(
-                    "error when waiting for pod \"{}\" in namespace \"{}\" to terminate: {}",
-                    r.name,
-                    r.namespace,
-                    b.message.as_deref().unwrap_or_default()
-                ));
-            }
-            if let Some(c) = pod.controller_ref()
-                && tolerates_maintenance(&pod)
-            {
-                let awaited = Awaited {
-                    pod: r.clone(),
-                    owner: c.uid.clone(),
-                    last_seen: now,
-                };
-                plan.awaited.insert(uid.clone(), awaited);
-            }
-            plan.pending.push(b);
-            continue;
-        }
-        if let Some(answer) = schedule.accepted(&uid) {
-            // Listed before the API server accepted its eviction: terminating since that answer.
-            plan.listed.insert(uid.clone());
-            plan.pending
-                .push(answer.cloned().unwrap_or_else(|| evicting(&r)));
-            continue;
-        }
-        if Some(stage) > first_stage {
-            let class = pod.spec.priority_class_name.as_deref();
-            plan.pending.push(waiting_blocker(&r, stage, class));
-            continue;
-        }
-        plan.listed.insert(uid.clone());
-        if schedule.in_flight(&uid) {
-            let (b, error) = schedule.asking(&r, &uid);
-            plan.pending.push(b);
-            plan.errors.extend(error);
-            continue;
-        }
-        if let Some((b, error)) = schedule.held(&uid, at) {
-            if b.reason == reason::NOT_MIGRATABLE {
-                plan.not_migratable.push((uid.clone(), b.clone()));
-            }
-            plan.pending.push(b.clone());
-            plan.errors.extend(error.map(str::to_string));
-            continue;
-        }
-        // Its responder still says the evacuation is in progress (the annotation, the
-        // descheduler's contract): not asked again, whatever the retry says; 50 migrating VMs
-        // then cost the node's listing, not 50 refusals per retry.
-        if pod.metadata.marks.eviction_in_progress
-            && let Some(b) = schedule
-                .last_refusal(&uid)
-                .filter(|b| b.reason == reason::EVACUATING)
-        {
-            plan.pending.push(b.clone());
-            continue;
-        }
-        let cause = match gate.admit(&pod) {
-            Admit::Ask(cause) => cause,
-            Admit::Hold(b, error) => {
-                plan.pending.push(*b);
-                plan.errors.extend(error);
-                continue;
-            }
-        };
-        if !warnings.is_empty() {
-            tracing::debug!(pod = %format!("{}/{}", r.namespace, r.name), warnings = %warnings.join("; "), "evicting despite kubectl warnings");
-        }
-        let awaits = pod
-            .controller_ref()
-            .filter(|_| tolerates_maintenance(&pod))
-            .map(|c| Awaited {
-                pod: r.clone(),
-                owner: c.uid.clone(),
-                last_seen: now,
-            });
-        plan.evict.push(PlannedEviction {
-            pod: r,
-            uid: pod.metadata.uid,
-            labels: pod.metadata.labels,
-            awaits,
-            cause,
-            in_progress: pod.metadata.marks.eviction_in_progress,
-        });
-    }
-    plan.evict = fair_order(std::mem::take(&mut plan.evict));
-    await_replacements(&mut plan, schedule, &live, now);
-    plan
+    plan(observed, schedule, budgets, policy)
 }
 
-/// Shows in each `Evacuating` blocker of a virt-launcher pod its VMI and the VMI's newest
-/// migration, or the failed one that holds it since the drain `started`
-/// ([`super::migration::show`]): that failure also in `lastError` and up for its one Warning.
-pub(crate) fn show_migrations(
-    plan: &mut PassPlan,
-    migrations: &super::migration::Migrations,
+/// What each pod's outcome in a round reads, and what the pods share as the round spends it.
+struct Context<'a> {
+    memory: &'a RetrySchedule,
+    gate: Gate<'a>,
+    migrations: &'a Migrations,
+    /// The drain's start (a failed migration holds a launcher pod when it failed since).
     started: Option<jiff::Timestamp>,
-) {
-    for b in &mut plan.pending {
-        let key = (b.namespace.clone(), b.name.clone());
-        let Some(vmi) = plan.launchers.get(&key) else {
-            continue;
-        };
-        if let Some((migration, text)) = super::migration::show(b, vmi, migrations, started) {
-            let pod = PodReference {
-                namespace: b.namespace.clone(),
-                name: b.name.clone(),
-            };
-            plan.errors.push(evicting_error(&pod, &text));
-            let key = format!("migration/{}/{migration}", b.namespace);
-            plan.listed.insert(key.clone());
-            let failed = FailedMigration {
-                blocker: b.clone(),
-                migration,
-            };
-            plan.failed_migrations.push((key, failed));
+    overdue: Option<OnTimeout>,
+    /// The deadline of `onTimeout: ForceDelete` ([`deadline::force_by`]).
+    force_by: Option<jiff::Timestamp>,
+    /// The earliest stage still on the node.
+    first_stage: Option<Stage>,
+    /// The API server's time of the pod list.
+    now: jiff::Timestamp,
+    /// When the round's observation began.
+    at: Instant,
+    /// The time until the next pod's forced DELETE is due ([`deadline::force_due`]).
+    force_in: Option<Duration>,
+}
+
+/// One pod's one outcome in a round (Cluster API's drain package is the model: an ordered
+/// chain of filters gives each pod one status, and the statuses go in buckets).
+enum Outcome {
+    /// Not the drain's: DaemonSet, mirror and finished pods.
+    Ignored,
+    /// Left on the node on purpose, with why (announced once), and whether it was up for
+    /// eviction (a stuck terminating pod kept past the deadline).
+    Kept(PodBlocker, bool),
+    /// Up for eviction, not asked now.
+    Wait(Wait),
+    /// Evicted now.
+    Evict(PlannedEviction),
+    /// Deleted now, past the deadline, with its `ForceDeleted` blocker.
+    Delete(PlannedDeletion, PodBlocker),
+}
+
+/// A pod that waits: its blocker, and what comes with it.
+#[derive(Default)]
+struct Wait {
+    blocker: PodBlocker,
+    /// Its lastError texts.
+    errors: Vec<String>,
+    /// Its memory stays (else all but an unanswered eviction and an awaited replacement goes).
+    remembered: bool,
+    /// Held by a `NotMigratable` refusal (its one Warning).
+    not_migratable: bool,
+    /// The failed migration of its VMI that holds it (its one Warning).
+    failed_migration: Option<String>,
+    /// Terminating, it tolerates both maintenance taints and has a controller: the
+    /// replacement to await.
+    awaits: Option<Awaited>,
+}
+
+impl Wait {
+    fn new(blocker: PodBlocker, remembered: bool) -> Self {
+        Self {
+            blocker,
+            remembered,
+            ..Self::default()
         }
     }
+    /// The pod's memory stays, with the blocker and lastError text it holds.
+    fn remembered(blocker: PodBlocker, error: Option<String>) -> Outcome {
+        Outcome::Wait(Self {
+            errors: error.into_iter().collect(),
+            ..Self::new(blocker, true)
+        })
+    }
+}
+
+/// The one outcome of `pod` (reference `r`, UID `uid`) of `disposition`: the decision chain's
+/// verdict first, then, for a pod up for eviction, [`evictable`]; a launcher pod's
+/// `Evacuating` blocker shows its VMI's migration ([`super::migration::show`]).
+fn outcome(
+    pod: DrainPod,
+    disposition: Disposition,
+    r: &PodReference,
+    uid: &str,
+    cx: &mut Context,
+) -> Outcome {
+    let (warnings, stage) = match disposition {
+        Disposition::Evict { warnings, stage } => (warnings, stage),
+        Disposition::KeepReplacement => return Outcome::Kept(skipped_entry(r), false),
+        Disposition::SkipByRule { label } => {
+            return Outcome::Kept(skipped_by_rule(r, label), false);
+        }
+        Disposition::WaitCompleted { label } => {
+            return Outcome::Wait(Wait::new(waiting_for_completion(r, label), false));
+        }
+        Disposition::OptedOut { annotation, .. } => {
+            return Outcome::Wait(Wait::new(super::opt_out::held(r, annotation), false));
+        }
+        Disposition::SkipDaemonSet | Disposition::SkipMirror | Disposition::SkipFinished => {
+            return Outcome::Ignored;
+        }
+    };
+    let vmi = super::migration::launcher_of(&pod).map(str::to_string);
+    let mut out = evictable(pod, warnings, stage, r, uid, cx);
+    if let (Outcome::Wait(w), Some(vmi)) = (&mut out, vmi)
+        && let Some((migration, text)) =
+            super::migration::show(&mut w.blocker, &vmi, cx.migrations, cx.started)
+    {
+        w.errors.push(evicting_error(r, &text));
+        w.failed_migration = Some(migration);
+    }
+    out
+}
+
+/// The outcome of a pod up for eviction, in order: deleted past the deadline, terminating,
+/// accepted, a later stage, in flight, held by its refusal, evacuating, held by a shared cause,
+/// else evicted.
+fn evictable(
+    pod: DrainPod,
+    warnings: Vec<String>,
+    stage: Stage,
+    r: &PodReference,
+    uid: &str,
+    cx: &mut Context,
+) -> Outcome {
+    let memory = cx.memory;
+    let now = cx.now;
+    // The operator's own pod stays last even then: deleted once it is all that is left.
+    let own_pod_first = stage == Stage::OwnPod && cx.first_stage != Some(stage);
+    let by = cx.force_by.filter(|_| !own_pod_first);
+    let due = by.and_then(|by| deadline::due(&pod, by, now, &mut cx.force_in));
+    if let Some((by, grace)) = due {
+        if let Some(b) = memory.forced(uid) {
+            return Wait::remembered(b.clone(), None);
+        }
+        if let Some((b, error)) = memory
+            .held(uid, cx.at)
+            .filter(|(b, _)| b.reason == reason::FORCE_DELETE_FAILED)
+        {
+            return Wait::remembered(b.clone(), error.map(str::to_string));
+        }
+        if deadline::force_shortens(&pod, grace, now) {
+            let b = deadline::force_deleted(r, (now, by), grace);
+            let d = PlannedDeletion {
+                pod: r.clone(),
+                uid: pod.metadata.uid,
+                grace_seconds: grace,
+            };
+            return Outcome::Delete(d, b);
+        }
+    }
+    // A pod due for its forced DELETE is remembered whatever else holds it.
+    let remembered = due.is_some();
+    if let Some(b) = deadline::terminating_blocker(&pod, now) {
+        if cx.overdue == Some(OnTimeout::SkipStuck) && deadline::deletion_overdue(&pod, now) {
+            return Outcome::Kept(deadline::overdue_skipped(&pod), true);
+        }
+        let mut w = Wait::new(b, remembered);
+        if w.blocker.reason == reason::STUCK_TERMINATING {
+            w.errors.push(format!(
+                "error when waiting for pod \"{}\" in namespace \"{}\" to terminate: {}",
+                r.name,
+                r.namespace,
+                w.blocker.message.as_deref().unwrap_or_default()
+            ));
+        }
+        w.awaits = awaits(&pod, r, now);
+        return Outcome::Wait(w);
+    }
+    if let Some(answer) = memory.accepted(uid) {
+        // Listed before the API server accepted its eviction: terminating since that answer.
+        return Wait::remembered(answer.cloned().unwrap_or_else(|| evicting(r)), None);
+    }
+    if Some(stage) > cx.first_stage {
+        let class = pod.spec.priority_class_name.as_deref();
+        return Outcome::Wait(Wait::new(waiting_blocker(r, stage, class), remembered));
+    }
+    if memory.in_flight(uid) {
+        let (b, error) = memory.asking(r, uid);
+        return Wait::remembered(b, error);
+    }
+    if let Some((b, error)) = memory.held(uid, cx.at) {
+        return Outcome::Wait(Wait {
+            not_migratable: b.reason == reason::NOT_MIGRATABLE,
+            errors: error.map(str::to_string).into_iter().collect(),
+            ..Wait::new(b.clone(), true)
+        });
+    }
+    // Its responder still says the evacuation is in progress (the annotation, the
+    // descheduler's contract): not asked again, whatever the retry says; 50 migrating VMs
+    // then cost the node's listing, not 50 refusals per retry.
+    if pod.metadata.marks.eviction_in_progress
+        && let Some(b) = memory
+            .last_refusal(uid)
+            .filter(|b| b.reason == reason::EVACUATING)
+    {
+        return Wait::remembered(b.clone(), None);
+    }
+    let cause = match cx.gate.admit(&pod) {
+        Admit::Ask(cause) => cause,
+        Admit::Hold(b, error) => return Wait::remembered(*b, error),
+    };
+    if !warnings.is_empty() {
+        tracing::debug!(pod = %format!("{}/{}", r.namespace, r.name), warnings = %warnings.join("; "), "evicting despite kubectl warnings");
+    }
+    Outcome::Evict(PlannedEviction {
+        pod: r.clone(),
+        awaits: awaits(&pod, r, now),
+        uid: pod.metadata.uid,
+        labels: pod.metadata.labels,
+        cause,
+        in_progress: pod.metadata.marks.eviction_in_progress,
+    })
+}
+
+/// The replacement to await once `pod` is gone: it tolerates both maintenance taints and has a
+/// controller (recorded from the answer, since a pod with no grace period may be gone before
+/// any listing shows it terminating).
+fn awaits(pod: &DrainPod, r: &PodReference, now: jiff::Timestamp) -> Option<Awaited> {
+    pod.controller_ref()
+        .filter(|_| tolerates_maintenance(pod))
+        .map(|c| Awaited {
+            pod: r.clone(),
+            owner: c.uid.clone(),
+            last_seen: now,
+        })
 }
 
 /// A launcher pod held by its VMI's failed migration: its blocker, and the failed migration's
