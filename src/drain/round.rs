@@ -514,21 +514,21 @@ fn evictable(
     uid: &str,
     cx: &mut Context,
 ) -> Outcome {
-    let memory = cx.memory;
+    // What the memory holds of the pod: read once.
+    let state = cx.memory.state(uid);
+    let refused = state.and_then(|s| s.refused.as_deref());
+    let held = refused.filter(|r| r.due > cx.at);
     let now = cx.now;
     // The operator's own pod stays last even then: deleted once it is all that is left.
     let own_pod_first = stage == Stage::OwnPod && cx.first_stage != Some(stage);
     let by = cx.force_by.filter(|_| !own_pod_first);
     let due = by.and_then(|by| deadline::due(&pod, by, now, &mut cx.force_in));
     if let Some((by, grace)) = due {
-        if let Some(b) = memory.forced(uid) {
+        if let Some(b) = state.and_then(|s| s.forced.as_deref()) {
             return Wait::remembered(b.clone(), None);
         }
-        if let Some((b, error)) = memory
-            .held(uid, cx.at)
-            .filter(|(b, _)| b.reason == reason::FORCE_DELETE_FAILED)
-        {
-            return Wait::remembered(b.clone(), error.map(str::to_string));
+        if let Some(h) = held.filter(|h| h.blocker.reason == reason::FORCE_DELETE_FAILED) {
+            return Wait::remembered(h.blocker.clone(), h.error.clone());
         }
         if deadline::force_shortens(&pod, grace, now) {
             let b = deadline::force_deleted(r, (now, by), grace);
@@ -558,34 +558,36 @@ fn evictable(
         w.awaits = awaits(&pod, r, now);
         return Outcome::Wait(w);
     }
-    if let Some(answer) = memory.accepted(uid) {
+    if let Some(answer) = state.and_then(|s| s.accepted.as_ref()) {
         // Listed before the API server accepted its eviction: terminating since that answer.
-        return Wait::remembered(answer.cloned().unwrap_or_else(|| evicting(r)), None);
+        let b = answer.clone().unwrap_or_else(|| evicting(r));
+        return Wait::remembered(b, None);
     }
     if Some(stage) > cx.first_stage {
         let class = pod.spec.priority_class_name.as_deref();
         return Outcome::Wait(Wait::new(waiting_blocker(r, stage, class), remembered));
     }
-    if memory.in_flight(uid) {
-        let (b, error) = memory.asking(r, uid);
-        return Wait::remembered(b, error);
+    if state.is_some_and(|s| s.in_flight) {
+        // Asked again: its last refusal stays shown (`RetrySchedule::asking`).
+        return match refused {
+            Some(f) => Wait::remembered(f.blocker.clone(), f.error.clone()),
+            None => Wait::remembered(evicting(r), None),
+        };
     }
-    if let Some((b, error)) = memory.held(uid, cx.at) {
+    if let Some(h) = held {
         return Outcome::Wait(Wait {
-            not_migratable: b.reason == reason::NOT_MIGRATABLE,
-            errors: error.map(str::to_string).into_iter().collect(),
-            ..Wait::new(b.clone(), true)
+            not_migratable: h.blocker.reason == reason::NOT_MIGRATABLE,
+            errors: h.error.clone().into_iter().collect(),
+            ..Wait::new(h.blocker.clone(), true)
         });
     }
     // Its responder still says the evacuation is in progress (the annotation, the
     // descheduler's contract): not asked again, whatever the retry says; 50 migrating VMs
     // then cost the node's listing, not 50 refusals per retry.
     if pod.metadata.marks.eviction_in_progress
-        && let Some(b) = memory
-            .last_refusal(uid)
-            .filter(|b| b.reason == reason::EVACUATING)
+        && let Some(f) = refused.filter(|f| f.blocker.reason == reason::EVACUATING)
     {
-        return Wait::remembered(b.clone(), None);
+        return Wait::remembered(f.blocker.clone(), None);
     }
     let cause = match cx.gate.admit(&pod) {
         Admit::Ask(cause) => cause,
@@ -1143,7 +1145,7 @@ mod tests {
         };
         let (_, settled) = settle(round(&memory, terminating()), &memory, at);
         memory.apply(settled);
-        assert!(memory.accepted("uid-p").is_none());
+        assert!(memory.state("uid-p").is_none_or(|s| s.accepted.is_none()));
         assert!(memory.is_empty());
     }
 
