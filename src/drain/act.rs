@@ -33,7 +33,8 @@ use super::memory::{Awaited, DrainMemory, RetrySchedule, Settled};
 use super::migration::MigrationWatch;
 use super::pod::{DrainPod, PodPage};
 use super::preview::{self, Ask};
-use super::round::{self, DrainReport, Observed, PlannedEviction, Round, Survey};
+use super::report::{self, DrainReport, Survey};
+use super::round::{self, Observed, PlannedEviction, Round};
 use super::rules;
 use crate::api::{DrainRule, PodReference};
 use crate::metrics::Metrics;
@@ -344,7 +345,7 @@ impl Drainer {
         drain_rules: &[DrainRule],
     ) -> Result<Survey, DrainError> {
         let (pods, _) = self.list_pods(node).await?;
-        Ok(round::survey(
+        Ok(report::survey(
             &self
                 .classified(pods, &Arrival::default(), drain_rules)
                 .await?,

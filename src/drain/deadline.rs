@@ -4,7 +4,7 @@
 //! period before the deadline (its grace `g` before it: [`force_due`]), as Karpenter's
 //! `terminationGracePeriod` does. `Wait` and `Fail` change nothing per pod (the status and the
 //! maintenance pass carry them). Also the blocker of a pod already terminating, stuck once its
-//! deletion is overdue ([`terminating_blocker`]). Pure: [`super::round::plan_pass`] asks these
+//! deletion is overdue ([`terminating_blocker`]). Pure: the round (`super::round`) asks these
 //! per pod; the executor sends the deletions.
 
 use super::consts::{STUCK_TERMINATING_MARGIN, reason};
@@ -295,7 +295,8 @@ mod tests {
     /// deadline, and the round comes back when the next one is due.
     #[test]
     fn force_delete_deletes_each_pod_its_grace_ahead_of_the_deadline() {
-        use super::super::round::{plan_pass, settle};
+        use super::super::round::settle;
+        use super::super::round::tests::plan_pass;
         use super::super::{Disposition, RetrySchedule, Stage};
         use std::time::{Duration, Instant};
         let policy = crate::policy::DrainPolicy {
