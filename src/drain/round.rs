@@ -106,10 +106,8 @@ pub(crate) struct PassPlan {
     pub pending: Vec<PodBlocker>,
     /// Error texts of the pods not asked (stuck terminating, remembered refusals).
     pub errors: Vec<String>,
-    /// Kept pods, each with why.
-    pub kept: Vec<PodBlocker>,
-    /// The UIDs of kept pods, for their one announcement.
-    pub kept_uids: Vec<String>,
+    /// Kept pods by UID (for their one announcement), each with why.
+    pub kept: Vec<(String, PodBlocker)>,
     /// The pods held by a `NotMigratable` refusal, by UID, for their one Warning.
     pub not_migratable: Vec<(String, PodBlocker)>,
     /// The launcher pods whose VMI's migration failed, keyed by the failed migration
@@ -214,8 +212,7 @@ fn plan(
             Outcome::Ignored => continue,
             Outcome::Kept(b, evictable) => {
                 plan.listed.insert(uid.clone());
-                plan.kept.push(b);
-                plan.kept_uids.push(uid);
+                plan.kept.push((uid, b));
                 if !evictable {
                     continue;
                 }
@@ -663,95 +660,68 @@ pub(crate) fn fair_order(evict: Vec<PlannedEviction>) -> Vec<PlannedEviction> {
 }
 
 /// Settles a round (pure): its report, with the evictions it sends pending as `Evicting` (or as
-/// their last refusal, for a pod asked again: [`RetrySchedule::asking`]), the
-/// kept pods not in `schedule`'s announcements newly announced, and the next retry (`retry_in`,
-/// from `answered`); and what the node's memory becomes ([`Settled`]). Lists are sorted by
-/// namespace and name, errors by text, so an unchanged node gives an unchanged report.
+/// their last refusal, for a pod asked again: [`RetrySchedule::asking`]), the kept pods not in
+/// `schedule`'s announcements newly announced, and the next retry (`retry_in`, from
+/// `answered`); and what the node's memory becomes ([`Settled`]). Lists are sorted by namespace
+/// and name, errors by text, so an unchanged node gives an unchanged report.
 pub(crate) fn settle(
-    mut plan: PassPlan,
+    plan: PassPlan,
     schedule: &RetrySchedule,
     answered: Instant,
 ) -> (DrainReport, Settled) {
     let mut probe = schedule.clone();
     probe.retain(&plan.listed);
-    let newly_kept: HashSet<String> = plan
-        .kept_uids
-        .iter()
-        .filter(|uid| probe.announce(uid))
-        .cloned()
-        .collect();
-    let newly_not_migratable: Vec<PodBlocker> = plan
-        .not_migratable
-        .iter()
-        .filter(|(uid, _)| probe.warn(uid))
-        .map(|(_, b)| b.clone())
-        .collect();
-    let newly_failed_migrations: Vec<FailedMigration> = plan
-        .failed_migrations
-        .iter()
-        .filter(|(key, _)| probe.warn(key))
-        .map(|(_, f)| f.clone())
-        .collect();
-    let retry_in = deadline::sooner(probe.next_due(answered), plan.force_in);
-    let (sending, resent): (Vec<PodBlocker>, Vec<Option<String>>) = plan
-        .evict
-        .iter()
-        .map(|e| schedule.asking(&e.pod, e.uid.as_deref().unwrap_or_default()))
-        .unzip();
-    plan.errors.extend(resent.into_iter().flatten());
-    let settled = Settled {
-        listed: plan.listed.clone(),
-        kept: plan.kept_uids.clone(),
-        warned: plan
-            .not_migratable
-            .iter()
-            .map(|(uid, _)| uid)
-            .chain(plan.failed_migrations.iter().map(|(key, _)| key))
-            .cloned()
-            .collect(),
-        first_listing: plan.first_listing.clone(),
-        awaited: plan.awaited.clone(),
-        read_awaited: schedule.awaited().map(|(uid, _)| uid.clone()).collect(),
-        done: false,
-        forced: plan.forced.clone(),
-    };
-    let mut report = report(plan, sending, &newly_kept, retry_in);
-    report.newly_not_migratable = newly_not_migratable;
-    report.newly_failed_migrations = newly_failed_migrations;
-    let done = report.done();
-    (report, Settled { done, ..settled })
-}
-
-pub(crate) fn report(
-    plan: PassPlan,
-    sending: Vec<PodBlocker>,
-    newly_kept: &HashSet<String>,
-    retry_in: Option<Duration>,
-) -> DrainReport {
     let mut report = DrainReport {
         total_pods: plan.total_pods,
         evictable: plan.evictable,
         pending: plan.pending,
         errors: plan.errors,
-        retry_in,
         overdue: plan.overdue,
-        forced: plan.forced.into_iter().map(|(_, b)| b).collect(),
+        forced: plan.forced.iter().map(|(_, b)| b.clone()).collect(),
         ..DrainReport::default()
     };
-    for (entry, uid) in plan.kept.into_iter().zip(plan.kept_uids) {
-        if newly_kept.contains(&uid) {
-            report.newly_skipped.push(entry.clone());
+    for (uid, b) in &plan.kept {
+        if probe.announce(uid) {
+            report.newly_skipped.push(b.clone());
         }
-        report.skipped.push(entry);
+        report.skipped.push(b.clone());
     }
-    report.pending.extend(sending);
+    for (uid, b) in &plan.not_migratable {
+        if probe.warn(uid) {
+            report.newly_not_migratable.push(b.clone());
+        }
+    }
+    for (key, f) in &plan.failed_migrations {
+        if probe.warn(key) {
+            report.newly_failed_migrations.push(f.clone());
+        }
+    }
+    report.retry_in = deadline::sooner(probe.next_due(answered), plan.force_in);
+    for e in &plan.evict {
+        let (b, error) = schedule.asking(&e.pod, e.uid.as_deref().unwrap_or_default());
+        report.pending.push(b);
+        report.errors.extend(error);
+    }
     let by_name =
         |a: &PodBlocker, b: &PodBlocker| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name));
     report.pending.sort_by(by_name);
     report.skipped.sort_by(by_name);
     report.newly_skipped.sort_by(by_name);
     report.errors.sort();
-    report
+    let warned = plan.not_migratable.into_iter().map(|(uid, _)| uid);
+    let settled = Settled {
+        listed: plan.listed,
+        kept: plan.kept.into_iter().map(|(uid, _)| uid).collect(),
+        warned: warned
+            .chain(plan.failed_migrations.into_iter().map(|(key, _)| key))
+            .collect(),
+        first_listing: plan.first_listing,
+        awaited: plan.awaited,
+        read_awaited: schedule.awaited().map(|(uid, _)| uid.clone()).collect(),
+        done: report.done(),
+        forced: plan.forced,
+    };
+    (report, settled)
 }
 
 #[cfg(test)]
@@ -841,7 +811,7 @@ pub(crate) mod tests {
             ]
         );
         assert_eq!(plan.errors.len(), 1, "the remembered refusal's text");
-        assert_eq!(plan.kept_uids, ["uid-vm2"]);
+        assert_eq!(plan.kept[0].0, "uid-vm2");
         assert!(plan.listed.contains("uid-held") && plan.listed.contains("uid-vm2"));
         assert_eq!(
             plan.evict[0].labels.get("app").map(String::as_str),
@@ -1755,7 +1725,7 @@ pub(crate) mod tests {
                 ("job", reason::WAITING_FOR_COMPLETION)
             ]
         );
-        assert_eq!(plan.kept[0].reason, reason::SKIPPED);
+        assert_eq!(plan.kept[0].1.reason, reason::SKIPPED);
         assert_eq!(
             plan.evictable.len(),
             3,
@@ -1885,7 +1855,7 @@ pub(crate) mod tests {
             let mut r: Vec<(String, String)> = plan
                 .pending
                 .iter()
-                .chain(&plan.kept)
+                .chain(plan.kept.iter().map(|(_, b)| b))
                 .map(|b| (b.name.clone(), b.reason.clone()))
                 .collect();
             r.sort();
