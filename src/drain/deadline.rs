@@ -336,7 +336,7 @@ mod tests {
         // left; the round comes back when `db` is due (t(69)).
         let start = run(0);
         assert_eq!(deleted(&start), [("slow".to_string(), 100)]);
-        assert_eq!(start.overdue, None);
+        assert_eq!(start.report.overdue, None);
         let (report, _) = settle(start, &RetrySchedule::default(), at);
         assert_eq!(report.retry_in, Some(Duration::from_secs(69)));
         assert_eq!(report.forced.len(), 1);

@@ -97,15 +97,10 @@ pub(crate) struct PlannedEviction {
 /// The round's decision before any eviction is sent.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct PassPlan {
-    /// Every pod listed on the node.
-    pub total_pods: usize,
-    /// The evictable pods.
-    pub evictable: Vec<PodReference>,
-    /// Evictable pods not asked in this round, each with why (terminating, a later stage, a
-    /// refusal whose retry is not due, an eviction in flight), and awaited replacements.
-    pub pending: Vec<PodBlocker>,
-    /// Error texts of the pods not asked (stuck terminating, remembered refusals).
-    pub errors: Vec<String>,
+    /// The report as far as the pods' outcomes make it: the pods counted, the evictable ones,
+    /// those not asked in this round with why (and the awaited replacements), their errors,
+    /// what applies past the deadline; [`settle`] adds what the memory and the evictions add.
+    pub report: DrainReport,
     /// Kept pods by UID (for their one announcement), each with why.
     pub kept: Vec<(String, PodBlocker)>,
     /// The pods held by a `NotMigratable` refusal, by UID, for their one Warning.
@@ -122,9 +117,6 @@ pub(crate) struct PassPlan {
     pub first_listing: Option<(i64, HashSet<String>)>,
     /// The replacements awaited after this round.
     pub awaited: HashMap<String, Awaited>,
-    /// What applies now that the deadline has passed ([`DrainPolicy::overdue`] at the list's
-    /// time).
-    pub overdue: Option<OnTimeout>,
     /// The DELETEs to send now (`onTimeout: ForceDelete`).
     pub delete: Vec<PlannedDeletion>,
     /// The time until the next pod's forced DELETE is due ([`deadline::force_due`]).
@@ -188,11 +180,9 @@ fn plan(
         at: observed.at,
         force_in: None,
     };
-    let mut plan = PassPlan {
-        total_pods: pods.len(),
-        overdue,
-        ..PassPlan::default()
-    };
+    let mut plan = PassPlan::default();
+    plan.report.total_pods = pods.len();
+    plan.report.overdue = overdue;
     let mut tolerating = HashSet::new();
     // Pods of each controller that run on (are listed and not terminating): replacements.
     let mut live: HashMap<String, usize> = HashMap::new();
@@ -221,7 +211,7 @@ fn plan(
                 if w.remembered {
                     plan.listed.insert(uid.clone());
                 }
-                plan.errors.extend(w.errors);
+                plan.report.errors.extend(w.errors);
                 if w.not_migratable {
                     plan.not_migratable.push((uid.clone(), w.blocker.clone()));
                 }
@@ -235,7 +225,7 @@ fn plan(
                 if let Some(a) = w.awaits {
                     plan.awaited.insert(uid, a);
                 }
-                plan.pending.push(w.blocker);
+                plan.report.pending.push(w.blocker);
             }
             Outcome::Evict(e) => {
                 plan.listed.insert(uid);
@@ -245,10 +235,10 @@ fn plan(
                 plan.listed.insert(uid.clone());
                 plan.delete.push(d);
                 plan.forced.push((uid, b.clone()));
-                plan.pending.push(b);
+                plan.report.pending.push(b);
             }
         }
-        plan.evictable.push(r);
+        plan.report.evictable.push(r);
     }
     if memory.first_listing(observed.started).is_none()
         && let Some(start) = observed.started
@@ -623,7 +613,7 @@ fn await_replacements(
         waiting.sort_by_key(|(uid, a)| (a.last_seen, uid.as_str()));
         let replaced = live.get(owner).copied().unwrap_or(0);
         for (uid, a) in waiting.into_iter().skip(replaced) {
-            plan.pending.push(awaiting_replacement(&a.pod));
+            plan.report.pending.push(awaiting_replacement(&a.pod));
             plan.awaited.insert(uid.clone(), a.clone());
         }
     }
@@ -672,13 +662,8 @@ pub(crate) fn settle(
     let mut probe = schedule.clone();
     probe.retain(&plan.listed);
     let mut report = DrainReport {
-        total_pods: plan.total_pods,
-        evictable: plan.evictable,
-        pending: plan.pending,
-        errors: plan.errors,
-        overdue: plan.overdue,
         forced: plan.forced.iter().map(|(_, b)| b.clone()).collect(),
-        ..DrainReport::default()
+        ..plan.report
     };
     for (uid, b) in &plan.kept {
         if probe.announce(uid) {
@@ -787,8 +772,8 @@ pub(crate) mod tests {
             t(0),
             at,
         );
-        assert_eq!(plan.total_pods, 6);
-        assert_eq!(plan.evictable.len(), 4);
+        assert_eq!(plan.report.total_pods, 6);
+        assert_eq!(plan.report.evictable.len(), 4);
         assert_eq!(
             plan.evict
                 .iter()
@@ -798,6 +783,7 @@ pub(crate) mod tests {
         );
         assert_eq!(plan.evict[0].uid.as_deref(), Some("uid-a"));
         let why: Vec<_> = plan
+            .report
             .pending
             .iter()
             .map(|b| (b.name.as_str(), b.reason.as_str()))
@@ -810,7 +796,7 @@ pub(crate) mod tests {
                 ("dns", reason::SYSTEM_CRITICAL)
             ]
         );
-        assert_eq!(plan.errors.len(), 1, "the remembered refusal's text");
+        assert_eq!(plan.report.errors.len(), 1, "the remembered refusal's text");
         assert_eq!(plan.kept[0].0, "uid-vm2");
         assert!(plan.listed.contains("uid-held") && plan.listed.contains("uid-vm2"));
         assert_eq!(
@@ -893,7 +879,7 @@ pub(crate) mod tests {
         memory.answered("uid-p", Some(&accepted), None, at);
         let plan = round(&memory, running());
         assert!(plan.evict.is_empty(), "asked again: {:?}", plan.evict);
-        assert_eq!(plan.pending[0].reason, reason::TERMINATING);
+        assert_eq!(plan.report.pending[0].reason, reason::TERMINATING);
         // Gone answers the same way.
         let mut gone_memory = RetrySchedule::default();
         let gone = crate::drain::tests::api_err(404, "pods \"p\" not found", &[]);
@@ -942,7 +928,7 @@ pub(crate) mod tests {
         memory.sent("uid-probe");
         let plan = plan_pass(pods(), &memory, &none, &policy, None, t(7), later);
         assert!(plan.evict.is_empty());
-        assert_eq!(plan.pending[0].reason, reason::PDB);
+        assert_eq!(plan.report.pending[0].reason, reason::PDB);
         // A pod never refused before still shows `Evicting` while its first ask is out.
         let fresh = RetrySchedule::default();
         let plan = plan_pass(pods(), &fresh, &none, &policy, None, t(0), at);
@@ -977,7 +963,7 @@ pub(crate) mod tests {
             at + Duration::from_secs(600),
         );
         assert!(plan.evict.is_empty());
-        assert_eq!(plan.pending[0].reason, reason::EVICTING);
+        assert_eq!(plan.report.pending[0].reason, reason::EVICTING);
         let (rep, _) = settle(plan, &memory, at);
         assert!(!rep.blocked() && rep.last_error().is_none());
         // The API server's answer (a webhook's refusal, after 20 s): held, named, retried later.
@@ -1012,8 +998,8 @@ pub(crate) mod tests {
             at + Duration::from_secs(1),
         );
         assert!(plan.evict.is_empty());
-        assert_eq!(plan.pending[0].reason, reason::EVICTION_ERROR);
-        assert!(plan.errors[0].contains("failed calling webhook \"slow.example.com\""));
+        assert_eq!(plan.report.pending[0].reason, reason::EVICTION_ERROR);
+        assert!(plan.report.errors[0].contains("failed calling webhook \"slow.example.com\""));
         let plan = plan_pass(
             pods(),
             &memory,
@@ -1090,7 +1076,8 @@ pub(crate) mod tests {
             at,
         );
         assert_eq!(
-            plan.pending
+            plan.report
+                .pending
                 .iter()
                 .map(|b| (b.name.as_str(), b.reason.as_str()))
                 .collect::<Vec<_>>(),
@@ -1148,7 +1135,7 @@ pub(crate) mod tests {
             t(2),
             at,
         );
-        assert_eq!(plan.pending[0].reason, reason::AWAITING_REPLACEMENT);
+        assert_eq!(plan.report.pending[0].reason, reason::AWAITING_REPLACEMENT);
         // A replacement that never comes is awaited no longer than REPLACEMENT_WAIT.
         let mut memory = RetrySchedule::default();
         let plan = plan_pass(
@@ -1180,6 +1167,7 @@ pub(crate) mod tests {
                 t(1 + wait),
                 at
             )
+            .report
             .pending
             .is_empty()
         );
@@ -1193,6 +1181,7 @@ pub(crate) mod tests {
                 t(2 + wait),
                 at
             )
+            .report
             .pending
             .is_empty()
         );
@@ -1266,6 +1255,7 @@ pub(crate) mod tests {
             )
         );
         let held: Vec<&PodBlocker> = plan
+            .report
             .pending
             .iter()
             .filter(|b| b.reason == reason::PDB)
@@ -1277,7 +1267,7 @@ pub(crate) mod tests {
             (Some(2), Some(2))
         );
         assert!(
-            plan.errors.is_empty(),
+            plan.report.errors.is_empty(),
             "no error before the API server refused"
         );
 
@@ -1313,11 +1303,16 @@ pub(crate) mod tests {
         );
         assert_eq!(asked(&plan), ["free-0", "free-1"]);
         assert_eq!(
-            plan.errors.len(),
+            plan.report.errors.len(),
             10,
             "each held pod says why, as if refused itself"
         );
-        assert!(plan.errors.iter().any(|e| e.contains("pods/\"web-7\"")));
+        assert!(
+            plan.report
+                .errors
+                .iter()
+                .any(|e| e.contains("pods/\"web-7\""))
+        );
         let (rep, _) = settle(plan, &memory, secs(2));
         assert_eq!(
             rep.retry_in,
@@ -1427,6 +1422,7 @@ pub(crate) mod tests {
         assert_eq!(asked(&plan), ["web-pending", "web-unready"]);
         assert!(plan.evict.iter().all(|e| e.cause.is_none()));
         let held: Vec<&str> = plan
+            .report
             .pending
             .iter()
             .filter(|b| b.reason == reason::PDB)
@@ -1669,11 +1665,12 @@ pub(crate) mod tests {
         );
         assert!(plan.evict.is_empty());
         assert!(
-            plan.pending
+            plan.report
+                .pending
                 .iter()
                 .all(|b| b.reason == reason::NAMESPACE_TERMINATING)
         );
-        assert_eq!(plan.errors.len(), 4);
+        assert_eq!(plan.report.errors.len(), 4);
         let plan = plan_pass(
             pods(),
             &memory,
@@ -1714,6 +1711,7 @@ pub(crate) mod tests {
         );
         assert_eq!(asked(&plan), ["app"]);
         let why: Vec<(&str, &str)> = plan
+            .report
             .pending
             .iter()
             .map(|b| (b.name.as_str(), b.reason.as_str()))
@@ -1727,7 +1725,7 @@ pub(crate) mod tests {
         );
         assert_eq!(plan.kept[0].1.reason, reason::SKIPPED);
         assert_eq!(
-            plan.evictable.len(),
+            plan.report.evictable.len(),
             3,
             "the waited-for pod counts, the kept one not"
         );
@@ -1853,6 +1851,7 @@ pub(crate) mod tests {
         };
         let reasons = |plan: &PassPlan| {
             let mut r: Vec<(String, String)> = plan
+                .report
                 .pending
                 .iter()
                 .chain(plan.kept.iter().map(|(_, b)| b))
@@ -1869,7 +1868,7 @@ pub(crate) mod tests {
             OnTimeout::ForceDelete,
         ] {
             let plan = run(on_timeout, 88, &memory);
-            assert_eq!(plan.overdue, None);
+            assert_eq!(plan.report.overdue, None);
             assert!(
                 plan.delete.is_empty() && plan.kept.is_empty(),
                 "{on_timeout}"
@@ -1879,7 +1878,7 @@ pub(crate) mod tests {
         // budget, with the floor of 1 s; a pod past its deletion (a finalizer holds it) gains
         // nothing from another DELETE and is left as it is.
         let plan = run(OnTimeout::ForceDelete, 90, &memory);
-        assert_eq!(plan.overdue, Some(OnTimeout::ForceDelete));
+        assert_eq!(plan.report.overdue, Some(OnTimeout::ForceDelete));
         let deleted: Vec<(&str, i64)> = plan
             .delete
             .iter()
@@ -1914,7 +1913,7 @@ pub(crate) mod tests {
         memory.force_answered("uid-db", Some("forbidden"), at);
         let held = run(OnTimeout::ForceDelete, 96, &memory);
         assert!(held.delete.is_empty());
-        assert!(held.errors.iter().any(|e| e.contains("forbidden")));
+        assert!(held.report.errors.iter().any(|e| e.contains("forbidden")));
         let later = plan_pass(
             pods(),
             &memory,
@@ -1940,7 +1939,7 @@ pub(crate) mod tests {
         // Wait and Fail change nothing per pod.
         for on_timeout in [OnTimeout::Wait, OnTimeout::Fail] {
             let plan = run(on_timeout, 200, &RetrySchedule::default());
-            assert_eq!(plan.overdue, Some(on_timeout));
+            assert_eq!(plan.report.overdue, Some(on_timeout));
             assert!(plan.delete.is_empty() && plan.kept.is_empty());
         }
     }
