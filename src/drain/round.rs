@@ -623,30 +623,22 @@ fn await_replacements(
 /// that pods whose evictions hang (an admission webhook on one namespace) never queue ahead of
 /// all the others. Ours; kubectl and upstream start every eviction at once.
 pub(crate) fn fair_order(evict: Vec<PlannedEviction>) -> Vec<PlannedEviction> {
-    let mut by_namespace: BTreeMap<String, std::collections::VecDeque<PlannedEviction>> =
-        BTreeMap::new();
-    let mut first_seen: Vec<String> = Vec::new();
-    for e in evict {
-        if !by_namespace.contains_key(&e.pod.namespace) {
-            first_seen.push(e.pod.namespace.clone());
-        }
-        by_namespace
-            .entry(e.pod.namespace.clone())
-            .or_default()
-            .push_back(e);
-    }
-    let mut out = Vec::new();
-    loop {
-        let before = out.len();
-        for ns in &first_seen {
-            if let Some(e) = by_namespace.get_mut(ns).and_then(|q| q.pop_front()) {
-                out.push(e);
-            }
-        }
-        if out.len() == before {
-            return out;
-        }
-    }
+    // The k-th eviction of a namespace goes in turn k; within a turn, namespaces in the order
+    // the listing first showed them (a stable sort keeps each namespace's listing order).
+    let mut namespaces: HashMap<String, (usize, usize)> = HashMap::new();
+    let mut turns: Vec<((usize, usize), PlannedEviction)> = evict
+        .into_iter()
+        .map(|e| {
+            let first = namespaces.len();
+            let (rank, count) = namespaces
+                .entry(e.pod.namespace.clone())
+                .or_insert((first, 0));
+            *count += 1;
+            ((*count, *rank), e)
+        })
+        .collect();
+    turns.sort_by_key(|(turn, _)| *turn);
+    turns.into_iter().map(|(_, e)| e).collect()
 }
 
 /// Settles a round (pure): its report, with the evictions it sends pending as `Evicting` (or as
