@@ -12,7 +12,7 @@
 /// The reason annotation on the node (`spec.reason`, which has no length limit): at most this
 /// many bytes, a 64th of what all annotations of a node may take together.
 pub(crate) const MAX_REASON_ANNOTATION: usize = 4096;
-/// `status.blockers`: at most this many entries (those that block first, `drain::pass::cap_blockers`).
+/// `status.blockers`: at most this many entries (those that block first, `drain::report::cap_blockers`).
 pub(crate) const MAX_BLOCKERS: usize = 50;
 /// `status.pendingPods` and `status.pendingPodsRefs`: at most this many entries each.
 pub(crate) const MAX_PENDING: usize = 200;

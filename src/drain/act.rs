@@ -3,7 +3,7 @@
 //! recorded it, right after a check that the maintenance still stands; it waits for the API
 //! server's answer however long its admission webhooks take, and the answer, recorded in the
 //! node's memory as it arrives, wakes the maintenance's next pass (`docs/drain-contract.md §4`).
-//! Every decision is made by the pure functions of `pass.rs`, `decide.rs`, `answer.rs` and
+//! Every decision is made by the pure functions of `round.rs`, `decide.rs`, `answer.rs` and
 //! `memory.rs` (which evictions are sent, which answers wake a pass); this module only
 //! carries them out.
 
@@ -31,9 +31,10 @@ use super::gate::{Halt, Standing};
 use super::gone::GoneWatches;
 use super::memory::{Awaited, DrainMemory, RetrySchedule, Settled};
 use super::migration::MigrationWatch;
-use super::pass::{self, DrainReport, PlannedEviction, Survey};
 use super::pod::{DrainPod, PodPage};
 use super::preview::{self, Ask};
+use super::report::{self, DrainReport, Survey};
+use super::round::{self, Observed, PlannedEviction, Round};
 use super::rules;
 use crate::api::{DrainRule, PodReference};
 use crate::metrics::Metrics;
@@ -41,7 +42,7 @@ use crate::policy::DrainPolicy;
 
 /// Evictions in flight at once in the whole process (kubectl and upstream start one goroutine per
 /// pod, unbounded). An eviction that waits on a slow admission webhook holds its slot until the
-/// API server answers; namespaces take turns for the slots (`pass::fair_order`), so one
+/// API server answers; namespaces take turns for the slots (`round::fair_order`), so one
 /// namespace's hung evictions do not hold back the others' while slots are left.
 pub(crate) const EVICTION_PARALLELISM: usize = 256;
 /// Page size of the pod list. kubectl's `--chunk-size` is 500; a smaller page keeps the raw JSON
@@ -344,7 +345,7 @@ impl Drainer {
         drain_rules: &[DrainRule],
     ) -> Result<Survey, DrainError> {
         let (pods, _) = self.list_pods(node).await?;
-        Ok(pass::survey(
+        Ok(report::survey(
             &self
                 .classified(pods, &Arrival::default(), drain_rules)
                 .await?,
@@ -352,7 +353,7 @@ impl Drainer {
     }
 
     /// One drain round over `node`, whose drain started at `started` (the API server's clock):
-    /// observes its pods and the node's memory, decides ([`pass::plan_pass`], [`pass::settle`]),
+    /// observes its pods and the node's memory, decides ([`round::round`]),
     /// records the decision, then sends the evictions it decided on their own (at most
     /// [`EVICTION_PARALLELISM`] in flight in the process, each with a UID precondition and no
     /// grace period override, each only while `standing` says the maintenance still stands) and
@@ -381,16 +382,23 @@ impl Drainer {
             first_listing: schedule.first_listing(started).cloned(),
         };
         let pods = self.classified(pods, &arrival, &policy.drain_rules).await?;
-        let responders = self.responders.read().on(pods.iter().map(|(p, _)| p));
+        let observed = Observed {
+            responders: self.responders.read().on(pods.iter().map(|(p, _)| p)),
+            pods,
+            started,
+            listed_at: now,
+            at,
+            migrations: self.migrations.read(),
+        };
         // Decide (pure).
-        let mut plan = pass::plan_pass(pods, &schedule, &budgets, policy, started, now, at);
-        pass::show_migrations(&mut plan, &self.migrations.read(), started);
-        let evict = plan.evict.clone();
-        let delete = plan.delete.clone();
-        let (mut report, settled) = pass::settle(plan, &schedule, Instant::now());
-        super::responders::show(&mut report, &responders);
+        let Round {
+            evict,
+            delete,
+            report,
+            memory,
+        } = round::round(observed, &schedule, &budgets, policy, Instant::now());
         // Record, then send.
-        let evict = self.remember(node, settled, evict);
+        let evict = self.remember(node, memory, evict);
         for b in &report.newly_skipped {
             tracing::info!(pod = %format!("{}/{}", b.namespace, b.name), "not evicting a replacement pod that tolerates the maintenance taints");
         }

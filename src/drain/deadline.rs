@@ -4,7 +4,7 @@
 //! period before the deadline (its grace `g` before it: [`force_due`]), as Karpenter's
 //! `terminationGracePeriod` does. `Wait` and `Fail` change nothing per pod (the status and the
 //! maintenance pass carry them). Also the blocker of a pod already terminating, stuck once its
-//! deletion is overdue ([`terminating_blocker`]). Pure: [`super::pass::plan_pass`] asks these
+//! deletion is overdue ([`terminating_blocker`]). Pure: the round (`super::round`) asks these
 //! per pod; the executor sends the deletions.
 
 use super::consts::{STUCK_TERMINATING_MARGIN, reason};
@@ -291,11 +291,12 @@ mod tests {
         }
     }
 
-    /// The round's plan (`pass::plan_pass`): each pod deleted its own grace ahead of the
+    /// The round's plan (`round::plan_pass`): each pod deleted its own grace ahead of the
     /// deadline, and the round comes back when the next one is due.
     #[test]
     fn force_delete_deletes_each_pod_its_grace_ahead_of_the_deadline() {
-        use super::super::pass::{plan_pass, settle};
+        use super::super::round::settle;
+        use super::super::round::tests::plan_pass;
         use super::super::{Disposition, RetrySchedule, Stage};
         use std::time::{Duration, Instant};
         let policy = crate::policy::DrainPolicy {
@@ -325,7 +326,7 @@ mod tests {
             let budgets = super::super::budget::Budgets::default();
             plan_pass(pods(), &memory, &budgets, &policy, Some(t(0)), t(now), at)
         };
-        let deleted = |plan: &super::super::pass::PassPlan| {
+        let deleted = |plan: &super::super::round::PassPlan| {
             plan.delete
                 .iter()
                 .map(|d| (d.pod.name.clone(), d.grace_seconds))
@@ -335,7 +336,7 @@ mod tests {
         // left; the round comes back when `db` is due (t(69)).
         let start = run(0);
         assert_eq!(deleted(&start), [("slow".to_string(), 100)]);
-        assert_eq!(start.overdue, None);
+        assert_eq!(start.report.overdue, None);
         let (report, _) = settle(start, &RetrySchedule::default(), at);
         assert_eq!(report.retry_in, Some(Duration::from_secs(69)));
         assert_eq!(report.forced.len(), 1);

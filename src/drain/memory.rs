@@ -17,7 +17,7 @@ use crate::api::{PodBlocker, PodReference};
 /// again before its retry is due ([`EVICTION_RETRY_INTERVAL`](super::consts::EVICTION_RETRY_INTERVAL)),
 /// whatever triggered the pass: our own status write, node patch or lease renewal included.
 /// Read into each round's observation; the round's pure decisions say what it becomes
-/// (`pass::settle`), and each eviction's answer is recorded as it arrives
+/// (`round::settle`), and each eviction's answer is recorded as it arrives
 /// ([`RetrySchedule::answered`]). Lost on restart: the first pass of a new process asks each
 /// pending pod once more, then the schedule applies again.
 #[derive(Clone, Debug, Default)]
@@ -31,26 +31,26 @@ pub(crate) struct RetrySchedule {
     shared: HashMap<SharedCause, SharedEntry>,
 }
 
-/// What the drain remembers of one pod.
+/// What the drain remembers of one pod; each round reads it once per pod (`round::evictable`).
 #[derive(Clone, Debug, Default, PartialEq)]
-struct PodState {
+pub(crate) struct PodState {
     /// Its last refusal; it holds the pod until its retry is due. Boxed, as `forced` and
     /// `awaited`: most records hold only an eviction in flight or accepted.
-    refused: Option<Box<Refusal>>,
+    pub(crate) refused: Option<Box<Refusal>>,
     /// An eviction was sent and not answered yet.
-    in_flight: bool,
+    pub(crate) in_flight: bool,
     /// The API server accepted its eviction (or answered gone), with the answer's blocker: a
     /// listing that still shows it not terminating was taken before that answer, so the pod is
     /// not asked again (`docs/drain-contract.md` §4).
-    accepted: Option<Option<PodBlocker>>,
+    pub(crate) accepted: Option<Option<PodBlocker>>,
     /// Deleted after the drain deadline, with its `ForceDeleted` blocker.
-    forced: Option<Box<PodBlocker>>,
+    pub(crate) forced: Option<Box<PodBlocker>>,
     /// Evicted and gone; its controller's replacement is awaited ([`REPLACEMENT_WAIT`]).
-    awaited: Option<Box<Awaited>>,
+    pub(crate) awaited: Option<Box<Awaited>>,
     /// Already named in its one event as kept.
-    announced: bool,
+    pub(crate) announced: bool,
     /// Already named in its one `NotMigratable` Warning.
-    warned: bool,
+    pub(crate) warned: bool,
 }
 
 impl PodState {
@@ -93,12 +93,12 @@ impl SharedEntry {
 
 /// A pod's last refused eviction (or failed forced DELETE).
 #[derive(Clone, Debug, PartialEq)]
-struct Refusal {
+pub(crate) struct Refusal {
     /// When it may be asked again.
-    due: Instant,
-    blocker: PodBlocker,
+    pub(crate) due: Instant,
+    pub(crate) blocker: PodBlocker,
     /// Upstream's lastError text.
-    error: Option<String>,
+    pub(crate) error: Option<String>,
     /// The cause many pods share that the refusal named.
     shared: Option<SharedCause>,
 }
@@ -139,9 +139,9 @@ impl RetrySchedule {
     fn refusal(&self, uid: &str) -> Option<&Refusal> {
         self.pods.get(uid)?.refused.as_deref()
     }
-    /// The blocker of the last refusal of pod `uid`, due or not.
-    pub(crate) fn last_refusal(&self, uid: &str) -> Option<&PodBlocker> {
-        self.refusal(uid).map(|r| &r.blocker)
+    /// What is remembered of pod `uid`.
+    pub(crate) fn state(&self, uid: &str) -> Option<&PodState> {
+        self.pods.get(uid)
     }
     /// What status shows for pod `uid` while its eviction is sent and unanswered: its last
     /// refusal (blocker and lastError text) when it was refused before, so a budget's probe,
@@ -211,10 +211,6 @@ impl RetrySchedule {
     /// The last refusal that named `cause`, due or not (its texts, for pods held by it).
     pub(crate) fn last_shared(&self, cause: &SharedCause) -> Option<&SharedEntry> {
         self.shared.get(cause)
-    }
-    /// The `ForceDeleted` blocker of pod `uid`, when the drain deleted it after its deadline.
-    pub(crate) fn forced(&self, uid: &str) -> Option<&PodBlocker> {
-        self.pods.get(uid)?.forced.as_deref()
     }
     /// The answer to the forced DELETE of `uid`: a failure (`error`, the API server's text) is
     /// held as a refusal is, and the pod is deleted again once the retry is due.
@@ -336,11 +332,6 @@ impl RetrySchedule {
             }
             *p != PodState::default()
         });
-    }
-    /// Whether the eviction of `uid` was accepted (or answered gone), with the answer's blocker:
-    /// a listing that shows the pod not terminating predates the answer.
-    pub(crate) fn accepted(&self, uid: &str) -> Option<Option<&PodBlocker>> {
-        self.pods.get(uid)?.accepted.as_ref().map(Option::as_ref)
     }
     /// Time until the earliest retry due, `None` when none is scheduled.
     /// Retries already due are not counted: their pods are asked by the round that reads them,

@@ -11,8 +11,8 @@
 //! Modules by concern, in layers (a file uses only files below it; this one only names them):
 //! `consts.rs` (the vocabulary: limits, annotations, reasons) and `disposition.rs` (the decision
 //! types) at the bottom; `pod.rs`, the slim pod the list is read into; `decide.rs` classifies
-//! one pod; `answer.rs` reads one eviction answer; `memory.rs` is each node's memory between
-//! rounds; `pass.rs` plans a round and settles its answers into a report and the next memory
+//! one pod; `answer.rs` reads one eviction answer; `report.rs` is what a round reports; `memory.rs` is each node's memory between
+//! rounds; `round.rs` plans a round and settles its answers into a report and the next memory
 //! (pure); `act.rs` ([`Drainer`]) observes the pods, sends the evictions, each under a deadline,
 //! and keeps each node's memory between rounds. The size bounds of everything written are
 //! `crate::bounds`.
@@ -52,11 +52,12 @@ mod lanes;
 pub(crate) mod memory;
 pub(crate) mod migration;
 pub(crate) mod opt_out;
-pub(crate) mod pass;
 pub(crate) mod pod;
 mod preview;
+pub(crate) mod report;
 pub(crate) mod requester;
 pub(crate) mod responders;
+pub(crate) mod round;
 pub(crate) mod rules;
 pub(crate) mod volume_detach;
 
@@ -67,7 +68,9 @@ pub(crate) use consts::*;
 pub(crate) use decide::*;
 pub(crate) use disposition::*;
 pub(crate) use memory::*;
-pub(crate) use pass::{DrainReport, Survey};
+pub(crate) use report::{DrainReport, Survey};
+// The old path of the report's helpers, still named by the controller.
+pub(crate) use report as pass;
 
 #[cfg(test)]
 pub(crate) mod tests;

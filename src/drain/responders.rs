@@ -28,7 +28,6 @@ use kube::{Api, Client, ResourceExt};
 use super::answer::evicting_error;
 use super::consts::reason;
 pub(crate) use super::consts::reason::{EVICTION_RESPONDER, moving};
-use super::pass::DrainReport;
 use super::pod::DrainPod;
 use crate::api::{PodBlocker, PodReference};
 
@@ -164,18 +163,22 @@ impl Responders {
     }
 }
 
-/// Shows in the round's `report` each responder at work (`active`, from [`Responders::on`]):
+/// Shows in a round's `pending` blockers each responder at work (`active`, from [`Responders::on`]):
 /// the blocker of its pod, when it is one a responder explains ([`SHOWN_OVER`]), becomes
-/// [`EVICTION_RESPONDER`], and the pod's refusal text leaves `report.errors` (so `lastError`),
-/// since a responder at work is progress. A pure step after `pass::settle`: what the drain asks
+/// [`EVICTION_RESPONDER`], and the pod's refusal text leaves `errors` (so `lastError`),
+/// since a responder at work is progress. A pure step at the end of `round::round`: what the drain asks
 /// and when it asks again are unchanged (it keeps asking the Eviction API, `docs/design.md`
 /// §2b); only what the status says changes.
-pub(crate) fn show(report: &mut DrainReport, active: &HashMap<(String, String), ActiveResponder>) {
+pub(crate) fn show(
+    pending: &mut [PodBlocker],
+    errors: &mut Vec<String>,
+    active: &HashMap<(String, String), ActiveResponder>,
+) {
     if active.is_empty() {
         return;
     }
     let mut quiet = Vec::new();
-    for b in &mut report.pending {
+    for b in pending {
         let key = (b.namespace.clone(), b.name.clone());
         let Some(r) = active.get(&key) else {
             continue;
@@ -191,9 +194,7 @@ pub(crate) fn show(report: &mut DrainReport, active: &HashMap<(String, String), 
         // Every refusal's text is `evicting_error(pod, ..)`: its prefix names the pod.
         quiet.push(evicting_error(&pod, ""));
     }
-    report
-        .errors
-        .retain(|e| !quiet.iter().any(|prefix| e.starts_with(prefix.as_str())));
+    errors.retain(|e| !quiet.iter().any(|prefix| e.starts_with(prefix.as_str())));
 }
 
 /// The controller's watch of Evictions, read by each drain round; inert where the API is not
@@ -293,6 +294,7 @@ impl ResponderWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drain::DrainReport;
     use serde_json::{Value, json};
 
     const UID: &str = "0b6f7e3a-1111-4222-8333-944455556666";
@@ -423,7 +425,7 @@ mod tests {
             ],
             ..DrainReport::default()
         };
-        show(&mut report, &found);
+        show(&mut report.pending, &mut report.errors, &found);
         let b = &report.pending[0];
         assert_eq!(
             (
@@ -467,7 +469,7 @@ mod tests {
                 pending: vec![blocker("web-0", kept)],
                 ..DrainReport::default()
             };
-            show(&mut r, &found);
+            show(&mut r.pending, &mut r.errors, &found);
             assert_eq!(r.pending[0], blocker("web-0", kept), "{kept}");
         }
         // The responder finished (Completed): the budget's blocker and error again.
@@ -480,7 +482,11 @@ mod tests {
             )],
             ..DrainReport::default()
         };
-        show(&mut again, &done.on([&pod("web-0", UID)]));
+        show(
+            &mut again.pending,
+            &mut again.errors,
+            &done.on([&pod("web-0", UID)]),
+        );
         assert_eq!(again.pending[0], blocker("web-0", reason::PDB));
         assert_eq!(again.errors.len(), 1);
     }

@@ -1,134 +1,78 @@
-//! One drain round as two pure decisions around the evictions (the shape of `docs/design.md §2`):
-//! [`plan_pass`] turns the classified pods of the node, the drain's memory of the node
-//! ([`RetrySchedule`]) and the API server's time into the pods to evict now and the ones that
-//! wait (with why); [`settle`] turns that plan into the [`DrainReport`] the status is made of
-//! and what the node's memory becomes. The executor (`act.rs`) sends the evictions after both,
-//! each on its own, and records each answer when it arrives. Neither decision does I/O or reads
-//! a clock.
-
+//! One drain round as one pure function (the shape of `docs/design.md §2`): [`round`] turns
+//! what a round observed of a node ([`Observed`]: its classified pods, the API server's time of
+//! their list, the migrations and responders at work), the drain's memory of the node
+//! ([`RetrySchedule`]), the budgets and the policy into a [`Round`]: the evictions and forced
+//! deletions to send, the [`DrainReport`] the status is made of, and the node's memory delta
+//! ([`Settled`]). Inside, [`plan`] decides each pod, and [`settle`] turns that plan into the
+//! report and the delta. The executor (`act.rs`) sends what the round decided, each on its own,
+//! and records each answer when it arrives. Nothing here does I/O or reads a clock.
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use super::answer::{aggregate_errors, evicting_error};
+use super::answer::evicting_error;
 use super::budget::{Budget, Budgets, SharedCause};
 use super::consts::{REPLACEMENT_WAIT, reason};
 use super::deadline::{self, PlannedDeletion};
 use super::decide::{skipped_entry, tolerates_maintenance, waiting_blocker};
 use super::disposition::{Disposition, Stage};
 use super::memory::{Awaited, RetrySchedule, Settled, awaiting_replacement, evicting};
+use super::migration::Migrations;
 use super::pod::DrainPod;
+use super::report::{DrainReport, FailedMigration};
+use super::responders::ActiveResponder;
 use super::rules::{skipped_by_rule, waiting_for_completion};
 use crate::api::{OnTimeout, PodBlocker, PodReference};
-use crate::bounds::MAX_BLOCKERS;
 use crate::policy::DrainPolicy;
 
-/// The pods on a node as the drain sees them.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct Survey {
-    /// Every pod on the node, DaemonSet, mirror and finished ones included (upstream `totalpods`).
-    pub total_pods: usize,
-    /// The pods up for eviction (upstream's `GetPodsForDeletion` list).
-    pub evictable: Vec<PodReference>,
+/// What a round observed of one node, besides its memory.
+pub(crate) struct Observed {
+    /// Every pod listed on the node, each with its decision (`decide.rs`).
+    pub pods: Vec<(DrainPod, Disposition)>,
+    /// The drain's start, by the API server's clock.
+    pub started: Option<jiff::Timestamp>,
+    /// The API server's time of the pod list.
+    pub listed_at: jiff::Timestamp,
+    /// When the observation began (the retries due by then are due in this round).
+    pub at: Instant,
+    /// KubeVirt's migrations.
+    pub migrations: Migrations,
+    /// The Evictions' active responders, by the namespace and name of their pod.
+    pub responders: HashMap<(String, String), ActiveResponder>,
 }
 
-/// The survey of classified pods.
-pub(crate) fn survey(pods: &[(DrainPod, Disposition)]) -> Survey {
-    Survey {
-        total_pods: pods.len(),
-        evictable: pods
-            .iter()
-            .filter(|(_, d)| d.drains())
-            .map(|(p, _)| p.reference())
-            .collect(),
-    }
+/// What one round decided: what to send, what to report, and what the node's memory becomes.
+pub(crate) struct Round {
+    /// The evictions to send, namespaces taking turns.
+    pub evict: Vec<PlannedEviction>,
+    /// The forced DELETEs to send.
+    pub delete: Vec<PlannedDeletion>,
+    /// The status's view of the round.
+    pub report: DrainReport,
+    /// The node's memory delta, applied before anything is sent.
+    pub memory: Settled,
 }
 
-/// What one drain round did and found.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct DrainReport {
-    /// Every pod on the node at the start of the round.
-    pub total_pods: usize,
-    /// The pods up for eviction at the start of the round.
-    pub evictable: Vec<PodReference>,
-    /// The evictable pods still on the node, each with why (a pod whose eviction this round
-    /// sends is `Evicting`), and the evicted pods whose replacement is awaited.
-    pub pending: Vec<PodBlocker>,
-    /// Pods left on the node on purpose (replacements that arrived after the drain started and
-    /// tolerate the maintenance taints), each with why.
-    pub skipped: Vec<PodBlocker>,
-    /// The part of `skipped` reported for the first time by this process (one event each).
-    pub newly_skipped: Vec<PodBlocker>,
-    /// The `NotMigratable` pods of `pending` reported for the first time by this process (one
-    /// Warning event each, not one per retry).
-    pub newly_not_migratable: Vec<PodBlocker>,
-    /// Launcher pods whose VMI's migration failed, reported for the first time (one Warning per
-    /// failed migration).
-    pub newly_failed_migrations: Vec<FailedMigration>,
-    /// Time until the earliest per-pod eviction retry or forced deletion on this node; the next
-    /// round is not useful before then (`None`: none waits).
-    pub retry_in: Option<Duration>,
-    /// Upstream-format error texts of this round (refused evictions, stuck terminating pods).
-    pub errors: Vec<String>,
-    /// What applies now that the drain's deadline has passed (`None`: it has not, or there is
-    /// none), by the API server's time of the pod list.
-    pub overdue: Option<OnTimeout>,
-    /// The pods this round deletes after the deadline, each with its `ForceDeleted` blocker
-    /// (one Warning event each).
-    pub forced: Vec<PodBlocker>,
-}
-
-impl DrainReport {
-    /// Nothing evictable is left on the node.
-    pub(crate) fn done(&self) -> bool {
-        self.pending.is_empty()
+/// One drain round (pure): each pod decided once ([`plan`]), settled against `memory` at `now` ([`settle`]), and
+/// the responders at work shown over their pods' blockers (`responders::show`).
+pub(crate) fn round(
+    mut observed: Observed,
+    memory: &RetrySchedule,
+    budgets: &Budgets,
+    policy: &DrainPolicy,
+    now: Instant,
+) -> Round {
+    let responders = std::mem::take(&mut observed.responders);
+    let plan = plan(observed, memory, budgets, policy);
+    let evict = plan.evict.clone();
+    let delete = plan.delete.clone();
+    let (mut report, memory) = settle(plan, memory, now);
+    super::responders::show(&mut report.pending, &mut report.errors, &responders);
+    Round {
+        evict,
+        delete,
+        report,
+        memory,
     }
-    /// Some pending pod waits for something other than its own termination or the termination
-    /// of the pods evicted before it (a budget, an error), so the next round should come later
-    /// (at the retry) rather than soon (1 s).
-    pub(crate) fn blocked(&self) -> bool {
-        self.pending.iter().any(|b| !waits_only(&b.reason))
-    }
-    /// Every pending pod that blocks is `Evacuating` or `EvictionResponder`: the drain waits
-    /// for responders moving the workloads, nothing refuses it.
-    pub(crate) fn only_evacuating(&self) -> bool {
-        self.pending
-            .iter()
-            .filter(|b| !waits_only(&b.reason))
-            .all(|b| reason::moving(&b.reason))
-    }
-    /// The pods (`namespace/name`) whose deletion should wake the next round (`drain::gone`):
-    /// the terminating ones, when there are some and no eviction's answer is due (each answer
-    /// wakes a pass itself); also when other pods wait for them (a later drain order) or for a
-    /// retry. `None`: no such watch.
-    pub(crate) fn awaiting_deletion(&self) -> Option<HashSet<String>> {
-        if self.pending.iter().any(|b| b.reason == reason::EVICTING) {
-            return None;
-        }
-        let pods: HashSet<String> = self
-            .pending
-            .iter()
-            .filter(|b| b.reason == reason::TERMINATING)
-            .map(|b| format!("{}/{}", b.namespace, b.name))
-            .collect();
-        (!pods.is_empty()).then_some(pods)
-    }
-    /// The aggregated lastError of this round, `None` when nothing failed.
-    pub(crate) fn last_error(&self) -> Option<String> {
-        aggregate_errors(&self.errors)
-    }
-}
-
-/// Reasons that only wait for pods to go (their own termination, an answer, that of an earlier
-/// stage, a replacement's arrival).
-pub(crate) fn waits_only(r: &str) -> bool {
-    matches!(
-        r,
-        reason::TERMINATING
-            | reason::SYSTEM_CRITICAL
-            | reason::OPERATOR_POD
-            | reason::EVICTING
-            | reason::AWAITING_REPLACEMENT
-    )
 }
 
 /// One eviction the round sends.
@@ -153,27 +97,17 @@ pub(crate) struct PlannedEviction {
 /// The round's decision before any eviction is sent.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct PassPlan {
-    /// Every pod listed on the node.
-    pub total_pods: usize,
-    /// The evictable pods.
-    pub evictable: Vec<PodReference>,
-    /// Evictable pods not asked in this round, each with why (terminating, a later stage, a
-    /// refusal whose retry is not due, an eviction in flight), and awaited replacements.
-    pub pending: Vec<PodBlocker>,
-    /// Error texts of the pods not asked (stuck terminating, remembered refusals).
-    pub errors: Vec<String>,
-    /// Kept pods, each with why.
-    pub kept: Vec<PodBlocker>,
-    /// The UIDs of kept pods, for their one announcement.
-    pub kept_uids: Vec<String>,
+    /// The report as far as the pods' outcomes make it: the pods counted, the evictable ones,
+    /// those not asked in this round with why (and the awaited replacements), their errors,
+    /// what applies past the deadline; [`settle`] adds what the memory and the evictions add.
+    pub report: DrainReport,
+    /// Kept pods by UID (for their one announcement), each with why.
+    pub kept: Vec<(String, PodBlocker)>,
     /// The pods held by a `NotMigratable` refusal, by UID, for their one Warning.
     pub not_migratable: Vec<(String, PodBlocker)>,
     /// The launcher pods whose VMI's migration failed, keyed by the failed migration
-    /// (`migration/<namespace>/<name>`), for its one Warning ([`show_migrations`]).
+    /// (`migration/<namespace>/<name>`), for its one Warning.
     pub failed_migrations: Vec<(String, FailedMigration)>,
-    /// The VMI of each evictable virt-launcher pod, by the pod's namespace and name
-    /// ([`show_migrations`]).
-    pub launchers: HashMap<(String, String), String>,
     /// The evictions to send now, namespaces taking turns ([`fair_order`]).
     pub evict: Vec<PlannedEviction>,
     /// UIDs whose retry entries stay (listed, up for eviction or kept).
@@ -183,9 +117,6 @@ pub(crate) struct PassPlan {
     pub first_listing: Option<(i64, HashSet<String>)>,
     /// The replacements awaited after this round.
     pub awaited: HashMap<String, Awaited>,
-    /// What applies now that the deadline has passed ([`DrainPolicy::overdue`] at the list's
-    /// time).
-    pub overdue: Option<OnTimeout>,
     /// The DELETEs to send now (`onTimeout: ForceDelete`).
     pub delete: Vec<PlannedDeletion>,
     /// The time until the next pod's forced DELETE is due ([`deadline::force_due`]).
@@ -194,281 +125,354 @@ pub(crate) struct PassPlan {
     pub forced: Vec<(String, PodBlocker)>,
 }
 
-/// Decides a round over the node's classified pods: evict the evictable pods of the earliest
-/// [`super::Stage`] still on the node that are neither terminating, nor in flight, nor waiting
-/// for their retry (`schedule` at `at`); every other evictable pod is pending with its blocker;
-/// kept pods are listed once each; an evicted pod that tolerates both maintenance taints keeps
-/// the drain open until its controller's replacement is listed, for at most
-/// [`REPLACEMENT_WAIT`]. `now` is the API server's time of the pod list (how long a pod
-/// has been terminating, how long a replacement has been awaited); `started` the drain's start.
+/// Decides a round over the node's classified pods, each pod once ([`outcome`], its one
+/// [`Outcome`]), the outcomes collected in the buckets of [`PassPlan`]: evict the evictable
+/// pods of the earliest [`super::Stage`] still on the node that are neither terminating, nor in
+/// flight, nor waiting for their retry (the memory at `observed.at`); every other evictable pod
+/// is pending with its blocker; kept pods are listed once each; an evicted pod that tolerates
+/// both maintenance taints keeps the drain open until its controller's replacement is listed,
+/// for at most [`REPLACEMENT_WAIT`]. `observed.listed_at` is the API server's time of the pod
+/// list (how long a pod has been terminating, how long a replacement has been awaited).
 ///
 /// Causes many pods share ([`Gate`]): a pod whose budget allows no disruption, or whose
 /// namespace refused recently, is held by that cause without a request, and only one pod per
 /// cause is asked per retry interval; a budget that allows `k` has at most `k` pods asked.
 ///
-/// Once `policy`'s deadline has passed (its `deadline_start` plus `drainTimeout`, by `now`), `SkipStuck`
-/// keeps a terminating pod whose deletion is overdue; `ForceDelete` deletes each evictable pod
-/// once, whatever its stage or budget, its own grace period ahead of the deadline
-/// ([`deadline::force_due`]); pods labelled `wait-completed` are still waited for.
-pub(crate) fn plan_pass(
-    pods: Vec<(DrainPod, Disposition)>,
-    schedule: &RetrySchedule,
+/// Once `policy`'s deadline has passed (its `deadline_start` plus `drainTimeout`, by the list's
+/// time), `SkipStuck` keeps a terminating pod whose deletion is overdue; `ForceDelete` deletes
+/// each evictable pod once, whatever its stage or budget, its own grace period ahead of the
+/// deadline ([`deadline::force_due`]); pods labelled `wait-completed` are still waited for.
+fn plan(
+    observed: Observed,
+    memory: &RetrySchedule,
     budgets: &Budgets,
     policy: &DrainPolicy,
-    started: Option<jiff::Timestamp>,
-    now: jiff::Timestamp,
-    at: Instant,
 ) -> PassPlan {
+    let now = observed.listed_at;
     let overdue = policy.overdue(policy.deadline_start, now);
-    let pods = super::opt_out::at_deadline(pods, overdue);
-    let force_by = deadline::force_by(policy);
-    let mut plan = PassPlan {
-        total_pods: pods.len(),
-        overdue,
-        ..PassPlan::default()
-    };
-    let mut gate = Gate::new(budgets, schedule, at);
+    let pods = super::opt_out::at_deadline(observed.pods, overdue);
+    let mut gate = Gate::new(budgets, memory, observed.at);
     for (pod, _) in &pods {
         if pod
             .metadata
             .uid
             .as_deref()
-            .is_some_and(|uid| schedule.in_flight(uid))
+            .is_some_and(|uid| memory.in_flight(uid))
         {
             gate.in_flight(pod);
         }
     }
-    if schedule.first_listing(started).is_none()
-        && let Some(start) = started
-    {
-        let seen = pods
+    let mut cx = Context {
+        memory,
+        gate,
+        migrations: &observed.migrations,
+        started: observed.started,
+        overdue,
+        force_by: deadline::force_by(policy),
+        first_stage: pods
             .iter()
-            .filter(|(p, _)| tolerates_maintenance(p))
-            .filter_map(|(p, _)| p.metadata.uid.clone())
-            .collect();
-        plan.first_listing = Some((start.as_second(), seen));
-    }
-    let first_stage = pods
-        .iter()
-        .filter_map(|(_, d)| match d {
-            Disposition::Evict { stage, .. } => Some(*stage),
-            _ => None,
-        })
-        .min();
+            .filter_map(|(_, d)| match d {
+                Disposition::Evict { stage, .. } => Some(*stage),
+                _ => None,
+            })
+            .min(),
+        now,
+        at: observed.at,
+        force_in: None,
+    };
+    let mut plan = PassPlan::default();
+    plan.report.total_pods = pods.len();
+    plan.report.overdue = overdue;
+    let mut tolerating = HashSet::new();
     // Pods of each controller that run on (are listed and not terminating): replacements.
     let mut live: HashMap<String, usize> = HashMap::new();
-    for (pod, d) in &pods {
-        if let Some(c) = pod.controller_ref()
-            && pod.metadata.deletion_timestamp.is_none()
-            && !matches!(d, Disposition::SkipFinished)
-        {
-            *live.entry(c.uid.clone()).or_default() += 1;
-        }
-    }
     for (pod, disposition) in pods {
         let r = pod.reference();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let (warnings, stage) = match disposition {
-            Disposition::Evict { warnings, stage } => (warnings, stage),
-            Disposition::KeepReplacement => {
-                plan.listed.insert(uid.clone());
-                plan.kept.push(skipped_entry(&r));
-                plan.kept_uids.push(uid);
-                continue;
-            }
-            Disposition::SkipByRule { label } => {
-                plan.listed.insert(uid.clone());
-                plan.kept.push(skipped_by_rule(&r, label));
-                plan.kept_uids.push(uid);
-                continue;
-            }
-            Disposition::WaitCompleted { label } => {
-                plan.evictable.push(r.clone());
-                plan.pending.push(waiting_for_completion(&r, label));
-                continue;
-            }
-            Disposition::OptedOut { annotation, .. } => {
-                plan.evictable.push(r.clone());
-                plan.pending.push(super::opt_out::held(&r, annotation));
-                continue;
-            }
-            Disposition::SkipDaemonSet | Disposition::SkipMirror | Disposition::SkipFinished => {
-                continue;
-            }
-        };
-        plan.evictable.push(r.clone());
-        if let Some(vmi) = super::migration::launcher_of(&pod) {
-            let key = (r.namespace.clone(), r.name.clone());
-            plan.launchers.insert(key, vmi.to_string());
+        if tolerates_maintenance(&pod) {
+            tolerating.extend(pod.metadata.uid.clone());
         }
-        // The operator's own pod stays last even then: deleted once it is all that is left.
-        let own_pod_first = stage == Stage::OwnPod && first_stage != Some(stage);
-        let by = force_by.filter(|_| !own_pod_first);
-        if let Some((by, grace)) =
-            by.and_then(|by| deadline::due(&pod, by, now, &mut plan.force_in))
+        if let Some(c) = pod.controller_ref()
+            && pod.metadata.deletion_timestamp.is_none()
+            && !matches!(disposition, Disposition::SkipFinished)
         {
-            plan.listed.insert(uid.clone());
-            if let Some(b) = schedule.forced(&uid) {
-                plan.pending.push(b.clone());
-                continue;
+            *live.entry(c.uid.clone()).or_default() += 1;
+        }
+        match outcome(pod, disposition, &r, &uid, &mut cx) {
+            Outcome::Ignored => continue,
+            Outcome::Kept(b, evictable) => {
+                plan.listed.insert(uid.clone());
+                plan.kept.push((uid, b));
+                if !evictable {
+                    continue;
+                }
             }
-            if let Some((b, error)) = schedule
-                .held(&uid, at)
-                .filter(|(b, _)| b.reason == reason::FORCE_DELETE_FAILED)
-            {
-                plan.pending.push(b.clone());
-                plan.errors.extend(error.map(str::to_string));
-                continue;
+            Outcome::Wait(w) => {
+                if w.remembered {
+                    plan.listed.insert(uid.clone());
+                }
+                plan.report.errors.extend(w.errors);
+                if w.not_migratable {
+                    plan.not_migratable.push((uid.clone(), w.blocker.clone()));
+                }
+                if let Some(migration) = w.failed_migration {
+                    let key = format!("migration/{}/{migration}", r.namespace);
+                    plan.listed.insert(key.clone());
+                    let blocker = w.blocker.clone();
+                    plan.failed_migrations
+                        .push((key, FailedMigration { blocker, migration }));
+                }
+                if let Some(a) = w.awaits {
+                    plan.awaited.insert(uid, a);
+                }
+                plan.report.pending.push(w.blocker);
             }
-            if deadline::force_shortens(&pod, grace, now) {
-                let b = deadline::force_deleted(&r, (now, by), grace);
-                plan.delete.push(PlannedDeletion {
-                    pod: r,
-                    uid: pod.metadata.uid,
-                    grace_seconds: grace,
-                });
+            Outcome::Evict(e) => {
+                plan.listed.insert(uid);
+                plan.evict.push(e);
+            }
+            Outcome::Delete(d, b) => {
+                plan.listed.insert(uid.clone());
+                plan.delete.push(d);
                 plan.forced.push((uid, b.clone()));
-                plan.pending.push(b);
-                continue;
+                plan.report.pending.push(b);
             }
         }
-        if let Some(b) = deadline::terminating_blocker(&pod, now) {
-            if overdue == Some(OnTimeout::SkipStuck) && deadline::deletion_overdue(&pod, now) {
-                plan.listed.insert(uid.clone());
-                plan.kept.push(deadline::overdue_skipped(&pod));
-                plan.kept_uids.push(uid);
-                continue;
-            }
-            if b.reason == reason::STUCK_TERMINATING {
-                plan.errors.push(format!(
-                    "error when waiting for pod \"{}\" in namespace \"{}\" to terminate: {}",
-                    r.name,
-                    r.namespace,
-                    b.message.as_deref().unwrap_or_default()
-                ));
-            }
-            if let Some(c) = pod.controller_ref()
-                && tolerates_maintenance(&pod)
-            {
-                let awaited = Awaited {
-                    pod: r.clone(),
-                    owner: c.uid.clone(),
-                    last_seen: now,
-                };
-                plan.awaited.insert(uid.clone(), awaited);
-            }
-            plan.pending.push(b);
-            continue;
-        }
-        if let Some(answer) = schedule.accepted(&uid) {
-            // Listed before the API server accepted its eviction: terminating since that answer.
-            plan.listed.insert(uid.clone());
-            plan.pending
-                .push(answer.cloned().unwrap_or_else(|| evicting(&r)));
-            continue;
-        }
-        if Some(stage) > first_stage {
-            let class = pod.spec.priority_class_name.as_deref();
-            plan.pending.push(waiting_blocker(&r, stage, class));
-            continue;
-        }
-        plan.listed.insert(uid.clone());
-        if schedule.in_flight(&uid) {
-            let (b, error) = schedule.asking(&r, &uid);
-            plan.pending.push(b);
-            plan.errors.extend(error);
-            continue;
-        }
-        if let Some((b, error)) = schedule.held(&uid, at) {
-            if b.reason == reason::NOT_MIGRATABLE {
-                plan.not_migratable.push((uid.clone(), b.clone()));
-            }
-            plan.pending.push(b.clone());
-            plan.errors.extend(error.map(str::to_string));
-            continue;
-        }
-        // Its responder still says the evacuation is in progress (the annotation, the
-        // descheduler's contract): not asked again, whatever the retry says; 50 migrating VMs
-        // then cost the node's listing, not 50 refusals per retry.
-        if pod.metadata.marks.eviction_in_progress
-            && let Some(b) = schedule
-                .last_refusal(&uid)
-                .filter(|b| b.reason == reason::EVACUATING)
-        {
-            plan.pending.push(b.clone());
-            continue;
-        }
-        let cause = match gate.admit(&pod) {
-            Admit::Ask(cause) => cause,
-            Admit::Hold(b, error) => {
-                plan.pending.push(*b);
-                plan.errors.extend(error);
-                continue;
-            }
-        };
-        if !warnings.is_empty() {
-            tracing::debug!(pod = %format!("{}/{}", r.namespace, r.name), warnings = %warnings.join("; "), "evicting despite kubectl warnings");
-        }
-        let awaits = pod
-            .controller_ref()
-            .filter(|_| tolerates_maintenance(&pod))
-            .map(|c| Awaited {
-                pod: r.clone(),
-                owner: c.uid.clone(),
-                last_seen: now,
-            });
-        plan.evict.push(PlannedEviction {
-            pod: r,
-            uid: pod.metadata.uid,
-            labels: pod.metadata.labels,
-            awaits,
-            cause,
-            in_progress: pod.metadata.marks.eviction_in_progress,
-        });
+        plan.report.evictable.push(r);
     }
+    if memory.first_listing(observed.started).is_none()
+        && let Some(start) = observed.started
+    {
+        plan.first_listing = Some((start.as_second(), tolerating));
+    }
+    plan.force_in = cx.force_in;
     plan.evict = fair_order(std::mem::take(&mut plan.evict));
-    await_replacements(&mut plan, schedule, &live, now);
+    await_replacements(&mut plan, memory, &live, now);
     plan
 }
 
-/// Shows in each `Evacuating` blocker of a virt-launcher pod its VMI and the VMI's newest
-/// migration, or the failed one that holds it since the drain `started`
-/// ([`super::migration::show`]): that failure also in `lastError` and up for its one Warning.
-pub(crate) fn show_migrations(
-    plan: &mut PassPlan,
-    migrations: &super::migration::Migrations,
+/// What each pod's outcome in a round reads, and what the pods share as the round spends it.
+struct Context<'a> {
+    memory: &'a RetrySchedule,
+    gate: Gate<'a>,
+    migrations: &'a Migrations,
+    /// The drain's start (a failed migration holds a launcher pod when it failed since).
     started: Option<jiff::Timestamp>,
-) {
-    for b in &mut plan.pending {
-        let key = (b.namespace.clone(), b.name.clone());
-        let Some(vmi) = plan.launchers.get(&key) else {
-            continue;
-        };
-        if let Some((migration, text)) = super::migration::show(b, vmi, migrations, started) {
-            let pod = PodReference {
-                namespace: b.namespace.clone(),
-                name: b.name.clone(),
-            };
-            plan.errors.push(evicting_error(&pod, &text));
-            let key = format!("migration/{}/{migration}", b.namespace);
-            plan.listed.insert(key.clone());
-            let failed = FailedMigration {
-                blocker: b.clone(),
-                migration,
-            };
-            plan.failed_migrations.push((key, failed));
+    overdue: Option<OnTimeout>,
+    /// The deadline of `onTimeout: ForceDelete` ([`deadline::force_by`]).
+    force_by: Option<jiff::Timestamp>,
+    /// The earliest stage still on the node.
+    first_stage: Option<Stage>,
+    /// The API server's time of the pod list.
+    now: jiff::Timestamp,
+    /// When the round's observation began.
+    at: Instant,
+    /// The time until the next pod's forced DELETE is due ([`deadline::force_due`]).
+    force_in: Option<Duration>,
+}
+
+/// One pod's one outcome in a round (Cluster API's drain package is the model: an ordered
+/// chain of filters gives each pod one status, and the statuses go in buckets).
+enum Outcome {
+    /// Not the drain's: DaemonSet, mirror and finished pods.
+    Ignored,
+    /// Left on the node on purpose, with why (announced once), and whether it was up for
+    /// eviction (a stuck terminating pod kept past the deadline).
+    Kept(PodBlocker, bool),
+    /// Up for eviction, not asked now.
+    Wait(Wait),
+    /// Evicted now.
+    Evict(PlannedEviction),
+    /// Deleted now, past the deadline, with its `ForceDeleted` blocker.
+    Delete(PlannedDeletion, PodBlocker),
+}
+
+/// A pod that waits: its blocker, and what comes with it.
+#[derive(Default)]
+struct Wait {
+    blocker: PodBlocker,
+    /// Its lastError texts.
+    errors: Vec<String>,
+    /// Its memory stays (else all but an unanswered eviction and an awaited replacement goes).
+    remembered: bool,
+    /// Held by a `NotMigratable` refusal (its one Warning).
+    not_migratable: bool,
+    /// The failed migration of its VMI that holds it (its one Warning).
+    failed_migration: Option<String>,
+    /// Terminating, it tolerates both maintenance taints and has a controller: the
+    /// replacement to await.
+    awaits: Option<Awaited>,
+}
+
+impl Wait {
+    fn new(blocker: PodBlocker, remembered: bool) -> Self {
+        Self {
+            blocker,
+            remembered,
+            ..Self::default()
         }
+    }
+    /// The pod's memory stays, with the blocker and lastError text it holds.
+    fn remembered(blocker: PodBlocker, error: Option<String>) -> Outcome {
+        Outcome::Wait(Self {
+            errors: error.into_iter().collect(),
+            ..Self::new(blocker, true)
+        })
     }
 }
 
-/// A launcher pod held by its VMI's failed migration: its blocker, and the failed migration's
-/// name (in the pod's namespace), the related object of its one Warning.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct FailedMigration {
-    /// The pod's `MigrationFailed` blocker.
-    pub blocker: PodBlocker,
-    /// The failed `VirtualMachineInstanceMigration`.
-    pub migration: String,
+/// The one outcome of `pod` (reference `r`, UID `uid`) of `disposition`: the decision chain's
+/// verdict first, then, for a pod up for eviction, [`evictable`]; a launcher pod's
+/// `Evacuating` blocker shows its VMI's migration ([`super::migration::show`]).
+fn outcome(
+    pod: DrainPod,
+    disposition: Disposition,
+    r: &PodReference,
+    uid: &str,
+    cx: &mut Context,
+) -> Outcome {
+    let (warnings, stage) = match disposition {
+        Disposition::Evict { warnings, stage } => (warnings, stage),
+        Disposition::KeepReplacement => return Outcome::Kept(skipped_entry(r), false),
+        Disposition::SkipByRule { label } => {
+            return Outcome::Kept(skipped_by_rule(r, label), false);
+        }
+        Disposition::WaitCompleted { label } => {
+            return Outcome::Wait(Wait::new(waiting_for_completion(r, label), false));
+        }
+        Disposition::OptedOut { annotation, .. } => {
+            return Outcome::Wait(Wait::new(super::opt_out::held(r, annotation), false));
+        }
+        Disposition::SkipDaemonSet | Disposition::SkipMirror | Disposition::SkipFinished => {
+            return Outcome::Ignored;
+        }
+    };
+    let vmi = super::migration::launcher_of(&pod).map(str::to_string);
+    let mut out = evictable(pod, warnings, stage, r, uid, cx);
+    if let (Outcome::Wait(w), Some(vmi)) = (&mut out, vmi)
+        && let Some((migration, text)) =
+            super::migration::show(&mut w.blocker, &vmi, cx.migrations, cx.started)
+    {
+        w.errors.push(evicting_error(r, &text));
+        w.failed_migration = Some(migration);
+    }
+    out
+}
+
+/// The outcome of a pod up for eviction, in order: deleted past the deadline, terminating,
+/// accepted, a later stage, in flight, held by its refusal, evacuating, held by a shared cause,
+/// else evicted.
+fn evictable(
+    pod: DrainPod,
+    warnings: Vec<String>,
+    stage: Stage,
+    r: &PodReference,
+    uid: &str,
+    cx: &mut Context,
+) -> Outcome {
+    // What the memory holds of the pod: read once.
+    let state = cx.memory.state(uid);
+    let refused = state.and_then(|s| s.refused.as_deref());
+    let held = refused.filter(|r| r.due > cx.at);
+    let now = cx.now;
+    // The operator's own pod stays last even then: deleted once it is all that is left.
+    let own_pod_first = stage == Stage::OwnPod && cx.first_stage != Some(stage);
+    let by = cx.force_by.filter(|_| !own_pod_first);
+    let due = by.and_then(|by| deadline::due(&pod, by, now, &mut cx.force_in));
+    if let Some((by, grace)) = due {
+        if let Some(b) = state.and_then(|s| s.forced.as_deref()) {
+            return Wait::remembered(b.clone(), None);
+        }
+        if let Some(h) = held.filter(|h| h.blocker.reason == reason::FORCE_DELETE_FAILED) {
+            return Wait::remembered(h.blocker.clone(), h.error.clone());
+        }
+        if deadline::force_shortens(&pod, grace, now) {
+            let b = deadline::force_deleted(r, (now, by), grace);
+            let d = PlannedDeletion {
+                pod: r.clone(),
+                uid: pod.metadata.uid,
+                grace_seconds: grace,
+            };
+            return Outcome::Delete(d, b);
+        }
+    }
+    // A pod due for its forced DELETE is remembered whatever else holds it.
+    let remembered = due.is_some();
+    if let Some(b) = deadline::terminating_blocker(&pod, now) {
+        if cx.overdue == Some(OnTimeout::SkipStuck) && deadline::deletion_overdue(&pod, now) {
+            return Outcome::Kept(deadline::overdue_skipped(&pod), true);
+        }
+        let mut w = Wait::new(b, remembered);
+        if w.blocker.reason == reason::STUCK_TERMINATING {
+            w.errors.push(format!(
+                "error when waiting for pod \"{}\" in namespace \"{}\" to terminate: {}",
+                r.name,
+                r.namespace,
+                w.blocker.message.as_deref().unwrap_or_default()
+            ));
+        }
+        w.awaits = awaits(&pod, r, now);
+        return Outcome::Wait(w);
+    }
+    if let Some(answer) = state.and_then(|s| s.accepted.as_ref()) {
+        // Listed before the API server accepted its eviction: terminating since that answer.
+        let b = answer.clone().unwrap_or_else(|| evicting(r));
+        return Wait::remembered(b, None);
+    }
+    if Some(stage) > cx.first_stage {
+        let class = pod.spec.priority_class_name.as_deref();
+        return Outcome::Wait(Wait::new(waiting_blocker(r, stage, class), remembered));
+    }
+    if state.is_some_and(|s| s.in_flight) {
+        // Asked again: its last refusal stays shown (`RetrySchedule::asking`).
+        return match refused {
+            Some(f) => Wait::remembered(f.blocker.clone(), f.error.clone()),
+            None => Wait::remembered(evicting(r), None),
+        };
+    }
+    if let Some(h) = held {
+        return Outcome::Wait(Wait {
+            not_migratable: h.blocker.reason == reason::NOT_MIGRATABLE,
+            errors: h.error.clone().into_iter().collect(),
+            ..Wait::new(h.blocker.clone(), true)
+        });
+    }
+    // Its responder still says the evacuation is in progress (the annotation, the
+    // descheduler's contract): not asked again, whatever the retry says; 50 migrating VMs
+    // then cost the node's listing, not 50 refusals per retry.
+    if pod.metadata.marks.eviction_in_progress
+        && let Some(f) = refused.filter(|f| f.blocker.reason == reason::EVACUATING)
+    {
+        return Wait::remembered(f.blocker.clone(), None);
+    }
+    let cause = match cx.gate.admit(&pod) {
+        Admit::Ask(cause) => cause,
+        Admit::Hold(b, error) => return Wait::remembered(*b, error),
+    };
+    if !warnings.is_empty() {
+        tracing::debug!(pod = %format!("{}/{}", r.namespace, r.name), warnings = %warnings.join("; "), "evicting despite kubectl warnings");
+    }
+    Outcome::Evict(PlannedEviction {
+        pod: r.clone(),
+        awaits: awaits(&pod, r, now),
+        uid: pod.metadata.uid,
+        labels: pod.metadata.labels,
+        cause,
+        in_progress: pod.metadata.marks.eviction_in_progress,
+    })
+}
+
+/// The replacement to await once `pod` is gone: it tolerates both maintenance taints and has a
+/// controller (recorded from the answer, since a pod with no grace period may be gone before
+/// any listing shows it terminating).
+fn awaits(pod: &DrainPod, r: &PodReference, now: jiff::Timestamp) -> Option<Awaited> {
+    pod.controller_ref()
+        .filter(|_| tolerates_maintenance(pod))
+        .map(|c| Awaited {
+            pod: r.clone(),
+            owner: c.uid.clone(),
+            last_seen: now,
+        })
 }
 
 /// Whether a pod that is up for eviction is asked in this round.
@@ -609,7 +613,7 @@ fn await_replacements(
         waiting.sort_by_key(|(uid, a)| (a.last_seen, uid.as_str()));
         let replaced = live.get(owner).copied().unwrap_or(0);
         for (uid, a) in waiting.into_iter().skip(replaced) {
-            plan.pending.push(awaiting_replacement(&a.pod));
+            plan.report.pending.push(awaiting_replacement(&a.pod));
             plan.awaited.insert(uid.clone(), a.clone());
         }
     }
@@ -619,190 +623,89 @@ fn await_replacements(
 /// that pods whose evictions hang (an admission webhook on one namespace) never queue ahead of
 /// all the others. Ours; kubectl and upstream start every eviction at once.
 pub(crate) fn fair_order(evict: Vec<PlannedEviction>) -> Vec<PlannedEviction> {
-    let mut by_namespace: BTreeMap<String, std::collections::VecDeque<PlannedEviction>> =
-        BTreeMap::new();
-    let mut first_seen: Vec<String> = Vec::new();
-    for e in evict {
-        if !by_namespace.contains_key(&e.pod.namespace) {
-            first_seen.push(e.pod.namespace.clone());
-        }
-        by_namespace
-            .entry(e.pod.namespace.clone())
-            .or_default()
-            .push_back(e);
-    }
-    let mut out = Vec::new();
-    loop {
-        let before = out.len();
-        for ns in &first_seen {
-            if let Some(e) = by_namespace.get_mut(ns).and_then(|q| q.pop_front()) {
-                out.push(e);
-            }
-        }
-        if out.len() == before {
-            return out;
-        }
-    }
+    // The k-th eviction of a namespace goes in turn k; within a turn, namespaces in the order
+    // the listing first showed them (a stable sort keeps each namespace's listing order).
+    let mut namespaces: HashMap<String, (usize, usize)> = HashMap::new();
+    let mut turns: Vec<((usize, usize), PlannedEviction)> = evict
+        .into_iter()
+        .map(|e| {
+            let first = namespaces.len();
+            let (rank, count) = namespaces
+                .entry(e.pod.namespace.clone())
+                .or_insert((first, 0));
+            *count += 1;
+            ((*count, *rank), e)
+        })
+        .collect();
+    turns.sort_by_key(|(turn, _)| *turn);
+    turns.into_iter().map(|(_, e)| e).collect()
 }
 
 /// Settles a round (pure): its report, with the evictions it sends pending as `Evicting` (or as
-/// their last refusal, for a pod asked again: [`RetrySchedule::asking`]), the
-/// kept pods not in `schedule`'s announcements newly announced, and the next retry (`retry_in`,
-/// from `answered`); and what the node's memory becomes ([`Settled`]). Lists are sorted by
-/// namespace and name, errors by text, so an unchanged node gives an unchanged report.
+/// their last refusal, for a pod asked again: [`RetrySchedule::asking`]), the kept pods not in
+/// `schedule`'s announcements newly announced, and the next retry (`retry_in`, from
+/// `answered`); and what the node's memory becomes ([`Settled`]). Lists are sorted by namespace
+/// and name, errors by text, so an unchanged node gives an unchanged report.
 pub(crate) fn settle(
-    mut plan: PassPlan,
+    plan: PassPlan,
     schedule: &RetrySchedule,
     answered: Instant,
 ) -> (DrainReport, Settled) {
     let mut probe = schedule.clone();
     probe.retain(&plan.listed);
-    let newly_kept: HashSet<String> = plan
-        .kept_uids
-        .iter()
-        .filter(|uid| probe.announce(uid))
-        .cloned()
-        .collect();
-    let newly_not_migratable: Vec<PodBlocker> = plan
-        .not_migratable
-        .iter()
-        .filter(|(uid, _)| probe.warn(uid))
-        .map(|(_, b)| b.clone())
-        .collect();
-    let newly_failed_migrations: Vec<FailedMigration> = plan
-        .failed_migrations
-        .iter()
-        .filter(|(key, _)| probe.warn(key))
-        .map(|(_, f)| f.clone())
-        .collect();
-    let retry_in = deadline::sooner(probe.next_due(answered), plan.force_in);
-    let (sending, resent): (Vec<PodBlocker>, Vec<Option<String>>) = plan
-        .evict
-        .iter()
-        .map(|e| schedule.asking(&e.pod, e.uid.as_deref().unwrap_or_default()))
-        .unzip();
-    plan.errors.extend(resent.into_iter().flatten());
-    let settled = Settled {
-        listed: plan.listed.clone(),
-        kept: plan.kept_uids.clone(),
-        warned: plan
-            .not_migratable
-            .iter()
-            .map(|(uid, _)| uid)
-            .chain(plan.failed_migrations.iter().map(|(key, _)| key))
-            .cloned()
-            .collect(),
-        first_listing: plan.first_listing.clone(),
-        awaited: plan.awaited.clone(),
-        read_awaited: schedule.awaited().map(|(uid, _)| uid.clone()).collect(),
-        done: false,
-        forced: plan.forced.clone(),
-    };
-    let mut report = report(plan, sending, &newly_kept, retry_in);
-    report.newly_not_migratable = newly_not_migratable;
-    report.newly_failed_migrations = newly_failed_migrations;
-    let done = report.done();
-    (report, Settled { done, ..settled })
-}
-
-pub(crate) fn report(
-    plan: PassPlan,
-    sending: Vec<PodBlocker>,
-    newly_kept: &HashSet<String>,
-    retry_in: Option<Duration>,
-) -> DrainReport {
     let mut report = DrainReport {
-        total_pods: plan.total_pods,
-        evictable: plan.evictable,
-        pending: plan.pending,
-        errors: plan.errors,
-        retry_in,
-        overdue: plan.overdue,
-        forced: plan.forced.into_iter().map(|(_, b)| b).collect(),
-        ..DrainReport::default()
+        forced: plan.forced.iter().map(|(_, b)| b.clone()).collect(),
+        ..plan.report
     };
-    for (entry, uid) in plan.kept.into_iter().zip(plan.kept_uids) {
-        if newly_kept.contains(&uid) {
-            report.newly_skipped.push(entry.clone());
+    for (uid, b) in &plan.kept {
+        if probe.announce(uid) {
+            report.newly_skipped.push(b.clone());
         }
-        report.skipped.push(entry);
+        report.skipped.push(b.clone());
     }
-    report.pending.extend(sending);
+    for (uid, b) in &plan.not_migratable {
+        if probe.warn(uid) {
+            report.newly_not_migratable.push(b.clone());
+        }
+    }
+    for (key, f) in &plan.failed_migrations {
+        if probe.warn(key) {
+            report.newly_failed_migrations.push(f.clone());
+        }
+    }
+    report.retry_in = deadline::sooner(probe.next_due(answered), plan.force_in);
+    for e in &plan.evict {
+        let (b, error) = schedule.asking(&e.pod, e.uid.as_deref().unwrap_or_default());
+        report.pending.push(b);
+        report.errors.extend(error);
+    }
     let by_name =
         |a: &PodBlocker, b: &PodBlocker| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name));
     report.pending.sort_by(by_name);
     report.skipped.sort_by(by_name);
     report.newly_skipped.sort_by(by_name);
     report.errors.sort();
-    report
-}
-
-/// The blockers the status lists: at most [`MAX_BLOCKERS`], those that block (a budget, an
-/// error) before those that only wait for pods to go, each kind by namespace and name, each
-/// message cut to [`MAX_BLOCKER_MESSAGE`]; then sorted by namespace and name. Returns them and
-/// how many were left out.
-pub(crate) fn cap_blockers(blockers: &[PodBlocker]) -> (Vec<PodBlocker>, usize) {
-    let mut order: Vec<&PodBlocker> = blockers.iter().collect();
-    if order.len() > MAX_BLOCKERS {
-        order.sort_by_key(|b| (waits_only(&b.reason), &b.namespace, &b.name));
-    }
-    let mut kept: Vec<PodBlocker> = order
-        .into_iter()
-        .take(MAX_BLOCKERS)
-        .map(|b| PodBlocker {
-            message: crate::bounds::truncate_opt(
-                b.message.as_deref(),
-                crate::bounds::MAX_BLOCKER_MESSAGE,
-            ),
-            ..b.clone()
-        })
-        .collect();
-    kept.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    (kept, blockers.len().saturating_sub(MAX_BLOCKERS))
+    let warned = plan.not_migratable.into_iter().map(|(uid, _)| uid);
+    let settled = Settled {
+        listed: plan.listed,
+        kept: plan.kept.into_iter().map(|(uid, _)| uid).collect(),
+        warned: warned
+            .chain(plan.failed_migrations.into_iter().map(|(key, _)| key))
+            .collect(),
+        first_listing: plan.first_listing,
+        awaited: plan.awaited,
+        read_awaited: schedule.awaited().map(|(uid, _)| uid.clone()).collect(),
+        done: report.done(),
+        forced: plan.forced,
+    };
+    (report, settled)
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::bounds::{MAX_BLOCKER_MESSAGE, MAX_PENDING, cap_pending};
     use crate::drain::{Stage, classify_eviction};
     use serde_json::json;
-
-    fn blocker(name: &str, reason: &str, message_len: usize) -> PodBlocker {
-        PodBlocker {
-            namespace: "ns".into(),
-            name: name.into(),
-            reason: reason.into(),
-            message: Some("m".repeat(message_len)),
-            ..PodBlocker::default()
-        }
-    }
-
-    #[test]
-    fn blockers_are_capped_with_those_that_block_first() {
-        let mut all: Vec<PodBlocker> = (0..2000)
-            .map(|i| blocker(&format!("t{i:04}"), "Terminating", 100))
-            .collect();
-        all.push(blocker("z-budget", "PodDisruptionBudget", 100_000));
-        let (kept, rest) = cap_blockers(&all);
-        assert_eq!((kept.len(), rest), (MAX_BLOCKERS, 2001 - MAX_BLOCKERS));
-        assert!(
-            kept.iter().any(|b| b.name == "z-budget"),
-            "the blocking one is listed"
-        );
-        assert!(
-            kept.iter()
-                .all(|b| b.message.as_ref().unwrap().len() <= MAX_BLOCKER_MESSAGE)
-        );
-        assert!(
-            kept.windows(2).all(|w| w[0].name < w[1].name),
-            "sorted by name"
-        );
-        let few = vec![blocker("a", "Terminating", 10)];
-        assert_eq!(cap_blockers(&few), (few.clone(), 0));
-        let (p, rest) = cap_pending(&(0..300).collect::<Vec<_>>());
-        assert_eq!((p.len(), rest, p[0]), (MAX_PENDING, 100, 0));
-    }
 
     fn pod(name: &str, extra: serde_json::Value) -> DrainPod {
         let mut v =
@@ -861,8 +764,8 @@ mod tests {
             t(0),
             at,
         );
-        assert_eq!(plan.total_pods, 6);
-        assert_eq!(plan.evictable.len(), 4);
+        assert_eq!(plan.report.total_pods, 6);
+        assert_eq!(plan.report.evictable.len(), 4);
         assert_eq!(
             plan.evict
                 .iter()
@@ -872,6 +775,7 @@ mod tests {
         );
         assert_eq!(plan.evict[0].uid.as_deref(), Some("uid-a"));
         let why: Vec<_> = plan
+            .report
             .pending
             .iter()
             .map(|b| (b.name.as_str(), b.reason.as_str()))
@@ -884,8 +788,8 @@ mod tests {
                 ("dns", reason::SYSTEM_CRITICAL)
             ]
         );
-        assert_eq!(plan.errors.len(), 1, "the remembered refusal's text");
-        assert_eq!(plan.kept_uids, ["uid-vm2"]);
+        assert_eq!(plan.report.errors.len(), 1, "the remembered refusal's text");
+        assert_eq!(plan.kept[0].0, "uid-vm2");
         assert!(plan.listed.contains("uid-held") && plan.listed.contains("uid-vm2"));
         assert_eq!(
             plan.evict[0].labels.get("app").map(String::as_str),
@@ -967,7 +871,7 @@ mod tests {
         memory.answered("uid-p", Some(&accepted), None, at);
         let plan = round(&memory, running());
         assert!(plan.evict.is_empty(), "asked again: {:?}", plan.evict);
-        assert_eq!(plan.pending[0].reason, reason::TERMINATING);
+        assert_eq!(plan.report.pending[0].reason, reason::TERMINATING);
         // Gone answers the same way.
         let mut gone_memory = RetrySchedule::default();
         let gone = crate::drain::tests::api_err(404, "pods \"p\" not found", &[]);
@@ -987,7 +891,7 @@ mod tests {
         };
         let (_, settled) = settle(round(&memory, terminating()), &memory, at);
         memory.apply(settled);
-        assert!(memory.accepted("uid-p").is_none());
+        assert!(memory.state("uid-p").is_none_or(|s| s.accepted.is_none()));
         assert!(memory.is_empty());
     }
 
@@ -1016,7 +920,7 @@ mod tests {
         memory.sent("uid-probe");
         let plan = plan_pass(pods(), &memory, &none, &policy, None, t(7), later);
         assert!(plan.evict.is_empty());
-        assert_eq!(plan.pending[0].reason, reason::PDB);
+        assert_eq!(plan.report.pending[0].reason, reason::PDB);
         // A pod never refused before still shows `Evicting` while its first ask is out.
         let fresh = RetrySchedule::default();
         let plan = plan_pass(pods(), &fresh, &none, &policy, None, t(0), at);
@@ -1051,7 +955,7 @@ mod tests {
             at + Duration::from_secs(600),
         );
         assert!(plan.evict.is_empty());
-        assert_eq!(plan.pending[0].reason, reason::EVICTING);
+        assert_eq!(plan.report.pending[0].reason, reason::EVICTING);
         let (rep, _) = settle(plan, &memory, at);
         assert!(!rep.blocked() && rep.last_error().is_none());
         // The API server's answer (a webhook's refusal, after 20 s): held, named, retried later.
@@ -1086,8 +990,8 @@ mod tests {
             at + Duration::from_secs(1),
         );
         assert!(plan.evict.is_empty());
-        assert_eq!(plan.pending[0].reason, reason::EVICTION_ERROR);
-        assert!(plan.errors[0].contains("failed calling webhook \"slow.example.com\""));
+        assert_eq!(plan.report.pending[0].reason, reason::EVICTION_ERROR);
+        assert!(plan.report.errors[0].contains("failed calling webhook \"slow.example.com\""));
         let plan = plan_pass(
             pods(),
             &memory,
@@ -1164,7 +1068,8 @@ mod tests {
             at,
         );
         assert_eq!(
-            plan.pending
+            plan.report
+                .pending
                 .iter()
                 .map(|b| (b.name.as_str(), b.reason.as_str()))
                 .collect::<Vec<_>>(),
@@ -1222,7 +1127,7 @@ mod tests {
             t(2),
             at,
         );
-        assert_eq!(plan.pending[0].reason, reason::AWAITING_REPLACEMENT);
+        assert_eq!(plan.report.pending[0].reason, reason::AWAITING_REPLACEMENT);
         // A replacement that never comes is awaited no longer than REPLACEMENT_WAIT.
         let mut memory = RetrySchedule::default();
         let plan = plan_pass(
@@ -1254,6 +1159,7 @@ mod tests {
                 t(1 + wait),
                 at
             )
+            .report
             .pending
             .is_empty()
         );
@@ -1267,6 +1173,7 @@ mod tests {
                 t(2 + wait),
                 at
             )
+            .report
             .pending
             .is_empty()
         );
@@ -1340,6 +1247,7 @@ mod tests {
             )
         );
         let held: Vec<&PodBlocker> = plan
+            .report
             .pending
             .iter()
             .filter(|b| b.reason == reason::PDB)
@@ -1351,7 +1259,7 @@ mod tests {
             (Some(2), Some(2))
         );
         assert!(
-            plan.errors.is_empty(),
+            plan.report.errors.is_empty(),
             "no error before the API server refused"
         );
 
@@ -1387,11 +1295,16 @@ mod tests {
         );
         assert_eq!(asked(&plan), ["free-0", "free-1"]);
         assert_eq!(
-            plan.errors.len(),
+            plan.report.errors.len(),
             10,
             "each held pod says why, as if refused itself"
         );
-        assert!(plan.errors.iter().any(|e| e.contains("pods/\"web-7\"")));
+        assert!(
+            plan.report
+                .errors
+                .iter()
+                .any(|e| e.contains("pods/\"web-7\""))
+        );
         let (rep, _) = settle(plan, &memory, secs(2));
         assert_eq!(
             rep.retry_in,
@@ -1501,6 +1414,7 @@ mod tests {
         assert_eq!(asked(&plan), ["web-pending", "web-unready"]);
         assert!(plan.evict.iter().all(|e| e.cause.is_none()));
         let held: Vec<&str> = plan
+            .report
             .pending
             .iter()
             .filter(|b| b.reason == reason::PDB)
@@ -1743,11 +1657,12 @@ mod tests {
         );
         assert!(plan.evict.is_empty());
         assert!(
-            plan.pending
+            plan.report
+                .pending
                 .iter()
                 .all(|b| b.reason == reason::NAMESPACE_TERMINATING)
         );
-        assert_eq!(plan.errors.len(), 4);
+        assert_eq!(plan.report.errors.len(), 4);
         let plan = plan_pass(
             pods(),
             &memory,
@@ -1788,6 +1703,7 @@ mod tests {
         );
         assert_eq!(asked(&plan), ["app"]);
         let why: Vec<(&str, &str)> = plan
+            .report
             .pending
             .iter()
             .map(|b| (b.name.as_str(), b.reason.as_str()))
@@ -1799,9 +1715,9 @@ mod tests {
                 ("job", reason::WAITING_FOR_COMPLETION)
             ]
         );
-        assert_eq!(plan.kept[0].reason, reason::SKIPPED);
+        assert_eq!(plan.kept[0].1.reason, reason::SKIPPED);
         assert_eq!(
-            plan.evictable.len(),
+            plan.report.evictable.len(),
             3,
             "the waited-for pod counts, the kept one not"
         );
@@ -1927,9 +1843,10 @@ mod tests {
         };
         let reasons = |plan: &PassPlan| {
             let mut r: Vec<(String, String)> = plan
+                .report
                 .pending
                 .iter()
-                .chain(&plan.kept)
+                .chain(plan.kept.iter().map(|(_, b)| b))
                 .map(|b| (b.name.clone(), b.reason.clone()))
                 .collect();
             r.sort();
@@ -1943,7 +1860,7 @@ mod tests {
             OnTimeout::ForceDelete,
         ] {
             let plan = run(on_timeout, 88, &memory);
-            assert_eq!(plan.overdue, None);
+            assert_eq!(plan.report.overdue, None);
             assert!(
                 plan.delete.is_empty() && plan.kept.is_empty(),
                 "{on_timeout}"
@@ -1953,7 +1870,7 @@ mod tests {
         // budget, with the floor of 1 s; a pod past its deletion (a finalizer holds it) gains
         // nothing from another DELETE and is left as it is.
         let plan = run(OnTimeout::ForceDelete, 90, &memory);
-        assert_eq!(plan.overdue, Some(OnTimeout::ForceDelete));
+        assert_eq!(plan.report.overdue, Some(OnTimeout::ForceDelete));
         let deleted: Vec<(&str, i64)> = plan
             .delete
             .iter()
@@ -1988,7 +1905,7 @@ mod tests {
         memory.force_answered("uid-db", Some("forbidden"), at);
         let held = run(OnTimeout::ForceDelete, 96, &memory);
         assert!(held.delete.is_empty());
-        assert!(held.errors.iter().any(|e| e.contains("forbidden")));
+        assert!(held.report.errors.iter().any(|e| e.contains("forbidden")));
         let later = plan_pass(
             pods(),
             &memory,
@@ -2014,8 +1931,29 @@ mod tests {
         // Wait and Fail change nothing per pod.
         for on_timeout in [OnTimeout::Wait, OnTimeout::Fail] {
             let plan = run(on_timeout, 200, &RetrySchedule::default());
-            assert_eq!(plan.overdue, Some(on_timeout));
+            assert_eq!(plan.report.overdue, Some(on_timeout));
             assert!(plan.delete.is_empty() && plan.kept.is_empty());
         }
+    }
+
+    /// [`plan`] without migrations, as the table tests call it.
+    pub(crate) fn plan_pass(
+        pods: Vec<(DrainPod, Disposition)>,
+        schedule: &RetrySchedule,
+        budgets: &Budgets,
+        policy: &DrainPolicy,
+        started: Option<jiff::Timestamp>,
+        now: jiff::Timestamp,
+        at: Instant,
+    ) -> PassPlan {
+        let observed = Observed {
+            pods,
+            started,
+            listed_at: now,
+            at,
+            migrations: Migrations::default(),
+            responders: HashMap::new(),
+        };
+        plan(observed, schedule, budgets, policy)
     }
 }
