@@ -14,15 +14,15 @@
 //! - this maintenance bringing the share of nodes under maintenance over
 //!   `--maintenance-share-warning`.
 //!
-//! Which pods the drain evicts is the drain's own decision ([`crate::drain::classify`] and
-//! [`crate::drain::rules::apply`]), asked through [`disposition`]. Pure: the webhook gathers
+//! Which pods the drain evicts is the drain's own decision, the one chain of
+//! [`crate::drain::decide()`] that the drain and Preflight use too, asked through [`disposition`]. Pure: the webhook gathers
 //! the facts from its caches (`super::cache`, `super::pods`).
 
 use std::collections::BTreeMap;
 
 use crate::api::DrainRule;
 use crate::drain::pod::DrainPod;
-use crate::drain::{Arrival, Budget, Disposition, DrainOptions, classify, daemonset_owner, rules};
+use crate::drain::{Arrival, Budget, Disposition, DrainOptions, daemonset_owner, decide, rules};
 
 use super::pods::Workload;
 
@@ -39,8 +39,8 @@ pub(crate) fn disposition(
     options: &DrainOptions,
 ) -> Disposition {
     let daemonset = daemonset_owner(pod).map(|o| o.uid.as_str());
-    let decided = classify(pod, daemonset, options, &Arrival::default());
-    rules::apply(decided, rules::matching(rules, pod, None), pod, options)
+    let rule = rules::matching(rules, pod, None);
+    decide(pod, daemonset, options, &Arrival::default(), rule)
 }
 
 /// A pod on the node with what the warnings need of it.

@@ -11,7 +11,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::consts::DRAIN_RULES;
 use super::consts::reason;
-pub(crate) use super::decide::apply_rule as apply;
 use super::decide::selector_matches;
 use super::pod::DrainPod;
 use crate::api::{DrainRule, PodBlocker, PodReference};
@@ -90,6 +89,7 @@ pub(crate) fn waiting_for_completion(pod: &PodReference, label: &str) -> PodBloc
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drain::decide::apply_rule as apply;
     use crate::api::DrainBehavior;
     use crate::drain::consts::DRAIN_LABEL;
     use crate::drain::{Disposition, DrainOptions, Stage};
