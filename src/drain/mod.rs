@@ -69,8 +69,6 @@ pub(crate) use decide::*;
 pub(crate) use disposition::*;
 pub(crate) use memory::*;
 pub(crate) use report::{DrainReport, Survey};
-// The old path of the report's helpers, still named by the controller.
-pub(crate) use report as pass;
 
 #[cfg(test)]
 pub(crate) mod tests;

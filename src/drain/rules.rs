@@ -89,9 +89,9 @@ pub(crate) fn waiting_for_completion(pod: &PodReference, label: &str) -> PodBloc
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::decide::apply_rule as apply;
     use crate::api::DrainBehavior;
     use crate::drain::consts::DRAIN_LABEL;
+    use crate::drain::decide::apply_rule as apply;
     use crate::drain::{Disposition, DrainOptions, Stage};
 
     fn pod(labels: &[(&str, &str)]) -> DrainPod {

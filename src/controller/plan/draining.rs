@@ -215,7 +215,7 @@ pub(crate) fn drained(
     } else {
         let all = drain::refs(&report.pending);
         let (refs, _) = crate::bounds::cap_pending(&all);
-        let (blockers, _) = drain::pass::cap_blockers(&report.pending);
+        let (blockers, _) = drain::report::cap_blockers(&report.pending);
         let capped = capped_summary(all.len(), refs.len(), blockers.len());
         s.phase = Some(MaintenancePhase::Running);
         s.drain_progress = Some(drain_progress(s.eviction_pods.unwrap_or(0), all.len()));

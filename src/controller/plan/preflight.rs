@@ -32,7 +32,7 @@ pub(crate) fn preflight(
     now: jiff::Timestamp,
 ) -> Step {
     let mut s = status.clone();
-    s.blockers = non_empty(crate::drain::pass::cap_blockers(blockers).0);
+    s.blockers = non_empty(crate::drain::report::cap_blockers(blockers).0);
     s.last_error = None;
     if *status != s {
         touch(&mut s, generation, now);

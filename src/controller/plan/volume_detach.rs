@@ -140,7 +140,7 @@ pub(crate) fn failing(
 
 /// The blockers as the status lists them (at most `MAX_BLOCKERS`, messages cut).
 fn capped(blockers: &[PodBlocker]) -> Vec<PodBlocker> {
-    crate::drain::pass::cap_blockers(blockers).0
+    crate::drain::report::cap_blockers(blockers).0
 }
 
 #[cfg(test)]
