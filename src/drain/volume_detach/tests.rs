@@ -209,7 +209,7 @@ fn wait_for_volume_detach_is_read_as_every_knob_and_refused_by_name() {
                 ..Default::default()
             },
         );
-        nm.spec.wait_for_volume_detach = spec.map(Into::into);
+        nm.spec.knobs.wait_for_volume_detach = spec.map(Into::into);
         if let Some(a) = annotation {
             nm.annotations_mut()
                 .insert(WAIT_FOR_VOLUME_DETACH_ANNOTATION.into(), a.into());
