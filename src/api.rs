@@ -96,21 +96,6 @@ pub struct NodeMaintenanceSpec {
     pub knobs: DrainKnobs,
 }
 
-// The knobs read and written as fields of the spec (`nm.spec.paused`), as in its JSON.
-impl std::ops::Deref for NodeMaintenanceSpec {
-    type Target = DrainKnobs;
-
-    fn deref(&self) -> &DrainKnobs {
-        &self.knobs
-    }
-}
-
-impl std::ops::DerefMut for NodeMaintenanceSpec {
-    fn deref_mut(&mut self) -> &mut DrainKnobs {
-        &mut self.knobs
-    }
-}
-
 /// Phase of a maintenance, upstream's three values.
 // Also the `phase` label of `nmo_maintenances`, spelled as the variant (kept out of the doc
 // comment, which becomes the CRD's schema description).

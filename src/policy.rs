@@ -441,7 +441,7 @@ mod tests {
                 ..NodeMaintenanceSpec::default()
             },
         );
-        nm.spec.paused = spec;
+        nm.spec.knobs.paused = spec;
         if let Some(a) = annotation {
             nm.annotations_mut()
                 .insert(PAUSED_ANNOTATION.into(), a.into());
@@ -496,8 +496,8 @@ mod tests {
             (Some(Duration::from_secs(600)), OnTimeout::Fail)
         );
         assert!(invalid.is_empty());
-        nm.spec.drain_timeout = Some("90s".into());
-        nm.spec.on_timeout = Some(OnTimeout::SkipStuck);
+        nm.spec.knobs.drain_timeout = Some("90s".into());
+        nm.spec.knobs.on_timeout = Some(OnTimeout::SkipStuck);
         let (p, _) = resolve(&nm, &defaults);
         assert_eq!(
             (p.drain_timeout, p.on_timeout),
@@ -517,7 +517,7 @@ mod tests {
             .insert(DRAIN_TIMEOUT_ANNOTATION.into(), "later".into());
         nm.annotations_mut()
             .insert(ON_TIMEOUT_ANNOTATION.into(), "forcedelete".into());
-        nm.spec.drain_timeout = Some("-1s".into());
+        nm.spec.knobs.drain_timeout = Some("-1s".into());
         let (p, invalid) = resolve(&nm, &defaults);
         assert_eq!(
             (p.drain_timeout, p.on_timeout),
@@ -623,7 +623,7 @@ mod tests {
         };
         let mut nm = nm(None, None);
         assert_eq!(resolve(&nm, &defaults).0.drain_rules, defaults.drain_rules);
-        nm.spec.drain_rules = Some(vec![rule(DrainBehavior::WaitCompleted)]);
+        nm.spec.knobs.drain_rules = Some(vec![rule(DrainBehavior::WaitCompleted)]);
         assert_eq!(
             resolve(&nm, &defaults).0.drain_rules,
             [rule(DrainBehavior::WaitCompleted)]
@@ -654,7 +654,7 @@ mod tests {
         let bad = r#"[{"podSelector": {"matchExpressions": [{"key": "app", "operator": "in", "values": ["db"]}]}, "behavior": "Skip"}]"#;
         assert!(parse_rules(bad, DRAIN_RULES_ANNOTATION).is_err());
         let mut nm = nm(None, None);
-        nm.spec.drain_rules = Some(serde_json::from_str(bad).unwrap());
+        nm.spec.knobs.drain_rules = Some(serde_json::from_str(bad).unwrap());
         let (p, invalid) = resolve(&nm, &Defaults::default());
         assert!(p.drain_rules.is_empty(), "the default applies");
         assert!(

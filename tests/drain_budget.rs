@@ -318,12 +318,12 @@ async fn maintenances_short_of_the_drain_or_before_their_window_hold_no_slot() {
     let prefix = unique("nm-short");
     let idle = format!("{prefix}-idle");
     let mut nm = nm::new(&idle, &nodes[0], "e2e kept idle");
-    nm.spec.stage = Some(Stage::Idle);
+    nm.spec.knobs.stage = Some(Stage::Idle);
     api.create(&PostParams::default(), &nm).await.unwrap();
     let later = format!("{prefix}-later");
     let mut nm = nm::new(&later, &nodes[1], "e2e window in an hour");
     let opens = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
-    nm.spec.start_at = Some(opens.to_string());
+    nm.spec.knobs.start_at = Some(opens.to_string());
     api.create(&PostParams::default(), &nm).await.unwrap();
     // Creation order is by whole seconds, then name: the draining one is created a second
     // later, so it is the youngest whatever the names.

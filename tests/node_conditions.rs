@@ -200,7 +200,7 @@ async fn lifecycle_reasons_follow_a_maintenance_and_a_drain_resets_drained_befor
     wait_running(&client, &ns, "first", 1, LIMIT).await;
     let name = unique("nm-lcr");
     let mut nm = nm::new(&name, &node, "e2e lifecycle reasons");
-    nm.spec.stage = Some(node_maintenance_operator::api::Stage::Idle);
+    nm.spec.knobs.stage = Some(node_maintenance_operator::api::Stage::Idle);
     nm.metadata.annotations = Some(
         [(
             "nodemaintenance.medik8s.io/nodeConditions".to_string(),
@@ -449,7 +449,7 @@ async fn a_maintenance_waiting_for_its_window_is_planned_for_the_window() {
     let name = unique("nm-lcw");
     let opens = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 20).unwrap();
     let mut nm = nm::new(&name, &node, "e2e window conditions");
-    nm.spec.start_at = Some(opens.to_string());
+    nm.spec.knobs.start_at = Some(opens.to_string());
     nm.metadata.annotations = Some(
         [(
             "nodemaintenance.medik8s.io/nodeConditions".to_string(),

@@ -199,7 +199,7 @@ async fn an_expiry_that_passed_while_the_operator_was_down_deletes_the_maintenan
     let mut op = start(cluster, &account, &kubeconfig, "op-xkill", false);
     let name = unique("nm-xkill");
     let mut object = nm::new(&name, &node, "e2e expiry across a restart");
-    object.spec.expire_after = Some(format!("{EXPIRE}s"));
+    object.spec.knobs.expire_after = Some(format!("{EXPIRE}s"));
     Api::<NodeMaintenance>::all(client.clone())
         .create(&PostParams::default(), &object)
         .await
@@ -310,7 +310,7 @@ async fn idle_maintenance_force_deleted_while_down_has_its_conditions_ended_on_s
     let mut op = start(cluster, &account, &kubeconfig, "op-idle-down", false);
     let name = unique("nm-idle-down");
     let mut nm = nm::new(&name, &node, "e2e idle force-deleted");
-    nm.spec.stage = Some(node_maintenance_operator::api::Stage::Idle);
+    nm.spec.knobs.stage = Some(node_maintenance_operator::api::Stage::Idle);
     nm.metadata.annotations = Some(
         [(
             "nodemaintenance.medik8s.io/nodeConditions".to_string(),

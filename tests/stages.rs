@@ -22,7 +22,7 @@ const LEASE_NS: &str = "medik8s-leases";
 
 async fn create(client: &kube::Client, name: &str, node: &str, stage: &str) {
     let mut nm = nm::new(name, node, "e2e stages");
-    nm.spec.stage = serde_json::from_value(json!(stage)).unwrap();
+    nm.spec.knobs.stage = serde_json::from_value(json!(stage)).unwrap();
     Api::<NodeMaintenance>::all(client.clone())
         .create(&PostParams::default(), &nm)
         .await
@@ -388,7 +388,7 @@ async fn node_lifecycle_conditions_follow_the_stages_end_false_and_leave_the_kub
     wait_running(&client, &ns, "web", 1, LIMIT).await;
     let name = unique("nm-lc");
     let mut nm = nm::new(&name, &node, "e2e node conditions");
-    nm.spec.stage = Some(node_maintenance_operator::api::Stage::Idle);
+    nm.spec.knobs.stage = Some(node_maintenance_operator::api::Stage::Idle);
     nm.metadata.annotations = Some(
         [(
             "nodemaintenance.medik8s.io/nodeConditions".to_string(),
@@ -503,7 +503,7 @@ async fn a_maintenance_waits_idle_for_its_window_then_cordons_and_drains() {
     let name = unique("nm-win");
     let opens = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 20).unwrap();
     let mut nm = nm::new(&name, &node, "e2e window");
-    nm.spec.start_at = Some(opens.to_string());
+    nm.spec.knobs.start_at = Some(opens.to_string());
     Api::<NodeMaintenance>::all(client.clone())
         .create(&PostParams::default(), &nm)
         .await
@@ -547,7 +547,7 @@ async fn an_expired_maintenance_deletes_itself_and_the_node_is_restored() {
         .remove(0);
     let name = unique("nm-exp");
     let mut nm = nm::new(&name, &node, "e2e expiry");
-    nm.spec.expire_after = Some("10s".into());
+    nm.spec.knobs.expire_after = Some("10s".into());
     Api::<NodeMaintenance>::all(client.clone())
         .create(&PostParams::default(), &nm)
         .await

@@ -81,9 +81,9 @@ async fn a_drain_moved_on_from_cordon_counts_its_deadline_and_arrivals_from_its_
 
     let name = unique("nm-tlc");
     let mut nm = nm::new(&name, &node, "e2e timeline: cordon now, drain later");
-    nm.spec.stage = serde_json::from_value(json!("Cordon")).unwrap();
-    nm.spec.drain_timeout = Some("20s".into());
-    nm.spec.on_timeout = serde_json::from_value(json!("ForceDelete")).unwrap();
+    nm.spec.knobs.stage = serde_json::from_value(json!("Cordon")).unwrap();
+    nm.spec.knobs.drain_timeout = Some("20s".into());
+    nm.spec.knobs.on_timeout = serde_json::from_value(json!("ForceDelete")).unwrap();
     wait_for("ForceDelete admitted with the grant", LIMIT, || async {
         Api::<NodeMaintenance>::all(client.clone())
             .create(&PostParams::default(), &nm)
@@ -192,7 +192,7 @@ async fn expiry_counts_from_this_drains_success_after_idle_and_back() {
         .remove(0);
     let name = unique("nm-tle");
     let mut nm = nm::new(&name, &node, "e2e timeline: expiry");
-    nm.spec.expire_after = Some("20s".into());
+    nm.spec.knobs.expire_after = Some("20s".into());
     Api::<NodeMaintenance>::all(client.clone())
         .create(&PostParams::default(), &nm)
         .await

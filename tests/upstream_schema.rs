@@ -394,9 +394,9 @@ async fn the_drain_knobs_apply_by_annotation_on_upstreams_schema() {
     .await;
     assert_eq!(
         (
-            created.spec.paused,
-            created.spec.drain_timeout.clone(),
-            created.spec.on_timeout
+            created.spec.knobs.paused,
+            created.spec.knobs.drain_timeout.clone(),
+            created.spec.knobs.on_timeout
         ),
         (None, None, None),
         "upstream's schema prunes the knobs' spec fields"

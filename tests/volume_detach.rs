@@ -279,7 +279,7 @@ async fn a_bad_wait_for_volume_detach_is_refused_naming_the_knob() {
                     .into(),
                 );
             }
-            _ => nm.spec.wait_for_volume_detach = Some(value.into()),
+            _ => nm.spec.knobs.wait_for_volume_detach = Some(value.into()),
         }
         let refused = api
             .create(&PostParams::default(), &nm)

@@ -10,7 +10,7 @@ use crate::failure::{Failure, from_status};
 /// Sets `stage` as `spec.stage` and as its annotation (which wins, and which upstream's CRD
 /// keeps where it prunes the field).
 pub(crate) fn set_stage(nm: &mut NodeMaintenance, stage: Stage) {
-    nm.spec.stage = Some(stage);
+    nm.spec.knobs.stage = Some(stage);
     nm.metadata
         .annotations
         .get_or_insert_with(Default::default)

@@ -55,7 +55,7 @@ pub(crate) fn stage_shown(nm: &NodeMaintenance) -> String {
             .annotations
             .as_ref()
             .and_then(|a| a.get(STAGE_ANNOTATION).cloned())
-            .or_else(|| nm.spec.stage.map(|s| s.to_string()))
+            .or_else(|| nm.spec.knobs.stage.map(|s| s.to_string()))
     };
     condition
         .filter(|r| !r.is_empty())

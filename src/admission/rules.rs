@@ -310,7 +310,7 @@ mod tests {
         use kube::ResourceExt;
         let plain = nm("nm", "n1");
         let mut asks = plain.clone();
-        asks.spec.on_timeout = Some(OnTimeout::ForceDelete);
+        asks.spec.knobs.on_timeout = Some(OnTimeout::ForceDelete);
         let mut by_annotation = plain.clone();
         by_annotation.annotations_mut().insert(
             crate::policy::ON_TIMEOUT_ANNOTATION.into(),
@@ -323,7 +323,7 @@ mod tests {
         // Already asked: the controller's own writes are not checked again.
         assert!(!asks_force_delete(Some(&asks), &asks));
         let mut bad = plain.clone();
-        bad.spec.drain_timeout = Some("10 parsecs".into());
+        bad.spec.knobs.drain_timeout = Some("10 parsecs".into());
         let denied = validate_update(&plain, &bad).unwrap_err();
         assert!(denied.to_string().contains("spec.drainTimeout"), "{denied}");
         assert_eq!(validate_update(&bad, &bad), Ok(()));

@@ -186,7 +186,7 @@ mod tests {
         assert_eq!(may_send(Some("u1"), Some(&aborted), &d, false), Ok(()));
         // Paused by the spec, by the annotation (which wins), or by the flag.
         let mut paused = nm("u1");
-        paused.spec.paused = Some(true);
+        paused.spec.knobs.paused = Some(true);
         assert_eq!(
             may_send(Some("u1"), Some(&paused), &d, false),
             Err(Halt::Paused)
@@ -215,7 +215,7 @@ mod tests {
         // Moved short of Drain, by the spec or the annotation.
         for stage in [Stage::Idle, Stage::Cordon, Stage::Preflight] {
             let mut back = nm("u1");
-            back.spec.stage = Some(stage);
+            back.spec.knobs.stage = Some(stage);
             assert_eq!(
                 may_send(Some("u1"), Some(&back), &d, false),
                 Err(Halt::Stage(stage))

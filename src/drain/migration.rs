@@ -11,18 +11,14 @@
 //! requests a second.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::StreamExt;
-use kube::api::{DynamicObject, ListParams};
+use kube::api::DynamicObject;
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 
 use super::pod::DrainPod;
 use crate::api::PodBlocker;
+use crate::watch::optional::{OptionalWatch, Unavailable};
 
 /// KubeVirt's API group and version.
 pub(crate) const KUBEVIRT_GROUP_VERSION: &str = "kubevirt.io/v1";
@@ -184,29 +180,15 @@ pub(crate) fn show(
     Some((failed.name.clone(), text))
 }
 
-fn api_resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "kubevirt.io",
-        "v1",
-        "VirtualMachineInstanceMigration",
-    ))
-}
-
 /// The controller's watch of KubeVirt's migrations, read by each drain round; inert where
 /// KubeVirt is not found.
-#[derive(Clone)]
-pub(crate) struct MigrationWatch {
-    store: Option<Store<DynamicObject>>,
-    listed: Arc<AtomicBool>,
-}
+#[derive(Clone, Default)]
+pub(crate) struct MigrationWatch(OptionalWatch);
 
 impl MigrationWatch {
     /// A watch that watches nothing (no KubeVirt).
     pub(crate) fn none() -> Self {
-        Self {
-            store: None,
-            listed: Arc::default(),
-        }
+        Self::default()
     }
 
     /// Discovers KubeVirt once (`kubevirt.io/v1` serving `virtualmachineinstancemigrations`)
@@ -216,77 +198,37 @@ impl MigrationWatch {
     pub(crate) async fn start(
         client: Client,
     ) -> (Self, Option<impl Future<Output = ()> + Send + 'static>) {
-        let discovery = client.list_api_group_resources(KUBEVIRT_GROUP_VERSION);
-        let served = match tokio::time::timeout(super::consts::READ_TIMEOUT, discovery).await {
-            Ok(Ok(list)) => list
-                .resources
-                .iter()
-                .any(|r| r.name == "virtualmachineinstancemigrations"),
-            _ => false,
-        };
-        if !served {
-            tracing::debug!(
-                "no KubeVirt (kubevirt.io/v1 virtualmachineinstancemigrations) on this cluster; migrations are not shown"
-            );
-            return (Self::none(), None);
+        let kind = "VirtualMachineInstanceMigration";
+        let gvk = GroupVersionKind::gvk("kubevirt.io", "v1", kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, "virtualmachineinstancemigrations");
+        match OptionalWatch::start(client, resource, kind, super::consts::READ_TIMEOUT).await {
+            Ok((watch, drive)) => {
+                tracing::info!(
+                    "KubeVirt found: evacuating launcher pods are shown with their migrations"
+                );
+                (Self(watch), Some(drive))
+            }
+            Err(Unavailable::NotServed) => {
+                tracing::debug!(
+                    "no KubeVirt (kubevirt.io/v1 virtualmachineinstancemigrations) on this cluster; migrations are not shown"
+                );
+                (Self::none(), None)
+            }
+            Err(Unavailable::NotReadable(e)) => {
+                tracing::info!(error = %e, "KubeVirt found, but its migrations cannot be listed; evacuating pods are shown without them (grant manifests/overlays/kubevirt, chart value kubevirt.enabled)");
+                (Self::none(), None)
+            }
         }
-        let resource = api_resource();
-        let api: Api<DynamicObject> = Api::all_with(client, &resource);
-        let one = ListParams::default().limit(1);
-        let readable =
-            tokio::time::timeout(super::consts::READ_TIMEOUT, api.list_metadata(&one)).await;
-        if let Err(e) = readable
-            .map_err(|_| "timed out".to_string())
-            .and_then(|r| r.map_err(|e| e.to_string()))
-        {
-            tracing::info!(error = %e, "KubeVirt found, but its migrations cannot be listed; evacuating pods are shown without them (grant manifests/overlays/kubevirt, chart value kubevirt.enabled)");
-            return (Self::none(), None);
-        }
-        let writer = reflector::store::Writer::<DynamicObject>::new(resource);
-        let store = writer.as_reader();
-        let listed = Arc::new(AtomicBool::new(false));
-        let flag = listed.clone();
-        let drive = watcher(api, watcher::Config::default())
-            .backoff(crate::watch::relist::watch_backoff())
-            .inspect(move |ev| {
-                if let Some(complete) = crate::watch::relist::complete_after(ev) {
-                    flag.store(complete, Ordering::Relaxed);
-                }
-            })
-            .filter_map(crate::watch::relist::log_error(
-                "VirtualMachineInstanceMigration",
-            ))
-            .modify(|m| {
-                m.metadata.managed_fields = None;
-                m.metadata.annotations = None;
-            })
-            .reflect(writer)
-            .for_each(|_| async {});
-        tracing::info!("KubeVirt found: evacuating launcher pods are shown with their migrations");
-        (
-            Self {
-                store: Some(store),
-                listed,
-            },
-            Some(drive),
-        )
+    }
+
+    /// KubeVirt was found at start and its migrations are watched.
+    pub(crate) fn watched(&self) -> bool {
+        self.0.watched()
     }
 
     /// The migrations now (empty until the watch has listed, or without KubeVirt).
-    /// KubeVirt was found at start and its migrations are watched.
-    pub(crate) fn watched(&self) -> bool {
-        self.store.is_some()
-    }
-
     pub(crate) fn read(&self) -> Migrations {
-        let Some(store) = self
-            .store
-            .as_ref()
-            .filter(|_| self.listed.load(Ordering::Relaxed))
-        else {
-            return Migrations::default();
-        };
-        Migrations::newest(store.state().iter().filter_map(|o| {
+        Migrations::newest(self.0.state().iter().filter_map(|o| {
             let (vmi, m) = Migration::of(o)?;
             Some((o.namespace().unwrap_or_default(), vmi, m))
         }))

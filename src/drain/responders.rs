@@ -15,21 +15,17 @@
 //! only where something else made it; the drain reads Evictions, it never writes one.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::StreamExt;
-use kube::api::{DynamicObject, ListParams};
+use kube::api::DynamicObject;
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 
 use super::answer::evicting_error;
 use super::consts::reason;
 pub(crate) use super::consts::reason::{EVICTION_RESPONDER, moving};
 use super::pod::DrainPod;
 use crate::api::{PodBlocker, PodReference};
+use crate::watch::optional::{OptionalWatch, Unavailable};
 
 /// The resource this module watches, in the group version that serves EvictionRequests.
 pub(crate) const RESOURCE: &str = "evictions";
@@ -199,19 +195,13 @@ pub(crate) fn show(
 
 /// The controller's watch of Evictions, read by each drain round; inert where the API is not
 /// served (or not readable).
-#[derive(Clone)]
-pub(crate) struct ResponderWatch {
-    store: Option<Store<DynamicObject>>,
-    listed: Arc<AtomicBool>,
-}
+#[derive(Clone, Default)]
+pub(crate) struct ResponderWatch(OptionalWatch);
 
 impl ResponderWatch {
     /// A watch that watches nothing.
     pub(crate) fn none() -> Self {
-        Self {
-            store: None,
-            listed: Arc::default(),
-        }
+        Self::default()
     }
 
     /// Starts watching `evictions` in `served`, the group version that serves EvictionRequests
@@ -223,71 +213,32 @@ impl ResponderWatch {
         client: Client,
         served: Option<&str>,
     ) -> (Self, Option<impl Future<Output = ()> + Send + 'static>) {
-        let Some(gv) = served else {
+        let Some((gv, (group, version))) = served.and_then(|gv| Some((gv, gv.split_once('/')?)))
+        else {
             return (Self::none(), None);
         };
-        let Some((group, version)) = gv.split_once('/') else {
-            return (Self::none(), None);
-        };
-        let discovery = client.list_api_group_resources(gv);
-        let listed = match tokio::time::timeout(super::consts::READ_TIMEOUT, discovery).await {
-            Ok(Ok(list)) => list.resources.iter().any(|r| r.name == RESOURCE),
-            _ => false,
-        };
-        if !listed {
-            tracing::info!(group_version = %gv, "EvictionRequests are served but not Evictions; eviction responders are not shown");
-            return (Self::none(), None);
-        }
-        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, "Eviction"));
-        let api: Api<DynamicObject> = Api::all_with(client, &resource);
-        let one = ListParams::default().limit(1);
-        let readable =
-            tokio::time::timeout(super::consts::READ_TIMEOUT, api.list_metadata(&one)).await;
-        if let Err(e) = readable
-            .map_err(|_| "timed out".to_string())
-            .and_then(|r| r.map_err(|e| e.to_string()))
+        let gvk = GroupVersionKind::gvk(group, version, "Eviction");
+        let resource = ApiResource::from_gvk_with_plural(&gvk, RESOURCE);
+        match OptionalWatch::start(client, resource, "Eviction", super::consts::READ_TIMEOUT).await
         {
-            tracing::info!(group_version = %gv, error = %e, "Evictions cannot be listed; eviction responders are not shown (grant get, list, watch on evictions.lifecycle.k8s.io, manifests/base/rbac.yaml)");
-            return (Self::none(), None);
+            Ok((watch, drive)) => {
+                tracing::info!(group_version = %gv, "Evictions watched: a pod's active eviction responder is shown in its blocker");
+                (Self(watch), Some(drive))
+            }
+            Err(Unavailable::NotServed) => {
+                tracing::info!(group_version = %gv, "EvictionRequests are served but not Evictions; eviction responders are not shown");
+                (Self::none(), None)
+            }
+            Err(Unavailable::NotReadable(e)) => {
+                tracing::info!(group_version = %gv, error = %e, "Evictions cannot be listed; eviction responders are not shown (grant get, list, watch on evictions.lifecycle.k8s.io, manifests/base/rbac.yaml)");
+                (Self::none(), None)
+            }
         }
-        let writer = reflector::store::Writer::<DynamicObject>::new(resource);
-        let store = writer.as_reader();
-        let listed = Arc::new(AtomicBool::new(false));
-        let flag = listed.clone();
-        let drive = watcher(api, watcher::Config::default())
-            .backoff(crate::watch::relist::watch_backoff())
-            .inspect(move |ev| {
-                if let Some(complete) = crate::watch::relist::complete_after(ev) {
-                    flag.store(complete, Ordering::Relaxed);
-                }
-            })
-            .filter_map(crate::watch::relist::log_error("Eviction"))
-            .modify(|e| {
-                e.metadata.managed_fields = None;
-                e.metadata.annotations = None;
-            })
-            .reflect(writer)
-            .for_each(|_| async {});
-        tracing::info!(group_version = %gv, "Evictions watched: a pod's active eviction responder is shown in its blocker");
-        (
-            Self {
-                store: Some(store),
-                listed,
-            },
-            Some(drive),
-        )
     }
 
     /// The active responders now (empty until the watch has listed, or where not watched).
     pub(crate) fn read(&self) -> Responders {
-        let Some(store) = self
-            .store
-            .as_ref()
-            .filter(|_| self.listed.load(Ordering::Relaxed))
-        else {
-            return Responders::default();
-        };
-        Responders::index(store.state().iter().filter_map(|o| ActiveResponder::of(o)))
+        Responders::index(self.0.state().iter().filter_map(|o| ActiveResponder::of(o)))
     }
 }
 

@@ -73,7 +73,7 @@ mod tests {
         };
         let in_spec = |text: &str| {
             let mut nm = NodeMaintenance::new("nm", Default::default());
-            nm.spec.drain_rules = Some(serde_json::from_str(text).unwrap());
+            nm.spec.knobs.drain_rules = Some(serde_json::from_str(text).unwrap());
             nm
         };
         // (object, the start of the refusal)

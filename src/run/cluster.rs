@@ -7,7 +7,6 @@ use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use super::error::RunError;
-use crate::client::Http;
 use crate::leader;
 
 /// Where the client configuration comes from, in the order tried (controller-runtime's order):
@@ -60,8 +59,8 @@ impl Clients {
         cfg: &kube::Config,
         fence: Option<&leader::WriteFence>,
     ) -> Result<Self, RunError> {
-        let build = |cfg: kube::Config, http| -> Result<Client, RunError> {
-            let builder = crate::client::builder(cfg, http)
+        let build = |cfg: kube::Config| -> Result<Client, RunError> {
+            let builder = crate::client::builder(cfg)
                 .map_err(RunError::Client)?
                 .with_layer(&tower::util::MapRequestLayer::new(user_agent));
             Ok(match fence {
@@ -72,9 +71,8 @@ impl Clients {
         let mut no_retry = cfg.clone();
         no_retry.default_retry = false;
         Ok(Clients {
-            controller: build(cfg.clone(), Http::One)?,
-            // HTTP/2: a drain's evictions in flight share one connection (`client::Http::Two`).
-            eviction: build(no_retry, Http::Two)?,
+            controller: build(cfg.clone())?,
+            eviction: build(no_retry)?,
         })
     }
 }

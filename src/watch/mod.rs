@@ -5,9 +5,12 @@
 //! - [`nodes`]: the one Node watch, started by the process ([`crate::run`]) and read by the
 //!   admission rules and the controller's triggers;
 //! - [`relist`]: what every watch needs to survive an API server restart: its back-off, the
-//!   logging of its errors, and the deletions a relist implies.
+//!   logging of its errors, and the deletions a relist implies;
+//! - [`optional`]: a watch of a resource the cluster may not serve, found by discovery (the
+//!   drain's KubeVirt migrations and Evictions).
 
 pub(crate) mod nodes;
+pub(crate) mod optional;
 pub(crate) mod relist;
 
 /// Hands the heap a list freed (its response bodies and parsed objects, tens of MB on a large

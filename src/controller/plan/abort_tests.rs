@@ -32,9 +32,9 @@ fn observed(old: &NodeMaintenanceStatus, node: &Node, stage: Stage, at: i64) -> 
     o.metadata.uid = Some("uid-nm".into());
     o.metadata.generation = GEN;
     o.status = Some(old.clone());
-    o.spec.drain_timeout = Some("90s".into());
-    o.spec.on_timeout = Some(OnTimeout::Abort);
-    o.spec.stage = Some(stage);
+    o.spec.knobs.drain_timeout = Some("90s".into());
+    o.spec.knobs.on_timeout = Some(OnTimeout::Abort);
+    o.spec.knobs.stage = Some(stage);
     let lease = Lease {
         metadata: kube::api::ObjectMeta {
             name: Some("node-node01".into()),
@@ -216,10 +216,10 @@ fn at_the_deadline_abort_records_first_then_releases_the_node_and_never_enters_i
         observed(&released, &free_node(), Stage::Cordon, 400),
     ];
     let mut edited = observed(&released, &free_node(), Stage::Drain, 400);
-    edited.nm.spec.on_timeout = Some(OnTimeout::Wait);
+    edited.nm.spec.knobs.on_timeout = Some(OnTimeout::Wait);
     quiet.push(edited);
     let mut paused = observed(&released, &free_node(), Stage::Drain, 400);
-    paused.nm.spec.paused = Some(true);
+    paused.nm.spec.knobs.paused = Some(true);
     quiet.push(paused);
     for o in &quiet {
         let p = plan(o, t(400));
@@ -240,7 +240,7 @@ fn at_the_deadline_abort_records_first_then_releases_the_node_and_never_enters_i
     }
     // A pause at the deadline does not hold the abort back (the deadline passes paused too).
     let mut paused = observed(&running(), &started_node(), Stage::Drain, 90);
-    paused.nm.spec.paused = Some(true);
+    paused.nm.spec.knobs.paused = Some(true);
     assert!(is_aborted(&plan(&paused, t(90)).status.unwrap()));
     // Idle ends the abort; back in Drain, a new drain enters the node afresh.
     let idle = plan(&observed(&released, &free_node(), Stage::Idle, 500), t(500));

@@ -25,7 +25,7 @@ fn nm(stage: Option<Stage>, annotation: Option<&str>) -> NodeMaintenance {
             ..NodeMaintenanceSpec::default()
         },
     );
-    nm.spec.stage = stage;
+    nm.spec.knobs.stage = stage;
     nm.metadata.finalizers = Some(vec![FINALIZER.into()]);
     nm.metadata.uid = Some("uid-nm".into());
     nm.metadata.generation = Some(1);
@@ -196,7 +196,7 @@ fn the_drain_starts_when_stage_drain_first_applies_not_at_the_cordon() {
     );
     // Moved to Drain, 50 s later by this plan's clock, with drainTimeout 40s.
     let mut drain = nm(Some(Stage::Drain), None);
-    drain.spec.drain_timeout = Some("40s".into());
+    drain.spec.knobs.drain_timeout = Some("40s".into());
     let p = plan_of(
         drain.clone(),
         entered_node(),
@@ -384,7 +384,7 @@ fn node_conditions_are_written_on_transitions_only_when_the_knob_asks() {
     assert!(conditions_of(&p).is_empty());
     // On: Idle says planned, not in progress; after the node, before the status.
     let mut on = nm(Some(Stage::Idle), None);
-    on.spec.node_conditions = Some(true);
+    on.spec.knobs.node_conditions = Some(true);
     let p = plan_of(on.clone(), free_node(), None, Stage::Drain);
     assert_eq!(kinds(&p), ["node conditions", "status"]);
     let patch = &conditions_of(&p)[0];
@@ -441,7 +441,7 @@ fn node_conditions_are_written_on_transitions_only_when_the_knob_asks() {
 fn before_its_window_a_maintenance_waits_idle_and_comes_back_when_it_opens() {
     let at = |s: i64| {
         let mut nm = nm(None, None);
-        nm.spec.start_at = Some(t(s).to_string());
+        nm.spec.knobs.start_at = Some(t(s).to_string());
         nm
     };
     // t(100) is the pass's time: 30 s ahead, nothing on the node, back a second after it opens.
@@ -457,16 +457,16 @@ fn before_its_window_a_maintenance_waits_idle_and_comes_back_when_it_opens() {
     assert!(matches!(p.then, Then::Drain(_)));
     // The window keeps a Cordon from cordoning, not a Preflight from asking.
     let mut cordon = at(130);
-    cordon.spec.stage = Some(Stage::Cordon);
+    cordon.spec.knobs.stage = Some(Stage::Cordon);
     let p = plan_of(cordon, free_node(), None, Stage::Drain);
     assert_eq!(kinds(&p), ["status"]);
     let mut preflight = at(130);
-    preflight.spec.stage = Some(Stage::Preflight);
+    preflight.spec.knobs.stage = Some(Stage::Preflight);
     let p = plan_of(preflight, free_node(), None, Stage::Drain);
     assert!(matches!(p.then, Then::Preflight(_)));
     // A value that is no time is refused (the status says why) and no window applies.
     let mut bad = nm(None, None);
-    bad.spec.start_at = Some("tomorrow".into());
+    bad.spec.knobs.start_at = Some("tomorrow".into());
     let p = plan_of(bad, free_node(), None, Stage::Drain);
     assert!(matches!(p.then, Then::Drain(_)));
     assert_eq!(
@@ -480,7 +480,7 @@ fn a_succeeded_maintenance_deletes_itself_once_it_expires() {
     // Succeeded at t(40) on a node it holds, expireAfter 30s; the pass runs at t(100).
     let expiring = |after: &str| {
         let mut nm = nm(None, None);
-        nm.spec.expire_after = Some(after.into());
+        nm.spec.knobs.expire_after = Some(after.into());
         let status = nm.status.as_mut().unwrap();
         status.phase = Some(MaintenancePhase::Succeeded);
         set_condition(
@@ -539,7 +539,7 @@ fn a_succeeded_maintenance_deletes_itself_once_it_expires() {
     );
     // Without the knob a Succeeded maintenance stays (today's behaviour).
     let mut stays = expiring("30s");
-    stays.spec.expire_after = None;
+    stays.spec.knobs.expire_after = None;
     let p = plan_of(stays, entered_node(), Some(our_lease()), Stage::Drain);
     assert_eq!(kinds(&p), ["status", "status"]);
     assert_eq!(p.then, Then::Requeue(Requeue::After(REQUEUE_SUCCEEDED)));
@@ -560,7 +560,7 @@ fn a_hooked_drain_enters_the_node_without_a_round_or_a_start_until_the_last_hook
     use super::pre_drain_hooks::PRE_DRAIN_HOOKS;
     let key = crate::node::DRAIN_STARTED_ANNOTATION;
     let mut drain = nm(Some(Stage::Drain), None);
-    drain.spec.drain_timeout = Some("40s".into());
+    drain.spec.knobs.drain_timeout = Some("40s".into());
     // Two hooks at the first pass: the node is entered (cordon, taints, label, record), the
     // lease taken, no start recorded, no round, no deadline; the status names both.
     let first = plan_of(
@@ -609,7 +609,7 @@ fn a_hooked_drain_enters_the_node_without_a_round_or_a_start_until_the_last_hook
     );
     // Paused as well: removing the last hook leaves the pause holding.
     let mut paused = drain.clone();
-    paused.spec.paused = Some(true);
+    paused.spec.knobs.paused = Some(true);
     paused.status = Some(s.clone());
     let p = plan_of(paused, entered_node(), Some(our_lease()), Stage::Drain);
     assert!(matches!(p.then, Then::Requeue(_)), "paused: {:?}", p.then);

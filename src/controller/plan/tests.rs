@@ -1663,8 +1663,8 @@ fn past_the_deadline_fail_fails_the_maintenance_and_keeps_the_node() {
         o.metadata.uid = Some("uid-nm".into());
         o.metadata.generation = GEN;
         o.status = Some(old.clone());
-        o.spec.drain_timeout = on_timeout.map(|_| "90s".into());
-        o.spec.on_timeout = on_timeout;
+        o.spec.knobs.drain_timeout = on_timeout.map(|_| "90s".into());
+        o.spec.knobs.on_timeout = on_timeout;
         Observed {
             nm: o,
             world: World::Maintenance(Box::new(ObservedMaintenance {
@@ -1863,8 +1863,8 @@ fn the_deadline_counts_from_the_drain_slot_not_from_the_queue() {
         o.metadata.uid = Some("uid-nm".into());
         o.metadata.generation = GEN;
         o.status = Some(old.clone());
-        o.spec.drain_timeout = Some("90s".into());
-        o.spec.on_timeout = Some(OnTimeout::Fail);
+        o.spec.knobs.drain_timeout = Some("90s".into());
+        o.spec.knobs.on_timeout = Some(OnTimeout::Fail);
         Observed {
             nm: o,
             world: World::Maintenance(Box::new(ObservedMaintenance {

@@ -209,7 +209,7 @@ fn wait_for_volume_detach_is_read_as_every_knob_and_refused_by_name() {
                 ..Default::default()
             },
         );
-        nm.spec.wait_for_volume_detach = spec.map(Into::into);
+        nm.spec.knobs.wait_for_volume_detach = spec.map(Into::into);
         if let Some(a) = annotation {
             nm.annotations_mut()
                 .insert(WAIT_FOR_VOLUME_DETACH_ANNOTATION.into(), a.into());
@@ -227,7 +227,13 @@ fn wait_for_volume_detach_is_read_as_every_knob_and_refused_by_name() {
         (None, None, &off, None, false),
         (None, None, &flag, min(1), false),
         (Some("2m"), None, &off, min(2), false),
-        (Some("true"), None, &off, Some(DEFAULT_BOUND), false),
+        (
+            Some("true"),
+            None,
+            &off,
+            Some(DEFAULT_BOUND),
+            false,
+        ),
         (Some("2m"), Some("10m"), &off, min(10), false),
         (None, Some("false"), &flag, None, false),
         (Some("false"), None, &flag, None, false),
