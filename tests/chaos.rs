@@ -758,11 +758,21 @@ async fn create_workloads(
         // after the fault. Setting up a round happens before any maintenance of it, so a
         // stalled simulator is restarted here rather than failing the whole run.
         // A component that exited (kube-scheduler does on a cache inconsistency after an API
-        // server restart) is started again first, as a kubelet would.
+        // server restart) is started again first, as a kubelet would. The scheduler and the
+        // controller-manager can also stall there without exiting (seed 389325: 14 of 19 pods
+        // Running 120 s after kwok alone was restarted), so they are restarted with kwok; none of
+        // them elects a leader here, so a restart resumes at once.
         let revived = cluster.revive_exited().unwrap();
-        eprintln!("chaos: {what}: {seen} after {KWOK_STALL:?}; restarted {revived:?} and kwok");
-        tokio::task::block_in_place(|| cluster.restart_component("kwok", Duration::ZERO, LIMIT))
+        eprintln!(
+            "chaos: {what}: {seen} after {KWOK_STALL:?}; restarted {revived:?}, the scheduler, \
+             the controller-manager and kwok"
+        );
+        for component in ["kube-scheduler", "kube-controller-manager", "kwok"] {
+            tokio::task::block_in_place(|| {
+                cluster.restart_component(component, Duration::ZERO, LIMIT)
+            })
             .unwrap();
+        }
     }
     wait_for(&what, LIMIT, all_running).await;
 }
