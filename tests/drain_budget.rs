@@ -368,3 +368,112 @@ async fn maintenances_short_of_the_drain_or_before_their_window_hold_no_slot() {
         nm::delete_and_wait_restored(&client, name, node).await;
     }
 }
+
+/// `docs/drain-contract.md` §10 (the queue with `stage` and `paused`): a maintenance kept at
+/// `Idle` while two others hold both slots joins the queue when moved to `Drain` (`DrainQueued`
+/// position 1, its node left in service); paused while it waits, it is given the slot when the
+/// first one ahead releases its node, so its node is entered (the slot bounds nodes out of
+/// service), but it sends no eviction while paused (the API server's audit log, 10 s) and says
+/// `DrainPaused`; unpaused, its pod is evicted and it Succeeds.
+#[tokio::test]
+async fn a_maintenance_moved_to_drain_joins_the_queue_and_sends_nothing_paused_when_its_slot_comes()
+{
+    let _serial = SERIAL.lock().await;
+    let env = env();
+    let _operator = start(env, "operator-joins");
+    let client = env.cluster.client().await;
+    let group = unique("joins");
+    let nodes = worker_nodes(&env.cluster, &client, &group, SLOTS + 1).await;
+    let ns = namespace(&client, "joins").await;
+    let mut budgets = Vec::new();
+    for (i, node) in nodes.iter().enumerate().take(SLOTS) {
+        bare_pod(&client, &ns, &format!("p{i}"), node, json!({})).await;
+        budgets.push(budget(&client, &ns, &format!("b{i}"), &format!("p{i}"), 0, 1).await);
+    }
+    bare_pod(&client, &ns, "q", &nodes[SLOTS], json!({})).await;
+    wait_running(&client, &ns, "q", 1, LIMIT).await;
+    let api = Api::<NodeMaintenance>::all(client.clone());
+    let prefix = unique("nm-joins");
+    let names: Vec<String> = (0..=SLOTS).map(|i| format!("{prefix}-{i}")).collect();
+    for (name, node) in names.iter().zip(&nodes).take(SLOTS) {
+        nm::create(&client, name, node).await;
+    }
+    let last = &names[SLOTS];
+    let mut nm = nm::new(last, &nodes[SLOTS], "e2e kept idle, then drained");
+    nm.spec.knobs.stage = Some(Stage::Idle);
+    api.create(&PostParams::default(), &nm).await.unwrap();
+    for name in &names[..SLOTS] {
+        nm::wait_status(&client, name, "held by its budget", LIMIT, |s| {
+            s.blockers
+                .iter()
+                .flatten()
+                .any(|b| b.reason == "PodDisruptionBudget")
+        })
+        .await;
+    }
+
+    let patch = |body: serde_json::Value| {
+        let api = api.clone();
+        async move {
+            api.patch(
+                last,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(body),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("patching {last}: {e}"));
+        }
+    };
+    patch(json!({"spec": {"stage": "Drain"}})).await;
+    nm::wait_status(&client, last, "position 1 in the queue", LIMIT, |s| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "DrainQueued" && c.message.contains("position 1 in the queue"))
+    })
+    .await;
+    node::restored(&client, &nodes[SLOTS])
+        .await
+        .unwrap_or_else(|e| panic!("{last} waits but its node is out of service: {e}"));
+    patch(json!({"spec": {"paused": true}})).await;
+
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    budgets[0].delete("b0", &Default::default()).await.unwrap();
+    nm::wait_phase(&client, &names[0], MaintenancePhase::Succeeded, LIMIT).await;
+    nm::delete_and_wait_restored(&client, &names[0], &nodes[0]).await;
+    wait_for(&format!("{last}'s node entered"), LIMIT, || {
+        node::in_maintenance(&client, &nodes[SLOTS])
+    })
+    .await;
+    nm::wait_status(&client, last, "DrainPaused", LIMIT, |s| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "DrainPaused" && c.status == "True")
+    })
+    .await;
+    let entered = Instant::now();
+    let q_asked = |events: Vec<AuditEvent>| -> Vec<String> {
+        events
+            .into_iter()
+            .filter(|e| e.subresource == "eviction" && e.namespace == ns && e.name == "q")
+            .map(|e| format!("{} {} {}", e.stage, e.code, e.received))
+            .collect()
+    };
+    let mut asked = Vec::new();
+    while entered.elapsed() < Duration::from_secs(10) {
+        asked.extend(q_asked(audit.read().unwrap()));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(asked.is_empty(), "evictions while paused: {asked:?}");
+
+    patch(json!({"spec": {"paused": false}})).await;
+    nm::wait_phase(&client, last, MaintenancePhase::Succeeded, LIMIT).await;
+    asked.extend(q_asked(audit.read().unwrap()));
+    assert!(!asked.is_empty(), "q gone without an eviction");
+
+    budgets[1].delete("b1", &Default::default()).await.unwrap();
+    for (k, name) in names.iter().enumerate().skip(1) {
+        nm::delete_and_wait_restored(&client, name, &nodes[k]).await;
+    }
+}

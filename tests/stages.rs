@@ -665,3 +665,182 @@ async fn a_preflights_events_say_preflight_and_a_drains_keep_upstreams() {
     })
     .await;
 }
+
+async fn set_paused(client: &kube::Client, name: &str, paused: bool) {
+    Api::<NodeMaintenance>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"paused": paused}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("pausing NodeMaintenance {name} ({paused}): {e}"));
+}
+
+/// Waits for `name`'s `DrainPaused` condition to be `status`.
+async fn wait_paused(client: &kube::Client, name: &str, status: &str) {
+    nm::wait_status(client, name, &format!("DrainPaused={status}"), LIMIT, |s| {
+        condition(s, "DrainPaused").is_some_and(|c| c.0 == status)
+    })
+    .await;
+}
+
+/// For `quiet`, the pod `ns/name` stays and is not being deleted: no round evicted it.
+async fn stays(client: &kube::Client, ns: &str, pod: &str, quiet: Duration, why: &str) {
+    let until = std::time::Instant::now() + quiet;
+    while std::time::Instant::now() < until {
+        assert!(live_pod(client, ns, pod).await.is_some(), "{why}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// `docs/drain-contract.md` §10 (`paused` with `stage`): the pause holds evictions only, never
+/// the node steps. A maintenance created paused at `Idle` and moved to `Drain` enters its node
+/// (cordon, taints, lease) and evicts nothing for 10 s, saying `DrainPaused`; moved back to
+/// `Idle` while still paused, its node is restored and the lease given up; moved to `Drain`
+/// again and unpaused, its pod is evicted and it Succeeds.
+#[tokio::test]
+async fn a_paused_maintenance_moved_between_stages_enters_and_restores_its_node_and_evicts_nothing()
+{
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("pst");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "pst").await;
+    bare_pod(&client, &ns, "web", &node, json!({})).await;
+    wait_running(&client, &ns, "web", 1, LIMIT).await;
+    let name = unique("nm-pst");
+    let mut nm = nm::new(&name, &node, "e2e paused across stages");
+    nm.spec.knobs.stage = serde_json::from_value(json!("Idle")).unwrap();
+    nm.spec.knobs.paused = Some(true);
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &nm)
+        .await
+        .unwrap();
+    wait_stage(&client, &name, "Idle").await;
+
+    set_stage(&client, &name, "Drain").await;
+    wait_for("node entered while paused", LIMIT, || {
+        node::in_maintenance(&client, &node)
+    })
+    .await;
+    wait_lease(&client, &node, true).await;
+    wait_paused(&client, &name, "True").await;
+    stays(
+        &client,
+        &ns,
+        "web",
+        Duration::from_secs(10),
+        "evicted while paused at Drain",
+    )
+    .await;
+
+    set_stage(&client, &name, "Idle").await;
+    wait_for("node restored while paused", LIMIT, || {
+        node::restored(&client, &node)
+    })
+    .await;
+    wait_lease(&client, &node, false).await;
+    assert!(live_pod(&client, &ns, "web").await.is_some());
+
+    set_stage(&client, &name, "Drain").await;
+    wait_for("node entered again", LIMIT, || {
+        node::in_maintenance(&client, &node)
+    })
+    .await;
+    set_paused(&client, &name, false).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    assert!(live_pod(&client, &ns, "web").await.is_none());
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
+
+/// `docs/drain-contract.md` §10 (`stage` and `startAt` with deletion): a maintenance deleted at
+/// `Cordon` restores what Cordon put on the node (cordon, taints, label, lease) and its pod
+/// stays; one deleted before its window opens is gone with nothing on its node (no lease, no
+/// drain start) and its pod untouched.
+#[tokio::test]
+async fn deleting_at_cordon_or_before_the_window_restores_what_that_stage_put_on_the_node() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("del");
+    let nodes = worker_nodes(env.cluster, &client, &group, 2).await;
+    let ns = namespace(&client, "del").await;
+    for (i, node) in nodes.iter().enumerate() {
+        bare_pod(&client, &ns, &format!("web{i}"), node, json!({})).await;
+        wait_running(&client, &ns, &format!("web{i}"), 1, LIMIT).await;
+    }
+    let cordon = unique("nm-delc");
+    create(&client, &cordon, &nodes[0], "Cordon").await;
+    let window = unique("nm-delw");
+    let mut nm = nm::new(&window, &nodes[1], "e2e deleted before its window");
+    let opens = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1);
+    nm.spec.knobs.start_at = Some(opens.to_string());
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &nm)
+        .await
+        .unwrap();
+    wait_for("node entered at Cordon", LIMIT, || {
+        node::in_maintenance(&client, &nodes[0])
+    })
+    .await;
+    wait_lease(&client, &nodes[0], true).await;
+    wait_stage(&client, &window, "MaintenanceWindow").await;
+
+    nm::delete_and_wait_restored(&client, &cordon, &nodes[0]).await;
+    wait_lease(&client, &nodes[0], false).await;
+    nm::delete(&client, &window).await;
+    nm::wait_gone(&client, &window, LIMIT).await;
+    node::restored(&client, &nodes[1]).await.unwrap();
+    assert!(lease(&client, &nodes[1]).await.is_none());
+    let n = Api::<Node>::all(client.clone())
+        .get(&nodes[1])
+        .await
+        .unwrap();
+    let annotations = n.metadata.annotations.unwrap_or_default();
+    assert!(
+        !annotations.contains_key("nodemaintenance.medik8s.io/drain-started"),
+        "a drain start on a node whose window never opened: {annotations:?}"
+    );
+    for i in 0..2 {
+        assert!(live_pod(&client, &ns, &format!("web{i}")).await.is_some());
+    }
+}
+
+/// `docs/drain-contract.md` §10 (`expireAfter` with `paused`): a Succeeded maintenance that is
+/// then paused stays Succeeded and still deletes itself once `expireAfter` has passed since its
+/// `Drained` turned True; its node is restored.
+#[tokio::test]
+async fn a_succeeded_maintenance_paused_still_expires() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("pexp");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let name = unique("nm-pexp");
+    let mut nm = nm::new(&name, &node, "e2e expiry while paused");
+    nm.spec.knobs.expire_after = Some("15s".into());
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &nm)
+        .await
+        .unwrap();
+    let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let succeeded = done
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .find(|c| c.type_ == "Drained" && c.status == "True")
+        .map(|c| c.last_transition_time.0)
+        .expect("Drained=True");
+    set_paused(&client, &name, true).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+    let gone = jiff::Timestamp::now();
+    assert!(
+        gone >= succeeded + jiff::SignedDuration::from_secs(15),
+        "gone at {gone}, Succeeded at {succeeded}: before expireAfter"
+    );
+    wait_for("node restored", LIMIT, || node::restored(&client, &node)).await;
+    assert!(lease(&client, &node).await.is_none());
+}
