@@ -844,3 +844,58 @@ async fn a_succeeded_maintenance_paused_still_expires() {
     wait_for("node restored", LIMIT, || node::restored(&client, &node)).await;
     assert!(lease(&client, &node).await.is_none());
 }
+
+/// `docs/drain-contract.md` §10 (`startAt` with `paused`): a maintenance created paused with a
+/// window 20 s ahead leaves its node alone until the window opens; then its node is entered
+/// (the pause holds evictions, not the node steps) and its pod stays, `DrainPaused`, until it is
+/// unpaused; then it Succeeds.
+#[tokio::test]
+async fn a_paused_maintenance_waits_for_its_window_then_enters_its_node_and_evicts_once_unpaused() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("pwin");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "pwin").await;
+    bare_pod(&client, &ns, "web", &node, json!({})).await;
+    wait_running(&client, &ns, "web", 1, LIMIT).await;
+    let name = unique("nm-pwin");
+    let opens = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 20).unwrap();
+    let mut nm = nm::new(&name, &node, "e2e paused with a window");
+    nm.spec.knobs.start_at = Some(opens.to_string());
+    nm.spec.knobs.paused = Some(true);
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &nm)
+        .await
+        .unwrap();
+    wait_stage(&client, &name, "MaintenanceWindow").await;
+    assert!(
+        jiff::Timestamp::now() < opens,
+        "the window opened too soon to tell"
+    );
+    node::restored(&client, &node).await.unwrap();
+    assert!(lease(&client, &node).await.is_none());
+
+    wait_for("node entered once the window opened", LIMIT, || {
+        node::in_maintenance(&client, &node)
+    })
+    .await;
+    assert!(
+        jiff::Timestamp::now() >= opens,
+        "entered before the window opened at {opens}"
+    );
+    wait_paused(&client, &name, "True").await;
+    stays(
+        &client,
+        &ns,
+        "web",
+        Duration::from_secs(10),
+        "evicted while paused after the window opened",
+    )
+    .await;
+    set_paused(&client, &name, false).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    assert!(live_pod(&client, &ns, "web").await.is_none());
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
