@@ -899,3 +899,80 @@ async fn a_paused_maintenance_waits_for_its_window_then_enters_its_node_and_evic
     assert!(live_pod(&client, &ns, "web").await.is_none());
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
+
+/// `docs/drain-contract.md` §10 (`nodeConditions` with `paused` and a move back): a paused
+/// maintenance at `Drain` holds its node and its drain has started (`DrainInProgress=True`,
+/// `DrainStarted`) though nothing is evicted; moved back to `Idle`, the conditions follow the
+/// stage (`MaintenanceInProgress=False`, `MaintenanceNotStarted`; the drain `DrainNotStarted`);
+/// moved to `Drain` again and unpaused, the drain completes (`Drained=True`, `DrainCompleted`).
+#[tokio::test]
+async fn node_conditions_follow_a_paused_maintenance_moved_back_and_on() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("plc");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "plc").await;
+    bare_pod(&client, &ns, "web", &node, json!({})).await;
+    wait_running(&client, &ns, "web", 1, LIMIT).await;
+    let name = unique("nm-plc");
+    let mut nm = nm::new(&name, &node, "e2e node conditions, paused");
+    nm.spec.knobs.paused = Some(true);
+    nm.spec.knobs.node_conditions = Some(true);
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &nm)
+        .await
+        .unwrap();
+    let started = ("DrainStarted", "AdminRequested");
+    wait_node_conditions(
+        &client,
+        &node,
+        &name,
+        [
+            ("MaintenancePlanned", "True", started.1),
+            ("MaintenanceInProgress", "True", started.1),
+            ("DrainInProgress", "True", started.0),
+            ("Drained", "False", started.0),
+        ],
+    )
+    .await;
+    wait_paused(&client, &name, "True").await;
+    assert!(
+        live_pod(&client, &ns, "web").await.is_some(),
+        "evicted while paused"
+    );
+
+    set_stage(&client, &name, "Idle").await;
+    let not_started = ("DrainNotStarted", "MaintenanceNotStarted");
+    wait_node_conditions(
+        &client,
+        &node,
+        &name,
+        [
+            ("MaintenancePlanned", "True", "AdminRequested"),
+            ("MaintenanceInProgress", "False", not_started.1),
+            ("DrainInProgress", "False", not_started.0),
+            ("Drained", "False", not_started.0),
+        ],
+    )
+    .await;
+    wait_for("node restored", LIMIT, || node::restored(&client, &node)).await;
+
+    set_stage(&client, &name, "Drain").await;
+    set_paused(&client, &name, false).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    wait_node_conditions(
+        &client,
+        &node,
+        &name,
+        [
+            ("MaintenancePlanned", "True", "AdminRequested"),
+            ("MaintenanceInProgress", "True", "AdminRequested"),
+            ("DrainInProgress", "False", "DrainCompleted"),
+            ("Drained", "True", "DrainCompleted"),
+        ],
+    )
+    .await;
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
