@@ -11,7 +11,7 @@
 //! NMO_UPSTREAM_MANAGER=<manager built from upstream's source> cargo bench --bench maintenance -- bigdrain
 //! cargo bench --bench maintenance -- budgetheld    # a drain held by a budget (not in the default set)
 //! NMO_BUDGET_PODS=200 cargo bench --bench maintenance -- budgetheld # the same, smaller
-//! cargo bench --bench maintenance -- budgetrelents  # a held budget lowered to allow every pod, beside a bare client
+//! NMO_UPSTREAM_MANAGER=<manager> cargo bench --bench maintenance -- budgetrelents  # a held budget lowered to allow every pod, beside a bare client
 //! NMO_UPSTREAM_MANAGER=<manager> cargo bench --bench maintenance -- budgetheld
 //! NMO_UPSTREAM_MANAGER=<manager> cargo bench --bench maintenance -- drainrate # a node's drain beside the floor (about 5 min)
 //! NMO_RATE_PODS=200 cargo bench --bench maintenance -- drainrate             # other sizes (comma-separated)
@@ -80,7 +80,8 @@
 //!   figure is the patch to `Succeeded`, and the eviction requests while held. Beside it the
 //!   floor: with no controller running, a bare client lists N such pods on another node under a
 //!   budget already at `minAvailable: 0` and evicts them all (1 and 8 in flight, each on fresh
-//!   pods), to no pod left. Target: at most 1.3x the best floor.
+//!   pods), to no pod left. Target: at most 1.3x the best floor. With `NMO_UPSTREAM_MANAGER`,
+//!   upstream's manager runs the same held input afterwards on a fresh node, its rows beside ours.
 //! - **budgetheld** (a budget that allows no disruption is asked through one pod per 5 s retry,
 //!   `docs/drain-contract.md` §1; only when named): one fresh node with N bare pods (N = 2,000,
 //!   `NMO_BUDGET_PODS` overrides), all selected by one PodDisruptionBudget with `minAvailable: N`,
@@ -1110,7 +1111,7 @@ impl Bench {
             let node = self.add_nodes(&format!("brfloor{in_flight}"), 0..1).await?;
             self.bare_pods(&ns, &node[0], n, "held").await?;
             self.held_budget(&ns, n).await?;
-            self.lower_budget(&ns, 0).await?;
+            self.lower_budget(&ns, 0, true).await?;
             self.progress(&format!(
                 "floor: bare client evicts {n} pods under the lowered budget, {in_flight} in flight"
             ));
@@ -1124,73 +1125,121 @@ impl Bench {
             best = best.min(gone);
             self.purge(&ns, &node).await?;
         }
-        let ns = format!("{S}-held");
-        self.namespace(&ns).await?;
-        let held = self.add_nodes("brheld", 0..1).await?;
-        self.bare_pods(&ns, &held[0], n, "held").await?;
-        self.held_budget(&ns, n).await?;
-        self.restart_operator("op-budgetrelents", &[], &[])?;
-        let mut audit = AuditCursor::at_end(self.cluster.audit_log_path());
-        let created = Instant::now();
-        self.create_nm(&held[0]).await?;
-        let refused = |e: &AuditEvent| {
-            e.subresource == "eviction" && e.namespace == ns && e.stage == RESPONSE_COMPLETE
-        };
-        let mut asked = 0;
-        while asked == 0 {
-            asked += audit.read()?.iter().filter(|e| refused(e)).count();
-            ensure!(
-                created.elapsed() < LIMIT,
-                "no eviction asked {LIMIT:?} after the create"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        // Ours, then (with `NMO_UPSTREAM_MANAGER`) upstream's, each on a fresh node.
+        let mut runs: Vec<(&str, Option<PathBuf>)> = vec![("ours", None)];
+        if let Some(m) = std::env::var_os("NMO_UPSTREAM_MANAGER").map(PathBuf::from) {
+            runs.push(("upstream (Go)", Some(m)));
         }
-        // Held a while (two retries), then lowered.
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        asked += audit.read()?.iter().filter(|e| refused(e)).count();
-        let held_for = created.elapsed().as_secs_f64();
-        self.progress(&format!(
-            "ours: {n} pods held; lowering the budget to minAvailable: 0"
-        ));
-        let lowered = Instant::now();
-        self.lower_budget(&ns, 0).await?;
-        let nms = Api::<NodeMaintenance>::all(self.client.clone());
-        let name = format!("nm-{}", held[0]);
-        self.wait("Succeeded after the budget was lowered", || async {
-            let nm = nms.get(&name).await?;
-            let phase = nm.status.as_ref().and_then(|s| s.phase);
-            Ok((phase == Some(MaintenancePhase::Succeeded))
-                .then_some(())
-                .ok_or(format!("phase {phase:?}")))
-        })
-        .await?;
-        let t = lowered.elapsed().as_secs_f64();
-        self.row(
-            S,
-            &format!("ours: eviction requests while held ({held_for:.0} s)"),
-            format!("{asked} ({:.2}/s)", asked as f64 / held_for),
-            "<= 1/s on average",
-        );
-        self.row(
-            S,
-            &format!("ours: budget lowered to minAvailable: 0 -> Succeeded, {n} pods"),
-            format!("{t:.2} s ({:.2}x the best floor)", t / best),
-            "<= 1.3x the best floor",
-        );
-        self.end_maintenance(&held).await?;
-        self.operator = None;
-        self.purge(&ns, &held).await?;
+        for (who, manager) in runs {
+            let (tag, ours) = if manager.is_some() {
+                ("u", false)
+            } else {
+                ("o", true)
+            };
+            let ns = format!("{S}-{tag}-held");
+            self.namespace(&ns).await?;
+            let held = self.add_nodes(&format!("brheld{tag}"), 0..1).await?;
+            self.bare_pods(&ns, &held[0], n, "held").await?;
+            self.held_budget(&ns, n).await?;
+            let child = self
+                .fresh_manager(manager.as_deref(), "op-budgetrelents")
+                .await?;
+            let mut audit = AuditCursor::at_end(self.cluster.audit_log_path());
+            let created = Instant::now();
+            self.create_nm(&held[0]).await?;
+            let refused = |e: &AuditEvent| {
+                e.subresource == "eviction" && e.namespace == ns && e.stage == RESPONSE_COMPLETE
+            };
+            let mut asked = 0;
+            while asked == 0 {
+                asked += audit.read()?.iter().filter(|e| refused(e)).count();
+                ensure!(
+                    created.elapsed() < LIMIT,
+                    "{who}: no eviction asked {LIMIT:?} after the create"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            // Held a while (two retries), then lowered.
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            asked += audit.read()?.iter().filter(|e| refused(e)).count();
+            let held_for = created.elapsed().as_secs_f64();
+            self.progress(&format!(
+                "{who}: {n} pods held; lowering the budget to minAvailable: 0"
+            ));
+            self.row(
+                S,
+                &format!("{who}: eviction requests while held ({held_for:.0} s)"),
+                format!("{asked} ({:.2}/s)", asked as f64 / held_for),
+                if ours { "<= 1/s on average" } else { "" },
+            );
+            let lowered = Instant::now();
+            self.lower_budget(&ns, 0, false).await?;
+            let name = format!("nm-{}", held[0]);
+            let figure = match self.succeeded_within(&name, relents_limit(ours)).await? {
+                Ok(()) => {
+                    let t = lowered.elapsed().as_secs_f64();
+                    format!("{t:.2} s ({:.2}x the best floor)", t / best)
+                }
+                Err(phase) => {
+                    let pods = Api::<Pod>::namespaced(self.client.clone(), &ns);
+                    let left = pods.list(&ListParams::default()).await?.items.len();
+                    format!(
+                        "not Succeeded in {:.0} s ({phase}; {left} of {n} pods left)",
+                        lowered.elapsed().as_secs_f64()
+                    )
+                }
+            };
+            self.row(
+                S,
+                &format!("{who}: budget lowered to minAvailable: 0 -> Succeeded, {n} pods"),
+                figure,
+                if ours { "<= 1.3x the best floor" } else { "" },
+            );
+            self.end_maintenance(&held).await?;
+            drop(child);
+            self.operator = None;
+            self.purge(&ns, &held).await?;
+        }
         Ok(())
     }
 
+    /// Waits up to `limit` for NodeMaintenance `name` to reach `Succeeded` (polled every
+    /// 100 ms, progress every 10 s): `Ok(Err(phase))` with the phase last seen when it did not.
+    async fn succeeded_within(
+        &self,
+        name: &str,
+        limit: Duration,
+    ) -> Result<std::result::Result<(), String>> {
+        let nms = Api::<NodeMaintenance>::all(self.client.clone());
+        let start = Instant::now();
+        let mut last_print = start;
+        loop {
+            let nm = nms.get(name).await?;
+            let phase = nm.status.as_ref().and_then(|s| s.phase);
+            if phase == Some(MaintenancePhase::Succeeded) {
+                return Ok(Ok(()));
+            }
+            if start.elapsed() >= limit {
+                return Ok(Err(format!("phase {phase:?}")));
+            }
+            if last_print.elapsed() > Duration::from_secs(10) {
+                self.progress(&format!("waiting for {name} to Succeed: phase {phase:?}"));
+                last_print = Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Patches the budget `held` of `ns` to `minAvailable: min` (the floor's budget: at once
-    /// to 0) and, for 0, waits until its status allows every pod the API server counts.
-    async fn lower_budget(&self, ns: &str, min: usize) -> Result<()> {
+    /// to 0) and, for 0 with `settle`, waits until its status allows every pod the API server
+    /// counts. A drain held by it does not wait: it evicts as the budget allows (upstream's
+    /// asks every pod every 5 s, so the count it allows never catches up with the pods left).
+    async fn lower_budget(&self, ns: &str, min: usize, settle: bool) -> Result<()> {
         let pdbs = Api::<PodDisruptionBudget>::namespaced(self.client.clone(), ns);
         let patch = json!({"spec": {"minAvailable": min}});
         pdbs.patch("held", &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
-        if min != 0 {
+        if min != 0 || !settle {
             return Ok(());
         }
         self.wait("the budget allowing every pod", || async {
@@ -2050,6 +2099,19 @@ fn classify(method: &str, url: &str) -> (String, String) {
 fn proc_status(pid: u32, field: &str) -> Result<u64> {
     nmo_devcluster::measure::proc_status(pid, field)
         .with_context(|| format!("no {field} in /proc/{pid}/status"))
+}
+
+/// How long `budgetrelents` waits for `Succeeded` after the budget is lowered: [`LIMIT`] for
+/// ours; for upstream's `NMO_RELENTS_UPSTREAM_LIMIT` seconds, else 900 (its drain polls each
+/// evicted pod with a GET per second through a client limited to 20 requests a second).
+fn relents_limit(ours: bool) -> Duration {
+    if ours {
+        return LIMIT;
+    }
+    std::env::var("NMO_RELENTS_UPSTREAM_LIMIT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(Duration::from_secs(900), Duration::from_secs)
 }
 
 /// Pods of `budgetheld`: `NMO_BUDGET_PODS`, else 2,000.
