@@ -357,8 +357,13 @@ impl std::fmt::Display for Stage {
     }
 }
 
-/// What the drain does with the node's DaemonSet pods (`docs/drain-contract.md` "DaemonSet
-/// pods last"). Spelled as the variant in the CRD, the annotation and the flag.
+/// What the drain does with the node's DaemonSet pods: Ignore (they stay, as upstream) or
+/// EvictLast (evicted once every other pod has left the node, before the system-critical pods
+/// and the operator's own; one that comes back because it tolerates the maintenance taints is
+/// kept and named). The annotation nodemaintenance.medik8s.io/daemonSets wins over
+/// spec.daemonSets, which wins over --daemon-sets.
+// `docs/drain-contract.md` "DaemonSet pods last". Spelled as the variant in the CRD, the
+// annotation and the flag.
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, clap::ValueEnum,
 )]
