@@ -407,3 +407,152 @@ async fn an_unknown_daemon_sets_value_is_refused_naming_it() {
     );
     assert!(api.get_opt(&name).await.unwrap().is_none());
 }
+
+/// Sets annotation `key` of NodeMaintenance `name` to `value`.
+async fn annotate(client: &kube::Client, name: &str, key: &str, value: &str) {
+    Api::<NodeMaintenance>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Creates an `EvictLast` maintenance `name` of `node` and waits until its DaemonSet pods wait
+/// their turn behind `held`.
+async fn evict_last_waiting(client: &kube::Client, name: &str, node: &str, ds_pods: &[Pod]) {
+    let mut nm = nm::new(name, node, "e2e daemonSets EvictLast");
+    nm.metadata.annotations = Some([(ANNOTATION.to_string(), "EvictLast".to_string())].into());
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &nm)
+        .await
+        .unwrap();
+    nm::wait_status(
+        client,
+        name,
+        "held terminating, both DaemonSet pods waiting their turn",
+        LIMIT,
+        |s| daemon_sets_wait(s, ds_pods),
+    )
+    .await;
+}
+
+/// Lets `held` go and waits until it has left the node.
+async fn release_and_wait_gone(client: &kube::Client, ns: &str) {
+    release(client, ns).await;
+    let api = Api::<Pod>::namespaced(client.clone(), ns);
+    wait_for("held gone", LIMIT, || async {
+        match api.get_opt("held").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(p) => Err(format!(
+                "deleting since {:?}",
+                p.metadata.deletion_timestamp
+            )),
+        }
+    })
+    .await;
+}
+
+/// How long "nothing is evicted" is watched once nothing holds the DaemonSet pods but the
+/// knob under test: unheld, they are evicted within about a second of `held` leaving (the
+/// passes above), so five seconds of silence is the pause's or the stage's doing.
+const QUIET: Duration = Duration::from_secs(5);
+
+/// Asserts that for [`QUIET`] no pod of `ns` is evicted (the audit log from `audit`) and the
+/// DaemonSet pods stay the same running pods.
+async fn no_daemon_set_pod_evicted(
+    client: &kube::Client,
+    audit: &mut AuditCursor,
+    ns: &str,
+    ds_pods: &[Pod],
+    why: &str,
+) {
+    let api = Api::<Pod>::namespaced(client.clone(), ns);
+    let until = std::time::Instant::now() + QUIET;
+    while std::time::Instant::now() < until {
+        let events = audit.read().unwrap();
+        let daemon: Vec<_> = accepted_in(&events, ns)
+            .into_iter()
+            .filter(|e| e.name.starts_with("strict-") || e.name.starts_with("tolerant-"))
+            .collect();
+        assert!(daemon.is_empty(), "{why}: evicted {:?}", names(&daemon));
+        for p in ds_pods {
+            let pod = p.metadata.name.as_deref().unwrap();
+            let now = api.get_opt(pod).await.unwrap();
+            assert!(
+                now.as_ref()
+                    .is_some_and(|n| n.metadata.uid == p.metadata.uid
+                        && n.metadata.deletion_timestamp.is_none()),
+                "{why}: {pod} is not the same running pod: {now:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// §10 combination, pause: an `EvictLast` maintenance paused while its DaemonSet pods wait their
+/// turn sends nothing once the last ordinary pod has left (no eviction in the audit log for
+/// [`QUIET`], the same DaemonSet pods); unpaused, both are evicted and it Succeeds.
+#[tokio::test]
+async fn a_paused_evict_last_maintenance_evicts_no_daemon_set_pod_until_unpaused() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let (node, ns, ds_pods) = node_with_daemon_sets(&client, &env.cluster, "dspause").await;
+    let name = unique("nm-dspause");
+    evict_last_waiting(&client, &name, &node, &ds_pods).await;
+    annotate(&client, &name, "nodemaintenance.medik8s.io/paused", "true").await;
+    nm::wait_status(&client, &name, "DrainPaused=True", LIMIT, |s| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "DrainPaused" && c.status == "True")
+    })
+    .await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    release_and_wait_gone(&client, &ns).await;
+    no_daemon_set_pod_evicted(&client, &mut audit, &ns, &ds_pods, "paused").await;
+
+    let unpaused_at = jiff::Timestamp::now();
+    annotate(&client, &name, "nodemaintenance.medik8s.io/paused", "false").await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let events = audit.read().unwrap();
+    let accepted = accepted_in(&events, &ns);
+    for p in &ds_pods {
+        let pod = p.metadata.name.as_deref().unwrap();
+        let at: Vec<_> = accepted
+            .iter()
+            .filter(|e| e.name == pod)
+            .map(|e| e.received)
+            .collect();
+        assert!(
+            at.len() == 1 && at[0] > unpaused_at,
+            "{pod} evicted once, after the pause ended at {unpaused_at}: {at:?}"
+        );
+    }
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
+
+/// §10 combination, stage back: an `EvictLast` maintenance moved back to `Idle` while its
+/// DaemonSet pods wait their turn restores the node, and once the last ordinary pod has left no
+/// DaemonSet pod is evicted (the audit log for [`QUIET`], the same pods); deleted, nothing more.
+#[tokio::test]
+async fn back_to_idle_an_evict_last_maintenance_restores_the_node_and_evicts_no_daemon_set_pod() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let (node, ns, ds_pods) = node_with_daemon_sets(&client, &env.cluster, "dsidle").await;
+    let name = unique("nm-dsidle");
+    evict_last_waiting(&client, &name, &node, &ds_pods).await;
+    annotate(&client, &name, "nodemaintenance.medik8s.io/stage", "Idle").await;
+    wait_for(&format!("node {node} restored"), LIMIT, || {
+        node::restored(&client, &node)
+    })
+    .await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    release_and_wait_gone(&client, &ns).await;
+    no_daemon_set_pod_evicted(&client, &mut audit, &ns, &ds_pods, "back at Idle").await;
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+    no_daemon_set_pod_evicted(&client, &mut audit, &ns, &ds_pods, "deleted").await;
+}
