@@ -17,7 +17,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use nmo_devcluster::audit::{AuditCursor, AuditEvent, EVICTIONS_POLICY};
-use nmo_devcluster::operator::Operator;
+use nmo_devcluster::operator::{Operator, OperatorOptions};
 use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
 use serde_json::json;
 
@@ -28,22 +28,29 @@ const HOLD: &str = "example.com/hold";
 
 struct Env {
     cluster: Cluster,
-    _operator: Mutex<Operator>,
+    operator: Mutex<Operator>,
+    opts: OperatorOptions,
 }
 
+/// The tests of this binary one at a time: one of them replaces the operator.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// One cluster with an eviction audit log and one operator with its default flags (so
-/// `daemonSets: Ignore` unless a maintenance says otherwise) and its webhook registered.
+/// `daemonSets: Ignore` unless a maintenance says otherwise) and its webhook registered (no
+/// leader election, so a replacement starts at once).
 fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
     ENV.get_or_init(|| {
         let cluster = audited_cluster(EVICTIONS_POLICY);
         let installed = installed(&cluster);
-        let opts = installed.options("operator");
+        let mut opts = installed.options("operator");
+        opts.leader_elect = false;
         let operator = fixtures::start_registered(&cluster, &opts)
             .unwrap_or_else(|e| panic!("operator did not start: {e}"));
         Env {
             cluster,
-            _operator: Mutex::new(operator),
+            operator: Mutex::new(operator),
+            opts,
         }
     })
 }
@@ -182,6 +189,7 @@ fn daemon_sets_wait(s: &NodeMaintenanceStatus, ds_pods: &[Pod]) -> bool {
 async fn evict_last_evicts_daemon_set_pods_after_every_other_pod_and_keeps_the_one_that_comes_back()
 {
     let env = env();
+    let _serial = SERIAL.lock().await;
     let client = env.cluster.client().await;
     let (node, ns, ds_pods) = node_with_daemon_sets(&client, &env.cluster, "dslast").await;
     let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
@@ -322,6 +330,7 @@ async fn evict_last_evicts_daemon_set_pods_after_every_other_pod_and_keeps_the_o
 #[tokio::test]
 async fn by_default_daemon_set_pods_are_never_evicted() {
     let env = env();
+    let _serial = SERIAL.lock().await;
     let client = env.cluster.client().await;
     let (node, ns, ds_pods) = node_with_daemon_sets(&client, &env.cluster, "dsignore").await;
     let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
@@ -366,6 +375,7 @@ async fn by_default_daemon_set_pods_are_never_evicted() {
 #[tokio::test]
 async fn an_unknown_daemon_sets_value_is_refused_naming_it() {
     let env = env();
+    let _serial = SERIAL.lock().await;
     let client = env.cluster.client().await;
     let group = unique("dsbad");
     let node = worker_nodes(&env.cluster, &client, &group, 1)
@@ -498,6 +508,7 @@ async fn no_daemon_set_pod_evicted(
 #[tokio::test]
 async fn a_paused_evict_last_maintenance_evicts_no_daemon_set_pod_until_unpaused() {
     let env = env();
+    let _serial = SERIAL.lock().await;
     let client = env.cluster.client().await;
     let (node, ns, ds_pods) = node_with_daemon_sets(&client, &env.cluster, "dspause").await;
     let name = unique("nm-dspause");
@@ -540,6 +551,7 @@ async fn a_paused_evict_last_maintenance_evicts_no_daemon_set_pod_until_unpaused
 #[tokio::test]
 async fn back_to_idle_an_evict_last_maintenance_restores_the_node_and_evicts_no_daemon_set_pod() {
     let env = env();
+    let _serial = SERIAL.lock().await;
     let client = env.cluster.client().await;
     let (node, ns, ds_pods) = node_with_daemon_sets(&client, &env.cluster, "dsidle").await;
     let name = unique("nm-dsidle");
@@ -555,4 +567,56 @@ async fn back_to_idle_an_evict_last_maintenance_restores_the_node_and_evicts_no_
     nm::delete(&client, &name).await;
     nm::wait_gone(&client, &name, LIMIT).await;
     no_daemon_set_pod_evicted(&client, &mut audit, &ns, &ds_pods, "deleted").await;
+}
+
+/// §10 combination, restart: an `EvictLast` maintenance whose operator is SIGKILLed while the
+/// DaemonSet pods wait their turn, and replaced by a new process, decides the same from the pods
+/// alone: once the last ordinary pod has left, each DaemonSet pod is evicted once (after the
+/// release, by the audit log), `strict`'s is not recreated on the node, the pod `tolerant` brings
+/// back is named as kept, and the maintenance Succeeds.
+#[tokio::test]
+async fn across_a_sigkill_and_restart_daemon_set_pods_still_go_last() {
+    let env = env();
+    let _serial = SERIAL.lock().await;
+    let client = env.cluster.client().await;
+    let (node, ns, ds_pods) = node_with_daemon_sets(&client, &env.cluster, "dskill").await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    let name = unique("nm-dskill");
+    evict_last_waiting(&client, &name, &node, &ds_pods).await;
+    env.operator.lock().unwrap().process().kill();
+    let replacement = fixtures::start_registered(&env.cluster, &env.opts)
+        .unwrap_or_else(|e| panic!("the new operator did not start: {e}"));
+    *env.operator.lock().unwrap() = replacement;
+    let released_at = jiff::Timestamp::now();
+    release(&client, &ns).await;
+    let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let events = audit.read().unwrap();
+    let accepted = accepted_in(&events, &ns);
+    for p in &ds_pods {
+        let pod = p.metadata.name.as_deref().unwrap();
+        let at: Vec<_> = accepted
+            .iter()
+            .filter(|e| e.name == pod)
+            .map(|e| e.received)
+            .collect();
+        assert!(
+            at.len() == 1 && at[0] > released_at,
+            "{pod} evicted once, after held was let go at {released_at}: {at:?}"
+        );
+    }
+    let strict_on_node = pods(&client, &ns, "strict")
+        .await
+        .iter()
+        .filter(|p| node_of(p) == node)
+        .count();
+    assert_eq!(strict_on_node, 0, "strict not recreated on the node");
+    let back = wait_running(&client, &ns, "tolerant", 1, LIMIT).await;
+    let back_name = back[0].metadata.name.clone().unwrap();
+    assert_ne!(back[0].metadata.uid, ds_pods[1].metadata.uid, "a new pod");
+    let drained = drained_message(&done);
+    assert!(
+        drained.contains(&format!("{ns}/{back_name} (ToleratesMaintenanceTaints)")),
+        "the pod that came back is named as kept by the new process: {drained:?}"
+    );
+    nm::delete_and_wait_restored(&client, &name, &node).await;
 }
