@@ -621,3 +621,78 @@ async fn across_a_sigkill_and_restart_daemon_set_pods_still_go_last() {
     );
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
+
+/// Preflight asks the drain's own decision with the maintenance's `daemonSets`: at stage
+/// `Preflight` with `EvictLast`, the DaemonSet pod a budget allows no disruption of is a
+/// `PodDisruptionBudget` blocker (a dry-run eviction); the same maintenance switched to `Ignore`
+/// drops it (the drain would leave that pod); nothing is evicted either way.
+#[tokio::test]
+async fn preflight_dry_runs_daemon_set_pods_only_when_they_are_evicted_last() {
+    let env = env();
+    let _serial = SERIAL.lock().await;
+    let client = env.cluster.client().await;
+    let (node, ns, ds_pods) = node_with_daemon_sets(&client, &env.cluster, "dspre").await;
+    min_available_budget(&client, &ns, "agent-guard", "strict", 1, 1).await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    let strict = ds_pods[0].metadata.name.clone().unwrap();
+    let name = unique("nm-dspre");
+    let mut nm = nm::new(&name, &node, "e2e daemonSets Preflight");
+    nm.metadata.annotations = Some(
+        [
+            (ANNOTATION.to_string(), "EvictLast".to_string()),
+            (
+                "nodemaintenance.medik8s.io/stage".to_string(),
+                "Preflight".to_string(),
+            ),
+        ]
+        .into(),
+    );
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &nm)
+        .await
+        .unwrap();
+    nm::wait_status(
+        &client,
+        &name,
+        "the strict DaemonSet pod blocked by its budget",
+        LIMIT,
+        |s| {
+            s.blockers.iter().flatten().any(|b| {
+                b.name == strict
+                    && b.reason == "PodDisruptionBudget"
+                    && b.pod_disruption_budget.as_deref() == Some("agent-guard")
+            })
+        },
+    )
+    .await;
+    annotate(&client, &name, ANNOTATION, "Ignore").await;
+    nm::wait_status(
+        &client,
+        &name,
+        "no blocker names the strict DaemonSet pod",
+        LIMIT,
+        |s| {
+            s.conditions.iter().flatten().any(|c| c.type_ == "Stage")
+                && s.blockers.iter().flatten().all(|b| b.name != strict)
+        },
+    )
+    .await;
+    // Preflight's dry runs (`dryRun=All`) are in the audit log too; none is a real eviction.
+    let events = audit.read().unwrap();
+    let real: Vec<_> = accepted_in(&events, &ns)
+        .into_iter()
+        .filter(|e| !e.uri.contains("dryRun"))
+        .collect();
+    assert!(real.is_empty(), "Preflight evicted {:?}", names(&real));
+    let dry_ds = accepted_in(&events, &ns)
+        .into_iter()
+        .filter(|e| e.name.starts_with("tolerant-") || e.name.starts_with("strict-"))
+        .count();
+    assert!(
+        dry_ds > 0,
+        "the DaemonSet pods were dry-run under EvictLast"
+    );
+    nm::delete(&client, &name).await;
+    nm::wait_gone(&client, &name, LIMIT).await;
+    release(&client, &ns).await;
+}
