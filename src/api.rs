@@ -12,7 +12,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use crate::knobs::{DrainBehavior, DrainKnobs, DrainRule, OnTimeout, Stage};
+pub use crate::knobs::{DaemonSets, DrainBehavior, DrainKnobs, DrainRule, OnTimeout, Stage};
 
 /// API group of the NodeMaintenance kind.
 pub const GROUP: &str = "nodemaintenance.medik8s.io";

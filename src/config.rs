@@ -547,6 +547,7 @@ mod tests {
             "--node-conditions",
             "--expire-after=30s",
             "--wait-for-volume-detach=true",
+            "--daemon-sets=EvictLast",
         ])
         .unwrap();
         let d = defaults(&c.knobs);
@@ -567,6 +568,7 @@ mod tests {
             d.wait_for_volume_detach,
             Some(crate::knobs::DEFAULT_DETACH_BOUND)
         );
+        assert_eq!(d.daemon_sets, crate::api::DaemonSets::EvictLast);
         let c = parse(&["--wait-for-volume-detach=false"]).unwrap();
         assert_eq!(defaults(&c.knobs).wait_for_volume_detach, None);
     }

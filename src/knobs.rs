@@ -142,6 +142,22 @@ pub struct DrainKnobs {
               VolumeAttachment names the node, for at most this bound from the drain's start \
               (5m, or true for 5m; then --on-timeout applies). Off by default, as upstream")]
     pub wait_for_volume_detach: Option<String>,
+    /// What the drain does with the node's DaemonSet pods: Ignore (leave them, as upstream and
+    /// kubectl's --ignore-daemonsets) or EvictLast (once every other pod has left the node,
+    /// evict them through the Eviction API, system-critical ones and the operator's own pod
+    /// still last; one that comes back because it tolerates the maintenance taints is kept and
+    /// named). The annotation nodemaintenance.medik8s.io/daemonSets wins over this field, which
+    /// wins over the operator's --daemon-sets flag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "Ignore",
+        value_name = "POLICY",
+        help = "Default of the `daemonSets` knob: Ignore (DaemonSet pods stay, as upstream) or \
+              EvictLast (evicted once every other pod has left the node). Ignore by default"
+    )]
+    pub daemon_sets: Option<DaemonSets>,
 }
 
 /// A list of drain rules: an alias, so clap reads `--drain-rules`' one value as the whole list
@@ -202,8 +218,10 @@ impl DrainKnobs {
         "waitForVolumeDetach",
         "true, false, or a positive duration bound such as 5m"
     );
+    /// `daemonSets`: one of [`DaemonSets::ALL`].
+    pub const DAEMON_SETS: Knob = knob!("daemonSets", "Ignore, EvictLast");
     /// Every knob, in the order of the fields.
-    pub const ALL: [Knob; 9] = [
+    pub const ALL: [Knob; 10] = [
         Self::PAUSED,
         Self::DRAIN_TIMEOUT,
         Self::ON_TIMEOUT,
@@ -213,6 +231,7 @@ impl DrainKnobs {
         Self::START_AT,
         Self::EXPIRE_AFTER,
         Self::WAIT_FOR_VOLUME_DETACH,
+        Self::DAEMON_SETS,
     ];
 }
 
@@ -228,6 +247,9 @@ pub const DRAIN_RULES_ANNOTATION: &str = DrainKnobs::DRAIN_RULES.annotation;
 pub const STAGE_ANNOTATION: &str = DrainKnobs::STAGE.annotation;
 /// Annotation of the `waitForVolumeDetach` knob.
 pub const WAIT_FOR_VOLUME_DETACH_ANNOTATION: &str = DrainKnobs::WAIT_FOR_VOLUME_DETACH.annotation;
+
+/// Annotation of the `daemonSets` knob.
+pub const DAEMON_SETS_ANNOTATION: &str = DrainKnobs::DAEMON_SETS.annotation;
 
 /// The knob annotations, as a refusal of an unknown one lists them.
 pub static KNOBS_ACCEPTED: LazyLock<String> = LazyLock::new(|| {
@@ -335,6 +357,33 @@ impl std::fmt::Display for Stage {
     }
 }
 
+/// What the drain does with the node's DaemonSet pods: Ignore (they stay, as upstream) or
+/// EvictLast (evicted once every other pod has left the node, before the system-critical pods
+/// and the operator's own; one that comes back because it tolerates the maintenance taints is
+/// kept and named). The annotation nodemaintenance.medik8s.io/daemonSets wins over
+/// spec.daemonSets, which wins over --daemon-sets.
+// `docs/drain-contract.md` "DaemonSet pods last". Spelled as the variant in the CRD, the
+// annotation and the flag.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, clap::ValueEnum,
+)]
+pub enum DaemonSets {
+    /// Left on the node (upstream's behaviour, kubectl's `--ignore-daemonsets`).
+    #[default]
+    #[value(name = "Ignore")]
+    Ignore,
+    /// Evicted once every other pod has left the node, before the system-critical pods and the
+    /// operator's own pod; one that comes back (it tolerates the maintenance taints) is kept.
+    #[value(name = "EvictLast")]
+    EvictLast,
+}
+
+impl DaemonSets {
+    /// Every value, as the CRD, the annotation and the flag spell it.
+    pub const ALL: &'static [(DaemonSets, &'static str)] =
+        &[(Self::Ignore, "Ignore"), (Self::EvictLast, "EvictLast")];
+}
+
 /// What happens when a drain's deadline (`drainTimeout`) passes (`docs/drain-contract.md` §10).
 // Spelled as the variant in the CRD, the annotation and the flag.
 #[derive(
@@ -414,6 +463,7 @@ mod tests {
             start_at: Some("2030-01-02T03:00:00Z".into()),
             expire_after: Some("1m".into()),
             wait_for_volume_detach: Some("true".into()),
+            daemon_sets: Some(DaemonSets::EvictLast),
         };
         let json = serde_json::to_value(&every).unwrap();
         let fields: Vec<&str> = json
@@ -432,8 +482,10 @@ mod tests {
         assert_eq!(
             *KNOBS_ACCEPTED,
             "nodemaintenance.medik8s.io/ followed by paused, drainTimeout, onTimeout, drainRules, \
-             stage, nodeConditions, startAt, expireAfter or waitForVolumeDetach"
+             stage, nodeConditions, startAt, expireAfter, waitForVolumeDetach or daemonSets"
         );
+        let daemon_sets: Vec<&str> = DaemonSets::ALL.iter().map(|(_, n)| *n).collect();
+        assert_eq!(DrainKnobs::DAEMON_SETS.accepted, daemon_sets.join(", "));
         let on_timeout: Vec<&str> = OnTimeout::ALL.iter().map(|(_, n)| *n).collect();
         assert_eq!(DrainKnobs::ON_TIMEOUT.accepted, on_timeout.join(", "));
         let stages: Vec<&str> = Stage::ALL.iter().map(|(_, n)| *n).collect();
@@ -462,6 +514,7 @@ mod tests {
                 on_timeout: Some(OnTimeout::Wait),
                 stage: Some(Stage::Drain),
                 node_conditions: Some(false),
+                daemon_sets: Some(DaemonSets::Ignore),
                 ..DrainKnobs::default()
             },
             "upstream's behaviour"
@@ -475,6 +528,7 @@ mod tests {
             "--node-conditions=true",
             "--expire-after=12h",
             "--wait-for-volume-detach=false",
+            "--daemon-sets=EvictLast",
         ])
         .unwrap();
         assert_eq!(every.paused, Some(true));
@@ -488,6 +542,7 @@ mod tests {
         assert_eq!(every.node_conditions, Some(true));
         assert_eq!(every.expire_after.as_deref(), Some("12h"));
         assert_eq!(every.wait_for_volume_detach.as_deref(), Some("false"));
+        assert_eq!(every.daemon_sets, Some(DaemonSets::EvictLast));
         for (args, says) in [
             (
                 &["--drain-timeout=soon"][..],
@@ -505,6 +560,7 @@ mod tests {
                 &[r#"--drain-rules=[{"behavior": "Skip"}]"#],
                 "--drain-rules[0]: the rule has neither",
             ),
+            (&["--daemon-sets=Evict"], "invalid value 'Evict'"),
             (
                 &["--start-at=2030-01-02T03:00:00Z"],
                 "unexpected argument '--start-at'",

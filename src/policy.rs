@@ -12,16 +12,16 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 
-use crate::api::{DrainRule, NodeMaintenance, OnTimeout, Stage};
+use crate::api::{DaemonSets, DrainRule, NodeMaintenance, OnTimeout, Stage};
 use crate::knobs::{DrainKnobs, Knob, check_rules};
 
 pub mod pre_drain_hooks;
 mod strict;
 
 pub use crate::knobs::{
-    DRAIN_RULES_ANNOTATION, DRAIN_TIMEOUT_ANNOTATION, ON_TIMEOUT_ANNOTATION, PAUSED_ANNOTATION,
-    STAGE_ANNOTATION, WAIT_FOR_VOLUME_DETACH_ANNOTATION, parse_duration, parse_rules,
-    parse_wait_for_volume_detach,
+    DAEMON_SETS_ANNOTATION, DRAIN_RULES_ANNOTATION, DRAIN_TIMEOUT_ANNOTATION,
+    ON_TIMEOUT_ANNOTATION, PAUSED_ANNOTATION, STAGE_ANNOTATION, WAIT_FOR_VOLUME_DETACH_ANNOTATION,
+    parse_duration, parse_rules, parse_wait_for_volume_detach,
 };
 
 /// The operator's defaults of the knobs: the policy its flags resolve to ([`defaults`]).
@@ -56,6 +56,9 @@ pub struct DrainPolicy {
     /// How long Succeeded waits, from the drain's start, for the node's VolumeAttachments to go
     /// (`None`: no wait, upstream's behaviour; `crate::drain::volume_detach`).
     pub wait_for_volume_detach: Option<Duration>,
+    /// What the drain does with the node's DaemonSet pods (`Ignore`: upstream's behaviour;
+    /// `crate::drain::daemon_sets`).
+    pub daemon_sets: DaemonSets,
     /// When the deadline counts from, filled in by the maintenance pass (not a knob; `None`
     /// from [`resolve`]): the drain's start recorded on the node, or when a maintenance that
     /// waited for a drain slot got one.
@@ -243,6 +246,10 @@ impl Reads<'_> {
                     w.wait_for_volume_detach.as_ref(),
                 )
                 .unwrap_or(d.wait_for_volume_detach),
+            daemon_sets: self
+                .annotation(K::DAEMON_SETS, |v| named(DaemonSets::ALL, v).ok_or(None))
+                .or(w.daemon_sets)
+                .unwrap_or(d.daemon_sets),
             hooks: Vec::new(),
             deadline_start: None,
         }
@@ -546,6 +553,44 @@ mod tests {
             let (p, invalid) = resolve(&nm, &Defaults::default());
             assert_eq!((p.on_timeout, invalid.len()), (*value, 0), "{name}");
         }
+    }
+
+    #[test]
+    fn daemon_sets_resolve_like_on_timeout_and_an_unknown_value_is_named() {
+        let mut nm = NodeMaintenance::new("nm", Default::default());
+        let evict_last = Defaults {
+            daemon_sets: DaemonSets::EvictLast,
+            ..Defaults::default()
+        };
+        assert_eq!(
+            resolve(&nm, &Defaults::default()).0.daemon_sets,
+            DaemonSets::Ignore
+        );
+        assert_eq!(
+            resolve(&nm, &evict_last).0.daemon_sets,
+            DaemonSets::EvictLast
+        );
+        nm.spec.knobs.daemon_sets = Some(DaemonSets::Ignore);
+        assert_eq!(resolve(&nm, &evict_last).0.daemon_sets, DaemonSets::Ignore);
+        nm.annotations_mut()
+            .insert(DAEMON_SETS_ANNOTATION.into(), "EvictLast".into());
+        assert_eq!(
+            resolve(&nm, &Defaults::default()).0.daemon_sets,
+            DaemonSets::EvictLast
+        );
+        nm.annotations_mut()
+            .insert(DAEMON_SETS_ANNOTATION.into(), "Evict".into());
+        let (p, invalid) = resolve(&nm, &evict_last);
+        assert_eq!(
+            p.daemon_sets,
+            DaemonSets::Ignore,
+            "the spec's, the annotation refused"
+        );
+        assert_eq!(
+            invalid[0].to_string(),
+            "nodemaintenance.medik8s.io/daemonSets has the invalid value \"Evict\" for the knob \
+             daemonSets (accepted: Ignore, EvictLast)"
+        );
     }
 
     #[test]

@@ -275,6 +275,7 @@ fn csv_deployment_rbac_and_webhook_equal_the_kustomize_rendering() {
     assert_eq!(
         paths("specDescriptors"),
         [
+            "daemonSets",
             "drainRules",
             "drainTimeout",
             "expireAfter",

@@ -295,6 +295,24 @@ mod tests {
     }
 
     #[test]
+    fn why_lists_daemon_set_pods_waiting_their_turn() {
+        // `daemonSets: EvictLast`: DaemonSet pods wait for the ordinary pods, one row each, as
+        // the other staged pods.
+        let status: NodeMaintenanceStatus = serde_json::from_value(serde_json::json!({
+            "blockers": [{"namespace": "logs", "name": "fluent-bit-x2", "reason": "DaemonSetLast",
+                          "message": "DaemonSet pod (daemonSets: EvictLast): evicted once every other evictable pod has left the node, before the system-critical pods"},
+                         {"namespace": "ns", "name": "web-0", "reason": "Terminating"}]
+        }))
+        .unwrap();
+        assert_eq!(
+            blocker_table(&status),
+            "POD                  REASON          BUDGET   NEEDS   HAS   DUE\n\
+             logs/fluent-bit-x2   DaemonSetLast   -        -       -     -\n\
+             ns/web-0             Terminating     -        -       -     -\n"
+        );
+    }
+
+    #[test]
     fn why_names_the_active_eviction_responder_its_message_and_expected_time() {
         let status: NodeMaintenanceStatus = serde_json::from_value(serde_json::json!({
             "blockers": [{"namespace": "ns", "name": "web-1", "reason": "EvictionResponder",

@@ -392,6 +392,33 @@ mod tests {
     }
 
     #[test]
+    fn daemon_set_pods_stay_in_the_warning_unless_the_maintenance_evicts_them_last() {
+        // The drain's own decision with the maintenance's `daemonSets` (the webhook passes its
+        // resolved value): under EvictLast the DaemonSet pod is evicted, so it does not stay.
+        let pods = [pod("a-ds", "a", daemon())];
+        let with = |daemon_sets| -> Vec<String> {
+            let options = DrainOptions::default().with_daemon_sets(daemon_sets);
+            let facts: Vec<NodePod> = pods
+                .iter()
+                .map(|pod| NodePod {
+                    pod,
+                    disposition: disposition(pod, &[], &options),
+                    last_of: None,
+                })
+                .collect();
+            warnings("n1", &facts, &[], None)
+        };
+        assert_eq!(
+            with(crate::api::DaemonSets::Ignore),
+            [
+                "1 pod will stay on node n1 (the drain leaves DaemonSet pods, mirror pods and pods \
+                 a drain rule or label skips): ns/a-ds"
+            ]
+        );
+        assert!(with(crate::api::DaemonSets::EvictLast).is_empty());
+    }
+
+    #[test]
     fn data_loss_is_said_per_kind_for_evicted_pods_only() {
         let empty_dir = json!({"spec": {"volumes": [{"name": "v", "emptyDir": {}}]}});
         let mut bare = pod("bare", "x", json!({}));

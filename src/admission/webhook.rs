@@ -220,16 +220,17 @@ impl Admission {
             tracing::info!(%node, "pod warnings skipped: the admission pod cache has not listed yet");
             return super::warnings::warnings(node, &[], &[], share);
         }
-        let rules = crate::policy::resolve(nm, &self.settings.policy)
-            .0
-            .drain_rules;
+        let policy = crate::policy::resolve(nm, &self.settings.policy).0;
+        let (rules, options) = (
+            policy.drain_rules,
+            self.settings.drain.with_daemon_sets(policy.daemon_sets),
+        );
         let on_node = pods.on_node(node);
         let mut elsewhere: std::collections::HashMap<String, bool> = Default::default();
         let facts: Vec<NodePod> = on_node
             .iter()
             .map(|p| {
-                let disposition =
-                    super::warnings::disposition(&p.pod, &rules, &self.settings.drain);
+                let disposition = super::warnings::disposition(&p.pod, &rules, &options);
                 let last_of = (p.ready
                     && matches!(disposition, crate::drain::Disposition::Evict { .. }))
                 .then(|| pods.workload(&p.pod))

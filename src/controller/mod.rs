@@ -76,6 +76,9 @@ impl From<&crate::config::Config> for ControllerConfig {
             drain: DrainOptions {
                 own_pod: config.own_pod(),
                 honor_opt_out: config.honor_opt_out_annotations,
+                // Each maintenance's own, resolved with the flag as its default, replaces it
+                // (`DrainOptions::with_daemon_sets`).
+                daemon_sets: crate::api::DaemonSets::default(),
             },
             reporter_instance: config.pod_name().map(str::to_owned),
             policy: crate::policy::defaults(&config.knobs),

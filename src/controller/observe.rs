@@ -114,9 +114,9 @@ async fn maintenance(
             reason = %crate::bounds::truncate(reason, crate::bounds::MAX_REASON_ANNOTATION),
             "Applying maintenance mode"
         );
-        let rules = crate::policy::resolve(nm, &ctx.policy).0.drain_rules;
+        let policy = crate::policy::resolve(nm, &ctx.policy).0;
         ctx.drainer
-            .survey(&node_name, &rules)
+            .survey(&node_name, &policy)
             .await
             .map(Some)
             .map_err(Error::InitStatus)

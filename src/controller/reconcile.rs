@@ -98,10 +98,7 @@ async fn pass(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
         Then::Requeue(requeue) => return Ok(act::action(requeue)),
         Then::Drain(round) => round,
         Then::Preflight(round) => {
-            let blockers = ctx
-                .drainer
-                .preflight(&round.node, &round.policy.drain_rules)
-                .await?;
+            let blockers = ctx.drainer.preflight(&round.node, &round.policy).await?;
             let plan = plan::preflight_plan(&round, &blockers, jiff::Timestamp::now());
             return Ok(match act::carry_out(ctx, &mut current, plan).await? {
                 Some(Then::Requeue(requeue)) => act::action(requeue),

@@ -36,7 +36,7 @@ use super::preview::{self, Ask};
 use super::report::{self, DrainReport, Survey};
 use super::round::{self, Observed, PlannedEviction, Round};
 use super::rules;
-use crate::api::{DrainRule, PodReference};
+use crate::api::{DaemonSets, DrainRule, PodReference};
 use crate::metrics::Metrics;
 use crate::policy::DrainPolicy;
 
@@ -253,15 +253,16 @@ impl Drainer {
         Ok((pods, listed_at))
     }
 
-    /// Decides each pod ([`decide`], with `arrival` and the first of the maintenance's drain
-    /// `rules` that selects it), looking up each DaemonSet once, and each pod namespace's labels
-    /// once when a rule has a namespace selector.
+    /// Decides each pod ([`decide`], with `arrival`, the maintenance's `daemonSets` knob and
+    /// the first of its drain `rules` that selects it), looking up each DaemonSet once, and each
+    /// pod namespace's labels once when a rule has a namespace selector.
     async fn classified(
         &self,
         pods: Vec<DrainPod>,
         arrival: &Arrival,
-        drain_rules: &[DrainRule],
+        (drain_rules, daemon_sets): (&[DrainRule], DaemonSets),
     ) -> Result<Vec<(DrainPod, Disposition)>, DrainError> {
+        let options = self.options.with_daemon_sets(daemon_sets);
         // UID of the DaemonSet found under each (namespace, name); `None` when not found.
         let mut daemonsets: HashMap<(String, String), Option<String>> = HashMap::new();
         let mut namespaces: HashMap<String, BTreeMap<String, String>> = HashMap::new();
@@ -306,7 +307,7 @@ impl Drainer {
                 };
                 rules::matching(drain_rules, &pod, labels)
             };
-            let disposition = decide(&pod, exists.as_deref(), &self.options, arrival, rule);
+            let disposition = decide(&pod, exists.as_deref(), &options, arrival, rule);
             out.push((pod, disposition));
         }
         Ok(out)
@@ -342,13 +343,12 @@ impl Drainer {
     pub(crate) async fn survey(
         &self,
         node: &str,
-        drain_rules: &[DrainRule],
+        policy: &DrainPolicy,
     ) -> Result<Survey, DrainError> {
         let (pods, _) = self.list_pods(node).await?;
+        let knobs = (&policy.drain_rules[..], policy.daemon_sets);
         Ok(report::survey(
-            &self
-                .classified(pods, &Arrival::default(), drain_rules)
-                .await?,
+            &self.classified(pods, &Arrival::default(), knobs).await?,
         ))
     }
 
@@ -381,7 +381,8 @@ impl Drainer {
             started,
             first_listing: schedule.first_listing(started).cloned(),
         };
-        let pods = self.classified(pods, &arrival, &policy.drain_rules).await?;
+        let knobs = (&policy.drain_rules[..], policy.daemon_sets);
+        let pods = self.classified(pods, &arrival, knobs).await?;
         let observed = Observed {
             responders: self.responders.read().on(pods.iter().map(|(p, _)| p)),
             pods,
@@ -583,7 +584,7 @@ impl Drainer {
     }
 
     /// What would keep `node`'s pods on it (the stage Preflight): each pod the drain would
-    /// evict (under `drain_rules`) asked for with a server-side dry run (`dryRun=All`: admission
+    /// evict (under `policy`'s drain rules and `daemonSets`) asked for with a server-side dry run (`dryRun=All`: admission
     /// and the budgets are evaluated, nothing is evicted and no disruption is consumed), the
     /// refusals as blockers, in listing order. A budget that allows no disruption is asked
     /// through its first pod and its other pods take that refusal, as in the drain
@@ -594,12 +595,11 @@ impl Drainer {
     pub(crate) async fn preflight(
         &self,
         node: &str,
-        drain_rules: &[DrainRule],
+        policy: &DrainPolicy,
     ) -> Result<Vec<crate::api::PodBlocker>, DrainError> {
         let (pods, _) = self.list_pods(node).await?;
-        let classified = self
-            .classified(pods, &Arrival::default(), drain_rules)
-            .await?;
+        let knobs = (&policy.drain_rules[..], policy.daemon_sets);
+        let classified = self.classified(pods, &Arrival::default(), knobs).await?;
         let drained: Vec<&DrainPod> = classified
             .iter()
             .filter(|(_, d)| d.drains())

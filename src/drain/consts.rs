@@ -99,6 +99,9 @@ pub(crate) mod reason {
     /// Evicted, gone, and its controller's replacement, which tolerates the maintenance taints,
     /// not listed yet: waits up to [`super::REPLACEMENT_WAIT`] for it to be named as kept.
     pub(crate) const AWAITING_REPLACEMENT: &str = "AwaitingReplacement";
+    /// A DaemonSet pod (`daemonSets: EvictLast`), not evicted while an ordinary pod is still
+    /// on the node.
+    pub(crate) const DAEMON_SET: &str = "DaemonSetLast";
     /// A system-critical pod, not evicted while an ordinary pod is still on the node.
     pub(crate) const SYSTEM_CRITICAL: &str = "SystemCritical";
     /// The operator's own pod, not evicted while any other evictable pod is still on the node.

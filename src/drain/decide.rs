@@ -12,6 +12,7 @@ use super::consts::{
     CAPI_DRAIN_LABEL, DRAIN_LABEL, DRAIN_RULES, SYSTEM_CRITICAL_CLASSES, SYSTEM_CRITICAL_PRIORITY,
     reason,
 };
+use super::daemon_sets;
 use super::disposition::{Disposition, DrainOptions, PodRule, Stage};
 use super::opt_out;
 use super::pod::{DrainPod, OwnerRef};
@@ -191,12 +192,18 @@ pub(crate) fn classify(
     arrival: &Arrival,
 ) -> Disposition {
     let mut warnings = Vec::new();
+    // Managed by an existing DaemonSet: left alone, or drained last ([`daemon_sets`]).
+    let mut daemon_set = false;
     if let Some(ds) = daemonset_owner(pod) {
         if daemonset_uid == Some(ds.uid.as_str()) {
-            return Disposition::SkipDaemonSet;
+            if !daemon_sets::drained(options) {
+                return Disposition::SkipDaemonSet;
+            }
+            daemon_set = true;
+        } else {
+            // kubectl with --force evicts the orphan and warns with the NotFound error text.
+            warnings.push(format!("daemonsets.apps \"{}\" not found", ds.name));
         }
-        // kubectl with --force evicts the orphan and warns with the NotFound error text.
-        warnings.push(format!("daemonsets.apps \"{}\" not found", ds.name));
     }
     if pod.metadata.marks.mirror {
         return Disposition::SkipMirror;
@@ -220,7 +227,11 @@ pub(crate) fn classify(
     if pod.controller_ref().is_none() {
         warnings.push("deleting Pods that declare no controller".to_string());
     }
-    let stage = stage(pod, options, order);
+    let stage = if daemon_set {
+        daemon_sets::stage(stage(pod, options, order))
+    } else {
+        stage(pod, options, order)
+    };
     opt_out::apply(
         Disposition::Evict { warnings, stage },
         pod,
@@ -278,13 +289,25 @@ pub(crate) fn apply_rule(
             Disposition::Evict { .. } | Disposition::KeepReplacement | Disposition::OptedOut { .. },
             DrainBehavior::WaitCompleted,
         ) => Disposition::WaitCompleted { label: DRAIN_RULES },
-        (Disposition::Evict { warnings, .. }, DrainBehavior::Drain) => Disposition::Evict {
+        (
+            Disposition::Evict {
+                warnings,
+                stage: was,
+            },
+            DrainBehavior::Drain,
+        ) => Disposition::Evict {
             warnings,
-            stage: stage(pod, options, rule.order.unwrap_or(0)),
+            stage: daemon_sets::reorder(was, stage(pod, options, rule.order.unwrap_or(0))),
         },
-        (Disposition::OptedOut { annotation, .. }, DrainBehavior::Drain) => Disposition::OptedOut {
+        (
+            Disposition::OptedOut {
+                annotation,
+                stage: was,
+            },
+            DrainBehavior::Drain,
+        ) => Disposition::OptedOut {
             annotation,
-            stage: stage(pod, options, rule.order.unwrap_or(0)),
+            stage: daemon_sets::reorder(was, stage(pod, options, rule.order.unwrap_or(0))),
         },
         (other, _) => other,
     }
@@ -305,6 +328,7 @@ pub(crate) fn waiting_blocker(
                 "drain order {order} ({DRAIN_LABEL}): evicted once every pod of a lower order has                  left the node"
             ),
         ),
+        Stage::DaemonSet => daemon_sets::waiting(),
         Stage::Critical => (
             reason::SYSTEM_CRITICAL,
             format!(

@@ -2,7 +2,7 @@
 //! ([`Disposition`]), when relative to the node's other pods ([`Stage`]), the pod's own rule
 //! ([`PodRule`]) and the drain's settings ([`DrainOptions`]). A leaf: types only.
 
-use crate::api::PodReference;
+use crate::api::{DaemonSets, PodReference};
 
 /// Settings of the drain beyond upstream's fixed ones.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -12,6 +12,20 @@ pub(crate) struct DrainOptions {
     pub own_pod: Option<PodReference>,
     /// `--honor-opt-out-annotations`: the common opt-out annotations hold a pod ([`opt_out`]).
     pub honor_opt_out: bool,
+    /// The maintenance's `daemonSets` knob (`Ignore`: DaemonSet pods stay; `EvictLast`: they
+    /// are drained in [`Stage::DaemonSet`], [`super::daemon_sets`]). Per maintenance: the
+    /// process's options carry the default, [`DrainOptions::with_daemon_sets`] its own.
+    pub daemon_sets: DaemonSets,
+}
+
+impl DrainOptions {
+    /// These options under a maintenance whose `daemonSets` knob resolved to `daemon_sets`.
+    pub(crate) fn with_daemon_sets(&self, daemon_sets: DaemonSets) -> Self {
+        Self {
+            daemon_sets,
+            ..self.clone()
+        }
+    }
 }
 
 /// When a pod is evicted relative to the others on its node: every pod of a stage leaves (is no
@@ -21,6 +35,10 @@ pub(crate) enum Stage {
     /// Everything not below, by its drain order (0 unless its [`DRAIN_LABEL`] gives a number):
     /// every pod of a lower order leaves before one of a higher order is evicted.
     Ordinary(i32),
+    /// Pods of an existing DaemonSet, under `daemonSets: EvictLast` ([`super::daemon_sets`]):
+    /// the node agents (log shippers, CNI and GPU agents) the ordinary pods may need while they
+    /// terminate. A system-critical or the operator's own DaemonSet pod is in its later stage.
+    DaemonSet,
     /// Running system-critical pods (DNS, network agents that are not DaemonSets), which the
     /// ordinary pods may need while they terminate; the kubelet's graceful node shutdown and
     /// Karpenter also stop them last.
@@ -42,7 +60,8 @@ pub(crate) enum Disposition {
         /// When, relative to the node's other pods.
         stage: Stage,
     },
-    /// Managed by an existing DaemonSet: left alone (`IgnoreAllDaemonSets`).
+    /// Managed by an existing DaemonSet: left alone (`IgnoreAllDaemonSets`; `daemonSets:
+    /// Ignore`, the default).
     SkipDaemonSet,
     /// A mirror pod of a static pod: left alone, silently.
     SkipMirror,

@@ -19,7 +19,8 @@
 //!
 //! Defaults, documented because kubectl's own defaults are different (each would abort the drain),
 //! and our deliberate differences from upstream (`docs/compat.md §7`, `docs/design.md §2`):
-//! - DaemonSet-managed pods stay (the DaemonSet would recreate them anyway). A pod counts as
+//! - DaemonSet-managed pods stay (the DaemonSet would recreate them anyway), unless the
+//!   maintenance's `daemonSets` knob says `EvictLast` ([`daemon_sets`]). A pod counts as
 //!   DaemonSet-managed only when its controller reference is of group `apps`, kind `DaemonSet`,
 //!   and the DaemonSet of that name has the reference's UID; a pod whose DaemonSet is gone (or
 //!   replaced by a same-named one) is evicted.
@@ -43,6 +44,7 @@ pub(crate) mod answer;
 pub(crate) mod budget;
 pub(crate) mod cancel;
 pub(crate) mod consts;
+pub(crate) mod daemon_sets;
 pub(crate) mod deadline;
 pub(crate) mod decide;
 pub(crate) mod disposition;

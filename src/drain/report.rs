@@ -114,6 +114,7 @@ pub(crate) fn waits_only(r: &str) -> bool {
     matches!(
         r,
         reason::TERMINATING
+            | reason::DAEMON_SET
             | reason::SYSTEM_CRITICAL
             | reason::OPERATOR_POD
             | reason::EVICTING
