@@ -142,6 +142,23 @@ pub struct DrainKnobs {
               VolumeAttachment names the node, for at most this bound from the drain's start \
               (5m, or true for 5m; then --on-timeout applies). Off by default, as upstream")]
     pub wait_for_volume_detach: Option<String>,
+    /// What the drain does with a pod of a Deployment that cannot lose it (its budget allows no
+    /// disruption, or the Deployment has one replica): Never (evict it as any pod, the default,
+    /// as upstream) or RolloutRestart (restart the Deployment's rollout as `kubectl rollout
+    /// restart` does, once per maintenance, and wait until the Deployment has replaced the pod
+    /// on another node). The annotation nodemaintenance.medik8s.io/surge wins over this field,
+    /// which wins over the operator's --surge flag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "Never",
+        value_name = "SURGE",
+        help = "Default of the `surge` knob: Never (evict as any pod, as upstream) or \
+              RolloutRestart (a Deployment's pod its budget holds, or its only replica, is \
+              replaced by a rollout restart of the Deployment before it goes). Never by default"
+    )]
+    pub surge: Option<Surge>,
 }
 
 /// A list of drain rules: an alias, so clap reads `--drain-rules`' one value as the whole list
@@ -202,8 +219,10 @@ impl DrainKnobs {
         "waitForVolumeDetach",
         "true, false, or a positive duration bound such as 5m"
     );
+    /// `surge`: one of [`Surge::ALL`].
+    pub const SURGE: Knob = knob!("surge", "Never, RolloutRestart");
     /// Every knob, in the order of the fields.
-    pub const ALL: [Knob; 9] = [
+    pub const ALL: [Knob; 10] = [
         Self::PAUSED,
         Self::DRAIN_TIMEOUT,
         Self::ON_TIMEOUT,
@@ -213,6 +232,7 @@ impl DrainKnobs {
         Self::START_AT,
         Self::EXPIRE_AFTER,
         Self::WAIT_FOR_VOLUME_DETACH,
+        Self::SURGE,
     ];
 }
 
@@ -228,6 +248,9 @@ pub const DRAIN_RULES_ANNOTATION: &str = DrainKnobs::DRAIN_RULES.annotation;
 pub const STAGE_ANNOTATION: &str = DrainKnobs::STAGE.annotation;
 /// Annotation of the `waitForVolumeDetach` knob.
 pub const WAIT_FOR_VOLUME_DETACH_ANNOTATION: &str = DrainKnobs::WAIT_FOR_VOLUME_DETACH.annotation;
+
+/// Annotation of the `surge` knob.
+pub const SURGE_ANNOTATION: &str = DrainKnobs::SURGE.annotation;
 
 /// The knob annotations, as a refusal of an unknown one lists them.
 pub static KNOBS_ACCEPTED: LazyLock<String> = LazyLock::new(|| {
@@ -398,6 +421,30 @@ impl std::fmt::Display for OnTimeout {
     }
 }
 
+/// What the drain does with a pod of a Deployment that cannot lose it (`docs/drain-contract.md`
+/// "Surge"). Spelled as the variant in the CRD, the annotation and the flag.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, clap::ValueEnum,
+)]
+pub enum Surge {
+    /// Evict it as any pod (upstream's behaviour): held by its budget, or its only pod lost.
+    #[default]
+    #[value(name = "Never")]
+    Never,
+    /// Restart the Deployment's rollout (`kubectl rollout restart`), once per maintenance, and
+    /// wait until the Deployment has replaced the pod on another node.
+    #[value(name = "RolloutRestart")]
+    RolloutRestart,
+}
+
+impl Surge {
+    /// Every value, as the CRD, the annotation and the flag spell it.
+    pub const ALL: &'static [(Surge, &'static str)] = &[
+        (Self::Never, "Never"),
+        (Self::RolloutRestart, "RolloutRestart"),
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,6 +461,7 @@ mod tests {
             start_at: Some("2030-01-02T03:00:00Z".into()),
             expire_after: Some("1m".into()),
             wait_for_volume_detach: Some("true".into()),
+            surge: Some(Surge::RolloutRestart),
         };
         let json = serde_json::to_value(&every).unwrap();
         let fields: Vec<&str> = json
@@ -432,12 +480,14 @@ mod tests {
         assert_eq!(
             *KNOBS_ACCEPTED,
             "nodemaintenance.medik8s.io/ followed by paused, drainTimeout, onTimeout, drainRules, \
-             stage, nodeConditions, startAt, expireAfter or waitForVolumeDetach"
+             stage, nodeConditions, startAt, expireAfter, waitForVolumeDetach or surge"
         );
         let on_timeout: Vec<&str> = OnTimeout::ALL.iter().map(|(_, n)| *n).collect();
         assert_eq!(DrainKnobs::ON_TIMEOUT.accepted, on_timeout.join(", "));
         let stages: Vec<&str> = Stage::ALL.iter().map(|(_, n)| *n).collect();
         assert_eq!(DrainKnobs::STAGE.accepted, stages.join(", "));
+        let surges: Vec<&str> = Surge::ALL.iter().map(|(_, n)| *n).collect();
+        assert_eq!(DrainKnobs::SURGE.accepted, surges.join(", "));
     }
 
     /// The flags as clap reads them: each knob's text kept as the spec would hold it, checked by
@@ -462,6 +512,7 @@ mod tests {
                 on_timeout: Some(OnTimeout::Wait),
                 stage: Some(Stage::Drain),
                 node_conditions: Some(false),
+                surge: Some(Surge::Never),
                 ..DrainKnobs::default()
             },
             "upstream's behaviour"
@@ -475,6 +526,7 @@ mod tests {
             "--node-conditions=true",
             "--expire-after=12h",
             "--wait-for-volume-detach=false",
+            "--surge=RolloutRestart",
         ])
         .unwrap();
         assert_eq!(every.paused, Some(true));
@@ -488,6 +540,7 @@ mod tests {
         assert_eq!(every.node_conditions, Some(true));
         assert_eq!(every.expire_after.as_deref(), Some("12h"));
         assert_eq!(every.wait_for_volume_detach.as_deref(), Some("false"));
+        assert_eq!(every.surge, Some(Surge::RolloutRestart));
         for (args, says) in [
             (
                 &["--drain-timeout=soon"][..],

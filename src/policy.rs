@@ -13,6 +13,7 @@ use std::time::Duration;
 use kube::ResourceExt;
 
 use crate::api::{DrainRule, NodeMaintenance, OnTimeout, Stage};
+use crate::knobs::Surge;
 use crate::knobs::{DrainKnobs, Knob, check_rules};
 
 pub mod pre_drain_hooks;
@@ -20,8 +21,8 @@ mod strict;
 
 pub use crate::knobs::{
     DRAIN_RULES_ANNOTATION, DRAIN_TIMEOUT_ANNOTATION, ON_TIMEOUT_ANNOTATION, PAUSED_ANNOTATION,
-    STAGE_ANNOTATION, WAIT_FOR_VOLUME_DETACH_ANNOTATION, parse_duration, parse_rules,
-    parse_wait_for_volume_detach,
+    STAGE_ANNOTATION, SURGE_ANNOTATION, WAIT_FOR_VOLUME_DETACH_ANNOTATION, parse_duration,
+    parse_rules, parse_wait_for_volume_detach,
 };
 
 /// The operator's defaults of the knobs: the policy its flags resolve to ([`defaults`]).
@@ -56,6 +57,9 @@ pub struct DrainPolicy {
     /// How long Succeeded waits, from the drain's start, for the node's VolumeAttachments to go
     /// (`None`: no wait, upstream's behaviour; `crate::drain::volume_detach`).
     pub wait_for_volume_detach: Option<Duration>,
+    /// What the drain does with a pod of a Deployment that cannot lose it
+    /// (`crate::drain::surge`; `Never`: evict it, upstream's behaviour).
+    pub surge: Surge,
     /// When the deadline counts from, filled in by the maintenance pass (not a knob; `None`
     /// from [`resolve`]): the drain's start recorded on the node, or when a maintenance that
     /// waited for a drain slot got one.
@@ -243,6 +247,10 @@ impl Reads<'_> {
                     w.wait_for_volume_detach.as_ref(),
                 )
                 .unwrap_or(d.wait_for_volume_detach),
+            surge: self
+                .annotation(K::SURGE, |v| named(Surge::ALL, v).ok_or(None))
+                .or(w.surge)
+                .unwrap_or(d.surge),
             hooks: Vec::new(),
             deadline_start: None,
         }

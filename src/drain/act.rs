@@ -88,6 +88,18 @@ pub(crate) enum DrainError {
         /// The API error.
         source: kube::Error,
     },
+    /// Reading a pod's workload (`surge`: its ReplicaSet or Deployment) failed.
+    #[error("failed to get {kind} {namespace}/{name}: {source}")]
+    Workload {
+        /// The kind read.
+        kind: &'static str,
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// The API error.
+        source: kube::Error,
+    },
     /// A read did not answer within [`READ_TIMEOUT`].
     #[error("{what} did not answer within {}s", READ_TIMEOUT.as_secs())]
     Timeout {
@@ -382,7 +394,12 @@ impl Drainer {
             first_listing: schedule.first_listing(started).cloned(),
         };
         let pods = self.classified(pods, &arrival, &policy.drain_rules).await?;
+        let surge = match policy.surge {
+            crate::knobs::Surge::Never => Default::default(),
+            _ => super::surge_io::observe(&self.client, &pods, standing.uid.as_deref()).await?,
+        };
         let observed = Observed {
+            surge,
             responders: self.responders.read().on(pods.iter().map(|(p, _)| p)),
             pods,
             started,
@@ -394,9 +411,13 @@ impl Drainer {
         let Round {
             evict,
             delete,
-            report,
+            mut report,
             memory,
+            restart,
         } = round::round(observed, &schedule, &budgets, policy, Instant::now());
+        for r in restart {
+            self.restart(&r, standing, &mut report).await;
+        }
         // Record, then send.
         let evict = self.remember(node, memory, evict);
         for b in &report.newly_skipped {
@@ -413,6 +434,34 @@ impl Drainer {
             self.delete_on_its_own(node, d, standing.clone());
         }
         Ok(report)
+    }
+
+    /// Sends one rollout restart the round decided (`super::surge`), while the maintenance may
+    /// still send; a sent one is reported (its one event), a failed one is an error of the
+    /// round (the next round decides again from what the API server holds).
+    async fn restart(
+        &self,
+        r: &super::surge::PlannedRestart,
+        standing: &Standing,
+        report: &mut DrainReport,
+    ) {
+        let deployment = format!("{}/{}", r.namespace, r.name);
+        if let Some(halt) = standing.halted(&self.stopped) {
+            tracing::info!(%deployment, %halt, "rollout restart not sent");
+            return;
+        }
+        match super::surge_io::restart(&self.client, r).await {
+            Ok(()) => {
+                tracing::info!(%deployment, pod = %r.blocker.name, "Deployment restarted (surge RolloutRestart)");
+                report.restarted.push(r.blocker.clone());
+            }
+            Err(e) => {
+                tracing::warn!(%deployment, error = %e, "the rollout restart failed");
+                report.errors.push(format!(
+                    "the rollout restart of Deployment {deployment} failed: {e}"
+                ));
+            }
+        }
     }
 
     /// Sends one forced DELETE on its own (`onTimeout: ForceDelete`), with the pod's UID as
