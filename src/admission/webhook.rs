@@ -220,9 +220,9 @@ impl Admission {
             tracing::info!(%node, "pod warnings skipped: the admission pod cache has not listed yet");
             return super::warnings::warnings(node, &[], &[], share);
         }
-        let rules = crate::policy::resolve(nm, &self.settings.policy)
-            .0
-            .drain_rules;
+        let policy = crate::policy::resolve(nm, &self.settings.policy).0;
+        let surge = policy.surge == crate::knobs::Surge::RolloutRestart;
+        let rules = policy.drain_rules;
         let on_node = pods.on_node(node);
         let mut elsewhere: std::collections::HashMap<String, bool> = Default::default();
         let facts: Vec<NodePod> = on_node
@@ -243,6 +243,7 @@ impl Admission {
                     pod: &p.pod,
                     disposition,
                     last_of,
+                    surge,
                 }
             })
             .collect();
