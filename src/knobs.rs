@@ -422,7 +422,7 @@ impl std::fmt::Display for OnTimeout {
 }
 
 /// What the drain does with a pod of a Deployment that cannot lose it (`docs/drain-contract.md`
-/// "Surge"). Spelled as the variant in the CRD, the annotation and the flag.
+/// §14). Spelled as the variant in the CRD, the annotation and the flag.
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, clap::ValueEnum,
 )]

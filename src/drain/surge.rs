@@ -1,4 +1,4 @@
-//! The `surge` knob (`docs/drain-contract.md` "Surge"; issue 47 item 1): with
+//! The `surge` knob (`docs/drain-contract.md` §14; issue 47 item 1): with
 //! `surge: RolloutRestart`, a pod of a Deployment that cannot lose it (the budget covering it
 //! allows no disruption or refused its eviction with 429, or the Deployment has one replica) is
 //! not evicted. The drain restarts the Deployment's rollout instead, exactly as `kubectl rollout

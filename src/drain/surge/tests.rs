@@ -1,4 +1,4 @@
-//! The `surge` rule's decisions (`docs/drain-contract.md` "Surge").
+//! The `surge` rule's decisions (`docs/drain-contract.md` §14).
 
 use std::time::Instant;
 
