@@ -89,14 +89,10 @@ pub(crate) enum DrainError {
         source: kube::Error,
     },
     /// Reading a pod's workload (`surge`: its ReplicaSet or Deployment) failed.
-    #[error("failed to get {kind} {namespace}/{name}: {source}")]
+    #[error("failed to get {what}: {source}")]
     Workload {
-        /// The kind read.
-        kind: &'static str,
-        /// Its namespace.
-        namespace: String,
-        /// Its name.
-        name: String,
+        /// What was read: its kind, namespace and name (`ReplicaSet ns/web-5d8f`).
+        what: String,
         /// The API error.
         source: kube::Error,
     },

@@ -25,9 +25,7 @@ async fn read<T>(
     call: impl std::future::Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, DrainError> {
     let err = |source| DrainError::Workload {
-        kind,
-        namespace: namespace.to_string(),
-        name: name.to_string(),
+        what: format!("{kind} {namespace}/{name}"),
         source,
     };
     match tokio::time::timeout(READ_TIMEOUT, call).await {
