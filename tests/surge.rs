@@ -400,3 +400,42 @@ async fn a_deployment_that_cannot_surge_is_a_blocker_naming_why() {
     );
     nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
 }
+
+/// An unknown value of the knob is refused naming it and the accepted values: the annotation
+/// by the webhook, `spec.surge` by the CRD's enum (or the webhook); nothing is created.
+#[tokio::test]
+async fn an_unknown_surge_is_refused_naming_the_value() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("surgebad");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let api = Api::<NodeMaintenance>::all(client.clone());
+    for how in ["annotation", "spec"] {
+        let name = unique("nm-surgebad");
+        let mut nm = serde_json::to_value(nm::new(&name, &node, "e2e")).unwrap();
+        match how {
+            "annotation" => {
+                nm["metadata"]["annotations"] =
+                    json!({"nodemaintenance.medik8s.io/surge": "Always"})
+            }
+            _ => nm["spec"]["surge"] = json!("Always"),
+        }
+        // As JSON: the typed object cannot hold an unknown value.
+        let resource = kube::api::ApiResource::erase::<NodeMaintenance>(&());
+        let raw = Api::<kube::api::DynamicObject>::all_with(client.clone(), &resource);
+        let refused = raw
+            .create(&PostParams::default(), &serde_json::from_value(nm).unwrap())
+            .await;
+        let text = match refused {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{how}: surge Always was admitted"),
+        };
+        assert!(
+            text.contains("surge") && text.contains("Always") && text.contains("RolloutRestart"),
+            "{how}: {text}"
+        );
+        assert!(api.get_opt(&name).await.unwrap().is_none());
+    }
+}
