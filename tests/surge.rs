@@ -439,3 +439,58 @@ async fn an_unknown_surge_is_refused_naming_the_value() {
         assert!(api.get_opt(&name).await.unwrap().is_none());
     }
 }
+
+/// A StatefulSet cannot surge (one pod per identity): with `surge: RolloutRestart` its one pod
+/// under `minAvailable: 1` stays held by its budget, and the blocker says it cannot surge and
+/// names the budget; nothing is patched.
+#[tokio::test]
+async fn a_statefulset_cannot_surge_and_stays_held_by_its_budget() {
+    let _serial = SERIAL.lock().await;
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("sts");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "sts").await;
+    let sts: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "db"},
+        "spec": {
+            "replicas": 1,
+            "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {
+                    "nodeSelector": {"nmo-test": group},
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]
+                }
+            }
+        }
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &sts)
+        .await
+        .unwrap();
+    wait_running(&client, &ns, "db", 1, LIMIT).await;
+    min_available_budget(&client, &ns, "db-pdb", "db", 1, 1).await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    let name = unique("nm-sts");
+    create(&client, &name, &node, Some("RolloutRestart")).await;
+    nm::wait_status(&client, &name, "held by the budget, cannot surge", LIMIT, |s| {
+        s.blockers.iter().flatten().any(|b| {
+            let m = b.message.as_deref().unwrap_or_default();
+            b.name == "db-0"
+                && b.reason == "PodDisruptionBudget"
+                && b.pod_disruption_budget.as_deref() == Some("db-pdb")
+                && m.starts_with("StatefulSet pods cannot surge (StatefulSet db: one pod per identity); held by budget db-pdb")
+        })
+    })
+    .await;
+    let still = wait_running(&client, &ns, "db", 1, LIMIT).await.remove(0);
+    assert_eq!(node_of(&still), node);
+    assert_eq!(deployment_requests(&audit.read().unwrap(), &ns, "patch"), 0);
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
