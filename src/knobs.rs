@@ -421,8 +421,10 @@ impl std::fmt::Display for OnTimeout {
     }
 }
 
-/// What the drain does with a pod of a Deployment that cannot lose it (`docs/drain-contract.md`
-/// §14). Spelled as the variant in the CRD, the annotation and the flag.
+/// What the drain does with a pod of a Deployment that cannot lose it: Never (evict it, as
+/// upstream) or RolloutRestart (restart the Deployment's rollout once and wait until it has
+/// replaced the pod on another node) (`docs/drain-contract.md` §14).
+// Spelled as the variant in the CRD, the annotation and the flag.
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, clap::ValueEnum,
 )]
