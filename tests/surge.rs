@@ -317,6 +317,16 @@ async fn a_single_replica_under_a_budget_is_replaced_elsewhere_before_it_goes() 
         "restarted once"
     );
     let refused = refused_evictions(&events, &ns);
+    let asked = events
+        .iter()
+        .filter(|e| e.subresource == "eviction" && e.namespace == ns)
+        .count();
+    eprintln!(
+        "surge figures: {asked} evictions asked, {refused} refused (429), {} restart patch(es), \
+         {} watch events",
+        deployment_requests(&events, &ns, "patch"),
+        seen.len()
+    );
     assert!(refused <= 2, "{refused} evictions refused by the budget");
     let restarted: Vec<_> = nm::events(&client, "NodeMaintenance", &name)
         .await
