@@ -504,3 +504,66 @@ async fn a_statefulset_cannot_surge_and_stays_held_by_its_budget() {
     assert_eq!(deployment_requests(&audit.read().unwrap(), &ns, "patch"), 0);
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
+
+/// `surge` with `paused` (§10's combinations): a paused maintenance restarts nothing (no GET or
+/// patch of the Deployment while `DrainPaused=True`, the pod stays); unpaused, the Deployment is
+/// restarted once and the maintenance Succeeds with the replacement on the other node.
+#[tokio::test]
+async fn a_paused_maintenance_restarts_nothing_until_unpaused() {
+    let _serial = SERIAL.lock().await;
+    let env = env();
+    let client = env.cluster.client().await;
+    let (nodes, ns, old) = one_replica(env, &client, "surgep", serde_json::Value::Null).await;
+    cordon(&client, &nodes[1], false).await;
+    min_available_budget(&client, &ns, "web-pdb", "web", 1, 1).await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    let name = unique("nm-surgep");
+    let mut nm = serde_json::to_value(nm::new(&name, &nodes[0], "e2e")).unwrap();
+    nm["spec"]["surge"] = json!("RolloutRestart");
+    nm["spec"]["paused"] = json!(true);
+    let api = Api::<NodeMaintenance>::all(client.clone());
+    api.create(&PostParams::default(), &serde_json::from_value(nm).unwrap())
+        .await
+        .unwrap();
+    nm::wait_status(&client, &name, "DrainPaused", LIMIT, |s| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "DrainPaused" && c.status == "True")
+    })
+    .await;
+    node::in_maintenance(&client, &nodes[0]).await.unwrap();
+    let now = wait_running(&client, &ns, "web", 1, LIMIT).await.remove(0);
+    assert_eq!(
+        now.metadata.uid, old.metadata.uid,
+        "the pod stays while paused"
+    );
+    let mut events = audit.read().unwrap();
+    assert_eq!(
+        deployment_requests(&events, &ns, "get"),
+        0,
+        "not read while paused"
+    );
+    assert_eq!(
+        deployment_requests(&events, &ns, "patch"),
+        0,
+        "not restarted while paused"
+    );
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"paused": false}})),
+    )
+    .await
+    .unwrap();
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let new = wait_running(&client, &ns, "web", 1, LIMIT).await.remove(0);
+    assert_eq!(node_of(&new), nodes[1]);
+    events.extend(audit.read().unwrap());
+    assert_eq!(
+        deployment_requests(&events, &ns, "patch"),
+        1,
+        "restarted once"
+    );
+    nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
+}
