@@ -412,7 +412,7 @@ impl Drainer {
             restart,
         } = round::round(observed, &schedule, &budgets, policy, Instant::now());
         for r in restart {
-            self.restart(&r, standing, &mut report).await;
+            super::surge_io::send(&self.client, &r, standing, &self.stopped, &mut report).await;
         }
         // Record, then send.
         let evict = self.remember(node, memory, evict);
@@ -430,34 +430,6 @@ impl Drainer {
             self.delete_on_its_own(node, d, standing.clone());
         }
         Ok(report)
-    }
-
-    /// Sends one rollout restart the round decided (`super::surge`), while the maintenance may
-    /// still send; a sent one is reported (its one event), a failed one is an error of the
-    /// round (the next round decides again from what the API server holds).
-    async fn restart(
-        &self,
-        r: &super::surge::PlannedRestart,
-        standing: &Standing,
-        report: &mut DrainReport,
-    ) {
-        let deployment = format!("{}/{}", r.namespace, r.name);
-        if let Some(halt) = standing.halted(&self.stopped) {
-            tracing::info!(%deployment, %halt, "rollout restart not sent");
-            return;
-        }
-        match super::surge_io::restart(&self.client, r).await {
-            Ok(()) => {
-                tracing::info!(%deployment, pod = %r.blocker.name, "Deployment restarted (surge RolloutRestart)");
-                report.restarted.push(r.blocker.clone());
-            }
-            Err(e) => {
-                tracing::warn!(%deployment, error = %e, "the rollout restart failed");
-                report.errors.push(format!(
-                    "the rollout restart of Deployment {deployment} failed: {e}"
-                ));
-            }
-        }
     }
 
     /// Sends one forced DELETE on its own (`onTimeout: ForceDelete`), with the pod's UID as

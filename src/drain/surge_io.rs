@@ -10,12 +10,15 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
+use tokio_util::sync::CancellationToken;
 
 use super::act::DrainError;
 use super::consts::READ_TIMEOUT;
 use super::decide::api_group;
 use super::disposition::Disposition;
+use super::gate::Standing;
 use super::pod::DrainPod;
+use super::report::DrainReport;
 use super::surge::{Deployment, Facts, PlannedRestart, RESTARTED_FOR, Workload};
 
 async fn read<T>(
@@ -205,13 +208,42 @@ async fn unscheduled(
     }))
 }
 
+/// Sends one rollout restart the round decided, while the maintenance may still send
+/// (`standing`, the controller not `stopped`); a sent one is reported (its one event), a failed
+/// one is an error of the round (the next round decides again from what the API server holds).
+pub(crate) async fn send(
+    client: &Client,
+    r: &PlannedRestart,
+    standing: &Standing,
+    stopped: &CancellationToken,
+    report: &mut DrainReport,
+) {
+    let deployment = format!("{}/{}", r.namespace, r.name);
+    if let Some(halt) = standing.halted(stopped) {
+        tracing::info!(%deployment, %halt, "rollout restart not sent");
+        return;
+    }
+    match restart(client, r).await {
+        Ok(()) => {
+            tracing::info!(%deployment, pod = %r.blocker.name, "Deployment restarted (surge RolloutRestart)");
+            report.restarted.push(r.blocker.clone());
+        }
+        Err(e) => {
+            tracing::warn!(%deployment, error = %e, "the rollout restart failed");
+            report.errors.push(format!(
+                "the rollout restart of Deployment {deployment} failed: {e}"
+            ));
+        }
+    }
+}
+
 /// Sends `restart` (`kubectl rollout restart`'s merge patch, with the maintenance's record and
 /// the observed `resourceVersion` as precondition).
 ///
 /// # Errors
 /// The API server's answer (409: the Deployment changed since the round read it), or a
 /// timeout.
-pub(crate) async fn restart(client: &Client, restart: &PlannedRestart) -> Result<(), String> {
+async fn restart(client: &Client, restart: &PlannedRestart) -> Result<(), String> {
     let api: Api<K8sDeployment> = Api::namespaced(client.clone(), &restart.namespace);
     let patch = restart.patch();
     let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
