@@ -158,6 +158,23 @@ pub struct DrainKnobs {
               EvictLast (evicted once every other pod has left the node). Ignore by default"
     )]
     pub daemon_sets: Option<DaemonSets>,
+    /// What the drain does with a pod of a Deployment that cannot lose it (its budget allows no
+    /// disruption, or the Deployment has one replica): Never (evict it as any pod, the default,
+    /// as upstream) or RolloutRestart (restart the Deployment's rollout as `kubectl rollout
+    /// restart` does, once per maintenance, and wait until the Deployment has replaced the pod
+    /// on another node). The annotation nodemaintenance.medik8s.io/surge wins over this field,
+    /// which wins over the operator's --surge flag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "Never",
+        value_name = "SURGE",
+        help = "Default of the `surge` knob: Never (evict as any pod, as upstream) or \
+              RolloutRestart (a Deployment's pod its budget holds, or its only replica, is \
+              replaced by a rollout restart of the Deployment before it goes). Never by default"
+    )]
+    pub surge: Option<Surge>,
 }
 
 /// A list of drain rules: an alias, so clap reads `--drain-rules`' one value as the whole list
@@ -220,8 +237,10 @@ impl DrainKnobs {
     );
     /// `daemonSets`: one of [`DaemonSets::ALL`].
     pub const DAEMON_SETS: Knob = knob!("daemonSets", "Ignore, EvictLast");
+    /// `surge`: one of [`Surge::ALL`].
+    pub const SURGE: Knob = knob!("surge", "Never, RolloutRestart");
     /// Every knob, in the order of the fields.
-    pub const ALL: [Knob; 10] = [
+    pub const ALL: [Knob; 11] = [
         Self::PAUSED,
         Self::DRAIN_TIMEOUT,
         Self::ON_TIMEOUT,
@@ -232,6 +251,7 @@ impl DrainKnobs {
         Self::EXPIRE_AFTER,
         Self::WAIT_FOR_VOLUME_DETACH,
         Self::DAEMON_SETS,
+        Self::SURGE,
     ];
 }
 
@@ -250,6 +270,8 @@ pub const WAIT_FOR_VOLUME_DETACH_ANNOTATION: &str = DrainKnobs::WAIT_FOR_VOLUME_
 
 /// Annotation of the `daemonSets` knob.
 pub const DAEMON_SETS_ANNOTATION: &str = DrainKnobs::DAEMON_SETS.annotation;
+/// Annotation of the `surge` knob.
+pub const SURGE_ANNOTATION: &str = DrainKnobs::SURGE.annotation;
 
 /// The knob annotations, as a refusal of an unknown one lists them.
 pub static KNOBS_ACCEPTED: LazyLock<String> = LazyLock::new(|| {
@@ -447,6 +469,32 @@ impl std::fmt::Display for OnTimeout {
     }
 }
 
+/// What the drain does with a pod of a Deployment that cannot lose it: Never (evict it, as
+/// upstream) or RolloutRestart (restart the Deployment's rollout once and wait until it has
+/// replaced the pod on another node) (`docs/drain-contract.md` §15).
+// Spelled as the variant in the CRD, the annotation and the flag.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, clap::ValueEnum,
+)]
+pub enum Surge {
+    /// Evict it as any pod (upstream's behaviour): held by its budget, or its only pod lost.
+    #[default]
+    #[value(name = "Never")]
+    Never,
+    /// Restart the Deployment's rollout (`kubectl rollout restart`), once per maintenance, and
+    /// wait until the Deployment has replaced the pod on another node.
+    #[value(name = "RolloutRestart")]
+    RolloutRestart,
+}
+
+impl Surge {
+    /// Every value, as the CRD, the annotation and the flag spell it.
+    pub const ALL: &'static [(Surge, &'static str)] = &[
+        (Self::Never, "Never"),
+        (Self::RolloutRestart, "RolloutRestart"),
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -464,6 +512,7 @@ mod tests {
             expire_after: Some("1m".into()),
             wait_for_volume_detach: Some("true".into()),
             daemon_sets: Some(DaemonSets::EvictLast),
+            surge: Some(Surge::RolloutRestart),
         };
         let json = serde_json::to_value(&every).unwrap();
         let fields: Vec<&str> = json
@@ -482,7 +531,7 @@ mod tests {
         assert_eq!(
             *KNOBS_ACCEPTED,
             "nodemaintenance.medik8s.io/ followed by paused, drainTimeout, onTimeout, drainRules, \
-             stage, nodeConditions, startAt, expireAfter, waitForVolumeDetach or daemonSets"
+             stage, nodeConditions, startAt, expireAfter, waitForVolumeDetach, daemonSets or surge"
         );
         let daemon_sets: Vec<&str> = DaemonSets::ALL.iter().map(|(_, n)| *n).collect();
         assert_eq!(DrainKnobs::DAEMON_SETS.accepted, daemon_sets.join(", "));
@@ -490,6 +539,8 @@ mod tests {
         assert_eq!(DrainKnobs::ON_TIMEOUT.accepted, on_timeout.join(", "));
         let stages: Vec<&str> = Stage::ALL.iter().map(|(_, n)| *n).collect();
         assert_eq!(DrainKnobs::STAGE.accepted, stages.join(", "));
+        let surges: Vec<&str> = Surge::ALL.iter().map(|(_, n)| *n).collect();
+        assert_eq!(DrainKnobs::SURGE.accepted, surges.join(", "));
     }
 
     /// The flags as clap reads them: each knob's text kept as the spec would hold it, checked by
@@ -515,6 +566,7 @@ mod tests {
                 stage: Some(Stage::Drain),
                 node_conditions: Some(false),
                 daemon_sets: Some(DaemonSets::Ignore),
+                surge: Some(Surge::Never),
                 ..DrainKnobs::default()
             },
             "upstream's behaviour"
@@ -529,6 +581,7 @@ mod tests {
             "--expire-after=12h",
             "--wait-for-volume-detach=false",
             "--daemon-sets=EvictLast",
+            "--surge=RolloutRestart",
         ])
         .unwrap();
         assert_eq!(every.paused, Some(true));
@@ -543,6 +596,7 @@ mod tests {
         assert_eq!(every.expire_after.as_deref(), Some("12h"));
         assert_eq!(every.wait_for_volume_detach.as_deref(), Some("false"));
         assert_eq!(every.daemon_sets, Some(DaemonSets::EvictLast));
+        assert_eq!(every.surge, Some(Surge::RolloutRestart));
         for (args, says) in [
             (
                 &["--drain-timeout=soon"][..],

@@ -160,6 +160,14 @@ label_values! {
         /// Every pod is gone; the node's VolumeAttachments could not be read
         /// (`waitForVolumeDetach`).
         VolumeAttachmentsUnread,
+        /// `surge: RolloutRestart`: the pod's Deployment was restarted; waiting for it to
+        /// replace the pod.
+        Surging,
+        /// `surge: RolloutRestart`: the pod's Deployment cannot surge (Recreate, maxSurge 0,
+        /// paused).
+        CannotSurge,
+        /// `surge: RolloutRestart`: the restarted Deployment's rollout cannot progress.
+        SurgeStuck,
         /// A reason not listed above.
         Other,
     }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use kube::ResourceExt;
 
 use crate::api::{DaemonSets, DrainRule, NodeMaintenance, OnTimeout, Stage};
+use crate::knobs::Surge;
 use crate::knobs::{DrainKnobs, Knob, check_rules};
 
 pub mod pre_drain_hooks;
@@ -20,8 +21,8 @@ mod strict;
 
 pub use crate::knobs::{
     DAEMON_SETS_ANNOTATION, DRAIN_RULES_ANNOTATION, DRAIN_TIMEOUT_ANNOTATION,
-    ON_TIMEOUT_ANNOTATION, PAUSED_ANNOTATION, STAGE_ANNOTATION, WAIT_FOR_VOLUME_DETACH_ANNOTATION,
-    parse_duration, parse_rules, parse_wait_for_volume_detach,
+    ON_TIMEOUT_ANNOTATION, PAUSED_ANNOTATION, STAGE_ANNOTATION, SURGE_ANNOTATION,
+    WAIT_FOR_VOLUME_DETACH_ANNOTATION, parse_duration, parse_rules, parse_wait_for_volume_detach,
 };
 
 /// The operator's defaults of the knobs: the policy its flags resolve to ([`defaults`]).
@@ -59,6 +60,9 @@ pub struct DrainPolicy {
     /// What the drain does with the node's DaemonSet pods (`Ignore`: upstream's behaviour;
     /// `crate::drain::daemon_sets`).
     pub daemon_sets: DaemonSets,
+    /// What the drain does with a pod of a Deployment that cannot lose it
+    /// (`crate::drain::surge`; `Never`: evict it, upstream's behaviour).
+    pub surge: Surge,
     /// When the deadline counts from, filled in by the maintenance pass (not a knob; `None`
     /// from [`resolve`]): the drain's start recorded on the node, or when a maintenance that
     /// waited for a drain slot got one.
@@ -250,6 +254,10 @@ impl Reads<'_> {
                 .annotation(K::DAEMON_SETS, |v| named(DaemonSets::ALL, v).ok_or(None))
                 .or(w.daemon_sets)
                 .unwrap_or(d.daemon_sets),
+            surge: self
+                .annotation(K::SURGE, |v| named(Surge::ALL, v).ok_or(None))
+                .or(w.surge)
+                .unwrap_or(d.surge),
             hooks: Vec::new(),
             deadline_start: None,
         }

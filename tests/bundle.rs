@@ -286,6 +286,7 @@ fn csv_deployment_rbac_and_webhook_equal_the_kustomize_rendering() {
             "reason",
             "stage",
             "startAt",
+            "surge",
             "waitForVolumeDetach"
         ]
     );

@@ -213,7 +213,9 @@ fn rbac_has_no_wildcard_and_exactly_the_needed_rules() {
     add(cluster, "", "pods", &["get", "list", "watch"]);
     add(cluster, "", "pods/eviction", &["create"]);
     add(cluster, "apps", "daemonsets", &["get"]);
-    add(cluster, "apps", "replicasets", &["list", "watch"]);
+    add(cluster, "apps", "replicasets", &["get", "list", "watch"]);
+    // surge: RolloutRestart reads a pod's Deployment and patches its template (a rollout restart).
+    add(cluster, "apps", "deployments", &["get", "patch"]);
     add(
         cluster,
         "policy",

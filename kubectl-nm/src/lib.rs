@@ -12,7 +12,8 @@
 //!   hold the whole drain, by owner, then a table of pod, reason,
 //!   budget, the healthy pods the budget needs and has, and when the drain is due; then, for
 //!   each pod an active eviction responder (KEP-4563) is moving, the responder, its message and
-//!   when it expects to be done ([`render::responder_lines`]);
+//!   when it expects to be done ([`render::responder_lines`]); and for each pod the `surge`
+//!   knob holds, its blocker's message naming the Deployment and why ([`render::surge_lines`]);
 //! - `stop <node> [--wait] [--timeout <duration>] [--lease-namespace <ns>]` deletes the node's
 //!   NodeMaintenances and, with `--wait`, returns once they are gone and the node is as the
 //!   operator's exit leaves it: restored to its state before the maintenance, an admin's cordon
@@ -319,6 +320,7 @@ async fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<(
                 let _ = write!(out, "{}", render::hooks_line(nm).unwrap_or_default());
                 let _ = write!(out, "{}", render::blocker_table(&status));
                 let _ = write!(out, "{}", render::responder_lines(&status));
+                let _ = write!(out, "{}", render::surge_lines(&status));
             }
             Ok(())
         }

@@ -216,6 +216,31 @@ pub(crate) fn responder_lines(s: &NodeMaintenanceStatus) -> String {
     lines.concat()
 }
 
+/// The blocker reasons of the `surge` knob (`docs/drain-contract.md` "Surge"): the pod's
+/// Deployment restarted, unable to surge, or its rollout stuck.
+pub(crate) const SURGE_REASONS: [&str; 3] = ["Surging", "CannotSurge", "SurgeStuck"];
+
+/// One line per pod whose blocker is the `surge` knob's ([`SURGE_REASONS`]): the pod and the
+/// operator's message, which names the Deployment and why, e.g. `ns/web-0: not evicted (its
+/// budget allows no disruption): Deployment ns/web restarted for this maintenance ...`; sorted
+/// by pod; empty when there is none.
+pub(crate) fn surge_lines(s: &NodeMaintenanceStatus) -> String {
+    let mut lines: Vec<String> = s
+        .blockers
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .filter(|b| SURGE_REASONS.contains(&b.reason.as_str()))
+        .map(|b| {
+            let m = b.message.as_deref().unwrap_or(&b.reason);
+            format!("{}/{}: {m}\n", b.namespace, b.name)
+        })
+        .collect();
+    lines.sort();
+    lines.dedup();
+    lines.concat()
+}
+
 /// Rows as kubectl prints tables: columns left-aligned, three spaces apart.
 pub(crate) fn table<const N: usize>(rows: &[[String; N]]) -> String {
     let widths: Vec<usize> = (0..N)
@@ -367,6 +392,28 @@ mod tests {
                             "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
         .unwrap();
         assert_eq!(summary(&ended), "Running");
+    }
+
+    #[test]
+    fn why_names_the_surged_deployment_and_why_it_cannot_surge() {
+        let status: NodeMaintenanceStatus = serde_json::from_value(serde_json::json!({
+            "blockers": [
+                {"namespace": "ns", "name": "web-1", "reason": "CannotSurge",
+                 "message": "Deployment ns/web cannot surge: its rollingUpdate.maxSurge is 0"},
+                {"namespace": "ns", "name": "api-0", "reason": "Surging",
+                 "message": "Deployment ns/api restarted for this maintenance"},
+                {"namespace": "ns", "name": "db-0", "reason": "PodDisruptionBudget",
+                 "message": "StatefulSet pods cannot surge"}]
+        }))
+        .unwrap();
+        assert_eq!(
+            surge_lines(&status),
+            "ns/api-0: Deployment ns/api restarted for this maintenance\n\
+             ns/web-1: Deployment ns/web cannot surge: its rollingUpdate.maxSurge is 0\n"
+        );
+        let rows = blocker_rows(&status);
+        assert_eq!(rows[0][1], "Surging");
+        assert_eq!(surge_lines(&NodeMaintenanceStatus::default()), "");
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //!   deadline (`crate::drain::opt_out`): one warning counting them;
 //! - pods whose data is lost: with an emptyDir volume (deleted with the pod), without a
 //!   controller (not recreated anywhere): one warning each;
-//! - a Deployment or StatefulSet whose every ready replica is on the node: one per workload;
+//! - a Deployment or StatefulSet whose every ready replica is on the node: one per workload
+//!   (with `surge: RolloutRestart`, a Deployment's says its rollout is restarted instead,
+//!   `crate::drain::surge`);
 //! - this maintenance bringing the share of nodes under maintenance over
 //!   `--maintenance-share-warning`.
 //!
@@ -53,6 +55,8 @@ pub(crate) struct NodePod<'a> {
     /// Its Deployment or StatefulSet when the pod is a ready replica and the workload has no
     /// ready replica on another node.
     pub last_of: Option<Workload>,
+    /// The maintenance's `surge` is `RolloutRestart` (`crate::drain::surge`).
+    pub surge: bool,
 }
 
 impl NodePod<'_> {
@@ -144,16 +148,24 @@ pub(crate) fn warnings(
             list(bare)
         ));
     }
-    let mut last: BTreeMap<&Workload, Vec<String>> = BTreeMap::new();
+    let mut last: BTreeMap<&Workload, (Vec<String>, bool)> = BTreeMap::new();
     for p in pods.iter().filter(|p| p.evicted()) {
         if let Some(w) = &p.last_of {
-            last.entry(w).or_default().push(p.name());
+            let entry = last.entry(w).or_default();
+            entry.0.push(p.name());
+            entry.1 = p.surge && w.kind == "Deployment";
         }
     }
-    for (w, replicas) in last {
+    for (w, (replicas, surged)) in last {
+        let what = if surged {
+            "with surge RolloutRestart the drain does not evict them: it restarts the \
+             Deployment's rollout once, and they go once it has a replacement ready on another \
+             node"
+        } else {
+            "it has none ready from their eviction until a replacement is ready on another node"
+        };
         out.push(format!(
-            "{} {}/{} has every ready replica on node {node} ({}): it has none ready from their \
-             eviction until a replacement is ready on another node",
+            "{} {}/{} has every ready replica on node {node} ({}): {what}",
             w.kind,
             w.namespace,
             w.name,
@@ -276,6 +288,7 @@ mod tests {
                 pod,
                 disposition: disposition(pod, rules, &DrainOptions::default()),
                 last_of: None,
+                surge: false,
             })
             .collect()
     }
@@ -375,6 +388,7 @@ mod tests {
                     pod,
                     disposition: disposition(pod, &[], options),
                     last_of: None,
+                    surge: false,
                 })
                 .collect();
             warnings("n1", &facts, &[], None)
@@ -404,6 +418,7 @@ mod tests {
                     pod,
                     disposition: disposition(pod, &[], &options),
                     last_of: None,
+                    surge: false,
                 })
                 .collect();
             warnings("n1", &facts, &[], None)
@@ -469,6 +484,27 @@ mod tests {
             [
                 "Deployment ns/web has every ready replica on node n1 (ns/web-0, ns/web-1): it \
                  has none ready from their eviction until a replacement is ready on another node"
+            ]
+        );
+        // With surge RolloutRestart a Deployment's is surged; a StatefulSet cannot surge.
+        let db = Workload {
+            kind: "StatefulSet",
+            name: "db".into(),
+            uid: "s".into(),
+            ..web.clone()
+        };
+        for p in &mut f {
+            p.surge = true;
+        }
+        f[1].last_of = Some(db);
+        assert_eq!(
+            warnings("n1", &f, &[], None),
+            [
+                "Deployment ns/web has every ready replica on node n1 (ns/web-0): with surge \
+                 RolloutRestart the drain does not evict them: it restarts the Deployment's \
+                 rollout once, and they go once it has a replacement ready on another node",
+                "StatefulSet ns/db has every ready replica on node n1 (ns/web-1): it has none \
+                 ready from their eviction until a replacement is ready on another node"
             ]
         );
     }

@@ -221,6 +221,7 @@ impl Admission {
             return super::warnings::warnings(node, &[], &[], share);
         }
         let policy = crate::policy::resolve(nm, &self.settings.policy).0;
+        let surge = policy.surge == crate::knobs::Surge::RolloutRestart;
         let (rules, options) = (
             policy.drain_rules,
             self.settings.drain.with_daemon_sets(policy.daemon_sets),
@@ -244,6 +245,7 @@ impl Admission {
                     pod: &p.pod,
                     disposition,
                     last_of,
+                    surge,
                 }
             })
             .collect();

@@ -152,6 +152,7 @@ fn standing(ctx: &Context, nm: &NodeMaintenance) -> Standing {
     let wake = ctx.wake.clone();
     let woken = key.clone();
     Standing {
+        uid: nm.metadata.uid.clone(),
         may_send: Arc::new(move || {
             let current = store.get(&key);
             let down = node_cache.get(&node).is_some_and(|e| e.shutting_down);

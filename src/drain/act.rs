@@ -88,6 +88,14 @@ pub(crate) enum DrainError {
         /// The API error.
         source: kube::Error,
     },
+    /// Reading a pod's workload (`surge`: its ReplicaSet or Deployment) failed.
+    #[error("failed to get {what}: {source}")]
+    Workload {
+        /// What was read: its kind, namespace and name (`ReplicaSet ns/web-5d8f`).
+        what: String,
+        /// The API error.
+        source: kube::Error,
+    },
     /// A read did not answer within [`READ_TIMEOUT`].
     #[error("{what} did not answer within {}s", READ_TIMEOUT.as_secs())]
     Timeout {
@@ -383,7 +391,12 @@ impl Drainer {
         };
         let knobs = (&policy.drain_rules[..], policy.daemon_sets);
         let pods = self.classified(pods, &arrival, knobs).await?;
+        let surge = match policy.surge {
+            crate::knobs::Surge::Never => Default::default(),
+            _ => super::surge_io::observe(&self.client, &pods, standing.uid.as_deref()).await?,
+        };
         let observed = Observed {
+            surge,
             responders: self.responders.read().on(pods.iter().map(|(p, _)| p)),
             pods,
             started,
@@ -395,9 +408,13 @@ impl Drainer {
         let Round {
             evict,
             delete,
-            report,
+            mut report,
             memory,
+            restart,
         } = round::round(observed, &schedule, &budgets, policy, Instant::now());
+        for r in restart {
+            super::surge_io::send(&self.client, &r, standing, &self.stopped, &mut report).await;
+        }
         // Record, then send.
         let evict = self.remember(node, memory, evict);
         for b in &report.newly_skipped {

@@ -113,6 +113,14 @@ pub(crate) mod reason {
     pub(crate) const WAITING_FOR_COMPLETION: &str = "WaitingForCompletion";
     /// Not evicted until the drain deadline: an opt-out annotation holds it (`opt_out`).
     pub(crate) const OPTED_OUT: &str = "OptedOut";
+    /// `surge: RolloutRestart`: the pod's Deployment was restarted for this maintenance; the
+    /// drain waits until the Deployment replaces the pod (`super::super::surge`).
+    pub(crate) const SURGING: &str = "Surging";
+    /// `surge: RolloutRestart`: the pod's Deployment cannot surge (Recreate, maxSurge 0,
+    /// paused), so it is neither evicted nor restarted.
+    pub(crate) const CANNOT_SURGE: &str = "CannotSurge";
+    /// `surge: RolloutRestart`: the restarted Deployment's rollout cannot progress.
+    pub(crate) const SURGE_STUCK: &str = "SurgeStuck";
     /// An Eviction's `Active` responder is at work on the pod (`drain::responders`): progress,
     /// not an error, like [`EVACUATING`].
     pub(crate) const EVICTION_RESPONDER: &str = "EvictionResponder";

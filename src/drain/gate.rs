@@ -21,6 +21,8 @@ use crate::policy::Defaults;
 /// from the maintenance it belongs to.
 #[derive(Clone)]
 pub(crate) struct Standing {
+    /// The maintenance's UID (what `surge` records on a Deployment it restarts).
+    pub uid: Option<String>,
     /// Whether the maintenance may still send: [`may_send`] on the object the controller's cache
     /// holds when asked, right before each request is sent.
     pub may_send: Arc<dyn Fn() -> Result<(), Halt> + Send + Sync>,

@@ -61,6 +61,8 @@ pub(crate) mod requester;
 pub(crate) mod responders;
 pub(crate) mod round;
 pub(crate) mod rules;
+pub(crate) mod surge;
+mod surge_io;
 pub(crate) mod volume_detach;
 
 pub(crate) use act::{DrainError, Drainer};

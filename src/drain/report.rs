@@ -65,6 +65,9 @@ pub(crate) struct DrainReport {
     /// The pods this round deletes after the deadline, each with its `ForceDeleted` blocker
     /// (one Warning event each).
     pub forced: Vec<PodBlocker>,
+    /// The pods whose Deployment this round restarted (`surge`), each with its `Surging`
+    /// blocker naming the Deployment (one event each).
+    pub restarted: Vec<PodBlocker>,
 }
 
 impl DrainReport {

@@ -38,6 +38,8 @@ pub(crate) struct Observed {
     pub migrations: Migrations,
     /// The Evictions' active responders, by the namespace and name of their pod.
     pub responders: HashMap<(String, String), ActiveResponder>,
+    /// The workloads of the pods, for `surge` (`super::surge`).
+    pub surge: super::surge::Facts,
 }
 
 /// What one round decided: what to send, what to report, and what the node's memory becomes.
@@ -50,6 +52,8 @@ pub(crate) struct Round {
     pub report: DrainReport,
     /// The node's memory delta, applied before anything is sent.
     pub memory: Settled,
+    /// The Deployments to restart (`super::surge`).
+    pub restart: Vec<super::surge::PlannedRestart>,
 }
 
 /// One drain round (pure): each pod decided once ([`plan`]), settled against `memory` at `now` ([`settle`]), and
@@ -62,16 +66,21 @@ pub(crate) fn round(
     now: Instant,
 ) -> Round {
     let responders = std::mem::take(&mut observed.responders);
-    let plan = plan(observed, memory, budgets, policy);
+    let facts = std::mem::take(&mut observed.surge);
+    let at = observed.listed_at;
+    let surging = super::surge::decide(&observed.pods, &facts, budgets, memory, policy, at);
+    let plan = plan(observed, memory, budgets, policy, &surging.held);
     let evict = plan.evict.clone();
     let delete = plan.delete.clone();
     let (mut report, memory) = settle(plan, memory, now);
     super::responders::show(&mut report.pending, &mut report.errors, &responders);
+    super::surge::explain(&mut report.pending, &facts, policy);
     Round {
         evict,
         delete,
         report,
         memory,
+        restart: surging.restart,
     }
 }
 
@@ -147,6 +156,7 @@ fn plan(
     memory: &RetrySchedule,
     budgets: &Budgets,
     policy: &DrainPolicy,
+    surging: &HashMap<String, PodBlocker>,
 ) -> PassPlan {
     let now = observed.listed_at;
     let overdue = policy.overdue(policy.deadline_start, now);
@@ -197,6 +207,13 @@ fn plan(
             && !matches!(disposition, Disposition::SkipFinished)
         {
             *live.entry(c.uid.clone()).or_default() += 1;
+        }
+        // Held by `surge` (`super::surge`): neither asked nor counted against its budget.
+        if let Some(b) = surging.get(&uid) {
+            plan.listed.insert(uid);
+            plan.report.pending.push(b.clone());
+            plan.report.evictable.push(r);
+            continue;
         }
         match outcome(pod, disposition, &r, &uid, &mut cx) {
             Outcome::Ignored => continue,
@@ -1951,9 +1968,10 @@ pub(crate) mod tests {
             started,
             listed_at: now,
             at,
+            surge: Default::default(),
             migrations: Migrations::default(),
             responders: HashMap::new(),
         };
-        plan(observed, schedule, budgets, policy)
+        plan(observed, schedule, budgets, policy, &HashMap::new())
     }
 }

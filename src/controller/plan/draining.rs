@@ -154,6 +154,7 @@ pub(crate) fn drained(
     let requeue;
     let about_pods = [
         (&report.newly_skipped, false, event::POD_SKIPPED),
+        (&report.restarted, false, event::WORKLOAD_RESTARTED),
         (&report.forced, true, event::POD_FORCE_DELETED),
         (
             &report.newly_not_migratable,

@@ -52,6 +52,9 @@ pub(crate) mod event {
     /// (a replacement tolerating the maintenance taints, or a pod labelled `skip`; ours,
     /// `docs/compat.md §7`).
     pub(crate) const POD_SKIPPED: &str = "PodNotEvicted";
+    /// Normal, on the NodeMaintenance, once per Deployment the drain restarted instead of
+    /// evicting its pod (`surge: RolloutRestart`; ours), naming the Deployment and the pod.
+    pub(crate) const WORKLOAD_RESTARTED: &str = "WorkloadRestarted";
     /// Warning, on the NodeMaintenance, once when the drain's deadline passes, naming what
     /// `onTimeout` does then (ours).
     pub(crate) const DEADLINE_EXCEEDED: &str = "DrainDeadlineExceeded";

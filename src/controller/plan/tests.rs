@@ -1906,3 +1906,30 @@ fn the_deadline_counts_from_the_drain_slot_not_from_the_queue() {
     let failed = plan(&observed(Some(Place::Draining), &s, 590), t(590));
     assert_eq!(failed.status.unwrap().phase, Some(MaintenancePhase::Failed));
 }
+
+/// `surge`: each Deployment the round restarted gets one Normal `WorkloadRestarted` event
+/// naming it and the pod (the blocker's message); a round that restarted nothing, none.
+#[test]
+fn a_restarted_workload_gets_one_event_naming_it() {
+    let s0 = running_with_two();
+    let mut rep = report(&["test-pod-1"], &[("test-pod-1", "Surging")], &[]);
+    let surging = rep.pending[0].clone();
+    let message = "not evicted (its budget allows no disruption): Deployment test-namespace/web \
+                   restarted for this maintenance (surge RolloutRestart)";
+    rep.restarted = vec![PodBlocker {
+        message: Some(message.into()),
+        ..surging
+    }];
+    let step = drained(&s0, &rep, GEN, t(1));
+    assert_eq!(reasons(&step.events), vec![event::WORKLOAD_RESTARTED]);
+    assert!(
+        step.events[0]
+            .message
+            .contains("Deployment test-namespace/web restarted")
+            && step.events[0].message.contains("test-pod-1"),
+        "{}",
+        step.events[0].message
+    );
+    rep.restarted.clear();
+    assert!(drained(&step.status, &rep, GEN, t(2)).events.is_empty());
+}

@@ -1,0 +1,569 @@
+//! The `surge` knob end to end (`docs/drain-contract.md` "Surge"): with `surge:
+//! RolloutRestart`, a one-replica Deployment under a budget `minAvailable: 1` is restarted (as
+//! `kubectl rollout restart` does) instead of evicted, its replacement is Ready on another node
+//! before the old pod is gone, the maintenance Succeeds, and the Deployment is patched once,
+//! even across an operator restart; without the knob the pod is held by its budget as before;
+//! a Deployment whose rollout cannot surge (`maxSurge: 0`) is a blocker naming it, with no
+//! patch.
+//!
+//! The cluster of this binary records evictions and the GETs and patches of Deployments in the
+//! API server's audit log, so "one restart" and "no refused-eviction loop" are the API server's
+//! own record; the order "Ready elsewhere before the old pod is gone" is that of one watch of
+//! the Deployment's pods (the API server's revision order). One test at a time: the first
+//! restarts the binary's operator.
+
+mod common;
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use common::*;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use nmo_devcluster::audit::{AuditCursor, AuditEvent, RESPONSE_COMPLETE};
+use nmo_devcluster::operator::{Operator, OperatorOptions};
+use node_maintenance_operator::api::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
+use serde_json::json;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// Evictions, and the GETs and patches of Deployments, once each (when answered).
+const POLICY: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: Metadata
+  resources:
+  - group: ""
+    resources: ["pods/eviction"]
+- level: Metadata
+  verbs: ["get", "patch"]
+  resources:
+  - group: "apps"
+    resources: ["deployments"]
+- level: None
+"#;
+
+struct Env {
+    cluster: Cluster,
+    options: OperatorOptions,
+    operator: Mutex<Option<Operator>>,
+}
+
+/// One cluster with the audit log above and one operator with its webhook registered (it must
+/// admit `spec.surge`).
+fn env() -> &'static Env {
+    static ENV: OnceLock<Env> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let cluster = audited_cluster(POLICY);
+        let options = installed(&cluster).options("operator");
+        let operator = fixtures::start_registered(&cluster, &options)
+            .unwrap_or_else(|e| panic!("operator did not start: {e}"));
+        Env {
+            cluster,
+            options,
+            operator: Mutex::new(Some(operator)),
+        }
+    })
+}
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Kills the binary's operator (SIGKILL: nothing of it survives but what the API server
+/// holds) and starts another one.
+fn restart(env: &Env) {
+    let mut slot = env.operator.lock().unwrap();
+    if let Some(mut op) = slot.take() {
+        op.process().kill();
+    }
+    let mut options = env.options.clone();
+    options.name = "operator-2".into();
+    *slot = Some(
+        fixtures::start_registered(&env.cluster, &options)
+            .unwrap_or_else(|e| panic!("the second operator did not start: {e}")),
+    );
+}
+
+async fn cordon(client: &kube::Client, node: &str, unschedulable: bool) {
+    Api::<Node>::all(client.clone())
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": unschedulable}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Creates `name` for `node` with `spec.surge` (through the webhook), when given.
+async fn create(client: &kube::Client, name: &str, node: &str, surge: Option<&str>) {
+    let mut nm = serde_json::to_value(nm::new(name, node, "e2e")).unwrap();
+    if let Some(surge) = surge {
+        nm["spec"]["surge"] = json!(surge);
+    }
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &serde_json::from_value(nm).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("creating {name} with surge {surge:?}: {e}"));
+}
+
+/// Two nodes of their own, the second cordoned, and a one-replica Deployment `web` (patched
+/// with `spec`) whose pod therefore runs on the first; returns the nodes, the namespace and the
+/// pod.
+async fn one_replica(
+    env: &Env,
+    client: &kube::Client,
+    prefix: &str,
+    spec: serde_json::Value,
+) -> (Vec<String>, String, Pod) {
+    let group = unique(prefix);
+    let nodes = worker_nodes(&env.cluster, client, &group, 2).await;
+    cordon(client, &nodes[1], true).await;
+    let ns = namespace(client, prefix).await;
+    deployment(client, &ns, "web", &group, 1, 0).await;
+    if !spec.is_null() {
+        Api::<Deployment>::namespaced(client.clone(), &ns)
+            .patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": spec})),
+            )
+            .await
+            .unwrap();
+    }
+    let pod = wait_running(client, &ns, "web", 1, LIMIT).await.remove(0);
+    assert_eq!(node_of(&pod), nodes[0]);
+    (nodes, ns, pod)
+}
+
+fn ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// What one watch of `ns`'s pods saw, in the API server's order: `(uid, node, ready, gone)`.
+type Seen = Arc<Mutex<Vec<(String, String, bool, bool)>>>;
+
+fn watch_pods(client: &kube::Client, ns: &str) -> Seen {
+    let seen: Seen = Arc::default();
+    let api = Api::<Pod>::namespaced(client.clone(), ns);
+    let into = seen.clone();
+    tokio::spawn(async move {
+        let mut events = watcher(api, watcher::Config::default()).boxed();
+        while let Some(Ok(e)) = events.next().await {
+            let (pod, gone) = match e {
+                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => (p, false),
+                watcher::Event::Delete(p) => (p, true),
+                _ => continue,
+            };
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            let entry = (uid, node_of(&pod).to_string(), ready(&pod), gone);
+            into.lock().unwrap().push(entry);
+        }
+    });
+    seen
+}
+
+fn deployment_requests(events: &[AuditEvent], ns: &str, verb: &str) -> usize {
+    events
+        .iter()
+        .filter(|e| {
+            e.stage == RESPONSE_COMPLETE
+                && e.resource == "deployments"
+                && e.namespace == ns
+                && e.verb == verb
+        })
+        .count()
+}
+
+fn refused_evictions(events: &[AuditEvent], ns: &str) -> usize {
+    events
+        .iter()
+        .filter(|e| e.subresource == "eviction" && e.namespace == ns && e.code == 429)
+        .count()
+}
+
+fn blocker<'a>(s: &'a NodeMaintenanceStatus, reason: &str) -> Option<&'a str> {
+    s.blockers
+        .iter()
+        .flatten()
+        .find(|b| b.name.starts_with("web-") && b.reason == reason)
+        .map(|b| b.message.as_deref().unwrap_or_default())
+}
+
+/// "Surge": a one-replica Deployment under `minAvailable: 1` with `surge: RolloutRestart` is
+/// restarted once, not evicted: while its replacement cannot schedule (the other node cordoned)
+/// the blocker names the Deployment and the scheduler's reason; a restarted operator does not
+/// restart it again (one patch in the audit log); once the other node takes it, the replacement
+/// is Ready there before the old pod is gone, the maintenance Succeeds, one `WorkloadRestarted`
+/// event names the Deployment, and the budget refused at most a couple of evictions.
+#[tokio::test]
+async fn a_single_replica_under_a_budget_is_replaced_elsewhere_before_it_goes() {
+    let _serial = SERIAL.lock().await;
+    let env = env();
+    let client = env.cluster.client().await;
+    let (nodes, ns, old) = one_replica(env, &client, "surge", serde_json::Value::Null).await;
+    let old_uid = old.metadata.uid.clone().unwrap();
+    min_available_budget(&client, &ns, "web-pdb", "web", 1, 1).await;
+    let seen = watch_pods(&client, &ns);
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    let name = unique("nm-surge");
+    create(&client, &name, &nodes[0], Some("RolloutRestart")).await;
+
+    // Restarted; its replacement cannot schedule (both nodes cordoned): a blocker naming why.
+    let nm = nm::wait_status(
+        &client,
+        &name,
+        "SurgeStuck naming the Deployment",
+        LIMIT,
+        |s| {
+            blocker(s, "SurgeStuck").is_some_and(|m| {
+                m.contains(&format!("Deployment {ns}/web")) && m.contains("not scheduled")
+            })
+        },
+    )
+    .await;
+    assert_eq!(nm.status.unwrap().phase, Some(MaintenancePhase::Running));
+    let mut events = audit.read().unwrap();
+    assert_eq!(deployment_requests(&events, &ns, "patch"), 1, "one restart");
+    let d = Api::<Deployment>::namespaced(client.clone(), &ns)
+        .get("web")
+        .await
+        .unwrap();
+    let uid = Api::<NodeMaintenance>::all(client.clone())
+        .get(&name)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let annotations = d.metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        annotations.get("nodemaintenance.medik8s.io/restarted-for"),
+        Some(&uid)
+    );
+    let restarted_at = d
+        .spec
+        .template
+        .metadata
+        .unwrap()
+        .annotations
+        .unwrap_or_default()["kubectl.kubernetes.io/restartedAt"]
+        .clone();
+    assert!(
+        restarted_at.parse::<jiff::Timestamp>().is_ok() && restarted_at.ends_with('Z'),
+        "{restarted_at}"
+    );
+
+    // A new operator reads the Deployment again and does not restart it.
+    restart(env);
+    // The old process is dead: a GET received from now on is the new operator's.
+    let killed = jiff::Timestamp::now();
+    wait_for("the new operator's GET of the Deployment", LIMIT, || {
+        events.extend(audit.read().unwrap());
+        let gets = events
+            .iter()
+            .filter(|e| e.verb == "get" && e.resource == "deployments" && e.namespace == ns)
+            .filter(|e| e.received > killed)
+            .count();
+        std::future::ready(if gets > 0 {
+            Ok(())
+        } else {
+            Err("no GET yet".to_string())
+        })
+    })
+    .await;
+    // Its pass after that GET has written its blockers (still stuck, still one patch).
+    nm::wait_status(&client, &name, "still SurgeStuck", LIMIT, |s| {
+        blocker(s, "SurgeStuck").is_some()
+    })
+    .await;
+    events.extend(audit.read().unwrap());
+    assert_eq!(
+        deployment_requests(&events, &ns, "patch"),
+        1,
+        "restarted once"
+    );
+
+    // Room on the other node: the replacement runs there, the old pod goes, Succeeded.
+    cordon(&client, &nodes[1], false).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let new = wait_running(&client, &ns, "web", 1, LIMIT).await.remove(0);
+    assert_eq!(node_of(&new), nodes[1]);
+    let new_uid = new.metadata.uid.clone().unwrap();
+    let seen = seen.lock().unwrap().clone();
+    let ready_at = seen.iter().position(|(uid, node, ready, gone)| {
+        *uid == new_uid && *node == nodes[1] && *ready && !gone
+    });
+    let old_gone_at = seen
+        .iter()
+        .position(|(uid, _, _, gone)| *uid == old_uid && *gone);
+    match (ready_at, old_gone_at) {
+        (Some(r), Some(g)) => assert!(
+            r < g,
+            "the replacement Ready at {r}, the old pod gone at {g}: {seen:?}"
+        ),
+        other => panic!("{other:?} in {seen:?}"),
+    }
+    events.extend(audit.read().unwrap());
+    assert_eq!(
+        deployment_requests(&events, &ns, "patch"),
+        1,
+        "restarted once"
+    );
+    let refused = refused_evictions(&events, &ns);
+    let asked = events
+        .iter()
+        .filter(|e| e.subresource == "eviction" && e.namespace == ns)
+        .count();
+    eprintln!(
+        "surge figures: {asked} evictions asked, {refused} refused (429), {} restart patch(es), \
+         {} watch events",
+        deployment_requests(&events, &ns, "patch"),
+        seen.len()
+    );
+    assert!(refused <= 2, "{refused} evictions refused by the budget");
+    let restarted: Vec<_> = nm::events(&client, "NodeMaintenance", &name)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("WorkloadRestarted"))
+        .collect();
+    assert_eq!(restarted.len(), 1, "{restarted:?}");
+    let note = restarted[0].message.clone().unwrap_or_default();
+    assert!(note.contains(&format!("Deployment {ns}/web")), "{note}");
+    nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
+}
+
+/// Without the knob the one replica is held by its budget as upstream holds it: it stays on
+/// the node, the blocker names the budget, and the Deployment is never patched.
+#[tokio::test]
+async fn without_the_knob_a_single_replica_is_held_by_its_budget() {
+    let _serial = SERIAL.lock().await;
+    let env = env();
+    let client = env.cluster.client().await;
+    let (nodes, ns, old) = one_replica(env, &client, "nosurge", serde_json::Value::Null).await;
+    cordon(&client, &nodes[1], false).await;
+    min_available_budget(&client, &ns, "web-pdb", "web", 1, 1).await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    let name = unique("nm-nosurge");
+    create(&client, &name, &nodes[0], None).await;
+    nm::wait_status(&client, &name, "held by the budget", LIMIT, |s| {
+        s.blockers.iter().flatten().any(|b| {
+            b.name == old.metadata.name.clone().unwrap()
+                && b.reason == "PodDisruptionBudget"
+                && b.pod_disruption_budget.as_deref() == Some("web-pdb")
+        })
+    })
+    .await;
+    let now = wait_running(&client, &ns, "web", 1, LIMIT).await.remove(0);
+    assert_eq!(now.metadata.uid, old.metadata.uid, "the pod stays");
+    let events = audit.read().unwrap();
+    assert_eq!(deployment_requests(&events, &ns, "patch"), 0);
+    assert!(refused_evictions(&events, &ns) >= 1, "the budget was asked");
+    nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
+}
+
+/// A one-replica Deployment whose rollout cannot surge (`maxSurge: 0`, `maxUnavailable: 1`)
+/// is not restarted: a `CannotSurge` blocker names the Deployment and why, the pod stays, no
+/// patch.
+#[tokio::test]
+async fn a_deployment_that_cannot_surge_is_a_blocker_naming_why() {
+    let _serial = SERIAL.lock().await;
+    let env = env();
+    let client = env.cluster.client().await;
+    let strategy = json!({"strategy": {"type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}});
+    let (nodes, ns, old) = one_replica(env, &client, "nosurge0", strategy).await;
+    cordon(&client, &nodes[1], false).await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    let name = unique("nm-maxsurge0");
+    create(&client, &name, &nodes[0], Some("RolloutRestart")).await;
+    nm::wait_status(
+        &client,
+        &name,
+        "CannotSurge naming the Deployment",
+        LIMIT,
+        |s| {
+            blocker(s, "CannotSurge").is_some_and(|m| {
+                m.contains(&format!("Deployment {ns}/web cannot surge"))
+                    && m.contains("maxSurge is 0")
+            })
+        },
+    )
+    .await;
+    let now = wait_running(&client, &ns, "web", 1, LIMIT).await.remove(0);
+    assert_eq!(now.metadata.uid, old.metadata.uid, "the pod stays");
+    let events = audit.read().unwrap();
+    assert_eq!(deployment_requests(&events, &ns, "patch"), 0);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.subresource == "eviction" && e.namespace == ns)
+            .count(),
+        0,
+        "no eviction"
+    );
+    nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
+}
+
+/// An unknown value of the knob is refused naming it and the accepted values: the annotation
+/// by the webhook, `spec.surge` by the CRD's enum (or the webhook); nothing is created.
+#[tokio::test]
+async fn an_unknown_surge_is_refused_naming_the_value() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("surgebad");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let api = Api::<NodeMaintenance>::all(client.clone());
+    for how in ["annotation", "spec"] {
+        let name = unique("nm-surgebad");
+        let mut nm = serde_json::to_value(nm::new(&name, &node, "e2e")).unwrap();
+        match how {
+            "annotation" => {
+                nm["metadata"]["annotations"] =
+                    json!({"nodemaintenance.medik8s.io/surge": "Always"})
+            }
+            _ => nm["spec"]["surge"] = json!("Always"),
+        }
+        // As JSON: the typed object cannot hold an unknown value.
+        let resource = kube::api::ApiResource::erase::<NodeMaintenance>(&());
+        let raw = Api::<kube::api::DynamicObject>::all_with(client.clone(), &resource);
+        let refused = raw
+            .create(&PostParams::default(), &serde_json::from_value(nm).unwrap())
+            .await;
+        let text = match refused {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{how}: surge Always was admitted"),
+        };
+        assert!(
+            text.contains("surge") && text.contains("Always") && text.contains("RolloutRestart"),
+            "{how}: {text}"
+        );
+        assert!(api.get_opt(&name).await.unwrap().is_none());
+    }
+}
+
+/// A StatefulSet cannot surge (one pod per identity): with `surge: RolloutRestart` its one pod
+/// under `minAvailable: 1` stays held by its budget, and the blocker says it cannot surge and
+/// names the budget; nothing is patched.
+#[tokio::test]
+async fn a_statefulset_cannot_surge_and_stays_held_by_its_budget() {
+    let _serial = SERIAL.lock().await;
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("sts");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "sts").await;
+    let sts: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "db"},
+        "spec": {
+            "replicas": 1,
+            "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {
+                    "nodeSelector": {"nmo-test": group},
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]
+                }
+            }
+        }
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &sts)
+        .await
+        .unwrap();
+    wait_running(&client, &ns, "db", 1, LIMIT).await;
+    min_available_budget(&client, &ns, "db-pdb", "db", 1, 1).await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    let name = unique("nm-sts");
+    create(&client, &name, &node, Some("RolloutRestart")).await;
+    nm::wait_status(&client, &name, "held by the budget, cannot surge", LIMIT, |s| {
+        s.blockers.iter().flatten().any(|b| {
+            let m = b.message.as_deref().unwrap_or_default();
+            b.name == "db-0"
+                && b.reason == "PodDisruptionBudget"
+                && b.pod_disruption_budget.as_deref() == Some("db-pdb")
+                && m.starts_with("StatefulSet pods cannot surge (StatefulSet db: one pod per identity); held by budget db-pdb")
+        })
+    })
+    .await;
+    let still = wait_running(&client, &ns, "db", 1, LIMIT).await.remove(0);
+    assert_eq!(node_of(&still), node);
+    assert_eq!(deployment_requests(&audit.read().unwrap(), &ns, "patch"), 0);
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
+
+/// `surge` with `paused` (§10's combinations): a paused maintenance restarts nothing (no GET or
+/// patch of the Deployment while `DrainPaused=True`, the pod stays); unpaused, the Deployment is
+/// restarted once and the maintenance Succeeds with the replacement on the other node.
+#[tokio::test]
+async fn a_paused_maintenance_restarts_nothing_until_unpaused() {
+    let _serial = SERIAL.lock().await;
+    let env = env();
+    let client = env.cluster.client().await;
+    let (nodes, ns, old) = one_replica(env, &client, "surgep", serde_json::Value::Null).await;
+    cordon(&client, &nodes[1], false).await;
+    min_available_budget(&client, &ns, "web-pdb", "web", 1, 1).await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    let name = unique("nm-surgep");
+    let mut nm = serde_json::to_value(nm::new(&name, &nodes[0], "e2e")).unwrap();
+    nm["spec"]["surge"] = json!("RolloutRestart");
+    nm["spec"]["paused"] = json!(true);
+    let api = Api::<NodeMaintenance>::all(client.clone());
+    api.create(&PostParams::default(), &serde_json::from_value(nm).unwrap())
+        .await
+        .unwrap();
+    nm::wait_status(&client, &name, "DrainPaused", LIMIT, |s| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "DrainPaused" && c.status == "True")
+    })
+    .await;
+    node::in_maintenance(&client, &nodes[0]).await.unwrap();
+    let now = wait_running(&client, &ns, "web", 1, LIMIT).await.remove(0);
+    assert_eq!(
+        now.metadata.uid, old.metadata.uid,
+        "the pod stays while paused"
+    );
+    let mut events = audit.read().unwrap();
+    assert_eq!(
+        deployment_requests(&events, &ns, "get"),
+        0,
+        "not read while paused"
+    );
+    assert_eq!(
+        deployment_requests(&events, &ns, "patch"),
+        0,
+        "not restarted while paused"
+    );
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"paused": false}})),
+    )
+    .await
+    .unwrap();
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let new = wait_running(&client, &ns, "web", 1, LIMIT).await.remove(0);
+    assert_eq!(node_of(&new), nodes[1]);
+    events.extend(audit.read().unwrap());
+    assert_eq!(
+        deployment_requests(&events, &ns, "patch"),
+        1,
+        "restarted once"
+    );
+    nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
+}
