@@ -976,3 +976,126 @@ async fn node_conditions_follow_a_paused_maintenance_moved_back_and_on() {
     .await;
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
+
+/// `docs/drain-contract.md` §10 (pod drain labels with `stage` and deletion): created at
+/// `Cordon`, nothing is evicted; moved to `Drain`, the first round applies the labels: the plain
+/// pod is evicted, the `skip` pod kept, the `wait-completed` pod waited for (Running,
+/// `WaitingForCompletion`); moved back to `Idle`, the node is restored and neither labelled pod
+/// is evicted by the move; deleted while the job still runs, the node is restored and the job
+/// and the skipped pod are still there (a pod waited for never holds back the deletion).
+#[tokio::test]
+async fn drain_labels_apply_from_the_first_drain_round_and_never_hold_a_move_back_or_a_delete() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("lbl");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "lbl").await;
+    let label = |v: &str| json!({"metadata": {"labels": {"nodemaintenance.medik8s.io/drain": v}}});
+    bare_pod(&client, &ns, "web", &node, json!({})).await;
+    bare_pod(&client, &ns, "cache", &node, label("skip")).await;
+    bare_pod(&client, &ns, "job", &node, label("wait-completed")).await;
+    for p in ["web", "cache", "job"] {
+        wait_running(&client, &ns, p, 1, LIMIT).await;
+    }
+    let name = unique("nm-lbl");
+    create(&client, &name, &node, "Cordon").await;
+    wait_for("node entered at Cordon", LIMIT, || {
+        node::in_maintenance(&client, &node)
+    })
+    .await;
+    stays(
+        &client,
+        &ns,
+        "web",
+        Duration::from_secs(3),
+        "Cordon evicted a pod",
+    )
+    .await;
+
+    set_stage(&client, &name, "Drain").await;
+    let waiting = nm::wait_status(&client, &name, "only the job waited for", LIMIT, |s| {
+        let reasons: Vec<&str> = s
+            .blockers
+            .iter()
+            .flatten()
+            .map(|b| b.reason.as_str())
+            .collect();
+        reasons == ["WaitingForCompletion"]
+    })
+    .await;
+    assert_eq!(
+        waiting.status.and_then(|s| s.phase),
+        Some(MaintenancePhase::Running)
+    );
+    wait_for("web evicted", LIMIT, || async {
+        match live_pod(&client, &ns, "web").await {
+            Some(_) => Err("still there".to_string()),
+            None => Ok(()),
+        }
+    })
+    .await;
+    for kept in ["cache", "job"] {
+        assert!(
+            live_pod(&client, &ns, kept).await.is_some(),
+            "{kept} evicted at Drain"
+        );
+    }
+
+    set_stage(&client, &name, "Idle").await;
+    wait_for("node restored", LIMIT, || node::restored(&client, &node)).await;
+    stays(
+        &client,
+        &ns,
+        "job",
+        Duration::from_secs(3),
+        "the job evicted by the move back",
+    )
+    .await;
+    assert!(live_pod(&client, &ns, "cache").await.is_some());
+
+    set_stage(&client, &name, "Drain").await;
+    nm::wait_status(&client, &name, "the job waited for again", LIMIT, |s| {
+        s.blockers
+            .iter()
+            .flatten()
+            .any(|b| b.reason == "WaitingForCompletion")
+    })
+    .await;
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+    for kept in ["cache", "job"] {
+        assert!(
+            live_pod(&client, &ns, kept).await.is_some(),
+            "{kept} evicted by the deletion"
+        );
+    }
+}
+
+/// `docs/drain-contract.md` §10 (`expireAfter` with deletion): a Succeeded maintenance deleted by
+/// hand before it expires restores its node at once, and no `MaintenanceExpired` event is
+/// written for it.
+#[tokio::test]
+async fn a_maintenance_deleted_before_it_expires_restores_its_node_without_expiring() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("dexp");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let name = unique("nm-dexp");
+    let mut nm = nm::new(&name, &node, "e2e deleted before its expiry");
+    nm.spec.knobs.expire_after = Some("1h".into());
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &nm)
+        .await
+        .unwrap();
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+    assert!(lease(&client, &node).await.is_none());
+    let events = nm::event_summary(&client, &name).await;
+    assert!(
+        !events.iter().any(|e| e.1 == "MaintenanceExpired"),
+        "{events:?}"
+    );
+}
