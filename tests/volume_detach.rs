@@ -355,3 +355,80 @@ async fn the_wait_applies_only_once_the_stage_is_drain() {
     nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
+
+/// Patches `spec` of NodeMaintenance `name` with `body`.
+async fn patch_spec(client: &kube::Client, name: &str, body: serde_json::Value) {
+    Api::<NodeMaintenance>::all(client.clone())
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({ "spec": body })),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("patching NodeMaintenance {name}: {e}"));
+}
+
+/// §10 (`waitForVolumeDetach` with `paused`, a move back and deletion): held by two attachments,
+/// then paused: no round runs, so with the attachments deleted the maintenance stays Running for
+/// 5 s and Succeeds once unpaused. A new attachment, then back to `Idle`: the node is restored
+/// (the wait ends with the round); on to `Drain`: held by it again. Deleted with it still there:
+/// the node is restored and the object gone (the deletion never waits for attachments).
+#[tokio::test]
+async fn the_wait_holds_across_a_pause_ends_with_a_move_back_and_never_holds_the_deletion() {
+    let client = operator_env().cluster.client().await;
+    let (node, _ns, names) = node_with_attachments(&client, "vdc").await;
+    let refs = [names[0].as_str(), names[1].as_str()];
+    let name = unique("nm-vdc");
+    create(&client, &name, &node, json!({"waitForVolumeDetach": "2m"})).await;
+    let attached = |s: &NodeMaintenanceStatus, n: &[String]| {
+        s.phase == Some(MaintenancePhase::Running)
+            && blockers(s)
+                == n.iter()
+                    .map(|n| (n.clone(), "VolumeAttached".to_string()))
+                    .collect::<Vec<_>>()
+    };
+    nm::wait_status(&client, &name, "two VolumeAttached blockers", LIMIT, |s| {
+        attached(s, &names)
+    })
+    .await;
+
+    patch_spec(&client, &name, json!({"paused": true})).await;
+    nm::wait_status(&client, &name, "DrainPaused", LIMIT, |s| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "DrainPaused" && c.status == "True")
+    })
+    .await;
+    delete_attachments(&client, &refs).await;
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        let nm = Api::<NodeMaintenance>::all(client.clone())
+            .get(&name)
+            .await
+            .unwrap();
+        assert_eq!(
+            nm.status.as_ref().and_then(|s| s.phase),
+            Some(MaintenancePhase::Running),
+            "Succeeded while paused: {:?}",
+            nm.status
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    patch_spec(&client, &name, json!({"paused": false})).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+
+    let third = unique("vdc-c");
+    attachment(&client, &third, &node, "pv-c").await;
+    patch_spec(&client, &name, json!({"stage": "Idle"})).await;
+    wait_for("node restored", LIMIT, || node::restored(&client, &node)).await;
+    patch_spec(&client, &name, json!({"stage": "Drain"})).await;
+    nm::wait_status(&client, &name, "held by the new attachment", LIMIT, |s| {
+        attached(s, std::slice::from_ref(&third))
+    })
+    .await;
+
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+    assert_eq!(existing(&client, &[third.as_str()]).await, [third.clone()]);
+    delete_attachments(&client, &[third.as_str()]).await;
+}
