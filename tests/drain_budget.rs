@@ -401,6 +401,7 @@ async fn a_maintenance_moved_to_drain_joins_the_queue_and_sends_nothing_paused_w
     let last = &names[SLOTS];
     let mut nm = nm::new(last, &nodes[SLOTS], "e2e kept idle, then drained");
     nm.spec.knobs.stage = Some(Stage::Idle);
+    nm.spec.knobs.node_conditions = Some(true);
     api.create(&PostParams::default(), &nm).await.unwrap();
     for name in &names[..SLOTS] {
         nm::wait_status(&client, name, "held by its budget", LIMIT, |s| {
@@ -435,6 +436,20 @@ async fn a_maintenance_moved_to_drain_joins_the_queue_and_sends_nothing_paused_w
     node::restored(&client, &nodes[SLOTS])
         .await
         .unwrap_or_else(|e| panic!("{last} waits but its node is out of service: {e}"));
+    // Waiting, its node's lifecycle conditions say no maintenance and no drain are in progress.
+    let not_started = ("MaintenanceNotStarted", "DrainNotStarted");
+    wait_node_conditions(
+        &client,
+        &nodes[SLOTS],
+        last,
+        [
+            ("MaintenancePlanned", "True", "AdminRequested"),
+            ("MaintenanceInProgress", "False", not_started.0),
+            ("DrainInProgress", "False", not_started.1),
+            ("Drained", "False", not_started.1),
+        ],
+    )
+    .await;
     patch(json!({"spec": {"paused": true}})).await;
 
     let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
