@@ -1099,3 +1099,49 @@ async fn a_maintenance_deleted_before_it_expires_restores_its_node_without_expir
         "{events:?}"
     );
 }
+
+/// `docs/drain-contract.md` §10 (`startAt` with a move back): a maintenance at `Drain` whose
+/// window opens in 20 s, moved back to `Idle` before it opens, stays `Idle` after it opened
+/// (nothing on the node, the pod there); moved to `Drain` again once the window is open, it
+/// drains at once and Succeeds.
+#[tokio::test]
+async fn a_maintenance_moved_back_before_its_window_stays_idle_after_it_opens() {
+    let env = operator_env();
+    let client = env.cluster.client().await;
+    let group = unique("wback");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "wback").await;
+    bare_pod(&client, &ns, "web", &node, json!({})).await;
+    wait_running(&client, &ns, "web", 1, LIMIT).await;
+    let name = unique("nm-wback");
+    let opens = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 20).unwrap();
+    let mut nm = nm::new(&name, &node, "e2e window, moved back");
+    nm.spec.knobs.start_at = Some(opens.to_string());
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &nm)
+        .await
+        .unwrap();
+    wait_stage(&client, &name, "MaintenanceWindow").await;
+    set_stage(&client, &name, "Idle").await;
+    wait_stage(&client, &name, "Idle").await;
+    assert!(
+        jiff::Timestamp::now() < opens,
+        "the window opened too soon to tell"
+    );
+    // Past the window's opening by a few passes: still Idle, nothing on the node.
+    let past = opens + jiff::SignedDuration::from_secs(3);
+    if let Ok(wait) = Duration::try_from(past.duration_since(jiff::Timestamp::now())) {
+        tokio::time::sleep(wait).await;
+    }
+    wait_stage(&client, &name, "Idle").await;
+    node::restored(&client, &node).await.unwrap();
+    assert!(lease(&client, &node).await.is_none());
+    assert!(live_pod(&client, &ns, "web").await.is_some());
+
+    set_stage(&client, &name, "Drain").await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    assert!(live_pod(&client, &ns, "web").await.is_none());
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
