@@ -98,8 +98,12 @@ fn reasons(nm: &NodeMaintenance) -> Vec<(String, String)> {
 
 /// Item 3: the operator's own pod is evicted last, after every other evictable pod is gone, and
 /// is then the one pending pod; the maintenance Succeeds once it is gone.
+/// The tests that create the operator's own pod (one name in one namespace) run one at a time.
+static OWN_POD_SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn own_pod_is_evicted_last() {
+    let _serial = OWN_POD_SERIAL.lock().await;
     let env = env();
     let client = env.cluster.client().await;
     let group = unique("own");
@@ -144,6 +148,105 @@ async fn own_pod_is_evicted_last() {
 
     release(&client, &own_ns, OWN_POD).await;
     nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
+
+/// `docs/drain-contract.md` §14 (issue 47's acceptance: "our own pod last"): under
+/// `daemonSets: EvictLast` the operator's own pod still goes last. While a held ordinary pod
+/// terminates, the DaemonSet's pod waits (`DaemonSetLast`) and the own pod waits
+/// (`OperatorPod`); once the ordinary pod is gone the DaemonSet's pod is evicted (held by the
+/// test's finalizer, copied from its template) and the own pod is not; once the DaemonSet's pod
+/// is gone the own pod is evicted; Succeeded once it is gone.
+#[tokio::test]
+async fn own_pod_goes_after_the_daemon_set_pods_evicted_last() {
+    let _serial = OWN_POD_SERIAL.lock().await;
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("ownds");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "ownds").await;
+    let own_ns = env.installed.account.namespace.clone();
+    let hold = json!({"metadata": {"finalizers": [HOLD]}});
+    bare_pod(&client, &ns, "app", &node, hold.clone()).await;
+    bare_pod(&client, &own_ns, OWN_POD, &node, hold).await;
+    let ds: k8s_openapi::api::apps::v1::DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "agent"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {
+                "metadata": {"labels": {"app": "agent"}, "finalizers": [HOLD]},
+                "spec": {
+                    "nodeSelector": {"nmo-test": group},
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]
+                }
+            }
+        }
+    }))
+    .unwrap();
+    let daemonsets = Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(client.clone(), &ns);
+    daemonsets
+        .create(&PostParams::default(), &ds)
+        .await
+        .unwrap();
+    wait_pod_running(&client, &ns, "app").await;
+    wait_pod_running(&client, &own_ns, OWN_POD).await;
+    let agent = wait_for("the DaemonSet's pod Running", LIMIT, || async {
+        let p = pods(&client, &ns, "agent").await;
+        match p.iter().find(|p| running(p)) {
+            Some(p) => Ok(p.metadata.name.clone().unwrap()),
+            None => Err(format!("{} pods, none Running", p.len())),
+        }
+    })
+    .await;
+
+    let name = unique("nm-ownds");
+    let mut nm = nm::new(&name, &node, "e2e own pod after DaemonSet pods");
+    nm.spec.knobs.daemon_sets = Some(node_maintenance_operator::api::DaemonSets::EvictLast);
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &nm)
+        .await
+        .unwrap();
+    nm::wait_status(&client, &name, "both wait for app", LIMIT, |s| {
+        let b = s.blockers.clone().unwrap_or_default();
+        b.iter().any(|b| b.name == "app" && terminating(&b.reason))
+            && b.iter()
+                .any(|b| b.name == agent && b.reason == "DaemonSetLast")
+            && b.iter()
+                .any(|b| b.name == OWN_POD && b.reason == "OperatorPod")
+    })
+    .await;
+    assert!(!deleting(&get_pod(&client, &ns, &agent).await));
+
+    release(&client, &ns, "app").await;
+    let waiting = nm::wait_status(&client, &name, "the DaemonSet's pod evicted", LIMIT, |s| {
+        let b = s.blockers.clone().unwrap_or_default();
+        b.iter().any(|b| b.name == agent && terminating(&b.reason))
+    })
+    .await;
+    assert!(
+        !deleting(&get_pod(&client, &own_ns, OWN_POD).await),
+        "own pod evicted while the DaemonSet's pod was still on the node: {:?}",
+        reasons(&waiting)
+    );
+
+    release(&client, &ns, &agent).await;
+    wait_pod_gone(&client, &ns, &agent).await;
+    nm::wait_status(&client, &name, "own pod the one pending pod", LIMIT, |s| {
+        s.pending_pods.as_deref() == Some(&[OWN_POD.to_string()][..])
+            && s.blockers
+                .as_ref()
+                .is_some_and(|b| b.len() == 1 && terminating(&b[0].reason))
+    })
+    .await;
+    assert!(deleting(&get_pod(&client, &own_ns, OWN_POD).await));
+    release(&client, &own_ns, OWN_POD).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    daemonsets
+        .delete("agent", &Default::default())
+        .await
+        .unwrap();
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
 
