@@ -429,6 +429,9 @@ async fn the_wait_holds_across_a_pause_ends_with_a_move_back_and_never_holds_the
     .await;
 
     nm::delete_and_wait_restored(&client, &name, &node).await;
-    assert_eq!(existing(&client, &[third.as_str()]).await, [third.clone()]);
+    assert_eq!(
+        existing(&client, &[third.as_str()]).await,
+        std::slice::from_ref(&third)
+    );
     delete_attachments(&client, &[third.as_str()]).await;
 }
