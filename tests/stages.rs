@@ -82,6 +82,29 @@ async fn wait_lease(client: &kube::Client, node: &str, held: bool) {
     .await;
 }
 
+/// A fresh worker node (group `<prefix>-…`) and namespace with one Running bare pod `web` on
+/// the node: (node, namespace).
+async fn node_with_web(client: &kube::Client, prefix: &str) -> (String, String) {
+    let group = unique(prefix);
+    let node = worker_nodes(operator_env().cluster, client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(client, prefix).await;
+    bare_pod(client, &ns, "web", &node, json!({})).await;
+    wait_running(client, &ns, "web", 1, LIMIT).await;
+    (node, ns)
+}
+
+/// When `nm`'s `Drained` condition turned True (its success, by the API server's clock).
+fn drained_at(nm: &NodeMaintenance) -> jiff::Timestamp {
+    nm.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .find(|c| c.type_ == "Drained" && c.status == "True")
+        .map(|c| c.last_transition_time.0)
+        .expect("Drained=True")
+}
+
 /// The pod `ns/name`, `None` once it is gone or being deleted.
 async fn live_pod(client: &kube::Client, ns: &str, name: &str) -> Option<Pod> {
     Api::<Pod>::namespaced(client.clone(), ns)
@@ -265,13 +288,7 @@ async fn preflight_asks_a_budget_that_allows_none_through_one_pod_and_lists_them
 async fn idle_cordon_drain_in_order_and_back_from_cordon_to_idle_restores_the_node() {
     let env = operator_env();
     let client = env.cluster.client().await;
-    let group = unique("st");
-    let node = worker_nodes(env.cluster, &client, &group, 1)
-        .await
-        .remove(0);
-    let ns = namespace(&client, "st").await;
-    bare_pod(&client, &ns, "web", &node, json!({})).await;
-    wait_running(&client, &ns, "web", 1, LIMIT).await;
+    let (node, ns) = node_with_web(&client, "st").await;
     let name = unique("nm-st");
 
     // Idle: nothing on the node, no lease, the pod stays.
@@ -379,13 +396,7 @@ async fn ready_heartbeat(client: &kube::Client, node: &str) -> Option<String> {
 async fn node_lifecycle_conditions_follow_the_stages_end_false_and_leave_the_kubelets_alone() {
     let env = operator_env();
     let client = env.cluster.client().await;
-    let group = unique("lc");
-    let node = worker_nodes(env.cluster, &client, &group, 1)
-        .await
-        .remove(0);
-    let ns = namespace(&client, "lc").await;
-    bare_pod(&client, &ns, "web", &node, json!({})).await;
-    wait_running(&client, &ns, "web", 1, LIMIT).await;
+    let (node, _ns) = node_with_web(&client, "lc").await;
     let name = unique("nm-lc");
     let mut nm = nm::new(&name, &node, "e2e node conditions");
     nm.spec.knobs.stage = Some(node_maintenance_operator::api::Stage::Idle);
@@ -493,13 +504,7 @@ async fn node_lifecycle_conditions_follow_the_stages_end_false_and_leave_the_kub
 async fn a_maintenance_waits_idle_for_its_window_then_cordons_and_drains() {
     let env = operator_env();
     let client = env.cluster.client().await;
-    let group = unique("win");
-    let node = worker_nodes(env.cluster, &client, &group, 1)
-        .await
-        .remove(0);
-    let ns = namespace(&client, "win").await;
-    bare_pod(&client, &ns, "web", &node, json!({})).await;
-    wait_running(&client, &ns, "web", 1, LIMIT).await;
+    let (node, ns) = node_with_web(&client, "win").await;
     let name = unique("nm-win");
     let opens = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 20).unwrap();
     let mut nm = nm::new(&name, &node, "e2e window");
@@ -553,13 +558,7 @@ async fn an_expired_maintenance_deletes_itself_and_the_node_is_restored() {
         .await
         .unwrap();
     let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
-    let succeeded = done
-        .status
-        .iter()
-        .flat_map(|s| s.conditions.iter().flatten())
-        .find(|c| c.type_ == "Drained" && c.status == "True")
-        .map(|c| c.last_transition_time.0)
-        .expect("Drained=True");
+    let succeeded = drained_at(&done);
     node::in_maintenance(&client, &node).await.unwrap();
     nm::wait_gone(&client, &name, LIMIT).await;
     let gone = jiff::Timestamp::now();
@@ -704,13 +703,7 @@ async fn a_paused_maintenance_moved_between_stages_enters_and_restores_its_node_
 {
     let env = operator_env();
     let client = env.cluster.client().await;
-    let group = unique("pst");
-    let node = worker_nodes(env.cluster, &client, &group, 1)
-        .await
-        .remove(0);
-    let ns = namespace(&client, "pst").await;
-    bare_pod(&client, &ns, "web", &node, json!({})).await;
-    wait_running(&client, &ns, "web", 1, LIMIT).await;
+    let (node, ns) = node_with_web(&client, "pst").await;
     let name = unique("nm-pst");
     let mut nm = nm::new(&name, &node, "e2e paused across stages");
     nm.spec.knobs.stage = serde_json::from_value(json!("Idle")).unwrap();
@@ -827,13 +820,7 @@ async fn a_succeeded_maintenance_paused_still_expires() {
         .await
         .unwrap();
     let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
-    let succeeded = done
-        .status
-        .iter()
-        .flat_map(|s| s.conditions.iter().flatten())
-        .find(|c| c.type_ == "Drained" && c.status == "True")
-        .map(|c| c.last_transition_time.0)
-        .expect("Drained=True");
+    let succeeded = drained_at(&done);
     set_paused(&client, &name, true).await;
     nm::wait_gone(&client, &name, LIMIT).await;
     let gone = jiff::Timestamp::now();
@@ -853,13 +840,7 @@ async fn a_succeeded_maintenance_paused_still_expires() {
 async fn a_paused_maintenance_waits_for_its_window_then_enters_its_node_and_evicts_once_unpaused() {
     let env = operator_env();
     let client = env.cluster.client().await;
-    let group = unique("pwin");
-    let node = worker_nodes(env.cluster, &client, &group, 1)
-        .await
-        .remove(0);
-    let ns = namespace(&client, "pwin").await;
-    bare_pod(&client, &ns, "web", &node, json!({})).await;
-    wait_running(&client, &ns, "web", 1, LIMIT).await;
+    let (node, ns) = node_with_web(&client, "pwin").await;
     let name = unique("nm-pwin");
     let opens = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 20).unwrap();
     let mut nm = nm::new(&name, &node, "e2e paused with a window");
@@ -909,13 +890,7 @@ async fn a_paused_maintenance_waits_for_its_window_then_enters_its_node_and_evic
 async fn node_conditions_follow_a_paused_maintenance_moved_back_and_on() {
     let env = operator_env();
     let client = env.cluster.client().await;
-    let group = unique("plc");
-    let node = worker_nodes(env.cluster, &client, &group, 1)
-        .await
-        .remove(0);
-    let ns = namespace(&client, "plc").await;
-    bare_pod(&client, &ns, "web", &node, json!({})).await;
-    wait_running(&client, &ns, "web", 1, LIMIT).await;
+    let (node, ns) = node_with_web(&client, "plc").await;
     let name = unique("nm-plc");
     let mut nm = nm::new(&name, &node, "e2e node conditions, paused");
     nm.spec.knobs.paused = Some(true);
@@ -1108,13 +1083,7 @@ async fn a_maintenance_deleted_before_it_expires_restores_its_node_without_expir
 async fn a_maintenance_moved_back_before_its_window_stays_idle_after_it_opens() {
     let env = operator_env();
     let client = env.cluster.client().await;
-    let group = unique("wback");
-    let node = worker_nodes(env.cluster, &client, &group, 1)
-        .await
-        .remove(0);
-    let ns = namespace(&client, "wback").await;
-    bare_pod(&client, &ns, "web", &node, json!({})).await;
-    wait_running(&client, &ns, "web", 1, LIMIT).await;
+    let (node, ns) = node_with_web(&client, "wback").await;
     let name = unique("nm-wback");
     let opens = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 20).unwrap();
     let mut nm = nm::new(&name, &node, "e2e window, moved back");
