@@ -36,7 +36,7 @@ use super::preview::{self, Ask};
 use super::report::{self, DrainReport, Survey};
 use super::round::{self, Observed, PlannedEviction, Round};
 use super::rules;
-use crate::api::{DaemonSets, DrainRule, PodReference};
+use crate::api::PodReference;
 use crate::metrics::Metrics;
 use crate::policy::DrainPolicy;
 
@@ -261,16 +261,17 @@ impl Drainer {
         Ok((pods, listed_at))
     }
 
-    /// Decides each pod ([`decide`], with `arrival`, the maintenance's `daemonSets` knob and
-    /// the first of its drain `rules` that selects it), looking up each DaemonSet once, and each
-    /// pod namespace's labels once when a rule has a namespace selector.
+    /// Decides each pod ([`decide`], with `arrival`, `policy`'s `daemonSets` knob and the first
+    /// of its drain rules that selects it), looking up each DaemonSet once, and each pod
+    /// namespace's labels once when a rule has a namespace selector.
     async fn classified(
         &self,
         pods: Vec<DrainPod>,
         arrival: &Arrival,
-        (drain_rules, daemon_sets): (&[DrainRule], DaemonSets),
+        policy: &DrainPolicy,
     ) -> Result<Vec<(DrainPod, Disposition)>, DrainError> {
-        let options = self.options.with_daemon_sets(daemon_sets);
+        let drain_rules = &policy.drain_rules[..];
+        let options = self.options.with_daemon_sets(policy.daemon_sets);
         // UID of the DaemonSet found under each (namespace, name); `None` when not found.
         let mut daemonsets: HashMap<(String, String), Option<String>> = HashMap::new();
         let mut namespaces: HashMap<String, BTreeMap<String, String>> = HashMap::new();
@@ -354,9 +355,8 @@ impl Drainer {
         policy: &DrainPolicy,
     ) -> Result<Survey, DrainError> {
         let (pods, _) = self.list_pods(node).await?;
-        let knobs = (&policy.drain_rules[..], policy.daemon_sets);
         Ok(report::survey(
-            &self.classified(pods, &Arrival::default(), knobs).await?,
+            &self.classified(pods, &Arrival::default(), policy).await?,
         ))
     }
 
@@ -389,8 +389,7 @@ impl Drainer {
             started,
             first_listing: schedule.first_listing(started).cloned(),
         };
-        let knobs = (&policy.drain_rules[..], policy.daemon_sets);
-        let pods = self.classified(pods, &arrival, knobs).await?;
+        let pods = self.classified(pods, &arrival, policy).await?;
         let surge = match policy.surge {
             crate::knobs::Surge::Never => Default::default(),
             _ => super::surge_io::observe(&self.client, &pods, standing.uid.as_deref()).await?,
@@ -601,11 +600,11 @@ impl Drainer {
     }
 
     /// What would keep `node`'s pods on it (the stage Preflight): each pod the drain would
-    /// evict (under `policy`'s drain rules and `daemonSets`) asked for with a server-side dry run (`dryRun=All`: admission
-    /// and the budgets are evaluated, nothing is evicted and no disruption is consumed), the
-    /// refusals as blockers, in listing order. A budget that allows no disruption is asked
-    /// through its first pod and its other pods take that refusal, as in the drain
-    /// ([`preview`]). Not counted as evictions.
+    /// evict (under `policy`'s drain rules and `daemonSets`) asked for with a server-side dry run
+    /// (`dryRun=All`: admission and the budgets are evaluated, nothing is evicted and no
+    /// disruption is consumed), the refusals as blockers, in listing order. A budget that allows
+    /// no disruption is asked through its first pod and its other pods take that refusal, as in
+    /// the drain ([`preview`]). Not counted as evictions.
     ///
     /// # Errors
     /// [`DrainError`] when the pod list or a DaemonSet lookup fails or hangs.
@@ -615,8 +614,7 @@ impl Drainer {
         policy: &DrainPolicy,
     ) -> Result<Vec<crate::api::PodBlocker>, DrainError> {
         let (pods, _) = self.list_pods(node).await?;
-        let knobs = (&policy.drain_rules[..], policy.daemon_sets);
-        let classified = self.classified(pods, &Arrival::default(), knobs).await?;
+        let classified = self.classified(pods, &Arrival::default(), policy).await?;
         let drained: Vec<&DrainPod> = classified
             .iter()
             .filter(|(_, d)| d.drains())
