@@ -6,7 +6,10 @@
 //! maintenance two places ahead was deleted (its node released), in creation order, across an
 //! operator restart mid-queue (a new leader computes the same queue). Then a node budget
 //! (`--max-parallel-drains-for`): storage nodes one at a time inside the cluster-wide two, a
-//! younger maintenance of another node passing the storage ones that wait.
+//! younger maintenance of another node passing the storage ones that wait. And §10's knob
+//! combinations with the queue: a waiting maintenance runs no round whatever its knobs, a paused
+//! or Succeeded holder keeps its slot, one moved to `Idle` frees it, and the waiting one's
+//! knobs (deadline, rules, DaemonSets, surge) apply from its slot.
 //! Its own cluster: the operator runs with flags the other binaries' operators do not have.
 
 mod common;
@@ -537,7 +540,22 @@ async fn queued_touched(
         .await
         .unwrap();
     if queue_message(&nm).is_none() {
-        touched.push(format!("{b} no longer queued: {:?}", nm.status));
+        let s = nm.status.unwrap_or_default();
+        let queued = s
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "DrainQueued")
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
+        touched.push(format!(
+            "{b} no longer queued: phase {:?}, DrainQueued {queued:?}, blockers {:?}",
+            s.phase,
+            s.blockers
+                .iter()
+                .flatten()
+                .map(|b| (&b.name, &b.reason))
+                .collect::<Vec<_>>()
+        ));
     }
     if let Err(e) = node::restored(client, node).await {
         touched.push(format!("its node {node} out of service: {e}"));
@@ -844,9 +862,12 @@ async fn a_waiting_maintenance_runs_nothing_and_its_knobs_apply_from_the_slot() 
         node::restored(&client, &an[0])
     })
     .await;
-    wait_for(&format!("{b}'s node entered"), LIMIT, || {
-        node::in_maintenance(&client, &bn[0])
-    })
+    // A freed slot starts the next within a pass or two.
+    wait_for(
+        &format!("{b}'s node entered"),
+        Duration::from_secs(30),
+        || node::in_maintenance(&client, &bn[0]),
+    )
     .await;
     let drain_started = node_drain_started(&client, &bn[0]).await;
     let slack = jiff::SignedDuration::from_secs(1);
