@@ -886,7 +886,15 @@ async fn a_waiting_maintenance_runs_nothing_and_its_knobs_apply_from_the_slot() 
         s.drain_deadline.is_some() && has_condition(s, "DrainQueued", "False")
     })
     .await;
-    let shown = shown.status.unwrap().drain_deadline.unwrap().0;
+    let status = shown.status.unwrap();
+    // The status tells the same start: not b's first pass while it waited.
+    let start_shown = status.drain_start_time.map(|t| t.0);
+    assert_eq!(
+        start_shown,
+        Some(drain_started),
+        "status.drainStartTime {start_shown:?}: not the drain's start {drain_started} (b created {b_created})"
+    );
+    let shown = status.drain_deadline.unwrap().0;
     assert_eq!(
         shown, deadline,
         "status.drainDeadline {shown}: not the drain's start {drain_started} plus {TIMEOUT}s (b created {b_created})"

@@ -51,6 +51,11 @@ pub(crate) fn drained_plan(
     now: jiff::Timestamp,
 ) -> Plan {
     let mut step = drained(&round.status, report, round.generation, now);
+    // `drainStartTime` is the drain's start on the node (the API server's clock), so a
+    // maintenance that waited at Cordon or in the queue does not count that wait as draining.
+    if let Some(started) = round.started {
+        step.status.drain_start_time = Some(now_time(started));
+    }
     if let Some(o) = volumes.filter(|_| report.done()) {
         use crate::drain::volume_detach as vd;
         let verdict = vd::verdict(

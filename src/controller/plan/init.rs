@@ -2,7 +2,7 @@
 //! ([`PassStep::StatusInit`](super::maintenance::PassStep)).
 
 use super::pass::{Flow, Pass};
-use super::status::{count, names, non_empty, now_time, touch};
+use super::status::{count, names, non_empty, touch};
 use crate::api::{MaintenancePhase, NodeMaintenanceStatus};
 use crate::drain::Survey;
 
@@ -22,8 +22,8 @@ impl Pass<'_> {
 }
 
 /// Status initialisation (upstream's `initMaintenanceStatus`), only while `phase` is unset:
-/// phase Running, `totalpods`, `evictionPods`, pending pods, drainStartTime, lastUpdate,
-/// observedGeneration. `None` when the phase is already set (upstream test "Should not modify
+/// phase Running, `totalpods`, `evictionPods`, pending pods, lastUpdate, observedGeneration
+/// (`drainStartTime` waits for the drain's start: stage Cordon and the queue come first). `None` when the phase is already set (upstream test "Should not modify
 /// the CR after initalization").
 pub(crate) fn init_status(
     old: &NodeMaintenanceStatus,
@@ -42,7 +42,6 @@ pub(crate) fn init_status(
     s.pending_pods = non_empty(names(&refs));
     s.pending_pods_refs = non_empty(refs);
     s.drain_progress = Some(0);
-    s.drain_start_time = Some(now_time(now));
     touch(&mut s, generation, now);
     Some(s)
 }

@@ -202,8 +202,41 @@ fn init_sets_running_with_the_pods_to_drain() {
         (s.eviction_pods, s.total_pods, s.drain_progress),
         (Some(2), Some(2), Some(0))
     );
-    assert!(s.last_update.is_some() && s.drain_start_time.is_some());
+    assert!(s.last_update.is_some());
+    // Not yet: the drain starts with its first round (stage Cordon and the queue come first).
+    assert_eq!(s.drain_start_time, None);
     assert_eq!(s.observed_generation, GEN);
+}
+
+/// `status.drainStartTime` is the drain's start recorded on the node (the API server's clock),
+/// not the first pass: a maintenance that sat at Cordon or in the queue before its round shows
+/// the round's start; a release clears it, so Drain → Idle → Drain shows the new start.
+#[test]
+fn drain_start_time_is_the_start_on_the_node_and_goes_with_a_release() {
+    let s0 = running_with_two();
+    let rep = report(&["test-pod-1"], &[("test-pod-1", reason::PDB)], &[]);
+    let round = |status: &NodeMaintenanceStatus, started: i64| DrainRound {
+        node: "node01".into(),
+        status: status.clone(),
+        stored: status.clone(),
+        started: Some(t(started)),
+        policy: Default::default(),
+        generation: GEN,
+        pruned: Vec::new(),
+    };
+    // Created at t(0), cordoned, drained from t(40): the round at t(41) shows t(40).
+    let first = drained_plan(&round(&s0, 40), &rep, None, t(41))
+        .status
+        .unwrap();
+    assert_eq!(first.drain_start_time.as_ref().map(|d| d.0), Some(t(40)));
+    // Released (stage Idle): gone with the node's record.
+    let released = super::timeline::release(&first, GEN, t(60));
+    assert_eq!(released.drain_start_time, None);
+    // Drain again from t(90): the new start, not the first.
+    let again = drained_plan(&round(&released, 90), &rep, None, t(91))
+        .status
+        .unwrap();
+    assert_eq!(again.drain_start_time.map(|d| d.0), Some(t(90)));
 }
 
 // Upstream's contract: no re-initialisation once a phase is set.

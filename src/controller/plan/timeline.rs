@@ -255,6 +255,8 @@ pub(crate) fn release(
     now: jiff::Timestamp,
 ) -> NodeMaintenanceStatus {
     let mut s = status.clone();
+    // The start went with the node's record: the next drain has its own.
+    s.drain_start_time = None;
     if condition(status, condition::DRAINED).is_some_and(|c| c.reason != condition::RELEASED) {
         set_condition(
             &mut s,
