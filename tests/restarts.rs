@@ -1257,3 +1257,554 @@ async fn restarts_with_the_json_node_watch_over_several_pages() {
     }))
     .await;
 }
+
+/// `(type, status, reason, message)` of condition `type_` of a NodeMaintenance status.
+fn nm_condition(
+    s: &node_maintenance_operator::api::NodeMaintenanceStatus,
+    type_: &str,
+) -> Option<(String, String, String)> {
+    s.conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// `(name, reason)` of each blocker of a NodeMaintenance status.
+fn blocker_reasons(
+    s: &node_maintenance_operator::api::NodeMaintenanceStatus,
+) -> Vec<(String, String)> {
+    s.blockers
+        .iter()
+        .flatten()
+        .map(|b| (b.name.clone(), b.reason.clone()))
+        .collect()
+}
+
+/// Creates NodeMaintenance `name` of `node` with `spec` merged into its spec.
+async fn create_with(client: &kube::Client, name: &str, node: &str, spec: serde_json::Value) {
+    let mut o = serde_json::to_value(nm::new(name, node, "e2e restart column")).unwrap();
+    merge(&mut o, json!({ "spec": spec }));
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &serde_json::from_value(o).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("creating NodeMaintenance {name}: {e}"));
+}
+
+/// Waits until `node` is in maintenance with the drain's start recorded on it; returns the
+/// start.
+async fn wait_entered(client: &kube::Client, node: &str, what: &str) -> jiff::Timestamp {
+    wait_for(what, LIMIT, || async {
+        node::in_maintenance(client, node).await?;
+        our_node_annotations(client, node)
+            .await
+            .get(node_maintenance_operator::api::DRAIN_STARTED_ANNOTATION)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| "no drain start recorded".to_string())
+    })
+    .await
+}
+
+/// The node's annotations of this operator (`nodemaintenance.medik8s.io/…`).
+async fn our_node_annotations(
+    client: &kube::Client,
+    node: &str,
+) -> std::collections::BTreeMap<String, String> {
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .get(node)
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("nodemaintenance.medik8s.io/"))
+        .collect()
+}
+
+/// `docs/drain-contract.md` §10, the column "a restart of the operator", one SIGKILL for five
+/// rows. Six nodes, one maintenance each, all set up before the kill:
+/// - `stage: Cordon` (its pod `cordon-web`): cordoned, tainted, the lease held;
+/// - `drainTimeout: 35s`, `onTimeout: Fail`, its pod `held` under a budget that allows nothing;
+/// - `spec.drainRules` keeping `rules-db` (`behavior: Skip`), `rules-cache` labelled `skip`,
+///   `rules-job` labelled `wait-completed` and waited for, `rules-web` evicted;
+/// - `waitForVolumeDetach: 2m`, its pod gone, held by a VolumeAttachment;
+/// - `startAt` 5 s ahead (it opens while the operator is down) and 25 s ahead (after the
+///   restart).
+///
+/// The new operator finds everything as the objects and nodes say: the Cordon node untouched
+/// (no new entry in the new process's log, our record and the lease object unchanged, the pod
+/// there), then moved to Drain it Succeeds and its deletion uncordons the node; the deadline and
+/// the drain's start on the node unchanged, Failed at that deadline (its `DrainDeadlineExceeded`
+/// event), not `drainTimeout` after the restart; the rule- and label-kept pods still kept and
+/// named, the job still waited for until it completes; the volume wait's blocker and bound
+/// unchanged, Succeeded once the attachment is deleted; the window that opened while the
+/// operator was down entered at start, the other still Idle until it opens, then entered.
+#[tokio::test]
+async fn one_restart_keeps_each_knobs_state_as_the_objects_and_the_nodes_record_it() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::api::storage::v1::VolumeAttachment;
+    const TIMEOUT: i64 = 35;
+    let _serial = SERIAL.lock().await;
+    let began = std::time::Instant::now();
+    let (cluster, account, kubeconfig) = setup();
+    let client = cluster.client().await;
+    let group = unique("rcol");
+    let nodes = worker_nodes(cluster, &client, &group, 6).await;
+    let [
+        cordon_node,
+        fail_node,
+        rules_node,
+        volume_node,
+        later_node,
+        opened_node,
+    ]: [String; 6] = nodes.try_into().unwrap();
+    let ns = namespace(&client, "rcol").await;
+    let nms = Api::<NodeMaintenance>::all(client.clone());
+    let leases = Api::<Lease>::namespaced(client.clone(), "medik8s-leases");
+    let pods_api = Api::<Pod>::namespaced(client.clone(), &ns);
+    let live = |name: &'static str| {
+        let pods_api = pods_api.clone();
+        async move {
+            pods_api
+                .get_opt(name)
+                .await
+                .unwrap()
+                .is_some_and(|p| p.metadata.deletion_timestamp.is_none())
+        }
+    };
+    let status_of = |name: String| {
+        let nms = nms.clone();
+        async move { nms.get(&name).await.unwrap().status.unwrap_or_default() }
+    };
+    let label = |v: &str| json!({"metadata": {"labels": {"nodemaintenance.medik8s.io/drain": v}}});
+    let placed = [
+        ("cordon-web", &cordon_node, json!({})),
+        ("held", &fail_node, json!({})),
+        ("rules-web", &rules_node, json!({})),
+        ("rules-db", &rules_node, json!({})),
+        ("rules-cache", &rules_node, label("skip")),
+        ("rules-job", &rules_node, label("wait-completed")),
+        ("volume-app", &volume_node, json!({})),
+    ];
+    for (pod, node, extra) in &placed {
+        bare_pod(&client, &ns, pod, node, extra.clone()).await;
+    }
+    for (pod, _, _) in &placed {
+        wait_running(&client, &ns, pod, 1, LIMIT).await;
+    }
+    min_available_budget(&client, &ns, "held", "held", 1, 1).await;
+    let attachment = unique("rcol-va");
+    let va: VolumeAttachment = serde_json::from_value(json!({
+        "metadata": {"name": attachment},
+        "spec": {"attacher": "csi.example.com", "nodeName": volume_node,
+                 "source": {"persistentVolumeName": "pv-rcol"}}
+    }))
+    .unwrap();
+    let attachments = Api::<VolumeAttachment>::all(client.clone());
+    attachments
+        .create(&PostParams::default(), &va)
+        .await
+        .unwrap();
+
+    let mut op = start(cluster, &account, &kubeconfig, "op-rcol", false);
+    let (cordon_nm, fail_nm, rules_nm, volume_nm, later_nm, opened_nm) = (
+        unique("nm-rcol-cordon"),
+        unique("nm-rcol-fail"),
+        unique("nm-rcol-rules"),
+        unique("nm-rcol-volume"),
+        unique("nm-rcol-later"),
+        unique("nm-rcol-opened"),
+    );
+    // The deadline's maintenance first, so that the restart comes well into its drain.
+    create_with(
+        &client,
+        &fail_nm,
+        &fail_node,
+        json!({"drainTimeout": format!("{TIMEOUT}s"), "onTimeout": "Fail"}),
+    )
+    .await;
+    create_with(
+        &client,
+        &cordon_nm,
+        &cordon_node,
+        json!({"stage": "Cordon"}),
+    )
+    .await;
+    create_with(
+        &client,
+        &rules_nm,
+        &rules_node,
+        json!({"drainRules": [
+            {"podSelector": {"matchLabels": {"app": "rules-db"}}, "behavior": "Skip"}
+        ]}),
+    )
+    .await;
+    create_with(
+        &client,
+        &volume_nm,
+        &volume_node,
+        json!({"waitForVolumeDetach": "2m"}),
+    )
+    .await;
+
+    // Before the kill: each maintenance where its knob holds it.
+    wait_for("the Cordon node entered", LIMIT, || {
+        node::in_maintenance(&client, &cordon_node)
+    })
+    .await;
+    let rules_waiting = |s: &node_maintenance_operator::api::NodeMaintenanceStatus| {
+        s.phase == Some(MaintenancePhase::Running)
+            && blocker_reasons(s) == [("rules-job".to_string(), "WaitingForCompletion".to_string())]
+    };
+    nm::wait_status(
+        &client,
+        &rules_nm,
+        "only the job waited for",
+        LIMIT,
+        rules_waiting,
+    )
+    .await;
+    wait_for("rules-web evicted", LIMIT, || async {
+        if live("rules-web").await {
+            Err("still there".to_string())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    let volume_waiting = |s: &node_maintenance_operator::api::NodeMaintenanceStatus| {
+        s.phase == Some(MaintenancePhase::Running)
+            && blocker_reasons(s) == [(attachment.clone(), "VolumeAttached".to_string())]
+    };
+    let volume_before = nm::wait_status(
+        &client,
+        &volume_nm,
+        "Running, held by the attachment",
+        LIMIT,
+        volume_waiting,
+    )
+    .await
+    .status
+    .unwrap();
+    let volume_drained_before = nm_condition(&volume_before, "Drained");
+    for kept in ["rules-db", "rules-cache", "rules-job"] {
+        assert!(live(kept).await, "{kept} evicted before the restart");
+    }
+    let volume_started_before = node_drain_started(&client, &volume_node).await;
+
+    // The two windows last, just before the kill.
+    let now_s = jiff::Timestamp::now().as_second();
+    let opened_opens = jiff::Timestamp::from_second(now_s + 5).unwrap();
+    let later_opens = jiff::Timestamp::from_second(now_s + 25).unwrap();
+    create_with(
+        &client,
+        &opened_nm,
+        &opened_node,
+        json!({"startAt": opened_opens.to_string()}),
+    )
+    .await;
+    create_with(
+        &client,
+        &later_nm,
+        &later_node,
+        json!({"startAt": later_opens.to_string()}),
+    )
+    .await;
+    let fail_before = nm::wait_status(
+        &client,
+        &fail_nm,
+        "Running, held by the budget, with a deadline",
+        LIMIT,
+        |s| {
+            s.phase == Some(MaintenancePhase::Running)
+                && s.drain_deadline.is_some()
+                && blocker_reasons(s)
+                    .iter()
+                    .any(|b| b.1 == "PodDisruptionBudget")
+        },
+    )
+    .await
+    .status
+    .unwrap();
+    let fail_started = node_drain_started(&client, &fail_node).await;
+    let deadline = fail_before.drain_deadline.clone().unwrap().0;
+    assert_eq!(
+        deadline,
+        fail_started + jiff::SignedDuration::from_secs(TIMEOUT),
+        "drainDeadline {deadline} is not the drain's start on the node {fail_started} + {TIMEOUT}s"
+    );
+    for name in [&opened_nm, &later_nm] {
+        nm::wait_status(&client, name, "Stage=MaintenanceWindow", LIMIT, |s| {
+            nm_condition(s, "Stage").is_some_and(|c| c.0 == "True" && c.1 == "MaintenanceWindow")
+        })
+        .await;
+    }
+    let cordon_lease = leases
+        .get(&format!("node-{cordon_node}"))
+        .await
+        .expect("the Cordon maintenance holds the lease");
+    let cordon_record = our_node_annotations(&client, &cordon_node).await;
+    assert!(live("cordon-web").await, "Cordon evicted cordon-web");
+
+    op.process().kill();
+    let killed = jiff::Timestamp::now();
+    assert!(
+        killed < opened_opens,
+        "killed at {killed}, after the first window opened at {opened_opens}: the set-up took too \
+         long to tell"
+    );
+    wait_for(
+        "the first window to open while the operator is down",
+        LIMIT,
+        || {
+            let now = jiff::Timestamp::now();
+            async move {
+                if now >= opened_opens + jiff::SignedDuration::from_secs(1) {
+                    Ok(())
+                } else {
+                    Err(format!("{now}"))
+                }
+            }
+        },
+    )
+    .await;
+    node::restored(&client, &opened_node)
+        .await
+        .unwrap_or_else(|e| panic!("the node of the window entered while no operator ran: {e}"));
+
+    let restarted = jiff::Timestamp::now();
+    let op2 = start(cluster, &account, &kubeconfig, "op-rcol-2", false);
+    eprintln!(
+        "restarted {:?} after the drain with a deadline started ({fail_started}), {:?} into the test",
+        restarted.duration_since(fail_started),
+        began.elapsed()
+    );
+
+    // startAt, the window that opened while the operator was down: entered at start.
+    let opened_started = wait_entered(
+        &client,
+        &opened_node,
+        "the opened window's node entered at start",
+    )
+    .await;
+    let entered = jiff::Timestamp::now();
+    assert!(
+        entered.duration_since(restarted) < jiff::SignedDuration::from_secs(15),
+        "the window that opened while the operator was down was entered only at {entered}, \
+         restarted at {restarted}"
+    );
+    assert!(
+        opened_started >= opened_opens,
+        "entered at {opened_started}, before its window opened at {opened_opens}"
+    );
+    assert!(
+        op2.log().contains(&format!(
+            "Maintenance taints will be added to node {opened_node}"
+        )),
+        "the new process's log does not name the entry it made:\n{}",
+        op2.log()
+    );
+    // A few of the new process's passes (a drain round every 5 s, the volume wait's each 1 s).
+    tokio::time::sleep(Duration::from_secs(6)).await;
+
+    // stage: the Cordon maintenance's node as it was: cordoned, tainted, our record and the
+    // lease object unchanged (no write), no new entry, the pod there.
+    node::in_maintenance(&client, &cordon_node)
+        .await
+        .unwrap_or_else(|e| panic!("the Cordon node after the restart: {e}"));
+    let lease_now = leases
+        .get_opt(&format!("node-{cordon_node}"))
+        .await
+        .unwrap();
+    let ident = |l: &Lease| {
+        (
+            l.metadata.uid.clone(),
+            l.metadata.resource_version.clone(),
+            l.spec.as_ref().and_then(|s| s.holder_identity.clone()),
+        )
+    };
+    assert_eq!(
+        lease_now.as_ref().map(ident),
+        Some(ident(&cordon_lease)),
+        "the Cordon node's lease after the restart (uid, resourceVersion, holder), was {:?}",
+        ident(&cordon_lease)
+    );
+    let record_now = our_node_annotations(&client, &cordon_node).await;
+    assert_eq!(
+        record_now, cordon_record,
+        "our record on the Cordon node changed across the restart"
+    );
+    let log = op2.log();
+    let entries: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            l.contains(&format!(
+                "Maintenance taints will be added to node {cordon_node}"
+            )) || l.contains("re-applied")
+        })
+        .collect();
+    assert!(
+        entries.is_empty(),
+        "the new process entered the Cordon node again: {entries:#?}"
+    );
+    assert!(
+        live("cordon-web").await,
+        "cordon-web evicted at Cordon after the restart"
+    );
+
+    // The deadline's maintenance: the same deadline and the same start on the node.
+    let fail_now = status_of(fail_nm.clone()).await;
+    assert_eq!(
+        fail_now.drain_deadline, fail_before.drain_deadline,
+        "drainDeadline moved across the restart: {fail_now:?}"
+    );
+    assert_eq!(
+        node_drain_started(&client, &fail_node).await,
+        fail_started,
+        "the drain's start on the node moved across the restart"
+    );
+
+    // drainRules and the pod drain labels: still kept, the job still waited for.
+    let rules_now = status_of(rules_nm.clone()).await;
+    assert!(
+        rules_waiting(&rules_now),
+        "the rules' maintenance after the restart: {rules_now:?}"
+    );
+    for kept in ["rules-db", "rules-cache", "rules-job"] {
+        assert!(live(kept).await, "{kept} evicted after the restart");
+    }
+
+    // waitForVolumeDetach: the same blocker, the same bound, the same start on the node.
+    let volume_now = status_of(volume_nm.clone()).await;
+    assert!(
+        volume_waiting(&volume_now),
+        "the volume wait after the restart: {volume_now:?}"
+    );
+    assert_eq!(
+        nm_condition(&volume_now, "Drained"),
+        volume_drained_before,
+        "the volume wait's Drained condition (its bound) changed across the restart"
+    );
+    assert_eq!(
+        node_drain_started(&client, &volume_node).await,
+        volume_started_before,
+        "the volume node's drain start changed across the restart"
+    );
+
+    // startAt, the window that opens after the restart: still Idle, nothing on the node.
+    let now = jiff::Timestamp::now();
+    assert!(
+        now < later_opens,
+        "{now}: the second window opened before it could be seen idle ({later_opens})"
+    );
+    let later_now = status_of(later_nm.clone()).await;
+    assert!(
+        nm_condition(&later_now, "Stage").is_some_and(|c| c.1 == "MaintenanceWindow"),
+        "before its window after the restart: {later_now:?}"
+    );
+    node::restored(&client, &later_node)
+        .await
+        .unwrap_or_else(|e| panic!("the later window's node entered early: {e}"));
+    assert!(
+        leases
+            .get_opt(&format!("node-{later_node}"))
+            .await
+            .unwrap()
+            .is_none(),
+        "a lease held before the window opened"
+    );
+
+    // Now each goes on.
+    nms.patch(
+        &cordon_nm,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"stage": "Drain"}})),
+    )
+    .await
+    .unwrap();
+    pods_api
+        .patch_status(
+            "rules-job",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+        )
+        .await
+        .unwrap();
+    attachments
+        .delete(&attachment, &Default::default())
+        .await
+        .unwrap();
+
+    nm::wait_phase(&client, &cordon_nm, MaintenancePhase::Succeeded, LIMIT).await;
+    assert!(!live("cordon-web").await, "cordon-web not evicted at Drain");
+    let rules_done = nm::wait_phase(&client, &rules_nm, MaintenancePhase::Succeeded, LIMIT).await;
+    let drained = rules_done
+        .status
+        .as_ref()
+        .and_then(|s| nm_condition(s, "Drained"))
+        .map(|c| c.2)
+        .unwrap_or_default();
+    for kept in ["rules-db", "rules-cache"] {
+        assert!(
+            drained.contains(&format!("{ns}/{kept} (Skipped)")),
+            "{kept} not named as kept: {drained:?}"
+        );
+        assert!(live(kept).await, "{kept} evicted after the restart");
+    }
+    nm::wait_phase(&client, &volume_nm, MaintenancePhase::Succeeded, LIMIT).await;
+
+    let later_started = wait_entered(&client, &later_node, "the later window's node entered").await;
+    assert!(
+        later_started >= later_opens,
+        "entered at {later_started}, before its window opened at {later_opens}"
+    );
+    nm::wait_phase(&client, &later_nm, MaintenancePhase::Succeeded, LIMIT).await;
+
+    // The deadline's action at the recorded deadline, not drainTimeout after the restart.
+    let failed = nm::wait_phase(&client, &fail_nm, MaintenancePhase::Failed, LIMIT).await;
+    let exceeded = nm::warnings(&client, &fail_nm, "DrainDeadlineExceeded").await;
+    let at = exceeded
+        .first()
+        .map(|e| e.1)
+        .unwrap_or_else(|| panic!("no DrainDeadlineExceeded event: {failed:?}"));
+    eprintln!("DrainDeadlineExceeded at {at}, the recorded deadline {deadline}");
+    let late = jiff::SignedDuration::from_secs(4);
+    let from_restart = restarted + jiff::SignedDuration::from_secs(TIMEOUT);
+    assert!(
+        from_restart > deadline + late,
+        "restarted at {restarted}: too close to the deadline {deadline} to tell"
+    );
+    assert!(
+        at >= deadline - jiff::SignedDuration::from_secs(1) && at <= deadline + late,
+        "DrainDeadlineExceeded at {at}: the recorded deadline is {deadline} (drainTimeout after \
+         the restart would be {from_restart})"
+    );
+    let error = failed.status.unwrap().last_error.unwrap_or_default();
+    assert!(error.contains("held"), "lastError {error:?}");
+    node::in_maintenance(&client, &fail_node)
+        .await
+        .unwrap_or_else(|e| panic!("the failed maintenance's node: {e}"));
+
+    // Deleting each restores its node; the Cordon one's record said it was not cordoned before.
+    let all = [
+        (&cordon_nm, &cordon_node),
+        (&fail_nm, &fail_node),
+        (&rules_nm, &rules_node),
+        (&volume_nm, &volume_node),
+        (&later_nm, &later_node),
+        (&opened_nm, &opened_node),
+    ];
+    for (name, _) in &all {
+        nm::delete(&client, name).await;
+    }
+    for (name, node) in &all {
+        nm::wait_gone(&client, name, LIMIT).await;
+        wait_for(&format!("node {node} restored"), LIMIT, || {
+            node::restored(&client, node)
+        })
+        .await;
+    }
+    eprintln!("the restart column took {:?}", began.elapsed());
+}
