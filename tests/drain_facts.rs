@@ -1512,6 +1512,137 @@ async fn force_delete_gives_each_pod_its_grace_before_the_deadline() {
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
 
+/// `docs/drain-contract.md` §10 (`onTimeout: ForceDelete` with `paused` and deletion): two
+/// nodes, each with one pod (no grace of its own) under a budget that allows nothing and a
+/// maintenance with `drainTimeout` [`TIMEOUT`] and `ForceDelete`, both paused before their
+/// deadlines. 4 s past the later deadline neither pod is being deleted and no `PodForceDeleted`
+/// event was given. Then the first is unpaused: its pod is force-deleted (one event) and it
+/// Succeeds; the second is deleted: its node is restored, its pod still there 5 s later and no
+/// event names it.
+#[tokio::test]
+async fn force_delete_waits_out_a_pause_is_decided_on_resume_and_never_after_the_delete() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let started = Instant::now();
+    let group = unique("forcepause");
+    let nodes = worker_nodes(&env.cluster, &client, &group, 2).await;
+    let ns = namespace(&client, "forcepause").await;
+    let held = ["held-0", "held-1"];
+    for (pod, node) in held.iter().zip(&nodes) {
+        bare_pod(&client, &ns, pod, node, json!({})).await;
+    }
+    wait_all_running(&client, &ns, 2).await;
+    for pod in held {
+        min_available_budget(&client, &ns, pod, pod, 1, 1).await;
+    }
+    grant_force_delete(&client, &nodes[0]).await;
+    let names = [unique("nm-forceresume"), unique("nm-forcedeleted")];
+    for (name, node) in names.iter().zip(&nodes) {
+        wait_for("ForceDelete admitted with the grant", LIMIT, || async {
+            create_with_deadline(&client, name, node, "ForceDelete", false)
+                .await
+                .map_err(|e| e.to_string())
+        })
+        .await;
+    }
+    let nms = Api::<node_maintenance_operator::api::NodeMaintenance>::all(client.clone());
+    let set_paused = |name: &str, paused: bool| {
+        let (nms, name) = (nms.clone(), name.to_string());
+        async move {
+            nms.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"paused": paused}})),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    for name in &names {
+        nm::wait_status(&client, name, "held by the budget", LIMIT, |s| {
+            s.blockers
+                .iter()
+                .flatten()
+                .any(|b| b.reason == "PodDisruptionBudget")
+        })
+        .await;
+        set_paused(name, true).await;
+    }
+    let mut deadlines = Vec::new();
+    for (name, node) in names.iter().zip(&nodes) {
+        nm::wait_status(&client, name, "DrainPaused", LIMIT, |s| {
+            s.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "DrainPaused" && c.status == "True")
+        })
+        .await;
+        let deadline = node_drain_started(&client, node).await
+            + jiff::SignedDuration::try_from(TIMEOUT).unwrap();
+        // Without a grace of its own, a pod is deleted from its deadline less 1 s.
+        let paused_at = jiff::Timestamp::now();
+        assert!(
+            paused_at < deadline - jiff::SignedDuration::from_secs(1),
+            "{name} paused at {paused_at}, not before its forced deletion was due ({deadline} less              1 s): the test's premise"
+        );
+        deadlines.push(deadline);
+    }
+    let past = *deadlines.iter().max().unwrap() + jiff::SignedDuration::from_secs(4);
+    let wait = past.duration_since(jiff::Timestamp::now());
+    tokio::time::sleep(Duration::try_from(wait).unwrap_or_default()).await;
+    let pods_api = Api::<Pod>::namespaced(client.clone(), &ns);
+    for (pod, name) in held.iter().zip(&names) {
+        let p = pods_api.get_opt(pod).await.unwrap();
+        assert!(
+            p.as_ref()
+                .is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
+            "{pod} deleted while {name} was paused past its deadline (gone, or its deletion: \
+             {:?})",
+            p.map(|p| p.metadata.deletion_timestamp)
+        );
+        let forced = nm::warnings(&client, name, "PodForceDeleted").await;
+        assert!(forced.is_empty(), "{name} while paused: {forced:?}");
+    }
+    let original = pods_api.get(held[1]).await.unwrap().metadata.uid;
+
+    // Resumed: the forced DELETE is decided then. Deleted: never.
+    set_paused(&names[0], false).await;
+    nm::delete(&client, &names[1]).await;
+    nm::wait_phase(&client, &names[0], MaintenancePhase::Succeeded, LIMIT).await;
+    let forced = nm::warnings(&client, &names[0], "PodForceDeleted").await;
+    assert!(
+        forced.len() == 1 && forced[0].0.contains(held[0]),
+        "once unpaused, one forced deletion of {}: {forced:?}",
+        held[0]
+    );
+    let gone = pods_api.get_opt(held[0]).await.unwrap();
+    assert!(
+        gone.is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+        "{} still there after {} Succeeded",
+        held[0],
+        names[0]
+    );
+    nm::wait_gone(&client, &names[1], LIMIT).await;
+    wait_for(&format!("node {} restored", nodes[1]), LIMIT, || {
+        node::restored(&client, &nodes[1])
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let p = pods_api.get_opt(held[1]).await.unwrap();
+    assert!(
+        p.as_ref().is_some_and(|p| p.metadata.uid == original
+            && p.metadata.deletion_timestamp.is_none()),
+        "{} deleted after {} was deleted (gone, or its deletion: {:?})",
+        held[1],
+        names[1],
+        p.map(|p| p.metadata.deletion_timestamp)
+    );
+    let forced = nm::warnings(&client, &names[1], "PodForceDeleted").await;
+    assert!(forced.is_empty(), "{} after its deletion: {forced:?}", names[1]);
+    nm::delete_and_wait_restored(&client, &names[0], &nodes[0]).await;
+    eprintln!("force-pause: {:?}", started.elapsed());
+}
+
 /// Applies `manifests/overlays/force-delete/force-delete.yaml` (the ClusterRole and its binding
 /// to the operator's ServiceAccount), once per test binary, after checking that the webhook
 /// refuses a ForceDelete maintenance of `node` without it, naming the overlay (the tests that
