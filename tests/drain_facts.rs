@@ -1222,6 +1222,168 @@ async fn a_pods_drain_label_orders_skips_and_waits_for_it() {
     }
 }
 
+/// `docs/drain-contract.md` §10 (drain labels with `paused`): on one node a pod `first` (no
+/// label) under a budget that allows nothing, `db-0` and `db-1` of drain order 2, a `job`
+/// labelled `wait-completed` and a `cache` labelled `skip`. Paused while `first` is held (no
+/// eviction accepted until then), the budget then removed: no eviction accepted for 5 s.
+/// Unpaused: by the API server's record `first` is evicted and answered before either `db`
+/// eviction arrives, every accepted eviction after the pause ended; the job is waited for
+/// (`WaitingForCompletion` alone, Running 3 s later) and the cache never asked; once the job
+/// finishes, Succeeded naming `cache` as kept.
+#[tokio::test]
+async fn drain_labels_order_skip_and_wait_hold_across_a_pause() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let started = Instant::now();
+    let group = unique("rules-pause");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "rules-pause").await;
+    let label = |v: &str| json!({"metadata": {"labels": {"nodemaintenance.medik8s.io/drain": v}}});
+    bare_pod(&client, &ns, "first", &node, json!({})).await;
+    bare_pod(&client, &ns, "db-0", &node, label("2")).await;
+    bare_pod(&client, &ns, "db-1", &node, label("2")).await;
+    bare_pod(&client, &ns, "job", &node, label("wait-completed")).await;
+    bare_pod(&client, &ns, "cache", &node, label("skip")).await;
+    wait_all_running(&client, &ns, 5).await;
+    let budgets = min_available_budget(&client, &ns, "first", "first", 1, 1).await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    let name = unique("nm-rules-pause");
+    nm::create(&client, &name, &node).await;
+    nm::wait_status(&client, &name, "first held by its budget", LIMIT, |s| {
+        s.blockers
+            .iter()
+            .flatten()
+            .any(|b| b.name == "first" && b.reason == "PodDisruptionBudget")
+    })
+    .await;
+    let nms = Api::<node_maintenance_operator::api::NodeMaintenance>::all(client.clone());
+    let set_paused = |paused: bool| {
+        let (nms, name) = (nms.clone(), name.clone());
+        async move {
+            nms.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"paused": paused}})),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    set_paused(true).await;
+    nm::wait_status(&client, &name, "DrainPaused", LIMIT, |s| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "DrainPaused" && c.status == "True")
+    })
+    .await;
+    let mut events: Vec<AuditEvent> = audit.read().unwrap();
+    let before_pause: Vec<String> = accepted_in(&events, &ns)
+        .iter()
+        .map(|e| format!("{} at {}", e.name, e.received))
+        .collect();
+    assert!(
+        before_pause.is_empty(),
+        "evictions accepted before the pause, while first was held: {before_pause:?}"
+    );
+    budgets.delete("first", &Default::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    events.extend(audit.read().unwrap());
+    let paused_evictions: Vec<String> = accepted_in(&events, &ns)
+        .iter()
+        .map(|e| format!("{} at {}", e.name, e.received))
+        .collect();
+    assert!(
+        paused_evictions.is_empty(),
+        "evictions accepted while paused: {paused_evictions:?}"
+    );
+
+    let resumed = jiff::Timestamp::now();
+    set_paused(false).await;
+    let waiting = nm::wait_status(
+        &client,
+        &name,
+        "only the job left, waited for",
+        LIMIT,
+        |s| {
+            let reasons: Vec<&str> = s
+                .blockers
+                .iter()
+                .flatten()
+                .map(|b| b.reason.as_str())
+                .collect();
+            reasons == ["WaitingForCompletion"]
+        },
+    )
+    .await;
+    assert_eq!(waiting.status.unwrap().blockers.unwrap()[0].name, "job");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = nms.get(&name).await.unwrap();
+    assert_eq!(
+        now.status.and_then(|s| s.phase),
+        Some(MaintenancePhase::Running),
+        "Running while the job runs"
+    );
+    events.extend(audit.read().unwrap());
+    let accepted = accepted_in(&events, &ns);
+    let asked = |prefix: &str| -> Vec<&AuditEvent> {
+        events
+            .iter()
+            .filter(|e| e.subresource == "eviction" && e.namespace == ns)
+            .filter(|e| e.name.starts_with(prefix))
+            .collect()
+    };
+    assert!(
+        asked("job").is_empty() && asked("cache").is_empty(),
+        "the waited-for or skipped pod was asked: {:?}",
+        accepted.iter().map(|e| &e.name).collect::<Vec<_>>()
+    );
+    let of = |prefix: &str| -> Vec<&&AuditEvent> {
+        accepted
+            .iter()
+            .filter(|e| e.name.starts_with(prefix))
+            .collect()
+    };
+    let (first, dbs) = (of("first"), of("db-"));
+    assert!(
+        first.len() == 1 && dbs.len() == 2,
+        "accepted evictions: {:?}",
+        accepted.iter().map(|e| &e.name).collect::<Vec<_>>()
+    );
+    let first_db = dbs.iter().map(|e| e.received).min().unwrap();
+    assert!(
+        first[0].completed < first_db,
+        "a db pod was asked at {first_db}, before first's eviction was answered at {}",
+        first[0].completed
+    );
+    for e in &accepted {
+        assert!(
+            e.received > resumed,
+            "{} evicted at {}, before the pause ended at {resumed}",
+            e.name,
+            e.received
+        );
+    }
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .patch_status(
+            "job",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+        )
+        .await
+        .unwrap();
+    let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let drained = drained_message(&done);
+    assert!(
+        drained.contains(&format!("{ns}/cache (Skipped)")),
+        "the skipped pod named as kept: {drained:?}"
+    );
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+    eprintln!("rules-pause: {:?}", started.elapsed());
+}
+
 /// `docs/drain-contract.md` §10: a maintenance held by a budget is paused by its annotation; once
 /// the budget is gone, the API server still receives no eviction of its pods for 20 s, the node
 /// stays cordoned and the maintenance Running with `DrainPaused`; unpaused, it Succeeds.
@@ -1630,15 +1792,19 @@ async fn force_delete_waits_out_a_pause_is_decided_on_resume_and_never_after_the
     tokio::time::sleep(Duration::from_secs(5)).await;
     let p = pods_api.get_opt(held[1]).await.unwrap();
     assert!(
-        p.as_ref().is_some_and(|p| p.metadata.uid == original
-            && p.metadata.deletion_timestamp.is_none()),
+        p.as_ref()
+            .is_some_and(|p| p.metadata.uid == original && p.metadata.deletion_timestamp.is_none()),
         "{} deleted after {} was deleted (gone, or its deletion: {:?})",
         held[1],
         names[1],
         p.map(|p| p.metadata.deletion_timestamp)
     );
     let forced = nm::warnings(&client, &names[1], "PodForceDeleted").await;
-    assert!(forced.is_empty(), "{} after its deletion: {forced:?}", names[1]);
+    assert!(
+        forced.is_empty(),
+        "{} after its deletion: {forced:?}",
+        names[1]
+    );
     nm::delete_and_wait_restored(&client, &names[0], &nodes[0]).await;
     eprintln!("force-pause: {:?}", started.elapsed());
 }
