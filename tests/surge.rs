@@ -631,25 +631,29 @@ async fn agent(client: &kube::Client, ns: &str, group: &str) {
 /// it.
 async fn hold_taint(client: &kube::Client, node: &str, on: bool) {
     let nodes = Api::<Node>::all(client.clone());
-    wait_for(&format!("the hold taint on {node} set to {on}"), LIMIT, || async {
-        let mut n = nodes.get(node).await.map_err(|e| e.to_string())?;
-        let spec = n.spec.get_or_insert_with(Default::default);
-        let mut taints: Vec<_> = spec.taints.take().unwrap_or_default();
-        taints.retain(|t| t.key != "example.com/hold");
-        if on {
-            taints.push(k8s_openapi::api::core::v1::Taint {
-                key: "example.com/hold".into(),
-                effect: "NoSchedule".into(),
-                ..Default::default()
-            });
-        }
-        spec.taints = Some(taints);
-        nodes
-            .replace(node, &PostParams::default(), &n)
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    })
+    wait_for(
+        &format!("the hold taint on {node} set to {on}"),
+        LIMIT,
+        || async {
+            let mut n = nodes.get(node).await.map_err(|e| e.to_string())?;
+            let spec = n.spec.get_or_insert_with(Default::default);
+            let mut taints: Vec<_> = spec.taints.take().unwrap_or_default();
+            taints.retain(|t| t.key != "example.com/hold");
+            if on {
+                taints.push(k8s_openapi::api::core::v1::Taint {
+                    key: "example.com/hold".into(),
+                    effect: "NoSchedule".into(),
+                    ..Default::default()
+                });
+            }
+            spec.taints = Some(taints);
+            nodes
+                .replace(node, &PostParams::default(), &n)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    )
     .await;
 }
 
@@ -793,23 +797,29 @@ async fn from_cordon_to_drain_and_back_and_on_a_deployment_is_restarted_once_and
         now.iter()
             .any(|p| p.metadata.uid == web.metadata.uid && running(p)),
         "the old web pod is still there at Idle: {:?}",
-        now.iter().map(|p| (&p.metadata.name, node_of(p))).collect::<Vec<_>>()
+        now.iter()
+            .map(|p| (&p.metadata.name, node_of(p)))
+            .collect::<Vec<_>>()
     );
     let moved_on = jiff::Timestamp::now();
     patch_spec(&client, &name, json!({"stage": "Drain"})).await;
-    wait_for("two rounds at Drain again (GETs of the Deployment)", LIMIT, || {
-        events.extend(audit.read().unwrap());
-        let gets = events
-            .iter()
-            .filter(|e| e.verb == "get" && e.resource == "deployments" && e.namespace == ns)
-            .filter(|e| e.received > moved_on)
-            .count();
-        std::future::ready(if gets >= 2 {
-            Ok(())
-        } else {
-            Err(format!("{gets} GETs since the move on"))
-        })
-    })
+    wait_for(
+        "two rounds at Drain again (GETs of the Deployment)",
+        LIMIT,
+        || {
+            events.extend(audit.read().unwrap());
+            let gets = events
+                .iter()
+                .filter(|e| e.verb == "get" && e.resource == "deployments" && e.namespace == ns)
+                .filter(|e| e.received > moved_on)
+                .count();
+            std::future::ready(if gets >= 2 {
+                Ok(())
+            } else {
+                Err(format!("{gets} GETs since the move on"))
+            })
+        },
+    )
     .await;
     node::in_maintenance(&client, &nodes[0]).await.unwrap();
     events.extend(audit.read().unwrap());
@@ -905,11 +915,17 @@ async fn a_deleted_maintenance_sends_nothing_more_and_its_restarted_rollout_goes
         old.iter()
             .any(|p| p.metadata.uid == web.metadata.uid && running(p)),
         "the old pod is left to its rollout: {:?}",
-        old.iter().map(|p| (&p.metadata.name, node_of(p))).collect::<Vec<_>>()
+        old.iter()
+            .map(|p| (&p.metadata.name, node_of(p)))
+            .collect::<Vec<_>>()
     );
     cordon(&client, &nodes[1], false).await;
     let new = wait_running(&client, &ns, "web", 1, LIMIT).await.remove(0);
-    assert_eq!(node_of(&new), nodes[1], "the rollout went on to the other node");
+    assert_eq!(
+        node_of(&new),
+        nodes[1],
+        "the rollout went on to the other node"
+    );
     assert_ne!(new.metadata.uid, web.metadata.uid);
     assert_eq!(
         restart_record(&client, &ns).await,
