@@ -260,8 +260,9 @@ async fn an_aborted_maintenance_stays_aborted_across_a_restart_and_frees_its_slo
 }
 
 /// `docs/drain-contract.md` §10a with pause and stages: a maintenance paused from the start
-/// still reaches its deadline and is aborted (its node given back); unpausing changes nothing;
-/// moved to `Idle` the abort ends (`Aborted=False`, Running), and back at `Drain` a new drain
+/// still reaches its deadline and is aborted (its node given back); unpausing changes nothing,
+/// nor does a move to `Cordon` (for 5 s the node stays uncordoned, untainted and unlabelled and
+/// the maintenance aborted); moved to `Idle` the abort ends (`Aborted=False`, Running), and back at `Drain` a new drain
 /// enters the node and is aborted again at its own, later deadline.
 #[tokio::test]
 async fn a_paused_drain_is_aborted_at_its_deadline_and_idle_then_drain_is_a_new_drain() {
@@ -299,6 +300,9 @@ async fn a_paused_drain_is_aborted_at_its_deadline_and_idle_then_drain_is_a_new_
         }
     };
     spec(json!({"paused": false})).await;
+    stays_given_back(&client, &name, &node, Duration::from_secs(5)).await;
+    // Moved to Cordon, the abort holds: the node is not cordoned again.
+    spec(json!({"stage": "Cordon"})).await;
     stays_given_back(&client, &name, &node, Duration::from_secs(5)).await;
 
     spec(json!({"stage": "Idle"})).await;

@@ -1222,6 +1222,168 @@ async fn a_pods_drain_label_orders_skips_and_waits_for_it() {
     }
 }
 
+/// `docs/drain-contract.md` §10 (drain labels with `paused`): on one node a pod `first` (no
+/// label) under a budget that allows nothing, `db-0` and `db-1` of drain order 2, a `job`
+/// labelled `wait-completed` and a `cache` labelled `skip`. Paused while `first` is held (no
+/// eviction accepted until then), the budget then removed: no eviction accepted for 5 s.
+/// Unpaused: by the API server's record `first` is evicted and answered before either `db`
+/// eviction arrives, every accepted eviction after the pause ended; the job is waited for
+/// (`WaitingForCompletion` alone, Running 3 s later) and the cache never asked; once the job
+/// finishes, Succeeded naming `cache` as kept.
+#[tokio::test]
+async fn drain_labels_order_skip_and_wait_hold_across_a_pause() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let started = Instant::now();
+    let group = unique("rules-pause");
+    let node = worker_nodes(&env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "rules-pause").await;
+    let label = |v: &str| json!({"metadata": {"labels": {"nodemaintenance.medik8s.io/drain": v}}});
+    bare_pod(&client, &ns, "first", &node, json!({})).await;
+    bare_pod(&client, &ns, "db-0", &node, label("2")).await;
+    bare_pod(&client, &ns, "db-1", &node, label("2")).await;
+    bare_pod(&client, &ns, "job", &node, label("wait-completed")).await;
+    bare_pod(&client, &ns, "cache", &node, label("skip")).await;
+    wait_all_running(&client, &ns, 5).await;
+    let budgets = min_available_budget(&client, &ns, "first", "first", 1, 1).await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    let name = unique("nm-rules-pause");
+    nm::create(&client, &name, &node).await;
+    nm::wait_status(&client, &name, "first held by its budget", LIMIT, |s| {
+        s.blockers
+            .iter()
+            .flatten()
+            .any(|b| b.name == "first" && b.reason == "PodDisruptionBudget")
+    })
+    .await;
+    let nms = Api::<node_maintenance_operator::api::NodeMaintenance>::all(client.clone());
+    let set_paused = |paused: bool| {
+        let (nms, name) = (nms.clone(), name.clone());
+        async move {
+            nms.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"paused": paused}})),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    set_paused(true).await;
+    nm::wait_status(&client, &name, "DrainPaused", LIMIT, |s| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "DrainPaused" && c.status == "True")
+    })
+    .await;
+    let mut events: Vec<AuditEvent> = audit.read().unwrap();
+    let before_pause: Vec<String> = accepted_in(&events, &ns)
+        .iter()
+        .map(|e| format!("{} at {}", e.name, e.received))
+        .collect();
+    assert!(
+        before_pause.is_empty(),
+        "evictions accepted before the pause, while first was held: {before_pause:?}"
+    );
+    budgets.delete("first", &Default::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    events.extend(audit.read().unwrap());
+    let paused_evictions: Vec<String> = accepted_in(&events, &ns)
+        .iter()
+        .map(|e| format!("{} at {}", e.name, e.received))
+        .collect();
+    assert!(
+        paused_evictions.is_empty(),
+        "evictions accepted while paused: {paused_evictions:?}"
+    );
+
+    let resumed = jiff::Timestamp::now();
+    set_paused(false).await;
+    let waiting = nm::wait_status(
+        &client,
+        &name,
+        "only the job left, waited for",
+        LIMIT,
+        |s| {
+            let reasons: Vec<&str> = s
+                .blockers
+                .iter()
+                .flatten()
+                .map(|b| b.reason.as_str())
+                .collect();
+            reasons == ["WaitingForCompletion"]
+        },
+    )
+    .await;
+    assert_eq!(waiting.status.unwrap().blockers.unwrap()[0].name, "job");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = nms.get(&name).await.unwrap();
+    assert_eq!(
+        now.status.and_then(|s| s.phase),
+        Some(MaintenancePhase::Running),
+        "Running while the job runs"
+    );
+    events.extend(audit.read().unwrap());
+    let accepted = accepted_in(&events, &ns);
+    let asked = |prefix: &str| -> Vec<&AuditEvent> {
+        events
+            .iter()
+            .filter(|e| e.subresource == "eviction" && e.namespace == ns)
+            .filter(|e| e.name.starts_with(prefix))
+            .collect()
+    };
+    assert!(
+        asked("job").is_empty() && asked("cache").is_empty(),
+        "the waited-for or skipped pod was asked: {:?}",
+        accepted.iter().map(|e| &e.name).collect::<Vec<_>>()
+    );
+    let of = |prefix: &str| -> Vec<&&AuditEvent> {
+        accepted
+            .iter()
+            .filter(|e| e.name.starts_with(prefix))
+            .collect()
+    };
+    let (first, dbs) = (of("first"), of("db-"));
+    assert!(
+        first.len() == 1 && dbs.len() == 2,
+        "accepted evictions: {:?}",
+        accepted.iter().map(|e| &e.name).collect::<Vec<_>>()
+    );
+    let first_db = dbs.iter().map(|e| e.received).min().unwrap();
+    assert!(
+        first[0].completed < first_db,
+        "a db pod was asked at {first_db}, before first's eviction was answered at {}",
+        first[0].completed
+    );
+    for e in &accepted {
+        assert!(
+            e.received > resumed,
+            "{} evicted at {}, before the pause ended at {resumed}",
+            e.name,
+            e.received
+        );
+    }
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .patch_status(
+            "job",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+        )
+        .await
+        .unwrap();
+    let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let drained = drained_message(&done);
+    assert!(
+        drained.contains(&format!("{ns}/cache (Skipped)")),
+        "the skipped pod named as kept: {drained:?}"
+    );
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+    eprintln!("rules-pause: {:?}", started.elapsed());
+}
+
 /// `docs/drain-contract.md` §10: a maintenance held by a budget is paused by its annotation; once
 /// the budget is gone, the API server still receives no eviction of its pods for 20 s, the node
 /// stays cordoned and the maintenance Running with `DrainPaused`; unpaused, it Succeeds.
@@ -1510,6 +1672,141 @@ async fn force_delete_gives_each_pod_its_grace_before_the_deadline() {
     assert_eq!(forced.len(), 1, "one Warning event: {forced:?}");
     assert!(forced[0].0.contains("grace period of 30s"), "{forced:?}");
     nm::delete_and_wait_restored(&client, &name, &node).await;
+}
+
+/// `docs/drain-contract.md` §10 (`onTimeout: ForceDelete` with `paused` and deletion): two
+/// nodes, each with one pod (no grace of its own) under a budget that allows nothing and a
+/// maintenance with `drainTimeout` [`TIMEOUT`] and `ForceDelete`, both paused before their
+/// deadlines. 4 s past the later deadline neither pod is being deleted and no `PodForceDeleted`
+/// event was given. Then the first is unpaused: its pod is force-deleted (one event) and it
+/// Succeeds; the second is deleted: its node is restored, its pod still there 5 s later and no
+/// event names it.
+#[tokio::test]
+async fn force_delete_waits_out_a_pause_is_decided_on_resume_and_never_after_the_delete() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let started = Instant::now();
+    let group = unique("forcepause");
+    let nodes = worker_nodes(&env.cluster, &client, &group, 2).await;
+    let ns = namespace(&client, "forcepause").await;
+    let held = ["held-0", "held-1"];
+    for (pod, node) in held.iter().zip(&nodes) {
+        bare_pod(&client, &ns, pod, node, json!({})).await;
+    }
+    wait_all_running(&client, &ns, 2).await;
+    for pod in held {
+        min_available_budget(&client, &ns, pod, pod, 1, 1).await;
+    }
+    grant_force_delete(&client, &nodes[0]).await;
+    let names = [unique("nm-forceresume"), unique("nm-forcedeleted")];
+    for (name, node) in names.iter().zip(&nodes) {
+        wait_for("ForceDelete admitted with the grant", LIMIT, || async {
+            create_with_deadline(&client, name, node, "ForceDelete", false)
+                .await
+                .map_err(|e| e.to_string())
+        })
+        .await;
+    }
+    let nms = Api::<node_maintenance_operator::api::NodeMaintenance>::all(client.clone());
+    let set_paused = |name: &str, paused: bool| {
+        let (nms, name) = (nms.clone(), name.to_string());
+        async move {
+            nms.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"paused": paused}})),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    for name in &names {
+        nm::wait_status(&client, name, "held by the budget", LIMIT, |s| {
+            s.blockers
+                .iter()
+                .flatten()
+                .any(|b| b.reason == "PodDisruptionBudget")
+        })
+        .await;
+        set_paused(name, true).await;
+    }
+    let mut deadlines = Vec::new();
+    for (name, node) in names.iter().zip(&nodes) {
+        nm::wait_status(&client, name, "DrainPaused", LIMIT, |s| {
+            s.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "DrainPaused" && c.status == "True")
+        })
+        .await;
+        let deadline = node_drain_started(&client, node).await
+            + jiff::SignedDuration::try_from(TIMEOUT).unwrap();
+        // Without a grace of its own, a pod is deleted from its deadline less 1 s.
+        let paused_at = jiff::Timestamp::now();
+        assert!(
+            paused_at < deadline - jiff::SignedDuration::from_secs(1),
+            "{name} paused at {paused_at}, not before its forced deletion was due ({deadline} less              1 s): the test's premise"
+        );
+        deadlines.push(deadline);
+    }
+    let past = *deadlines.iter().max().unwrap() + jiff::SignedDuration::from_secs(4);
+    let wait = past.duration_since(jiff::Timestamp::now());
+    tokio::time::sleep(Duration::try_from(wait).unwrap_or_default()).await;
+    let pods_api = Api::<Pod>::namespaced(client.clone(), &ns);
+    for (pod, name) in held.iter().zip(&names) {
+        let p = pods_api.get_opt(pod).await.unwrap();
+        assert!(
+            p.as_ref()
+                .is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
+            "{pod} deleted while {name} was paused past its deadline (gone, or its deletion: \
+             {:?})",
+            p.map(|p| p.metadata.deletion_timestamp)
+        );
+        let forced = nm::warnings(&client, name, "PodForceDeleted").await;
+        assert!(forced.is_empty(), "{name} while paused: {forced:?}");
+    }
+    let original = pods_api.get(held[1]).await.unwrap().metadata.uid;
+
+    // Resumed: the forced DELETE is decided then. Deleted: never.
+    set_paused(&names[0], false).await;
+    nm::delete(&client, &names[1]).await;
+    nm::wait_phase(&client, &names[0], MaintenancePhase::Succeeded, LIMIT).await;
+    let forced = nm::warnings(&client, &names[0], "PodForceDeleted").await;
+    assert!(
+        forced.len() == 1 && forced[0].0.contains(held[0]),
+        "once unpaused, one forced deletion of {}: {forced:?}",
+        held[0]
+    );
+    let gone = pods_api.get_opt(held[0]).await.unwrap();
+    assert!(
+        gone.is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+        "{} still there after {} Succeeded",
+        held[0],
+        names[0]
+    );
+    nm::wait_gone(&client, &names[1], LIMIT).await;
+    wait_for(&format!("node {} restored", nodes[1]), LIMIT, || {
+        node::restored(&client, &nodes[1])
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let p = pods_api.get_opt(held[1]).await.unwrap();
+    assert!(
+        p.as_ref()
+            .is_some_and(|p| p.metadata.uid == original && p.metadata.deletion_timestamp.is_none()),
+        "{} deleted after {} was deleted (gone, or its deletion: {:?})",
+        held[1],
+        names[1],
+        p.map(|p| p.metadata.deletion_timestamp)
+    );
+    let forced = nm::warnings(&client, &names[1], "PodForceDeleted").await;
+    assert!(
+        forced.is_empty(),
+        "{} after its deletion: {forced:?}",
+        names[1]
+    );
+    nm::delete_and_wait_restored(&client, &names[0], &nodes[0]).await;
+    eprintln!("force-pause: {:?}", started.elapsed());
 }
 
 /// Applies `manifests/overlays/force-delete/force-delete.yaml` (the ClusterRole and its binding

@@ -567,3 +567,379 @@ async fn a_paused_maintenance_restarts_nothing_until_unpaused() {
     );
     nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
 }
+
+/// Merge-patches `name`'s spec with `spec`.
+async fn patch_spec(client: &kube::Client, name: &str, spec: serde_json::Value) {
+    Api::<NodeMaintenance>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": spec })),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("patching {name}'s spec with {spec}: {e}"));
+}
+
+/// The Deployment `web`'s `(restarted-for, restartedAt)`.
+async fn restart_record(client: &kube::Client, ns: &str) -> (Option<String>, Option<String>) {
+    let d = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get("web")
+        .await
+        .unwrap();
+    let recorded = d
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .get("nodemaintenance.medik8s.io/restarted-for")
+        .cloned();
+    let at = d
+        .spec
+        .template
+        .metadata
+        .and_then(|m| m.annotations)
+        .unwrap_or_default()
+        .get("kubectl.kubernetes.io/restartedAt")
+        .cloned();
+    (recorded, at)
+}
+
+/// A DaemonSet `agent` (grace 0, no toleration of `medik8s.io/drain`) on the nodes of `group`.
+async fn agent(client: &kube::Client, ns: &str, group: &str) {
+    let d: k8s_openapi::api::apps::v1::DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "agent"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {
+                "metadata": {"labels": {"app": "agent"}},
+                "spec": {
+                    "nodeSelector": {"nmo-test": group},
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]
+                }
+            }
+        }
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &d)
+        .await
+        .unwrap();
+}
+
+/// Sets (`on`) or removes the test's own `example.com/hold:NoSchedule` taint on `node`, keeping
+/// the others, so that a pod waiting to schedule cannot land there once the maintenance restores
+/// it.
+async fn hold_taint(client: &kube::Client, node: &str, on: bool) {
+    let nodes = Api::<Node>::all(client.clone());
+    wait_for(
+        &format!("the hold taint on {node} set to {on}"),
+        LIMIT,
+        || async {
+            let mut n = nodes.get(node).await.map_err(|e| e.to_string())?;
+            let spec = n.spec.get_or_insert_with(Default::default);
+            let mut taints: Vec<_> = spec.taints.take().unwrap_or_default();
+            taints.retain(|t| t.key != "example.com/hold");
+            if on {
+                taints.push(k8s_openapi::api::core::v1::Taint {
+                    key: "example.com/hold".into(),
+                    effect: "NoSchedule".into(),
+                    ..Default::default()
+                });
+            }
+            spec.taints = Some(taints);
+            nodes
+                .replace(node, &PostParams::default(), &n)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+}
+
+fn stage_is(s: &NodeMaintenanceStatus, stage: &str) -> bool {
+    s.conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Stage" && c.status == "True" && c.reason == stage)
+}
+
+/// The evictions of `ns`'s pods the API server accepted, among `events`.
+fn accepted<'a>(events: &'a [AuditEvent], ns: &str) -> Vec<&'a AuditEvent> {
+    events
+        .iter()
+        .filter(|e| {
+            e.subresource == "eviction" && e.namespace == ns && (200..300).contains(&e.code)
+        })
+        .collect()
+}
+
+/// §10 `daemonSets: EvictLast` and `surge: RolloutRestart` with `stage`, forward and back: on a
+/// node with a plain pod, a DaemonSet pod and a one-replica Deployment under `minAvailable: 1`
+/// (its other node cordoned, so the replacement cannot schedule yet), a maintenance created at
+/// `Cordon` with both knobs cordons the node and, 6 s on, has restarted nothing (no GET or patch
+/// of the Deployment) and evicted nothing. Moved to `Drain`: the plain pod is evicted, the
+/// Deployment restarted once, its pod `SurgeStuck`, the DaemonSet pod waits (`DaemonSetLast`).
+/// Moved back to `Idle` (the node restored; a test taint keeps the replacement off it) and on to
+/// `Drain` again: two rounds later the Deployment is still patched once, its record and
+/// `restartedAt` unchanged. The other node uncordoned: the replacement runs there, the DaemonSet
+/// pod of the node is evicted once, after every other eviction and after the restart, and the
+/// maintenance Succeeds.
+#[tokio::test]
+async fn from_cordon_to_drain_and_back_and_on_a_deployment_is_restarted_once_and_daemon_set_pods_go_last()
+ {
+    let _serial = SERIAL.lock().await;
+    let env = env();
+    let client = env.cluster.client().await;
+    let started = std::time::Instant::now();
+    let (nodes, ns, web) = one_replica(env, &client, "surgest", serde_json::Value::Null).await;
+    let group = nodes[0].trim_end_matches("-n0").to_string();
+    bare_pod(&client, &ns, "plain", &nodes[0], json!({})).await;
+    agent(&client, &ns, &group).await;
+    wait_running(&client, &ns, "plain", 1, LIMIT).await;
+    let agents = wait_running(&client, &ns, "agent", 2, LIMIT).await;
+    let agent_pod = agents
+        .iter()
+        .find(|p| node_of(p) == nodes[0])
+        .and_then(|p| p.metadata.name.clone())
+        .expect("an agent pod on the first node");
+    min_available_budget(&client, &ns, "web-pdb", "web", 1, 1).await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    let name = unique("nm-surgest");
+    let mut nm = serde_json::to_value(nm::new(&name, &nodes[0], "e2e")).unwrap();
+    nm["spec"]["stage"] = json!("Cordon");
+    nm["spec"]["surge"] = json!("RolloutRestart");
+    nm["spec"]["daemonSets"] = json!("EvictLast");
+    Api::<NodeMaintenance>::all(client.clone())
+        .create(&PostParams::default(), &serde_json::from_value(nm).unwrap())
+        .await
+        .unwrap();
+
+    // Cordon: the node entered, nothing restarted or evicted.
+    nm::wait_status(&client, &name, "Stage=Cordon", LIMIT, |s| {
+        stage_is(s, "Cordon")
+    })
+    .await;
+    wait_for("node entered at Cordon", LIMIT, || {
+        node::in_maintenance(&client, &nodes[0])
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let mut events = audit.read().unwrap();
+    assert_eq!(
+        deployment_requests(&events, &ns, "patch"),
+        0,
+        "the Deployment was restarted at Cordon"
+    );
+    let at_cordon: Vec<_> = events
+        .iter()
+        .filter(|e| e.subresource == "eviction" && e.namespace == ns)
+        .map(|e| format!("{} {}", e.name, e.code))
+        .collect();
+    assert!(at_cordon.is_empty(), "evictions at Cordon: {at_cordon:?}");
+    assert_eq!(
+        deployment_requests(&events, &ns, "get"),
+        0,
+        "the Deployment was read at Cordon"
+    );
+    for app in ["plain", "agent", "web"] {
+        let n = if app == "agent" { 2 } else { 1 };
+        wait_running(&client, &ns, app, n, LIMIT).await;
+    }
+
+    // Drain: the plain pod goes, the Deployment is restarted once (its replacement cannot
+    // schedule), the DaemonSet pod waits its turn.
+    patch_spec(&client, &name, json!({"stage": "Drain"})).await;
+    nm::wait_status(
+        &client,
+        &name,
+        "web SurgeStuck, the DaemonSet pod DaemonSetLast, plain gone",
+        LIMIT,
+        |s| {
+            blocker(s, "SurgeStuck").is_some()
+                && s.blockers
+                    .iter()
+                    .flatten()
+                    .any(|b| b.name == agent_pod && b.reason == "DaemonSetLast")
+                && !s.blockers.iter().flatten().any(|b| b.name == "plain")
+        },
+    )
+    .await;
+    events.extend(audit.read().unwrap());
+    assert_eq!(
+        deployment_requests(&events, &ns, "patch"),
+        1,
+        "one restart at Drain"
+    );
+    let evicted: Vec<String> = accepted(&events, &ns)
+        .iter()
+        .map(|e| e.name.clone())
+        .collect();
+    assert_eq!(evicted, ["plain"], "evicted at Drain so far");
+    let (recorded, restarted_at) = restart_record(&client, &ns).await;
+    let uid = Api::<NodeMaintenance>::all(client.clone())
+        .get(&name)
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    assert_eq!(recorded, uid, "the restart recorded for this maintenance");
+
+    // Back to Idle (the replacement kept off the restored node) and on to Drain again.
+    hold_taint(&client, &nodes[0], true).await;
+    patch_spec(&client, &name, json!({"stage": "Idle"})).await;
+    wait_for("node restored at Idle", LIMIT, || {
+        node::restored(&client, &nodes[0])
+    })
+    .await;
+    let now = pods(&client, &ns, "web").await;
+    assert!(
+        now.iter()
+            .any(|p| p.metadata.uid == web.metadata.uid && running(p)),
+        "the old web pod is still there at Idle: {:?}",
+        now.iter()
+            .map(|p| (&p.metadata.name, node_of(p)))
+            .collect::<Vec<_>>()
+    );
+    let moved_on = jiff::Timestamp::now();
+    patch_spec(&client, &name, json!({"stage": "Drain"})).await;
+    wait_for(
+        "two rounds at Drain again (GETs of the Deployment)",
+        LIMIT,
+        || {
+            events.extend(audit.read().unwrap());
+            let gets = events
+                .iter()
+                .filter(|e| e.verb == "get" && e.resource == "deployments" && e.namespace == ns)
+                .filter(|e| e.received > moved_on)
+                .count();
+            std::future::ready(if gets >= 2 {
+                Ok(())
+            } else {
+                Err(format!("{gets} GETs since the move on"))
+            })
+        },
+    )
+    .await;
+    node::in_maintenance(&client, &nodes[0]).await.unwrap();
+    events.extend(audit.read().unwrap());
+    assert_eq!(
+        deployment_requests(&events, &ns, "patch"),
+        1,
+        "restarted again after Idle and Drain"
+    );
+    assert_eq!(
+        restart_record(&client, &ns).await,
+        (recorded.clone(), restarted_at.clone()),
+        "the restart record changed after Idle and Drain"
+    );
+
+    // Room on the other node: the replacement runs there, the DaemonSet pod goes last.
+    cordon(&client, &nodes[1], false).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let new = wait_running(&client, &ns, "web", 1, LIMIT).await.remove(0);
+    assert_eq!(node_of(&new), nodes[1]);
+    events.extend(audit.read().unwrap());
+    assert_eq!(
+        deployment_requests(&events, &ns, "patch"),
+        1,
+        "restarted once in all"
+    );
+    let all = accepted(&events, &ns);
+    let (daemon, ordinary): (Vec<&AuditEvent>, Vec<&AuditEvent>) =
+        all.iter().partition(|e| e.name.starts_with("agent-"));
+    assert_eq!(
+        daemon.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(),
+        [agent_pod.as_str()],
+        "the node's DaemonSet pod evicted once, the other node's never"
+    );
+    let last_ordinary = ordinary.iter().map(|e| e.completed).max().unwrap();
+    let patched = events
+        .iter()
+        .filter(|e| e.verb == "patch" && e.resource == "deployments" && e.namespace == ns)
+        .map(|e| e.completed)
+        .max()
+        .unwrap();
+    assert!(
+        daemon[0].received > last_ordinary && daemon[0].received > patched,
+        "the DaemonSet pod evicted at {}, before the last ordinary eviction ({last_ordinary}) or \
+         the restart ({patched})",
+        daemon[0].received
+    );
+    hold_taint(&client, &nodes[0], false).await;
+    nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
+    eprintln!("surge-stages: {:?}", started.elapsed());
+}
+
+/// §10 `surge` with deletion: a maintenance deleted while the Deployment it restarted waits for
+/// its replacement (`SurgeStuck`: the other node cordoned) restores its node and sends nothing
+/// more (no patch or eviction in the 6 s after it is gone); the restarted rollout goes on (the
+/// replacement Ready on the other node once uncordoned, the old pod gone), and the
+/// `restarted-for` record and `restartedAt` stay on the Deployment.
+#[tokio::test]
+async fn a_deleted_maintenance_sends_nothing_more_and_its_restarted_rollout_goes_on() {
+    let _serial = SERIAL.lock().await;
+    let env = env();
+    let client = env.cluster.client().await;
+    let started = std::time::Instant::now();
+    let (nodes, ns, web) = one_replica(env, &client, "surgedel", serde_json::Value::Null).await;
+    min_available_budget(&client, &ns, "web-pdb", "web", 1, 1).await;
+    let name = unique("nm-surgedel");
+    create(&client, &name, &nodes[0], Some("RolloutRestart")).await;
+    nm::wait_status(&client, &name, "SurgeStuck", LIMIT, |s| {
+        blocker(s, "SurgeStuck").is_some()
+    })
+    .await;
+    let record = restart_record(&client, &ns).await;
+    let uid = Api::<NodeMaintenance>::all(client.clone())
+        .get(&name)
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    assert_eq!(record.0, uid, "restarted for this maintenance");
+    // The replacement kept off the node once it is restored: it waits for room elsewhere.
+    hold_taint(&client, &nodes[0], true).await;
+    nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let after = audit.read().unwrap();
+    let sent: Vec<String> = after
+        .iter()
+        .filter(|e| e.namespace == ns && (e.subresource == "eviction" || e.verb == "patch"))
+        .map(|e| format!("{} {} {}", e.verb, e.name, e.code))
+        .collect();
+    assert!(sent.is_empty(), "sent after the deletion: {sent:?}");
+    let old = pods(&client, &ns, "web").await;
+    assert!(
+        old.iter()
+            .any(|p| p.metadata.uid == web.metadata.uid && running(p)),
+        "the old pod is left to its rollout: {:?}",
+        old.iter()
+            .map(|p| (&p.metadata.name, node_of(p)))
+            .collect::<Vec<_>>()
+    );
+    cordon(&client, &nodes[1], false).await;
+    let new = wait_running(&client, &ns, "web", 1, LIMIT).await.remove(0);
+    assert_eq!(
+        node_of(&new),
+        nodes[1],
+        "the rollout went on to the other node"
+    );
+    assert_ne!(new.metadata.uid, web.metadata.uid);
+    assert_eq!(
+        restart_record(&client, &ns).await,
+        record,
+        "the record on the Deployment after the deletion"
+    );
+    let late: Vec<String> = audit
+        .read()
+        .unwrap()
+        .iter()
+        .filter(|e| e.namespace == ns && (e.subresource == "eviction" || e.verb == "patch"))
+        .map(|e| format!("{} {} {}", e.verb, e.name, e.code))
+        .collect();
+    assert!(late.is_empty(), "sent after the deletion: {late:?}");
+    hold_taint(&client, &nodes[0], false).await;
+    eprintln!("surge-delete: {:?}", started.elapsed());
+}
