@@ -161,7 +161,7 @@ pub struct DrainKnobs {
     /// What the drain does with a pod of a Deployment that cannot lose it (its budget allows no
     /// disruption, or the Deployment has one replica): Never (evict it as any pod, the default,
     /// as upstream) or RolloutRestart (restart the Deployment's rollout as `kubectl rollout
-    /// restart` does, once per maintenance, and wait until the Deployment has replaced the pod
+    /// restart` does, once per drain, and wait until the Deployment has replaced the pod
     /// on another node). The annotation nodemaintenance.medik8s.io/surge wins over this field,
     /// which wins over the operator's --surge flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -481,7 +481,7 @@ pub enum Surge {
     #[default]
     #[value(name = "Never")]
     Never,
-    /// Restart the Deployment's rollout (`kubectl rollout restart`), once per maintenance, and
+    /// Restart the Deployment's rollout (`kubectl rollout restart`), once per drain, and
     /// wait until the Deployment has replaced the pod on another node.
     #[value(name = "RolloutRestart")]
     RolloutRestart,

@@ -243,9 +243,10 @@ async fn a_single_replica_under_a_budget_is_replaced_elsewhere_before_it_goes() 
         .uid
         .unwrap();
     let annotations = d.metadata.annotations.unwrap_or_default();
-    assert_eq!(
-        annotations.get("nodemaintenance.medik8s.io/restarted-for"),
-        Some(&uid)
+    let recorded = annotations.get("nodemaintenance.medik8s.io/restarted-for");
+    assert!(
+        of_maintenance(recorded, Some(&uid)),
+        "restarted-for {recorded:?}: not this maintenance's ({uid})"
     );
     let restarted_at = d
         .spec
@@ -580,6 +581,16 @@ async fn patch_spec(client: &kube::Client, name: &str, spec: serde_json::Value) 
         .unwrap_or_else(|e| panic!("patching {name}'s spec with {spec}: {e}"));
 }
 
+/// Whether a `restarted-for` record names the maintenance `uid` (`<uid>@<its drain's start>`).
+fn of_maintenance(recorded: Option<&String>, uid: Option<&String>) -> bool {
+    match (recorded, uid) {
+        (Some(r), Some(u)) => r
+            .split_once('@')
+            .is_some_and(|(m, start)| m == u.as_str() && start.parse::<jiff::Timestamp>().is_ok()),
+        _ => false,
+    }
+}
+
 /// The Deployment `web`'s `(restarted-for, restartedAt)`.
 async fn restart_record(client: &kube::Client, ns: &str) -> (Option<String>, Option<String>) {
     let d = Api::<Deployment>::namespaced(client.clone(), ns)
@@ -783,7 +794,10 @@ async fn from_cordon_to_drain_and_back_and_on_a_deployment_is_restarted_once_and
         .unwrap()
         .metadata
         .uid;
-    assert_eq!(recorded, uid, "the restart recorded for this maintenance");
+    assert!(
+        of_maintenance(recorded.as_ref(), uid.as_ref()),
+        "the restart recorded for this maintenance: {recorded:?}, {uid:?}"
+    );
 
     // Back to Idle (the replacement kept off the restored node) and on to Drain again.
     hold_taint(&client, &nodes[0], true).await;
@@ -897,7 +911,10 @@ async fn a_deleted_maintenance_sends_nothing_more_and_its_restarted_rollout_goes
         .unwrap()
         .metadata
         .uid;
-    assert_eq!(record.0, uid, "restarted for this maintenance");
+    assert!(
+        of_maintenance(record.0.as_ref(), uid.as_ref()),
+        "restarted for this maintenance: {record:?}, {uid:?}"
+    );
     // The replacement kept off the node once it is restored: it waits for room elsewhere.
     hold_taint(&client, &nodes[0], true).await;
     nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
@@ -942,4 +959,96 @@ async fn a_deleted_maintenance_sends_nothing_more_and_its_restarted_rollout_goes
     assert!(late.is_empty(), "sent after the deletion: {late:?}");
     hold_taint(&client, &nodes[0], false).await;
     eprintln!("surge-delete: {:?}", started.elapsed());
+}
+
+/// The record is per drain (`docs/drain-contract.md` §15): a maintenance restarts `web`, is
+/// moved back to Idle, and the replacement, with no room elsewhere, is scheduled back onto the
+/// released node and replaces the old pod there; moved on to Drain, the new drain restarts it
+/// again, once (the replacement runs on the other node, now with room), and Succeeds. Before
+/// the record named the drain, the pod that came back stayed `Surging` for ever: the
+/// maintenance had already restarted the Deployment once.
+#[tokio::test]
+async fn a_replacement_back_on_a_released_node_is_restarted_once_by_the_next_drain() {
+    let _serial = SERIAL.lock().await;
+    let env = env();
+    let client = env.cluster.client().await;
+    let started = std::time::Instant::now();
+    let (nodes, ns, web) = one_replica(env, &client, "surgeback", serde_json::Value::Null).await;
+    min_available_budget(&client, &ns, "web-pdb", "web", 1, 1).await;
+    let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    let name = unique("nm-surgeback");
+    create(&client, &name, &nodes[0], Some("RolloutRestart")).await;
+    nm::wait_status(
+        &client,
+        &name,
+        "SurgeStuck (no room elsewhere)",
+        LIMIT,
+        |s| blocker(s, "SurgeStuck").is_some(),
+    )
+    .await;
+    let first = restart_record(&client, &ns).await;
+    let first_start = node_drain_started(&client, &nodes[0]).await;
+    eprintln!("surge-back: first drain {first_start}, record {first:?}");
+
+    // Idle: the node restored, the replacement runs on it and the old pod is gone.
+    patch_spec(&client, &name, json!({"stage": "Idle"})).await;
+    wait_for("node restored at Idle", LIMIT, || {
+        node::restored(&client, &nodes[0])
+    })
+    .await;
+    let back = wait_for("the replacement alone, on the released node", LIMIT, || {
+        let client = client.clone();
+        let (ns, node, old) = (ns.clone(), nodes[0].clone(), web.metadata.uid.clone());
+        async move {
+            let now = pods(&client, &ns, "web").await;
+            match now.as_slice() {
+                [p] if p.metadata.uid != old && running(p) && node_of(p) == node => Ok(p.clone()),
+                _ => Err(format!(
+                    "{:?}",
+                    now.iter()
+                        .map(|p| (&p.metadata.name, node_of(p), running(p)))
+                        .collect::<Vec<_>>()
+                )),
+            }
+        }
+    })
+    .await;
+
+    // Room on the other node, and Drain again: a new drain restarts it once more. A drain is
+    // known by its start in whole seconds of the API server's clock (§15): the next one starts
+    // in a later second (the control plane runs on this machine's clock).
+    cordon(&client, &nodes[1], false).await;
+    wait_for("a second past the first drain's start", LIMIT, || {
+        let now = jiff::Timestamp::now();
+        std::future::ready(if now.as_second() > first_start.as_second() {
+            Ok(())
+        } else {
+            Err(format!("{now}, the first drain started at {first_start}"))
+        })
+    })
+    .await;
+    patch_spec(&client, &name, json!({"stage": "Drain"})).await;
+    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    let now = wait_running(&client, &ns, "web", 1, LIMIT).await.remove(0);
+    assert_eq!(node_of(&now), nodes[1], "the second replacement's node");
+    assert_ne!(now.metadata.uid, back.metadata.uid);
+    let second = restart_record(&client, &ns).await;
+    let uid = Api::<NodeMaintenance>::all(client.clone())
+        .get(&name)
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    assert!(
+        of_maintenance(second.0.as_ref(), uid.as_ref()) && second.0 != first.0,
+        "the second drain's record {second:?}, the first's {first:?}"
+    );
+    let events = audit.read().unwrap();
+    assert_eq!(
+        deployment_requests(&events, &ns, "patch"),
+        2,
+        "one restart per drain"
+    );
+    nm::delete_and_wait_restored(&client, &name, &nodes[0]).await;
+    eprintln!("surge-back: {:?}", started.elapsed());
 }

@@ -392,7 +392,13 @@ impl Drainer {
         let pods = self.classified(pods, &arrival, policy).await?;
         let surge = match policy.surge {
             crate::knobs::Surge::Never => Default::default(),
-            _ => super::surge_io::observe(&self.client, &pods, standing.uid.as_deref()).await?,
+            _ => {
+                let drain = standing
+                    .uid
+                    .as_deref()
+                    .map(|u| super::surge::record(u, started));
+                super::surge_io::observe(&self.client, &pods, drain.as_deref()).await?
+            }
         };
         let observed = Observed {
             surge,

@@ -6,8 +6,12 @@
 //! Deployment controller creates the replacement first (it schedules elsewhere: the node is
 //! cordoned), waits for it Ready and removes the old pod itself; the drain goes on once the old
 //! pod is gone, or evicts it as usual once its budget allows. Never twice for one workload in
-//! one maintenance: the restart's patch records the maintenance's UID on the Deployment
-//! ([`RESTARTED_FOR`]), a fact of the API server that a restart of the operator reads back.
+//! one drain: the restart's patch records the maintenance's UID and its drain's start on the
+//! Deployment ([`RESTARTED_FOR`], [`record`]), a fact of the API server that a restart of the
+//! operator reads back. A new drain of the same maintenance (Drain → Idle → Drain, whose node
+//! was released meanwhile, so the replacement may have been scheduled back onto it) restarts
+//! again; within one drain the node stays cordoned, so a replacement there tolerates the
+//! maintenance taints and a second restart would only bring it back.
 //!
 //! A Deployment whose rollout cannot surge (`strategy.type: Recreate`, `rollingUpdate.maxSurge`
 //! of 0, `spec.paused`) is not restarted: its pod is held with a blocker naming the workload and
@@ -31,16 +35,52 @@ use crate::api::{OnTimeout, PodBlocker, PodReference};
 use crate::knobs::Surge;
 use crate::policy::DrainPolicy;
 
-/// The annotation on a restarted Deployment's metadata naming the maintenance (its UID) that
-/// restarted it: the record that it is restarted once per maintenance.
+/// The annotation on a restarted Deployment's metadata naming the drain that restarted it
+/// ([`record`]): the record that it is restarted once per drain.
 pub(crate) const RESTARTED_FOR: &str = "nodemaintenance.medik8s.io/restarted-for";
+
+/// The maintenance UID part of a [`record`].
+fn maintenance_of(record: &str) -> &str {
+    record.split_once('@').map_or(record, |(uid, _)| uid)
+}
+
+/// Whether `d` was restarted by maintenance of the drain `drain` (any of its drains).
+pub(crate) fn restarted_by(d: &Deployment, drain: &str) -> bool {
+    d.restarted_for
+        .as_deref()
+        .is_some_and(|r| maintenance_of(r) == maintenance_of(drain))
+}
+
+/// `d`'s record as the drain `drain` reads it for a pod created at `created`: a restart by an
+/// earlier drain of the same maintenance counts as this drain's while the pod predates it (its
+/// rollout is replacing the pod: restarting again would only start another), and not at all
+/// for a pod created by it (scheduled back onto the node while it was released: this drain
+/// restarts again, once).
+fn as_read_by(d: &Deployment, created: Option<jiff::Timestamp>, drain: &str) -> Deployment {
+    let mut d = d.clone();
+    if d.restarted_for.as_deref() != Some(drain) && restarted_by(&d, drain) {
+        let replacement = matches!((created, d.restarted_at), (Some(c), Some(at)) if c >= at);
+        d.restarted_for = (!replacement).then(|| drain.to_string());
+    }
+    d
+}
+
+/// The value of [`RESTARTED_FOR`] for the drain of maintenance `uid` that started at `started`
+/// (the start recorded on the node, the API server's clock): `<uid>@<start, RFC 3339 seconds>`,
+/// or the bare UID when no start is known (a node entered by an older version).
+pub(crate) fn record(uid: &str, started: Option<jiff::Timestamp>) -> String {
+    match started {
+        Some(t) => format!("{uid}@{}", t.strftime("%Y-%m-%dT%H:%M:%SZ")),
+        None => uid.to_string(),
+    }
+}
 /// The template annotation `kubectl rollout restart` sets (to an RFC 3339 time).
 pub(crate) const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
 
 /// What a round observed of the workloads of the node's pods (`surge_io::observe`).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Facts {
-    /// The maintenance's UID (what [`RESTARTED_FOR`] records).
+    /// This drain's record ([`record`]: what [`RESTARTED_FOR`] holds once restarted by it).
     pub maintenance: Option<String>,
     /// The workload of each pod up for eviction, by the pod's namespace and name (as listed in
     /// the same round); pods without a controller, or whose controller was not found, have none.
@@ -80,6 +120,8 @@ pub(crate) struct Deployment {
     pub paused: bool,
     /// Its [`RESTARTED_FOR`] annotation.
     pub restarted_for: Option<String>,
+    /// Its template's [`RESTARTED_AT`] (the last restart's time), when it parses.
+    pub restarted_at: Option<jiff::Timestamp>,
     /// Why its rollout cannot progress (read once it was restarted): a replacement's
     /// `PodScheduled=False` message, or its `Progressing=False` condition.
     pub stuck: Option<String>,
@@ -101,7 +143,7 @@ pub(crate) struct PlannedRestart {
     /// Its `resourceVersion` as observed (a conflict ends the restart: the next round decides
     /// again from what the API server holds).
     pub resource_version: Option<String>,
-    /// The maintenance's UID, recorded as [`RESTARTED_FOR`].
+    /// This drain's record ([`record`]), written as [`RESTARTED_FOR`].
     pub maintenance: String,
     /// The API server's time the restart is stamped with (`restartedAt`, RFC 3339).
     pub at: jiff::Timestamp,
@@ -286,6 +328,8 @@ pub(crate) fn decide(
         let refused = state
             .and_then(|s| s.refused.as_deref())
             .is_some_and(|f| f.blocker.reason == reason::PDB);
+        let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        let d = &as_read_by(d, created, maintenance);
         match verdict(&r, d, budget, refused, maintenance) {
             Verdict::Evict => {}
             Verdict::Hold(b) => {

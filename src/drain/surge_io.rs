@@ -19,7 +19,7 @@ use super::disposition::Disposition;
 use super::gate::Standing;
 use super::pod::DrainPod;
 use super::report::DrainReport;
-use super::surge::{Deployment, Facts, PlannedRestart, RESTARTED_FOR, Workload};
+use super::surge::{Deployment, Facts, PlannedRestart, RESTARTED_AT, RESTARTED_FOR, Workload};
 
 async fn read<T>(
     kind: &'static str,
@@ -123,7 +123,7 @@ async fn replica_set(
         return Ok(None);
     };
     let mut facts = deployment(&d, namespace);
-    if maintenance.is_some() && facts.restarted_for.as_deref() == maintenance {
+    if maintenance.is_some_and(|m| super::surge::restarted_by(&facts, m)) {
         facts.stuck = match progressing_false(&d) {
             Some(why) => Some(why),
             None => unscheduled(client, namespace, &d).await?,
@@ -157,6 +157,13 @@ pub(crate) fn deployment(d: &K8sDeployment, namespace: &str) -> Deployment {
             .as_ref()
             .and_then(|a| a.get(RESTARTED_FOR))
             .cloned(),
+        restarted_at: spec
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.annotations.as_ref())
+            .and_then(|a| a.get(RESTARTED_AT))
+            .and_then(|t| t.parse().ok()),
         stuck: None,
     }
 }

@@ -158,6 +158,44 @@ fn a_restarted_deployment_is_waited_for_never_restarted_twice() {
     ));
 }
 
+/// The record is per drain, read with the pod's creation: the same maintenance's next drain
+/// (Drain → Idle → Drain, a new start on the node) restarts again, once, a pod the restart
+/// created (scheduled back onto the released node); a pod older than the restart is left to the
+/// rollout already replacing it; within one drain, never twice.
+#[test]
+fn a_new_drain_of_the_same_maintenance_restarts_a_replacement_that_came_back_once() {
+    let at = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
+    let (first, restart, second) = (
+        at("2026-12-05T10:00:00Z"),
+        at("2026-12-05T10:00:02Z"),
+        at("2026-12-05T10:05:00Z"),
+    );
+    assert_eq!(record("uid-1", Some(first)), "uid-1@2026-12-05T10:00:00Z");
+    assert_eq!(record("uid-1", None), "uid-1");
+    let budget = Budget::over_app("ns", "pdb", "web", 0, 1);
+    let mut d = deployment("web", 1);
+    d.restarted_for = Some(record("uid-1", Some(first)));
+    d.restarted_at = Some(restart);
+    let (this_drain, next_drain) = (record("uid-1", Some(first)), record("uid-1", Some(second)));
+    let old_pod = Some(at("2026-12-05T09:00:00Z"));
+    let came_back = Some(at("2026-12-05T10:03:00Z"));
+    let read = |created, drain: &str| {
+        let d = as_read_by(&d, created, drain);
+        verdict(&r("p"), &d, Some(&budget), false, drain)
+    };
+    // The drain that restarted it: waits, whichever pod.
+    assert!(matches!(read(old_pod, &this_drain), Verdict::Hold(_)));
+    assert!(matches!(read(came_back, &this_drain), Verdict::Hold(_)));
+    // The next drain: the old pod is still being replaced; the one that came back is restarted.
+    assert!(matches!(read(old_pod, &next_drain), Verdict::Hold(_)));
+    assert!(matches!(read(came_back, &next_drain), Verdict::Restart(_)));
+    // Another maintenance's restart: not this one's.
+    assert!(matches!(
+        read(old_pod, &record("uid-2", Some(second))),
+        Verdict::Restart(_)
+    ));
+}
+
 /// A rollout that would delete the only pod first is no restart: a blocker naming the
 /// Deployment and why.
 #[test]
