@@ -1028,7 +1028,40 @@ async fn a_replacement_back_on_a_released_node_is_restarted_once_by_the_next_dra
     })
     .await;
     patch_spec(&client, &name, json!({"stage": "Drain"})).await;
-    nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
+    wait_for("Succeeded after the second drain", LIMIT, || {
+        let (client, ns, name) = (client.clone(), ns.clone(), name.clone());
+        async move {
+            let nm = Api::<NodeMaintenance>::all(client.clone())
+                .get(&name)
+                .await
+                .unwrap();
+            let status = nm.status.unwrap_or_default();
+            if status.phase == Some(MaintenancePhase::Succeeded) {
+                return Ok(());
+            }
+            let seen: Vec<_> = pods(&client, &ns, "web")
+                .await
+                .iter()
+                .map(|p| {
+                    let created = p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                    (p.metadata.name.clone(), node_of(p).to_string(), created)
+                })
+                .collect();
+            Err(format!(
+                "phase {:?}, drainStartTime {:?}, blockers {:?}; web pods {seen:?}; record {:?}",
+                status.phase,
+                status.drain_start_time.map(|t| t.0),
+                status
+                    .blockers
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|b| b.reason.clone())
+                    .collect::<Vec<_>>(),
+                restart_record(&client, &ns).await
+            ))
+        }
+    })
+    .await;
     let now = wait_running(&client, &ns, "web", 1, LIMIT).await.remove(0);
     assert_eq!(node_of(&now), nodes[1], "the second replacement's node");
     assert_ne!(now.metadata.uid, back.metadata.uid);

@@ -39,6 +39,9 @@ use crate::policy::DrainPolicy;
 /// ([`record`]): the record that it is restarted once per drain.
 pub(crate) const RESTARTED_FOR: &str = "nodemaintenance.medik8s.io/restarted-for";
 
+/// The template annotation `kubectl rollout restart` sets (to an RFC 3339 time).
+pub(crate) const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
+
 /// The maintenance UID part of a [`record`].
 fn maintenance_of(record: &str) -> &str {
     record.split_once('@').map_or(record, |(uid, _)| uid)
@@ -51,18 +54,29 @@ pub(crate) fn restarted_by(d: &Deployment, drain: &str) -> bool {
         .is_some_and(|r| maintenance_of(r) == maintenance_of(drain))
 }
 
-/// `d`'s record as the drain `drain` reads it for a pod created at `created`: a restart by an
-/// earlier drain of the same maintenance counts as this drain's while the pod predates it (its
-/// rollout is replacing the pod: restarting again would only start another), and not at all
-/// for a pod created by it (scheduled back onto the node while it was released: this drain
-/// restarts again, once).
-fn as_read_by(d: &Deployment, created: Option<jiff::Timestamp>, drain: &str) -> Deployment {
+/// `d` (as read for one pod) with its record as the drain `drain` reads it: a restart by an
+/// earlier drain of the same maintenance counts as this drain's while the pod is of an older
+/// revision (its rollout is replacing the pod: restarting again would only start another), and
+/// not at all for a pod of the newest revision, one the restart created (scheduled back onto
+/// the node while it was released: this drain restarts again, once).
+fn as_read_by(d: &Deployment, drain: &str) -> Deployment {
     let mut d = d.clone();
     if d.restarted_for.as_deref() != Some(drain) && restarted_by(&d, drain) {
-        let replacement = matches!((created, d.restarted_at), (Some(c), Some(at)) if c >= at);
-        d.restarted_for = (!replacement).then(|| drain.to_string());
+        d.restarted_for = (!d.current).then(|| drain.to_string());
     }
     d
+}
+
+/// The `restartedAt` a restart at `now` writes: `now`, or a second after the last restart's
+/// when that is not earlier (whole seconds: the same value would leave the template unchanged
+/// and start no rollout).
+fn stamp(now: jiff::Timestamp, last: Option<jiff::Timestamp>) -> jiff::Timestamp {
+    match last {
+        Some(last) if last.as_second() >= now.as_second() => {
+            last + jiff::SignedDuration::from_secs(1)
+        }
+        _ => now,
+    }
 }
 
 /// The value of [`RESTARTED_FOR`] for the drain of maintenance `uid` that started at `started`
@@ -74,8 +88,6 @@ pub(crate) fn record(uid: &str, started: Option<jiff::Timestamp>) -> String {
         None => uid.to_string(),
     }
 }
-/// The template annotation `kubectl rollout restart` sets (to an RFC 3339 time).
-pub(crate) const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
 
 /// What a round observed of the workloads of the node's pods (`surge_io::observe`).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -122,6 +134,9 @@ pub(crate) struct Deployment {
     pub restarted_for: Option<String>,
     /// Its template's [`RESTARTED_AT`] (the last restart's time), when it parses.
     pub restarted_at: Option<jiff::Timestamp>,
+    /// The pod's ReplicaSet is the Deployment's newest (their revision annotations agree): after
+    /// a restart, the pod is one the restart created.
+    pub current: bool,
     /// Why its rollout cannot progress (read once it was restarted): a replacement's
     /// `PodScheduled=False` message, or its `Progressing=False` condition.
     pub stuck: Option<String>,
@@ -328,8 +343,7 @@ pub(crate) fn decide(
         let refused = state
             .and_then(|s| s.refused.as_deref())
             .is_some_and(|f| f.blocker.reason == reason::PDB);
-        let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        let d = &as_read_by(d, created, maintenance);
+        let d = &as_read_by(d, maintenance);
         match verdict(&r, d, budget, refused, maintenance) {
             Verdict::Evict => {}
             Verdict::Hold(b) => {
@@ -343,7 +357,7 @@ pub(crate) fn decide(
                         name: d.name.clone(),
                         resource_version: d.resource_version.clone(),
                         maintenance: maintenance.clone(),
-                        at: now,
+                        at: stamp(now, d.restarted_at),
                         blocker: b.clone(),
                     });
                 }

@@ -123,6 +123,13 @@ async fn replica_set(
         return Ok(None);
     };
     let mut facts = deployment(&d, namespace);
+    // The pod's ReplicaSet is the Deployment's newest: the revision the controller recorded on
+    // both (`deployment.kubernetes.io/revision`).
+    let revision = |a: Option<&std::collections::BTreeMap<String, String>>| {
+        a.and_then(|a| a.get(REVISION)).cloned()
+    };
+    let newest = revision(d.metadata.annotations.as_ref());
+    facts.current = newest.is_some() && newest == revision(rs.metadata.annotations.as_ref());
     if maintenance.is_some_and(|m| super::surge::restarted_by(&facts, m)) {
         facts.stuck = match progressing_false(&d) {
             Some(why) => Some(why),
@@ -131,6 +138,9 @@ async fn replica_set(
     }
     Ok(Some(Workload::Deployment(facts)))
 }
+
+/// The revision annotation the Deployment controller sets on a Deployment and its ReplicaSets.
+const REVISION: &str = "deployment.kubernetes.io/revision";
 
 /// What the decision reads of `d`.
 pub(crate) fn deployment(d: &K8sDeployment, namespace: &str) -> Deployment {
@@ -164,6 +174,7 @@ pub(crate) fn deployment(d: &K8sDeployment, namespace: &str) -> Deployment {
             .and_then(|m| m.annotations.as_ref())
             .and_then(|a| a.get(RESTARTED_AT))
             .and_then(|t| t.parse().ok()),
+        current: false,
         stuck: None,
     }
 }

@@ -23,8 +23,9 @@ impl Pass<'_> {
 
 /// Status initialisation (upstream's `initMaintenanceStatus`), only while `phase` is unset:
 /// phase Running, `totalpods`, `evictionPods`, pending pods, lastUpdate, observedGeneration
-/// (`drainStartTime` waits for the drain's start: stage Cordon and the queue come first). `None` when the phase is already set (upstream test "Should not modify
-/// the CR after initalization").
+/// (`drainStartTime` waits for the drain's start: stage Cordon and the queue come first).
+/// `None` when the phase is already set (upstream test "Should not modify the CR after
+/// initalization").
 pub(crate) fn init_status(
     old: &NodeMaintenanceStatus,
     survey: &Survey,

@@ -158,10 +158,11 @@ fn a_restarted_deployment_is_waited_for_never_restarted_twice() {
     ));
 }
 
-/// The record is per drain, read with the pod's creation: the same maintenance's next drain
-/// (Drain → Idle → Drain, a new start on the node) restarts again, once, a pod the restart
-/// created (scheduled back onto the released node); a pod older than the restart is left to the
-/// rollout already replacing it; within one drain, never twice.
+/// The record is per drain, read with the pod's revision: the same maintenance's next drain
+/// (Drain → Idle → Drain, a new start on the node) restarts again, once, a pod of the newest
+/// revision (one the restart created, scheduled back onto the released node); a pod of an older
+/// revision is left to the rollout already replacing it; within one drain, never twice. A
+/// restart in the same second as the last one still changes the template.
 #[test]
 fn a_new_drain_of_the_same_maintenance_restarts_a_replacement_that_came_back_once() {
     let at = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
@@ -177,23 +178,31 @@ fn a_new_drain_of_the_same_maintenance_restarts_a_replacement_that_came_back_onc
     d.restarted_for = Some(record("uid-1", Some(first)));
     d.restarted_at = Some(restart);
     let (this_drain, next_drain) = (record("uid-1", Some(first)), record("uid-1", Some(second)));
-    let old_pod = Some(at("2026-12-05T09:00:00Z"));
-    let came_back = Some(at("2026-12-05T10:03:00Z"));
-    let read = |created, drain: &str| {
-        let d = as_read_by(&d, created, drain);
+    let read = |current: bool, drain: &str| {
+        let d = as_read_by(
+            &Deployment {
+                current,
+                ..d.clone()
+            },
+            drain,
+        );
         verdict(&r("p"), &d, Some(&budget), false, drain)
     };
     // The drain that restarted it: waits, whichever pod.
-    assert!(matches!(read(old_pod, &this_drain), Verdict::Hold(_)));
-    assert!(matches!(read(came_back, &this_drain), Verdict::Hold(_)));
+    assert!(matches!(read(false, &this_drain), Verdict::Hold(_)));
+    assert!(matches!(read(true, &this_drain), Verdict::Hold(_)));
     // The next drain: the old pod is still being replaced; the one that came back is restarted.
-    assert!(matches!(read(old_pod, &next_drain), Verdict::Hold(_)));
-    assert!(matches!(read(came_back, &next_drain), Verdict::Restart(_)));
+    assert!(matches!(read(false, &next_drain), Verdict::Hold(_)));
+    assert!(matches!(read(true, &next_drain), Verdict::Restart(_)));
     // Another maintenance's restart: not this one's.
     assert!(matches!(
-        read(old_pod, &record("uid-2", Some(second))),
+        read(false, &record("uid-2", Some(second))),
         Verdict::Restart(_)
     ));
+    // The stamp moves on even within the last restart's second.
+    assert_eq!(stamp(restart, Some(restart)), at("2026-12-05T10:00:03Z"));
+    assert_eq!(stamp(second, Some(restart)), second);
+    assert_eq!(stamp(second, None), second);
 }
 
 /// A rollout that would delete the only pod first is no restart: a blocker naming the
