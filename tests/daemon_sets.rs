@@ -15,6 +15,7 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use nmo_devcluster::audit::{AuditCursor, AuditEvent, EVICTIONS_POLICY};
 use nmo_devcluster::operator::{Operator, OperatorOptions};
@@ -137,6 +138,35 @@ async fn release(client: &kube::Client, ns: &str) {
         .unwrap();
 }
 
+/// Waits until a Running pod of `original`'s DaemonSet (label `app`), other than `original`, is
+/// on `node` and the original is gone, and returns it.
+async fn wait_back(client: &kube::Client, ns: &str, original: &Pod, node: &str) -> Pod {
+    let app = original.labels().get("app").cloned().unwrap_or_default();
+    wait_for(&format!("{app}'s pod back on {node}"), LIMIT, || async {
+        let all = pods(client, ns, &app).await;
+        let back: Vec<&Pod> = all
+            .iter()
+            .filter(|p| p.metadata.uid != original.metadata.uid && running(p))
+            .filter(|p| node_of(p) == node)
+            .collect();
+        match (all.len(), back.first()) {
+            (1, Some(p)) => Ok((*p).clone()),
+            _ => Err(all
+                .iter()
+                .map(|p| {
+                    let name = p.metadata.name.as_deref().unwrap_or("");
+                    format!(
+                        "{name} deleting={}",
+                        p.metadata.deletion_timestamp.is_some()
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")),
+        }
+    })
+    .await
+}
+
 /// The accepted evictions (2xx) the API server recorded, among `events`, of pods in `ns`.
 fn accepted_in<'a>(events: &'a [AuditEvent], ns: &str) -> Vec<&'a AuditEvent> {
     events
@@ -184,7 +214,8 @@ fn daemon_sets_wait(s: &NodeMaintenanceStatus, ds_pods: &[Pod]) -> bool {
 /// evicted; once it is gone, both are evicted (each after every ordinary
 /// eviction and after `held` was let go, by the audit log); `strict`'s pod is not recreated on
 /// the node (its DaemonSet schedules nothing there), `tolerant`'s comes back as a new pod named
-/// as kept, and the maintenance Succeeds.
+/// as kept while the system-critical [`HELD_OPEN`] holds the drain open, [`HELD_OPEN`] is evicted after
+/// the DaemonSet pods, and the maintenance Succeeds.
 #[tokio::test]
 async fn evict_last_evicts_daemon_set_pods_after_every_other_pod_and_keeps_the_one_that_comes_back()
 {
@@ -192,6 +223,7 @@ async fn evict_last_evicts_daemon_set_pods_after_every_other_pod_and_keeps_the_o
     let _serial = SERIAL.lock().await;
     let client = env.cluster.client().await;
     let (node, ns, ds_pods) = node_with_daemon_sets(&client, &env.cluster, "dslast").await;
+    hold_the_drain_open(&client, &ns, &node).await;
     let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
     let name = unique("nm-dslast");
     let mut nm = nm::new(&name, &node, "e2e daemonSets EvictLast");
@@ -235,13 +267,24 @@ async fn evict_last_evicts_daemon_set_pods_after_every_other_pod_and_keeps_the_o
     );
     let released_at = jiff::Timestamp::now();
     release(&client, &ns).await;
+    // tolerant: back as a new pod while `last` holds the drain open.
+    let back = wait_back(&client, &ns, &ds_pods[1], &node).await;
+    let_the_drain_end(&client, &ns).await;
 
     let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
     events.extend(audit.read().unwrap());
     let accepted = accepted_in(&events, &ns);
+    let (critical, accepted): (Vec<&AuditEvent>, Vec<&AuditEvent>) =
+        accepted.into_iter().partition(|e| e.name == HELD_OPEN);
     let (daemon, ordinary): (Vec<&AuditEvent>, Vec<&AuditEvent>) = accepted
         .iter()
         .partition(|e| e.name.starts_with("strict-") || e.name.starts_with("tolerant-"));
+    let last_daemon = daemon.iter().map(|e| e.completed).max();
+    assert!(
+        critical.len() == 1 && Some(critical[0].received) > last_daemon,
+        "{HELD_OPEN} (system-critical) evicted once, after the DaemonSet pods ({last_daemon:?}): {:?}",
+        critical.iter().map(|e| e.received).collect::<Vec<_>>()
+    );
     assert_eq!(
         ordinary.len(),
         3,
@@ -312,10 +355,7 @@ async fn evict_last_evicts_daemon_set_pods_after_every_other_pod_and_keeps_the_o
     })
     .await;
     // tolerant: back as a new pod, named as kept.
-    let back = wait_running(&client, &ns, "tolerant", 1, LIMIT).await;
-    let back_name = back[0].metadata.name.clone().unwrap();
-    assert_ne!(back[0].metadata.uid, ds_pods[1].metadata.uid, "a new pod");
-    assert_eq!(node_of(&back[0]), node);
+    let back_name = back.name_any();
     let drained = drained_message(&done);
     assert!(
         drained.contains(&format!("{ns}/{back_name} (ToleratesMaintenanceTaints)")),
@@ -574,7 +614,7 @@ async fn back_to_idle_an_evict_last_maintenance_restores_the_node_and_evicts_no_
 /// DaemonSet pods wait their turn, and replaced by a new process, decides the same from the pods
 /// alone: once the last ordinary pod has left, each DaemonSet pod is evicted once (after the
 /// release, by the audit log), `strict`'s is not recreated on the node, the pod `tolerant` brings
-/// back is named as kept, and the maintenance Succeeds.
+/// back (while [`HELD_OPEN`] holds the drain open) is named as kept, and the maintenance Succeeds.
 #[tokio::test]
 async fn across_a_sigkill_and_restart_daemon_set_pods_still_go_last() {
     let env = env();
@@ -582,6 +622,7 @@ async fn across_a_sigkill_and_restart_daemon_set_pods_still_go_last() {
     let client = env.cluster.client().await;
     let (node, ns, ds_pods) = node_with_daemon_sets(&client, &env.cluster, "dskill").await;
     let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
+    hold_the_drain_open(&client, &ns, &node).await;
     let name = unique("nm-dskill");
     evict_last_waiting(&client, &name, &node, &ds_pods).await;
     env.operator.lock().unwrap().process().kill();
@@ -590,6 +631,8 @@ async fn across_a_sigkill_and_restart_daemon_set_pods_still_go_last() {
     *env.operator.lock().unwrap() = replacement;
     let released_at = jiff::Timestamp::now();
     release(&client, &ns).await;
+    let back = wait_back(&client, &ns, &ds_pods[1], &node).await;
+    let_the_drain_end(&client, &ns).await;
     let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
     let events = audit.read().unwrap();
     let accepted = accepted_in(&events, &ns);
@@ -611,9 +654,7 @@ async fn across_a_sigkill_and_restart_daemon_set_pods_still_go_last() {
         .filter(|p| node_of(p) == node)
         .count();
     assert_eq!(strict_on_node, 0, "strict not recreated on the node");
-    let back = wait_running(&client, &ns, "tolerant", 1, LIMIT).await;
-    let back_name = back[0].metadata.name.clone().unwrap();
-    assert_ne!(back[0].metadata.uid, ds_pods[1].metadata.uid, "a new pod");
+    let back_name = back.name_any();
     let drained = drained_message(&done);
     assert!(
         drained.contains(&format!("{ns}/{back_name} (ToleratesMaintenanceTaints)")),

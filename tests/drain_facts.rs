@@ -605,7 +605,8 @@ async fn halting_stops_queued_evictions(prefix: &str, halt: serde_json::Value) {
 /// `docs/drain-contract.md` §2: a one-replica Deployment that tolerates every taint and can
 /// only run on the node (a Calico-style operator, a pinned agent), and a second one like it:
 /// each original is evicted once, each replacement is kept and named as kept, before the
-/// maintenance Succeeds, and no pod of either workload is evicted more than twice (an operator
+/// maintenance Succeeds (held open by [`HELD_OPEN`] until both replacements run on the node),
+/// and no pod of either workload is evicted more than twice (an operator
 /// that judged arrival with a 2 s margin evicted such a workload 11 times in 2 s, and
 /// succeeded between two replacements without naming the one that landed).
 #[tokio::test]
@@ -641,10 +642,42 @@ async fn a_tolerating_workload_is_evicted_once_and_its_replacement_kept() {
             .unwrap();
         wait_running(&client, &ns, app, 1, LIMIT).await;
     }
+    let originals: Vec<Pod> = [
+        pods(&client, &ns, "agent").await,
+        pods(&client, &ns, "operator").await,
+    ]
+    .concat();
+    hold_the_drain_open(&client, &ns, &node).await;
     let mut audit = AuditCursor::at_end(env.cluster.audit_log_path());
 
     let name = unique("nm-repl");
     nm::create(&client, &name, &node).await;
+    for app in ["agent", "operator"] {
+        wait_for(
+            &format!("{app}'s replacement Running on the node"),
+            LIMIT,
+            || async {
+                let now = pods(&client, &ns, app).await;
+                match now.as_slice() {
+                    [p] if running(p)
+                        && node_of(p) == node
+                        && originals.iter().all(|o| o.metadata.uid != p.metadata.uid) =>
+                    {
+                        Ok(())
+                    }
+                    other => Err(format!(
+                        "{:?}",
+                        other
+                            .iter()
+                            .map(|p| (&p.metadata.name, running(p)))
+                            .collect::<Vec<_>>()
+                    )),
+                }
+            },
+        )
+        .await;
+    }
+    let_the_drain_end(&client, &ns).await;
     let done = nm::wait_phase(&client, &name, MaintenancePhase::Succeeded, LIMIT).await;
     let drained = drained_message(&done);
     for app in ["agent", "operator"] {

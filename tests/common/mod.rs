@@ -250,6 +250,43 @@ pub(crate) async fn bare_pod(
         .unwrap_or_else(|e| panic!("creating pod {ns}/{name}: {e}"))
 }
 
+/// The system-critical bare pod [`hold_the_drain_open`] binds to a node.
+pub(crate) const HELD_OPEN: &str = "held-open";
+
+/// The finalizer that keeps [`HELD_OPEN`] terminating until [`let_the_drain_end`].
+const HELD_OPEN_FINALIZER: &str = "e2e.medik8s.io/held-open";
+
+/// Binds [`HELD_OPEN`] (`system-node-critical`, behind a finalizer) to `node` in `ns` and waits
+/// until it runs. Critical pods go last (docs/drain-contract.md §1, §14) and this one stays
+/// terminating once evicted, so the drain cannot Succeed before the test calls
+/// [`let_the_drain_end`]: a test that asserts a replacement landing on the node is named as kept
+/// waits for the replacement first. Without it the drain may Succeed in the moment between an
+/// original leaving and its controller's replacement landing, and no round runs once Succeeded.
+pub(crate) async fn hold_the_drain_open(client: &Client, ns: &str, node: &str) {
+    bare_pod(
+        client,
+        ns,
+        HELD_OPEN,
+        node,
+        json!({"metadata": {"finalizers": [HELD_OPEN_FINALIZER]},
+               "spec": {"priorityClassName": "system-node-critical"}}),
+    )
+    .await;
+    wait_running(client, ns, HELD_OPEN, 1, Duration::from_secs(120)).await;
+}
+
+/// Lets [`HELD_OPEN`] go (removes its finalizer), so the drain can end.
+pub(crate) async fn let_the_drain_end(client: &Client, ns: &str) {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .patch(
+            HELD_OPEN,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("letting {ns}/{HELD_OPEN} go: {e}"));
+}
+
 /// Merges JSON object `from` into `into`.
 pub(crate) fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
     match (into, from) {
