@@ -264,15 +264,17 @@ impl Reads<'_> {
     }
 }
 
+/// A maintenance's policy and the knob values refused ([`resolve`]).
+pub type Resolved = (DrainPolicy, Vec<InvalidKnob>);
+
 /// The policy of `nm` under `defaults`: annotation, else spec, else flag, per knob; and the
 /// values refused (each knob then falls back as if that value were absent).
-pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> (DrainPolicy, Vec<InvalidKnob>) {
+pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> Resolved {
     let mut reads = Reads {
         annotations: nm.annotations(),
         invalid: Vec::new(),
     };
     let mut policy = reads.policy(&nm.spec.knobs, defaults);
-    policy.hooks = pre_drain_hooks::owners(nm);
     for (name, value) in strict::unknown_annotations(nm) {
         reads.invalid.push(InvalidKnob {
             knob: "annotations",
@@ -284,6 +286,7 @@ pub fn resolve(nm: &NodeMaintenance, defaults: &Defaults) -> (DrainPolicy, Vec<I
             )),
         });
     }
+    policy.hooks = pre_drain_hooks::owners(nm);
     for (_, value, why) in pre_drain_hooks::refused(nm) {
         reads.invalid.push(InvalidKnob {
             knob: "preDrainHooks",

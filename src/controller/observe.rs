@@ -21,6 +21,7 @@ use crate::api::NodeMaintenance;
 /// an observation.
 pub(crate) async fn observe(nm: &NodeMaintenance, ctx: &Context) -> Result<Observed, Error> {
     let name = nm.name_any();
+    let policy = crate::policy::resolve(nm, &ctx.policy);
     let world = match plan::reads(nm) {
         Reads::Deletion {
             node,
@@ -30,7 +31,7 @@ pub(crate) async fn observe(nm: &NodeMaintenance, ctx: &Context) -> Result<Obser
             // The schema's dry run (a process's first passes only) needs none of the other reads.
             let (_, observed) = tokio::join!(
                 learn_status_schema(&name, ctx),
-                maintenance(ctx, node, survey, nm)
+                maintenance(ctx, node, survey, nm, &policy.0)
             );
             World::Maintenance(Box::new(observed?))
         }
@@ -50,7 +51,7 @@ pub(crate) async fn observe(nm: &NodeMaintenance, ctx: &Context) -> Result<Obser
         world,
         memory: ctx.memory.of(&name),
         schema: ctx.memory.schema(),
-        policy: ctx.policy.clone(),
+        policy,
     })
 }
 
@@ -85,6 +86,7 @@ async fn maintenance(
     node: Option<String>,
     survey: bool,
     nm: &NodeMaintenance,
+    policy: &crate::policy::DrainPolicy,
 ) -> Result<ObservedMaintenance, Error> {
     let mut o = ObservedMaintenance {
         holder_live: true,
@@ -114,9 +116,8 @@ async fn maintenance(
             reason = %crate::bounds::truncate(reason, crate::bounds::MAX_REASON_ANNOTATION),
             "Applying maintenance mode"
         );
-        let policy = crate::policy::resolve(nm, &ctx.policy).0;
         ctx.drainer
-            .survey(&node_name, &policy)
+            .survey(&node_name, policy)
             .await
             .map(Some)
             .map_err(Error::InitStatus)

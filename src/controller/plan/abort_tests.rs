@@ -46,6 +46,7 @@ fn observed(old: &NodeMaintenanceStatus, node: &Node, stage: Stage, at: i64) -> 
         }),
     };
     Observed {
+        policy: crate::policy::resolve(&o, &Default::default()),
         nm: o,
         world: World::Maintenance(Box::new(ObservedMaintenance {
             node: Some(node.clone()),
@@ -56,7 +57,6 @@ fn observed(old: &NodeMaintenanceStatus, node: &Node, stage: Stage, at: i64) -> 
         })),
         memory: Memory::default(),
         schema: StatusSchema::default(),
-        policy: Default::default(),
     }
 }
 

@@ -4,11 +4,11 @@
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
-use super::node_found::validate_node_name;
 use super::observed::ObservedDeletion;
 use super::outcome::{Plan, Then};
 use super::release::{exit, invalidate};
 use super::status::{EventTarget, PlannedEvent, Requeue, event};
+use super::validate_node_name;
 use super::write::{NodePurpose, Write, Writes};
 use crate::api::{FINALIZER, NodeMaintenance, NodeMaintenanceStatus};
 use crate::controller::memory::{Remember, StatusSchema};

@@ -65,7 +65,7 @@ pub(crate) use draining::drained_plan;
 #[cfg(test)]
 use encode::STATUS_FIELDS;
 pub(crate) use encode::last_error_patch;
-pub(crate) use node_found::{replaced, validate_node_name};
+pub(crate) use node_found::replaced;
 pub(crate) use observed::{Observed, ObservedDeletion, ObservedMaintenance, World};
 pub(crate) use outcome::{Plan, Then};
 pub(crate) use preflight::preflight_plan;
@@ -115,6 +115,18 @@ pub(crate) fn entry(nm: &NodeMaintenance) -> Entry {
         Err(why) => Entry::InvalidNodeName(why),
         Ok(()) => Entry::Maintain,
     }
+}
+
+/// Whether `name` can be a Node name ([`crate::api::validate_node_name`], the webhook's rule
+/// too) and that node can have a medik8s lease ([`crate::lease::lease_name_error`]: a name of
+/// more than 248 characters cannot, `docs/drain-contract.md` §7); the error says why not, for
+/// `status.lastError`. Such a name is maintained by nobody: no node or lease is touched.
+///
+/// # Errors
+/// The reason as a clause (`it is empty`).
+pub(crate) fn validate_node_name(name: &str) -> Result<(), String> {
+    crate::api::validate_node_name(name).map_err(|e| e.to_string())?;
+    crate::lease::lease_name_error(name).map_or(Ok(()), Err)
 }
 
 /// What a pass reads besides the NodeMaintenance ([`reads`]).
@@ -178,7 +190,8 @@ pub(crate) fn reads(nm: &NodeMaintenance) -> Reads {
 pub(crate) fn plan(o: &Observed, now: jiff::Timestamp) -> Plan {
     let (add_finalizer, e) = entry_with_finalizer(&o.nm);
     let cleanup = matches!((&o.world, &e), (World::Deletion(_), Entry::Cleanup));
-    let (first, last) = preflight_events::writes(&o.nm, &o.policy, add_finalizer, cleanup);
+    let (stage, status) = (o.policy.0.stage, o.nm.status.as_ref());
+    let (first, last) = preflight_events::writes(stage, status, add_finalizer, cleanup);
     let mut plan = match (&o.world, e) {
         (World::Deletion(d), Entry::Cleanup) => deletion::plan_deletion(d, now),
         (World::Maintenance(m), e @ (Entry::Maintain | Entry::InvalidNodeName(_))) => {

@@ -93,18 +93,6 @@ impl Pass<'_> {
     }
 }
 
-/// Whether `name` can be a Node name ([`crate::api::validate_node_name`], the webhook's rule
-/// too) and that node can have a medik8s lease ([`crate::lease::lease_name_error`]: a name of
-/// more than 248 characters cannot, `docs/drain-contract.md` §7); the error says why not, for
-/// `status.lastError`. Such a name is maintained by nobody: no node or lease is touched.
-///
-/// # Errors
-/// The reason as a clause (`it is empty`).
-pub(crate) fn validate_node_name(name: &str) -> Result<(), String> {
-    crate::api::validate_node_name(name).map_err(|e| e.to_string())?;
-    crate::lease::lease_name_error(name).map_or(Ok(()), Err)
-}
-
 /// The NodeMaintenance names an invalid node: phase Failed, a lastError that says so, Warning
 /// `FailedMaintenance` on the transition; no node or lease is touched.
 pub(crate) fn invalid_node_name(

@@ -20,9 +20,9 @@ pub(crate) struct Observed {
     pub(crate) memory: Memory,
     /// Which status fields the installed CRD keeps, as learnt so far.
     pub(crate) schema: StatusSchema,
-    /// The operator's defaults of the drain knobs (its flags), resolved with the object's own
-    /// ([`crate::policy::resolve`]).
-    pub(crate) policy: crate::policy::Defaults,
+    /// Its drain policy, the operator's defaults (its flags) resolved with the object's own
+    /// knobs once a pass ([`crate::policy::resolve`]), and the values refused.
+    pub(crate) policy: crate::policy::Resolved,
 }
 
 /// What a pass read besides the NodeMaintenance.

@@ -67,7 +67,7 @@ impl<'a> Pass<'a> {
         now: jiff::Timestamp,
     ) -> Self {
         let old = o.nm.status.clone().unwrap_or_default();
-        let (mut drain_policy, refused) = crate::policy::resolve(&o.nm, &o.policy);
+        let (mut drain_policy, refused) = o.policy.clone();
         // A stage that would touch the node waits Idle until its window opens.
         let window = drain_policy
             .start_at

@@ -7,7 +7,7 @@
 
 use super::status::{EventTarget, PlannedEvent};
 use super::write::Write;
-use crate::api::{NodeMaintenance, Stage};
+use crate::api::{NodeMaintenanceStatus, Stage};
 
 use super::condition::{self, condition};
 use super::status::event;
@@ -28,25 +28,22 @@ pub(crate) const REMOVED_PREFLIGHT: (&str, &str) = (
 
 /// The finalizer's writes around a pass's own: `add` (the finalizer's patch), then the begin
 /// event, first when the pass adds it; the removed event last when the pass is the deletion pass
-/// (`cleanup`), which removes it. A NodeMaintenance whose stage (its
-/// annotation, spec or the operator's default, as [`crate::policy::resolve`] reads it) is
-/// Preflight begins with [`BEGIN_PREFLIGHT`], and is removed with [`REMOVED_PREFLIGHT`] while its
-/// status has no `Cordoned` condition (written once a stage cordoned the node, kept False
-/// `Released` when a later stage gave it up); every other one with upstream's events.
+/// (`cleanup`), which removes it. A NodeMaintenance whose `stage` (its annotation, spec or the
+/// operator's default, as [`crate::policy::resolve`] reads it) is Preflight begins with
+/// [`BEGIN_PREFLIGHT`], and is removed with [`REMOVED_PREFLIGHT`] while its `status` has no
+/// `Cordoned` condition (written once a stage cordoned the node, kept False `Released` when a
+/// later stage gave it up); every other one with upstream's events.
 pub(super) fn writes(
-    nm: &NodeMaintenance,
-    defaults: &crate::policy::Defaults,
+    stage: Stage,
+    status: Option<&NodeMaintenanceStatus>,
     add: Option<Write>,
     cleanup: bool,
 ) -> (Vec<Write>, Vec<Write>) {
     if add.is_none() && !cleanup {
         return (Vec::new(), Vec::new());
     }
-    let preflight = crate::policy::resolve(nm, defaults).0.stage == Stage::Preflight;
-    let cordoned = nm
-        .status
-        .as_ref()
-        .is_some_and(|s| condition(s, condition::CORDONED).is_some());
+    let preflight = stage == Stage::Preflight;
+    let cordoned = status.is_some_and(|s| condition(s, condition::CORDONED).is_some());
     let event = |e| Write::Event {
         event: PlannedEvent::normal(EventTarget::Maintenance, e),
         node: None,
@@ -73,6 +70,7 @@ pub(super) fn writes(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::NodeMaintenance;
     use crate::policy::Defaults;
 
     type Said = (&'static str, &'static str);
@@ -81,10 +79,12 @@ mod tests {
     /// removes it write them.
     fn begin(nm: &NodeMaintenance, d: &Defaults) -> &'static str {
         let add = Write::LeaseNamespace;
-        reason(writes(nm, d, Some(add), false).0[1].clone())
+        let stage = crate::policy::resolve(nm, d).0.stage;
+        reason(writes(stage, nm.status.as_ref(), Some(add), false).0[1].clone())
     }
     fn removed(nm: &NodeMaintenance, d: &Defaults) -> &'static str {
-        reason(writes(nm, d, None, true).1[0].clone())
+        let stage = crate::policy::resolve(nm, d).0.stage;
+        reason(writes(stage, nm.status.as_ref(), None, true).1[0].clone())
     }
     fn reason(w: Write) -> &'static str {
         match w {

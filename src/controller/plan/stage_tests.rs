@@ -87,7 +87,12 @@ fn our_lease() -> Lease {
 }
 
 fn plan_of(nm: NodeMaintenance, node: Node, lease: Option<Lease>, defaults: Stage) -> Plan {
+    let defaults = crate::policy::Defaults {
+        stage: defaults,
+        ..Default::default()
+    };
     let observed = Observed {
+        policy: crate::policy::resolve(&nm, &defaults),
         nm,
         world: World::Maintenance(Box::new(ObservedMaintenance {
             node: Some(node),
@@ -97,10 +102,6 @@ fn plan_of(nm: NodeMaintenance, node: Node, lease: Option<Lease>, defaults: Stag
         })),
         memory: Memory::default(),
         schema: StatusSchema::default(),
-        policy: crate::policy::Defaults {
-            stage: defaults,
-            ..Default::default()
-        },
     };
     plan(&observed, t(100))
 }
@@ -664,6 +665,7 @@ fn a_hooked_maintenance_waits_for_its_slot_in_service_then_holds_it_entered() {
     let object = hooked(nm(Some(Stage::Drain), None), &["rook"]);
     assert!(crate::policy::drains(&object, &Default::default(), t(100)));
     let observed = |queue| Observed {
+        policy: crate::policy::resolve(&object, &Default::default()),
         nm: object.clone(),
         world: World::Maintenance(Box::new(ObservedMaintenance {
             node: Some(free_node()),
@@ -673,7 +675,6 @@ fn a_hooked_maintenance_waits_for_its_slot_in_service_then_holds_it_entered() {
         })),
         memory: Memory::default(),
         schema: StatusSchema::default(),
-        policy: crate::policy::Defaults::default(),
     };
     let full = "--max-parallel-drains=1".to_string();
     let queued = plan(&observed(Some(Place::Queued { position: 1, full })), t(100));

@@ -108,6 +108,7 @@ fn pass(
         }),
     };
     let observed = Observed {
+        policy: crate::policy::resolve(&o, &Default::default()),
         nm: o,
         world: World::Maintenance(Box::new(ObservedMaintenance {
             node: Some(node),
@@ -117,7 +118,6 @@ fn pass(
         })),
         memory: Memory::default(),
         schema: StatusSchema::default(),
-        policy: Default::default(),
     };
     let first = plan(&observed, now);
     let mut events = events_of(&first);
@@ -791,11 +791,11 @@ fn one_pass_is_planned_whole_from_one_observation() {
     for (what, nm, world, writes, then) in cases {
         let got = plan(
             &Observed {
+                policy: crate::policy::resolve(&nm, &Default::default()),
                 nm,
                 world,
                 memory: Memory::default(),
                 schema: StatusSchema::default(),
-                policy: Default::default(),
             },
             now,
         );
@@ -837,11 +837,11 @@ fn the_drain_start_is_the_api_servers_time_recorded_on_the_node() {
         }));
         let got = plan(
             &Observed {
+                policy: crate::policy::resolve(&o, &Default::default()),
                 nm: o.clone(),
                 world,
                 memory: Memory::default(),
                 schema: StatusSchema::default(),
-                policy: Default::default(),
             },
             now,
         );
@@ -902,6 +902,7 @@ fn the_drain_start_is_the_api_servers_time_recorded_on_the_node() {
     .unwrap();
     let got = plan(
         &Observed {
+            policy: crate::policy::resolve(&o, &Default::default()),
             nm: o,
             world: World::Maintenance(Box::new(ObservedMaintenance {
                 node: Some(node),
@@ -911,7 +912,6 @@ fn the_drain_start_is_the_api_servers_time_recorded_on_the_node() {
             })),
             memory: Memory::default(),
             schema: StatusSchema::default(),
-            policy: Default::default(),
         },
         now,
     );
@@ -1114,11 +1114,11 @@ fn deletion_pass_is_planned_whole_in_order() {
         nm.metadata.deletion_timestamp = Some(now_time(t(0)));
         let got = plan(
             &Observed {
+                policy: crate::policy::resolve(&nm, &Default::default()),
                 nm,
                 world: World::Deletion(Box::new(o)),
                 memory: Memory::default(),
                 schema: StatusSchema::default(),
-                policy: Default::default(),
             },
             t(1),
         );
@@ -1465,6 +1465,7 @@ fn lease_wait_comes_from_the_remembered_waits() {
         ..Lease::default()
     };
     let observed = |lease: Option<Lease>, lease_waits| Observed {
+        policy: crate::policy::resolve(&o, &Default::default()),
         nm: o.clone(),
         world: World::Maintenance(Box::new(ObservedMaintenance {
             node: Some(node.clone()),
@@ -1477,7 +1478,6 @@ fn lease_wait_comes_from_the_remembered_waits() {
             ..Memory::default()
         },
         schema: StatusSchema::default(),
-        policy: Default::default(),
     };
     let waiting = plan(&observed(Some(foreign), 3), t(1));
     assert_eq!(
@@ -1616,6 +1616,7 @@ fn a_paused_maintenance_runs_no_drain_round_and_says_so() {
                 .insert(crate::policy::PAUSED_ANNOTATION.into(), v.into());
         }
         Observed {
+            policy: crate::policy::resolve(&o, &Default::default()),
             nm: o,
             world: World::Maintenance(Box::new(ObservedMaintenance {
                 node: Some(entered_node()),
@@ -1624,7 +1625,6 @@ fn a_paused_maintenance_runs_no_drain_round_and_says_so() {
             })),
             memory: Memory::default(),
             schema: StatusSchema::default(),
-            policy: Default::default(),
         }
     };
     let condition = |s: &NodeMaintenanceStatus, type_: &str| {
@@ -1699,6 +1699,7 @@ fn past_the_deadline_fail_fails_the_maintenance_and_keeps_the_node() {
         o.spec.knobs.drain_timeout = on_timeout.map(|_| "90s".into());
         o.spec.knobs.on_timeout = on_timeout;
         Observed {
+            policy: crate::policy::resolve(&o, &Default::default()),
             nm: o,
             world: World::Maintenance(Box::new(ObservedMaintenance {
                 node: Some(node.clone()),
@@ -1708,7 +1709,6 @@ fn past_the_deadline_fail_fails_the_maintenance_and_keeps_the_node() {
             })),
             memory: Memory::default(),
             schema: StatusSchema::default(),
-            policy: Default::default(),
         }
     };
     let running = NodeMaintenanceStatus {
@@ -1770,6 +1770,7 @@ fn past_the_deadline_fail_fails_the_maintenance_and_keeps_the_node() {
         .nm
         .annotations_mut()
         .insert(crate::policy::PAUSED_ANNOTATION.into(), "true".into());
+    paused.policy = crate::policy::resolve(&paused.nm, &Default::default());
     assert_eq!(
         plan(&paused, t(50)).then,
         Then::Requeue(Requeue::After(Duration::from_secs(40)))
@@ -1801,6 +1802,7 @@ fn a_queued_maintenance_leaves_its_node_in_service_and_runs_no_round_until_a_slo
         o.metadata.generation = GEN;
         o.status = Some(old.clone());
         Observed {
+            policy: crate::policy::resolve(&o, &Default::default()),
             nm: o,
             world: World::Maintenance(Box::new(ObservedMaintenance {
                 node: Some(node.borrow().clone()),
@@ -1813,7 +1815,6 @@ fn a_queued_maintenance_leaves_its_node_in_service_and_runs_no_round_until_a_slo
                 ..Memory::default()
             },
             schema: StatusSchema::default(),
-            policy: Default::default(),
         }
     };
     let running = NodeMaintenanceStatus {
@@ -1899,6 +1900,7 @@ fn the_deadline_counts_from_the_drain_slot_not_from_the_queue() {
         o.spec.knobs.drain_timeout = Some("90s".into());
         o.spec.knobs.on_timeout = Some(OnTimeout::Fail);
         Observed {
+            policy: crate::policy::resolve(&o, &Default::default()),
             nm: o,
             world: World::Maintenance(Box::new(ObservedMaintenance {
                 node: Some(node.clone()),
@@ -1909,7 +1911,6 @@ fn the_deadline_counts_from_the_drain_slot_not_from_the_queue() {
             })),
             memory: Memory::default(),
             schema: StatusSchema::default(),
-            policy: Default::default(),
         }
     };
     let mut running = NodeMaintenanceStatus {
