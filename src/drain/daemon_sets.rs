@@ -5,7 +5,10 @@
 //! and GPU agents are killed mid-write when the node goes down. Under `EvictLast` they go
 //! through the same chain as every other pod ([`super::classify`]) and are evicted, through the
 //! Eviction API (budgets respected), in [`Stage::DaemonSet`]: once every ordinary pod has left
-//! the node, before the system-critical pods and the operator's own pod.
+//! the node, before the system-critical pods and the operator's own pod (the stage is
+//! [`super::decide::stage`]'s).
+//!
+//! [`Stage::DaemonSet`]: super::disposition::Stage::DaemonSet
 //!
 //! What the chain already says for them, unchanged: a mirror or finished pod stays; a pod's
 //! own drain label (`skip`, `wait-completed`) and a drain rule that skips or waits for it
@@ -18,7 +21,7 @@
 //! creation timestamps. Pure.
 
 use super::consts::reason;
-use super::disposition::{DrainOptions, Stage};
+use super::disposition::DrainOptions;
 use crate::api::DaemonSets;
 
 /// Whether the drain takes the pods of an existing DaemonSet (`EvictLast`); `false`: they stay
@@ -27,29 +30,8 @@ pub(crate) fn drained(options: &DrainOptions) -> bool {
     options.daemon_sets == DaemonSets::EvictLast
 }
 
-/// The stage of a pod of an existing DaemonSet up for eviction, from the one
-/// [`super::decide::stage`] gives it: an ordinary pod (whatever its drain order) goes in
-/// [`Stage::DaemonSet`]; a system-critical one stays [`Stage::Critical`] (a CNI agent with
-/// `system-node-critical` goes with the node's other critical pods, after the DaemonSets), the
-/// operator's own pod [`Stage::OwnPod`].
-pub(crate) fn stage(of: Stage) -> Stage {
-    match of {
-        Stage::Ordinary(_) => Stage::DaemonSet,
-        other => other,
-    }
-}
-
-/// The stage a drain rule's order gives a pod that was in stage `was`: `reordered` (what
-/// [`super::decide::stage`] gives with the rule's order), except that a DaemonSet pod stays in
-/// [`Stage::DaemonSet`] (an order ranks ordinary pods among themselves).
-pub(crate) fn reorder(was: Stage, reordered: Stage) -> Stage {
-    match was {
-        Stage::DaemonSet => Stage::DaemonSet,
-        _ => reordered,
-    }
-}
-
-/// The blocker's reason and text of a DaemonSet pod waiting for its turn ([`Stage::DaemonSet`]).
+/// The blocker's reason and text of a DaemonSet pod waiting for its turn
+/// ([`Stage::DaemonSet`](super::disposition::Stage::DaemonSet)).
 /// No counts, so it does not change from pass to pass.
 pub(crate) fn waiting() -> (&'static str, String) {
     (

@@ -126,12 +126,17 @@ fn is_own_pod(pod: &DrainPod, options: &DrainOptions) -> bool {
 }
 
 /// The [`Stage`] of an evictable pod: the operator's own pod last, running system-critical pods
-/// before it, everything else first, by `order` (its drain label's, [`pod_rule`]).
-pub(crate) fn stage(pod: &DrainPod, options: &DrainOptions, order: i32) -> Stage {
+/// before it (a CNI agent's DaemonSet pod with `system-node-critical` among them), then the pods
+/// of an existing DaemonSet drained last (`daemon_set`, [`daemon_sets`]; a drain order ranks
+/// only ordinary pods among themselves), everything else first, by `order` (its drain label's,
+/// [`pod_rule`], or its drain rule's).
+pub(crate) fn stage(pod: &DrainPod, options: &DrainOptions, order: i32, daemon_set: bool) -> Stage {
     if is_own_pod(pod, options) {
         Stage::OwnPod
     } else if !pod.is_terminal() && is_system_critical(pod) {
         Stage::Critical
+    } else if daemon_set {
+        Stage::DaemonSet
     } else {
         Stage::Ordinary(order)
     }
@@ -227,11 +232,7 @@ pub(crate) fn classify(
     if pod.controller_ref().is_none() {
         warnings.push("deleting Pods that declare no controller".to_string());
     }
-    let stage = if daemon_set {
-        daemon_sets::stage(stage(pod, options, order))
-    } else {
-        stage(pod, options, order)
-    };
+    let stage = stage(pod, options, order, daemon_set);
     opt_out::apply(
         Disposition::Evict { warnings, stage },
         pod,
@@ -297,7 +298,12 @@ pub(crate) fn apply_rule(
             DrainBehavior::Drain,
         ) => Disposition::Evict {
             warnings,
-            stage: daemon_sets::reorder(was, stage(pod, options, rule.order.unwrap_or(0))),
+            stage: stage(
+                pod,
+                options,
+                rule.order.unwrap_or(0),
+                was == Stage::DaemonSet,
+            ),
         },
         (
             Disposition::OptedOut {
@@ -307,7 +313,12 @@ pub(crate) fn apply_rule(
             DrainBehavior::Drain,
         ) => Disposition::OptedOut {
             annotation,
-            stage: daemon_sets::reorder(was, stage(pod, options, rule.order.unwrap_or(0))),
+            stage: stage(
+                pod,
+                options,
+                rule.order.unwrap_or(0),
+                was == Stage::DaemonSet,
+            ),
         },
         (other, _) => other,
     }
@@ -325,7 +336,8 @@ pub(crate) fn waiting_blocker(
         Stage::Ordinary(order) => (
             reason::DRAIN_ORDER,
             format!(
-                "drain order {order} ({DRAIN_LABEL}): evicted once every pod of a lower order has                  left the node"
+                "drain order {order} ({DRAIN_LABEL}): evicted once every pod of a lower order has \
+                 left the node"
             ),
         ),
         Stage::DaemonSet => daemon_sets::waiting(),

@@ -896,6 +896,28 @@ fn a_pods_drain_label_skips_it_waits_for_it_or_orders_it() {
     assert_eq!(b.reason, reason::DRAIN_ORDER);
 }
 
+/// Every waiting pod's text reads as one sentence: no run of spaces left by a broken line
+/// continuation (the drain order's once carried seventeen), no line break, no edge blank.
+#[test]
+fn every_waiting_blocker_text_is_one_clean_sentence() {
+    for stage in [
+        Stage::Ordinary(2),
+        Stage::DaemonSet,
+        Stage::Critical,
+        Stage::OwnPod,
+    ] {
+        for class in [None, Some("system-node-critical")] {
+            let text = waiting_blocker(&r("p"), stage, class).message.unwrap();
+            assert!(
+                !text.contains("  ") && !text.contains('\n') && text.trim() == text,
+                "{stage:?}: {text:?}"
+            );
+        }
+    }
+    let kept = skipped_entry(&r("p")).message.unwrap();
+    assert!(!kept.contains("  ") && !kept.contains('\n'), "{kept:?}");
+}
+
 impl From<Stage> for Disposition {
     fn from(stage: Stage) -> Self {
         Disposition::Evict {
