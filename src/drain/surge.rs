@@ -69,18 +69,20 @@ fn as_read_by(d: &Deployment, drain: &str) -> Deployment {
 
 /// The `restartedAt` a restart at `now` writes: `now`, or a second after the last restart's
 /// when that is not earlier (whole seconds: the same value would leave the template unchanged
-/// and start no rollout).
+/// and start no rollout). A last value at the end of time (anyone who edits the Deployment can
+/// write one) has no second after it: `now`, which differs from it all the same.
 fn stamp(now: jiff::Timestamp, last: Option<jiff::Timestamp>) -> jiff::Timestamp {
     match last {
-        Some(last) if last.as_second() >= now.as_second() => {
-            last + jiff::SignedDuration::from_secs(1)
-        }
+        Some(last) if last.as_second() >= now.as_second() => last
+            .checked_add(jiff::SignedDuration::from_secs(1))
+            .unwrap_or(now),
         _ => now,
     }
 }
 
 /// The value of [`RESTARTED_FOR`] for the drain of maintenance `uid` that started at `started`
-/// (the start recorded on the node, the API server's clock): `<uid>@<start, RFC 3339 seconds>`,
+/// (the round's start: the start recorded on the node, or the moment a waiting maintenance got
+/// its slot when later, both by the API server's clock): `<uid>@<start, RFC 3339 seconds>`,
 /// or the bare UID when no start is known (a node entered by an older version).
 pub(crate) fn record(uid: &str, started: Option<jiff::Timestamp>) -> String {
     match started {
@@ -215,7 +217,12 @@ pub(crate) fn verdict(
         if allows && !refused {
             return Verdict::Evict;
         }
-        let (why, text) = match &d.stuck {
+        // Paused after the restart, its rollout goes no further (`Progressing` is then
+        // Unknown, `DeploymentPaused`, never False): stuck until someone resumes it.
+        let paused = d
+            .paused
+            .then(|| "it is paused (spec.paused), so the rollout does not go on".to_string());
+        let (why, text) = match d.stuck.clone().or(paused) {
             Some(stuck) => (
                 reason::SURGE_STUCK,
                 format!(

@@ -150,6 +150,15 @@ fn a_restarted_deployment_is_waited_for_never_restarted_twice() {
         m.contains("Deployment ns/web") && m.contains("0/3 nodes"),
         "{m}"
     );
+    // Paused after the restart (mid-rollout): stuck, saying why, not Surging for ever.
+    d.stuck = None;
+    d.paused = true;
+    let Verdict::Hold(b) = verdict(&r("p"), &d, Some(&budget), false, NM) else {
+        panic!("held");
+    };
+    assert_eq!(b.reason, reason::SURGE_STUCK);
+    assert!(b.message.unwrap().contains("spec.paused"));
+    d.paused = false;
     // Restarted by another maintenance: this one restarts it.
     d.restarted_for = Some("another".into());
     assert!(matches!(
@@ -203,6 +212,10 @@ fn a_new_drain_of_the_same_maintenance_restarts_a_replacement_that_came_back_onc
     assert_eq!(stamp(restart, Some(restart)), at("2026-12-05T10:00:03Z"));
     assert_eq!(stamp(second, Some(restart)), second);
     assert_eq!(stamp(second, None), second);
+    // A last restart at the end of time (a hand-edited annotation) has no second after it:
+    // the stamp is now, still a change of the template, and nothing panics.
+    let end = jiff::Timestamp::MAX;
+    assert_eq!(stamp(second, Some(end)), second);
 }
 
 /// A rollout that would delete the only pod first is no restart: a blocker naming the
