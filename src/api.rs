@@ -174,9 +174,10 @@ pub struct NodeMaintenanceStatus {
     /// for KubeVirt) or `EvictionResponder` (a KEP-4563 responder `Active`); unset when none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evacuating_pods: Option<i32>,
-    /// When the drain started: the start recorded on the node (the API server's clock), so kept
-    /// across operator restarts; unset before it (stage Cordon, waiting for a drain slot, before
-    /// the window) and after a release, so a new drain has its own.
+    /// When the drain started: the start recorded on the node, or the moment a maintenance that
+    /// waited got its drain slot (both the API server's clock), so kept across operator
+    /// restarts; unset before it (stage Cordon, waiting for a drain slot, before the window) and
+    /// after a release, so a new drain has its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_start_time: Option<Time>,
     /// When the drain's deadline passes (its start plus drainTimeout), while one is set.

@@ -466,8 +466,9 @@ impl Admission {
     /// recorded on the node (`nodemaintenance.medik8s.io/drain-started`, under this
     /// maintenance's holder record), read by one live GET under [`LOOKUP_TIMEOUT`] (the Node
     /// cache keeps no annotation), or the start an earlier version recorded on the object
-    /// itself. `status.drainStartTime` is upstream's first pass, before any hook is let go, so it
-    /// is not read. Reads nothing when no hook is added.
+    /// itself. `status.drainStartTime` shows the same start, but only once a pass has written it
+    /// (the node's record comes first, in the patch that starts the drain), so it is not read.
+    /// Reads nothing when no hook is added.
     ///
     /// # Errors
     /// [`Denial::HookAfterDrainStart`], or [`Denial::DrainStartLookup`] when the node could not

@@ -84,6 +84,8 @@ fn record_metrics(
         && before != Some(MaintenancePhase::Succeeded)
         && let Some(start) = &status.drain_start_time
     {
+        // The operator's clock now, from the start by the API server's: cluster clocks are kept
+        // in step (NTP); a skew that would make it negative counts zero.
         let seconds = jiff::Timestamp::now().duration_since(start.0).as_secs_f64();
         ctx.metrics.drain_duration(seconds.max(0.0));
         tracing::info!("Maintenance was completed - all pods were evicted");

@@ -21,7 +21,8 @@ use crate::policy::Defaults;
 /// from the maintenance it belongs to.
 #[derive(Clone)]
 pub(crate) struct Standing {
-    /// The maintenance's UID (what `surge` records on a Deployment it restarts).
+    /// The maintenance's UID (with the drain's start, what `surge` records on a Deployment it
+    /// restarts: [`super::surge::record`]).
     pub uid: Option<String>,
     /// Whether the maintenance may still send: [`may_send`] on the object the controller's cache
     /// holds when asked, right before each request is sent.

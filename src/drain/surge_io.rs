@@ -40,7 +40,7 @@ async fn read<T>(
 }
 
 /// The workloads of the pods up for eviction among `pods` (each ReplicaSet and Deployment read
-/// once), for the maintenance of UID `maintenance`.
+/// once), for the drain whose record ([`super::surge::record`], `<uid>@<start>`) is `maintenance`.
 ///
 /// # Errors
 /// A read failed (other than NotFound: the pod is then evicted as without `surge`) or hung.

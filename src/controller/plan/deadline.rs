@@ -7,8 +7,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::condition::{self, condition, set_condition};
 use super::pass::{Flow, Pass};
 use super::status::{
-    EventTarget, PlannedEvent, REQUEUE_SUCCEEDED, event, fail_with, passed, pods_left, touch,
+    EventTarget, PlannedEvent, REQUEUE_SUCCEEDED, event, fail_with, now_time, passed, pods_left,
+    touch,
 };
+use super::timeline;
 use crate::api::{MaintenancePhase, NodeMaintenanceStatus};
 
 impl Pass<'_> {
@@ -23,6 +25,11 @@ impl Pass<'_> {
             self.now,
         );
         self.status = status;
+        // `drainStartTime` is this drain's start (the API server's clock), shown from the pass
+        // that starts it, with or without a round (paused, held, the node going down).
+        if let Some(start) = timeline::deadline_start(&self.timeline) {
+            self.status.drain_start_time = Some(now_time(start));
+        }
         self.w.events(events, self.node);
         self.memory.deadline_announced = Some(self.overdue.is_some());
         if self.failing {

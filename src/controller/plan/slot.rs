@@ -15,7 +15,9 @@ impl Pass<'_> {
             place,
             self.memory.queued,
             self.generation(),
-            self.now,
+            // The API server's clock: `timeline` reads the slot's moment back from this
+            // condition and compares it with the drain's start on the node.
+            self.server_now(),
         );
         self.status = status;
         self.w.events(events, self.node);

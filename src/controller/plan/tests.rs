@@ -1771,9 +1771,19 @@ fn past_the_deadline_fail_fails_the_maintenance_and_keeps_the_node() {
         .annotations_mut()
         .insert(crate::policy::PAUSED_ANNOTATION.into(), "true".into());
     paused.policy = crate::policy::resolve(&paused.nm, &Default::default());
+    let held = plan(&paused, t(50));
     assert_eq!(
-        plan(&paused, t(50)).then,
+        held.then,
         Then::Requeue(Requeue::After(Duration::from_secs(40)))
+    );
+    // No round, yet the status shows the drain's start on the node beside its deadline.
+    let s = held.status.unwrap();
+    assert_eq!(
+        (
+            s.drain_start_time.map(|d| d.0),
+            s.drain_deadline.map(|d| d.0)
+        ),
+        (Some(t(0)), Some(t(90)))
     );
     // Wait: the round goes on; the event comes once (the memory of this process says it came).
     let wait = plan(&observed(Some(OnTimeout::Wait), &running, 90), t(90));
@@ -1930,13 +1940,26 @@ fn the_deadline_counts_from_the_drain_slot_not_from_the_queue() {
         Some(MaintenancePhase::Running),
         "no deadline while waiting"
     );
-    // The slot is granted at t(500): the round runs; the deadline is t(590).
-    let granted = plan(&observed(Some(Place::Draining), &s, 500), t(500));
+    // The slot is granted at t(500) by the API server's clock (the operator's runs 3 s ahead):
+    // the round runs; the drain started then and the deadline is t(590).
+    let granted = plan(&observed(Some(Place::Draining), &s, 500), t(503));
     assert!(matches!(granted.then, Then::Drain(_)));
     let s = granted.status.clone().unwrap();
-    assert_eq!(s.drain_deadline.clone().map(|d| d.0), Some(t(590)));
-    let later = plan(&observed(Some(Place::Draining), &s, 589), t(589));
+    let moments = |s: &NodeMaintenanceStatus| {
+        (
+            s.drain_start_time.clone().map(|d| d.0),
+            s.drain_deadline.clone().map(|d| d.0),
+        )
+    };
+    assert_eq!(moments(&s), (Some(t(500)), Some(t(590))));
+    // The next passes read the slot's moment back from the status: the same start, by the
+    // same clock, so neither the deadline nor the start (nor a surge record) moves.
+    let later = plan(&observed(Some(Place::Draining), &s, 589), t(592));
     assert!(matches!(later.then, Then::Drain(_)));
+    assert_eq!(
+        moments(&later.status.clone().unwrap_or(s.clone())),
+        (Some(t(500)), Some(t(590)))
+    );
     let failed = plan(&observed(Some(Place::Draining), &s, 590), t(590));
     assert_eq!(failed.status.unwrap().phase, Some(MaintenancePhase::Failed));
 }
