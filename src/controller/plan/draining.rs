@@ -67,13 +67,14 @@ pub(crate) fn drained_plan(
         step = volume_detach::hold(step, &round.status, verdict, bound, round.generation, now);
     }
     let mut writes = round.writes();
-    // Events about single pods first: the round has already recorded them as announced in the
-    // drain's memory, so a status write that finds the object changed (a pass woken by an
-    // eviction's answer may read the cache before our previous write reached it) must not take
-    // them with it. The phase's events follow the status they announce.
+    // Events about single pods or migrations first: the round has already recorded them as
+    // announced in the drain's memory, so a status write that finds the object changed (a pass
+    // woken by an eviction's answer or a migration's change may read the cache before our
+    // previous write reached it) must not take them with it. The phase's events follow the
+    // status they announce.
     let (about_pods, phase): (Vec<_>, Vec<_>) = std::mem::take(&mut step.events)
         .into_iter()
-        .partition(|e| e.pod.is_some());
+        .partition(|e| e.pod.is_some() || e.migration.is_some());
     writes.events(about_pods, None);
     writes.status(&step.status);
     writes.events(phase, None);

@@ -1363,6 +1363,19 @@ fn blocked_pass_requeues_at_the_first_per_pod_retry_and_names_skipped_pods_once(
         .map(Write::kind)
         .collect();
     assert_eq!(kinds, ["PodNotEvicted", "status"]);
+    // So is a failed migration's Warning, which is about the migration, not the pod (a pass
+    // woken by the migration's next change lost it to a conflict, and the memory said warned).
+    let mut failed = report(&["vm-launcher"], &[("vm-launcher", "MigrationFailed")], &[]);
+    failed.newly_failed_migrations = vec![drain::report::FailedMigration {
+        blocker: failed.pending[0].clone(),
+        migration: "vm-migration-1".into(),
+    }];
+    let kinds: Vec<&str> = drained_plan(&round, &failed, None, t(1))
+        .writes
+        .iter()
+        .map(Write::kind)
+        .collect();
+    assert_eq!(kinds, ["PodMigrationFailed", "status"]);
     // Announced already: no second event; a retry due at once is not a busy loop.
     rep.newly_skipped.clear();
     rep.retry_in = Some(Duration::ZERO);
