@@ -979,6 +979,44 @@ async fn a_refused_pod_is_asked_once_per_retry_interval() {
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
 
+/// A pod that two budgets select (`docs/drain-contract.md` §1): the API server refuses its
+/// eviction with a 500 that names neither; the blocker names both, as the budget watch saw them.
+#[tokio::test]
+async fn a_pod_under_two_budgets_is_held_with_both_named() {
+    let env = env();
+    let client = env.cluster.client().await;
+    let group = unique("two-pdbs");
+    let node = worker_nodes(env.cluster, &client, &group, 1)
+        .await
+        .remove(0);
+    let ns = namespace(&client, "two-pdbs").await;
+    deployment(&client, &ns, "db", &group, 1, 0).await;
+    wait_running(&client, &ns, "db", 1, LIMIT).await;
+    // Each would allow the eviction alone.
+    budget(&client, &ns, "guard-b", "db", 1, 1).await;
+    budget(&client, &ns, "guard-a", "db", 1, 1).await;
+    let name = unique("nm-two-pdbs");
+    nm::create(&client, &name, &node).await;
+    let s = nm::wait_status(&client, &name, "held by both budgets, named", LIMIT, |s| {
+        s.blockers.as_ref().is_some_and(|b| {
+            b.len() == 1
+                && b[0].reason == "MultiplePodDisruptionBudgets"
+                && b[0].pod_disruption_budget.as_deref() == Some("guard-a,guard-b")
+        })
+    })
+    .await
+    .status
+    .unwrap();
+    let b = &s.blockers.unwrap()[0];
+    let message = b.message.as_deref().unwrap_or_default();
+    assert!(
+        message.ends_with("(budgets selecting the pod: guard-a, guard-b)"),
+        "{message}"
+    );
+    assert_eq!(s.phase, Some(MaintenancePhase::Running));
+    nm::delete_and_wait_restored(&client, &name, &node).await;
+}
+
 /// Without KubeVirt (`docs/drain-contract.md` §4a): the controller starts without watching or
 /// asking for its migrations, and its log says nothing about KubeVirt above debug.
 #[tokio::test]

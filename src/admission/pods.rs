@@ -273,7 +273,7 @@ impl PodCache {
     /// The Deployment (through its ReplicaSet) or StatefulSet that controls `pod`, if any.
     pub(crate) fn workload(&self, pod: &DrainPod) -> Option<Workload> {
         let owner = pod.controller_ref()?;
-        let group = crate::drain::api_group(&owner.api_version);
+        let group = crate::drain::pod::api_group(&owner.api_version);
         let namespace = pod.metadata.namespace.clone();
         match (group, owner.kind.as_str()) {
             ("apps", "StatefulSet") => Some(Workload {

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use crate::api::DrainRule;
 use crate::drain::pod::DrainPod;
-use crate::drain::{Arrival, Budget, Disposition, DrainOptions, daemonset_owner, decide, rules};
+use crate::drain::{Arrival, Budget, Disposition, DrainOptions, decide, rules};
 
 use super::pods::Workload;
 
@@ -40,7 +40,7 @@ pub(crate) fn disposition(
     rules: &[DrainRule],
     options: &DrainOptions,
 ) -> Disposition {
-    let daemonset = daemonset_owner(pod).map(|o| o.uid.as_str());
+    let daemonset = pod.daemon_set_owner().map(|o| o.uid.as_str());
     let rule = rules::matching(rules, pod, None);
     decide(pod, daemonset, options, &Arrival::default(), rule)
 }

@@ -1,11 +1,9 @@
-//! The drain's I/O: the pod list (pages of slim pods, with the API server's time), the DaemonSet
-//! lookups, and the evictions. Each eviction is sent on its own, after the round has decided and
-//! recorded it, right after a check that the maintenance still stands; it waits for the API
-//! server's answer however long its admission webhooks take, and the answer, recorded in the
-//! node's memory as it arrives, wakes the maintenance's next pass (`docs/drain-contract.md §4`).
-//! Every decision is made by the pure functions of `round.rs`, `decide.rs`, `answer.rs` and
-//! `memory.rs` (which evictions are sent, which answers wake a pass); this module only
-//! carries them out.
+//! One drain round ([`Drainer::pass`]): observe (the pod list, in pages of slim pods with the
+//! API server's time; the DaemonSet and namespace lookups; each pod's decision, `decide.rs`;
+//! the workloads `surge` reads), decide (`round.rs`, pure), then act: the restarts `surge`
+//! decided, the watch of the pods the round waits for (`gone.rs`), and the round's memory,
+//! deletions and evictions (`send.rs`). Also the stage Preflight's dry runs and the survey
+//! that counts the pods. This module decides nothing.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -13,38 +11,29 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{DeleteParams, ListParams, Preconditions};
-use kube::{Api, Client, ResourceExt};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::ListParams;
+use kube::{Api, Client};
 
-use super::answer::{EvictionOutcome, classify_eviction};
+use super::answer::classify_eviction;
 use super::budget::BudgetWatch;
-use super::budget::SharedCause;
-use super::consts::{READ_TIMEOUT, reason, result};
-use super::deadline::PlannedDeletion;
-use super::decide::{Arrival, daemonset_owner, decide, selector_matches};
+use super::consts::READ_TIMEOUT;
+use super::decide::{Arrival, decide};
 use super::disposition::{Disposition, DrainOptions};
-use super::gate::{Halt, Standing};
+use super::error::DrainError;
+use super::gate::Standing;
 use super::gone::GoneWatches;
-use super::memory::{Awaited, DrainMemory, RetrySchedule, Settled};
+use super::memory::DrainMemory;
 use super::migration::MigrationWatch;
 use super::pod::{DrainPod, PodPage};
 use super::preview::{self, Ask};
 use super::report::{self, DrainReport, Survey};
-use super::round::{self, Observed, PlannedEviction, Round};
+use super::round::{self, Observed, Round};
 use super::rules;
-use crate::api::PodReference;
+use super::send::Sender;
 use crate::metrics::Metrics;
 use crate::policy::DrainPolicy;
 
-/// Evictions in flight at once in the whole process (kubectl and upstream start one goroutine per
-/// pod, unbounded). An eviction that waits on a slow admission webhook holds its slot until the
-/// API server answers; namespaces take turns for the slots (`round::fair_order`), so one
-/// namespace's hung evictions do not hold back the others' while slots are left.
-pub(crate) const EVICTION_PARALLELISM: usize = 256;
 /// Page size of the pod list. kubectl's `--chunk-size` is 500; a smaller page keeps the raw JSON
 /// a pass holds at once small (about 1.1 MB for kubelet-size pods), at the cost of more requests.
 pub(crate) const LIST_PAGE_SIZE: u32 = 100;
@@ -57,64 +46,15 @@ pub(crate) const LIST_PAGES_IN_FLIGHT: usize = 4;
 /// server as a drain (`EVICTION_PARALLELISM`) does.
 const PREFLIGHT_IN_FLIGHT: usize = 16;
 
-/// Failure of a whole pass (the pod list or a DaemonSet lookup failed or hung); single evictions
-/// never fail a pass.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum DrainError {
-    /// Listing the pods of the node failed.
-    #[error("failed to list pods on node {node}: {source}")]
-    ListPods {
-        /// The node.
-        node: String,
-        /// The API error.
-        source: kube::Error,
-    },
-    /// Looking up a pod's DaemonSet failed with something other than NotFound (kubectl aborts
-    /// the drain in this case too).
-    #[error("failed to get DaemonSet {namespace}/{name}: {source}")]
-    DaemonSet {
-        /// Namespace of the DaemonSet.
-        namespace: String,
-        /// Name of the DaemonSet.
-        name: String,
-        /// The API error.
-        source: kube::Error,
-    },
-    /// Reading the labels of a pod's namespace (a drain rule's namespace selector) failed.
-    #[error("failed to get namespace {name} for the drain rules: {source}")]
-    Namespace {
-        /// The namespace.
-        name: String,
-        /// The API error.
-        source: kube::Error,
-    },
-    /// Reading a pod's workload (`surge`: its ReplicaSet or Deployment) failed.
-    #[error("failed to get {what}: {source}")]
-    Workload {
-        /// What was read: its kind, namespace and name (`ReplicaSet ns/web-5d8f`).
-        what: String,
-        /// The API error.
-        source: kube::Error,
-    },
-    /// A read did not answer within [`READ_TIMEOUT`].
-    #[error("{what} did not answer within {}s", READ_TIMEOUT.as_secs())]
-    Timeout {
-        /// The call, e.g. `the list of pods on node n1 (page 3)`.
-        what: String,
-    },
-}
-
-/// Runs drain passes. Cheap to clone; holds two clients: `client` for reads, `eviction_client`
-/// (built with kube's default 429 retry disabled) for evictions, so that a PodDisruptionBudget
-/// refusal comes back at once instead of being retried inside the client for minutes.
+/// Runs drain passes. Cheap to clone; holds two clients: `client` for reads, and the
+/// [`Sender`]'s (built with kube's default 429 retry disabled) for evictions and deletions.
 #[derive(Clone)]
 pub(crate) struct Drainer {
     client: Client,
-    eviction_client: Client,
     options: DrainOptions,
     /// The drain's memory, kept with the rest of what the controller remembers
     /// (`crate::controller::memory`): each node's retry schedule, read into every round and
-    /// written by the answers as they arrive.
+    /// written by the [`Sender`] as answers arrive.
     retries: DrainMemory,
     /// The PodDisruptionBudgets, read into every round.
     budgets: BudgetWatch,
@@ -123,14 +63,8 @@ pub(crate) struct Drainer {
     /// The Evictions' active responders (`super::responders`; inert where not served).
     responders: super::responders::ResponderWatch,
     pages: Arc<tokio::sync::Semaphore>,
-    slots: Arc<tokio::sync::Semaphore>,
-    /// One eviction in flight per budget ([`super::lanes`]).
-    lanes: super::lanes::BudgetLanes,
-    metrics: Arc<Metrics>,
-    /// Cancelled when the controller stops: no eviction is sent after that.
-    stopped: CancellationToken,
-    /// The evictions sent on their own, awaited by [`Drainer::stop`].
-    tasks: TaskTracker,
+    /// Carries out what each round decided.
+    sender: Sender,
     /// The watches of pods going on the nodes whose drain waits for them.
     gone: GoneWatches,
 }
@@ -163,24 +97,17 @@ impl Drainer {
     ) -> Self {
         Self {
             gone: GoneWatches::new(client.clone()),
+            sender: Sender::new(eviction_client, retries.clone(), metrics),
             client,
-            eviction_client,
             options,
             retries,
             budgets,
             migrations,
             responders,
             pages: Arc::new(tokio::sync::Semaphore::new(LIST_PAGES_IN_FLIGHT)),
-            slots: Arc::new(tokio::sync::Semaphore::new(EVICTION_PARALLELISM)),
-            lanes: Default::default(),
-            metrics,
-            stopped: CancellationToken::new(),
-            tasks: TaskTracker::new(),
         }
     }
 
-    /// A guard that stops sending evictions when dropped: the controller's run future holds it,
-    /// so a controller dropped at the end of a leadership term sends none after it.
     /// KubeVirt's evacuations off `node` (`super::cancel::observe`); none, without a request,
     /// where KubeVirt's migrations are not watched (no KubeVirt, or no grant to read it).
     ///
@@ -207,20 +134,15 @@ impl Drainer {
         super::cancel::cancel(&self.client, vmi).await
     }
 
+    /// A guard that stops sending when dropped ([`Sender::stop_on_drop`]).
     pub(crate) fn stop_on_drop(&self) -> tokio_util::sync::DropGuard {
-        self.stopped.clone().drop_guard()
+        self.sender.stop_on_drop()
     }
 
-    /// Sends no eviction from now on, and returns once every eviction already sent has been
-    /// answered (the controller stops: a leader's term ends with its last request answered).
+    /// Sends nothing from now on, and returns once everything already sent has been answered
+    /// ([`Sender::stop`]).
     pub(crate) async fn stop(&self) {
-        self.stopped.cancel();
-        self.tasks.close();
-        self.tasks.wait().await;
-    }
-
-    fn schedules(&self) -> std::sync::MutexGuard<'_, HashMap<String, RetrySchedule>> {
-        self.retries.lock().unwrap_or_else(|e| e.into_inner())
+        self.sender.stop().await;
     }
 
     /// All pods bound to `node`, as [`DrainPod`]s, and the API server's time of the first page
@@ -277,7 +199,7 @@ impl Drainer {
         let mut namespaces: HashMap<String, BTreeMap<String, String>> = HashMap::new();
         let mut out = Vec::with_capacity(pods.len());
         for pod in pods {
-            let exists = match daemonset_owner(&pod) {
+            let exists = match pod.daemon_set_owner() {
                 None => None,
                 Some(owner) => {
                     let namespace = pod.metadata.namespace.clone();
@@ -362,8 +284,8 @@ impl Drainer {
 
     /// One drain round over `node`, whose drain started at `started` (the API server's clock):
     /// observes its pods and the node's memory, decides ([`round::round`]),
-    /// records the decision, then sends the evictions it decided on their own (at most
-    /// [`EVICTION_PARALLELISM`] in flight in the process, each with a UID precondition and no
+    /// records the decision, then sends the evictions it decided on their own ([`Sender`]: at most
+    /// [`super::send::EVICTION_PARALLELISM`] in flight in the process, each with a UID precondition and no
     /// grace period override, each only while `standing` says the maintenance still stands) and
     /// returns without waiting for their answers: each answer is recorded as it arrives and
     /// wakes the next pass. A pod counts as gone once a later round no longer lists it.
@@ -384,7 +306,10 @@ impl Drainer {
         let (pods, listed_at) = self.list_pods(node).await?;
         let budgets = self.budgets.read();
         let now = listed_at.unwrap_or_else(jiff::Timestamp::now);
-        let schedule = self.schedules().get(node).cloned().unwrap_or_default();
+        let schedule = (self.retries.lock().unwrap_or_else(|e| e.into_inner()))
+            .get(node)
+            .cloned()
+            .unwrap_or_default();
         let arrival = Arrival {
             started,
             first_listing: schedule.first_listing(started).cloned(),
@@ -417,192 +342,21 @@ impl Drainer {
             memory,
             restart,
         } = round::round(observed, &schedule, &budgets, policy, Instant::now());
+        // Act: the restarts `surge` decided, the round's memory, deletions and evictions, then
+        // the watch of the pods the round waits for.
+        let stopped = self.sender.stopped();
         for r in restart {
-            super::surge_io::send(&self.client, &r, standing, &self.stopped, &mut report).await;
+            super::surge_io::send(&self.client, &r, standing, stopped, &mut report).await;
         }
-        // Record, then send.
-        let evict = self.remember(node, memory, evict);
         for b in &report.newly_skipped {
             tracing::info!(pod = %format!("{}/{}", b.namespace, b.name), "not evicting a replacement pod that tolerates the maintenance taints");
         }
+        self.sender.send(node, memory, evict, delete, standing);
         match report.awaiting_deletion() {
-            Some(pods) => self.gone.await_pods(node, pods, standing, &self.stopped),
+            Some(pods) => self.gone.await_pods(node, pods, standing, stopped),
             None => self.gone.end(node),
         }
-        for e in evict {
-            self.send_on_its_own(node, e, standing.clone());
-        }
-        for d in delete {
-            self.delete_on_its_own(node, d, standing.clone());
-        }
         Ok(report)
-    }
-
-    /// Sends one forced DELETE on its own (`onTimeout: ForceDelete`), with the pod's UID as
-    /// precondition and the planned grace period, while the maintenance still stands; a
-    /// failure is recorded so the pod is held and deleted again once the retry is due.
-    fn delete_on_its_own(&self, node: &str, d: PlannedDeletion, standing: Standing) {
-        let this = self.clone();
-        let node = node.to_owned();
-        self.tasks.spawn(async move {
-            if let Some(halt) = standing.halted(&this.stopped) {
-                tracing::info!(pod = %format!("{}/{}", d.pod.namespace, d.pod.name), %halt, "forced deletion not sent");
-                if let Some(schedule) = this.schedules().get_mut(&node) {
-                    schedule.force_unsent(d.uid.as_deref().unwrap_or_default());
-                }
-                return;
-            }
-            let api: Api<Pod> = Api::namespaced(this.eviction_client.clone(), &d.pod.namespace);
-            let params = DeleteParams {
-                grace_period_seconds: u32::try_from(d.grace_seconds).ok(),
-                preconditions: d.uid.clone().map(|uid| Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            let pod = format!("{}/{}", d.pod.namespace, d.pod.name);
-            let error = match api.delete(&d.pod.name, &params).await {
-                Ok(_) => {
-                    tracing::warn!(%pod, grace_seconds = d.grace_seconds, "pod deleted after the drain deadline (onTimeout ForceDelete)");
-                    None
-                }
-                // Gone, or a successor under its name (the UID precondition).
-                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => None,
-                Err(e) => {
-                    tracing::warn!(%pod, error = %e, "the forced deletion after the drain deadline failed");
-                    Some(e.to_string())
-                }
-            };
-            let uid = d.uid.unwrap_or_default();
-            let mut schedules = this.schedules();
-            if let Some(schedule) = schedules.get_mut(&node) {
-                schedule.force_answered(&uid, error.as_deref(), Instant::now());
-            }
-            drop(schedules);
-            (standing.wake)();
-        });
-    }
-
-    /// Applies what the round settled to the node's memory and marks its evictions sent; returns
-    /// those still to send (an eviction already in flight or held by an answer that arrived
-    /// since the round read the memory is not sent twice).
-    fn remember(
-        &self,
-        node: &str,
-        settled: Settled,
-        evict: Vec<PlannedEviction>,
-    ) -> Vec<PlannedEviction> {
-        let mut schedules = self.schedules();
-        let schedule = schedules.entry(node.to_owned()).or_default();
-        schedule.apply(settled);
-        let uid = |e: &PlannedEviction| e.uid.clone().unwrap_or_default();
-        let send = schedule.send(
-            evict.iter().map(|e| e.uid.as_deref().unwrap_or_default()),
-            Instant::now(),
-        );
-        let evict: Vec<PlannedEviction> = evict
-            .into_iter()
-            .filter(|e| send.contains(&uid(e)))
-            .collect();
-        if schedule.is_empty() {
-            schedules.remove(node);
-        }
-        evict
-    }
-
-    /// Sends one eviction on its own: waits for a slot, checks that the maintenance still
-    /// stands and the controller runs, sends, records the answer and wakes the maintenance.
-    fn send_on_its_own(&self, node: &str, e: PlannedEviction, standing: Standing) {
-        let this = self.clone();
-        let node = node.to_owned();
-        self.tasks.spawn(async move {
-            let uid = e.uid.clone().unwrap_or_default();
-            // The budget's lane first, then a slot: a pod waiting for its budget's previous
-            // eviction holds no slot meanwhile (`lanes`).
-            let lane = tokio::select! {
-                lane = this.lanes.enter(e.cause.as_ref()) => Some(lane),
-                () = this.stopped.cancelled() => None,
-            };
-            let slot = tokio::select! {
-                slot = this.slots.clone().acquire_owned() => slot.ok(),
-                () = this.stopped.cancelled() => None,
-            };
-            let halt = match (&lane, &slot) {
-                (Some(_), Some(_)) => standing.halted(&this.stopped),
-                _ => Some(Halt::Stopped),
-            };
-            if let Some(halt) = halt {
-                tracing::debug!(pod = %format!("{}/{}", e.pod.namespace, e.pod.name), %halt, "eviction not sent");
-                let _ = this.answered(&node, &uid, None, None);
-                return;
-            }
-            // Boxed: a task waiting for its slot then holds a pointer, not the request's whole
-            // state machine (thousands of evictions may wait at once on a big node).
-            let outcome = Box::pin(this.evict_once(&node, &e)).await;
-            drop((slot, lane));
-            if this.answered(&node, &uid, Some(&outcome), Some((&e.awaits, &e.cause))) {
-                (standing.wake)();
-            }
-        });
-    }
-
-    /// Records the answer to the eviction of `uid` on `node` (`None`: not sent), with what the
-    /// round planned for it (the replacement it awaits and the budget it spends once accepted).
-    /// Returns whether it wakes the node's next pass ([`RetrySchedule::answered`]; always when
-    /// the node's memory is gone).
-    fn answered(
-        &self,
-        node: &str,
-        uid: &str,
-        outcome: Option<&EvictionOutcome>,
-        planned: Option<(&Option<Awaited>, &Option<SharedCause>)>,
-    ) -> bool {
-        let mut schedules = self.schedules();
-        let Some(schedule) = schedules.get_mut(node) else {
-            return true;
-        };
-        let wake = schedule.answered(uid, outcome, planned, Instant::now());
-        if schedule.is_empty() {
-            schedules.remove(node);
-        }
-        wake
-    }
-
-    /// One eviction, classified and counted; a refusal by several budgets names them.
-    async fn evict_once(&self, node: &str, e: &PlannedEviction) -> EvictionOutcome {
-        let pod = &e.pod;
-        let answer = self.evict(pod, e.uid.as_deref()).await;
-        if answer.is_ok() {
-            tracing::info!(
-                "pod: {}:{} Evicted from node: {node}",
-                pod.namespace,
-                pod.name
-            );
-        }
-        let mut outcome = classify_eviction(pod, e.in_progress, answer.as_ref().map(|_| ()));
-        if outcome.result != result::EVICTED && outcome.result != result::GONE {
-            let b = outcome.blocker.as_ref();
-            let answer = b
-                .and_then(|b| b.message.as_deref())
-                .or(outcome.api_error.as_deref());
-            tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), reason = b.map_or("", |b| &b.reason), answer, "eviction refused");
-        }
-        if let Some(b) = outcome.blocker.as_mut()
-            && b.reason == reason::MULTIPLE_PDBS
-        {
-            self.name_overlapping_budgets(b, &e.labels).await;
-        }
-        self.metrics.eviction(&outcome.result);
-        outcome
-    }
-
-    /// POST `pods/<name>/eviction` (policy/v1) with a UID precondition. Written by hand because
-    /// kube's `Api::evict` sends its delete options under a `delete_options` key the API server
-    /// does not know, so a precondition would be dropped silently. No deadline of ours: the API
-    /// server answers within its own request timeout, its admission webhooks' included.
-    async fn evict(&self, pod: &PodReference, uid: Option<&str>) -> Result<(), kube::Error> {
-        self.eviction(pod, uid, false).await
     }
 
     /// What would keep `node`'s pods on it (the stage Preflight): each pod the drain would
@@ -675,6 +429,7 @@ impl Drainer {
     async fn dry_run_blocker(&self, pod: &DrainPod) -> Option<crate::api::PodBlocker> {
         let reference = pod.reference();
         let refusal = self
+            .sender
             .eviction(&reference, pod.metadata.uid.as_deref(), true)
             .await
             .err()?;
@@ -684,68 +439,5 @@ impl Drainer {
             Err(&refusal),
         )
         .blocker
-    }
-
-    async fn eviction(
-        &self,
-        pod: &PodReference,
-        uid: Option<&str>,
-        dry_run: bool,
-    ) -> Result<(), kube::Error> {
-        let mut body = serde_json::json!({
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": pod.name, "namespace": pod.namespace},
-        });
-        if let Some(uid) = uid {
-            body["deleteOptions"] = serde_json::json!({"preconditions": {"uid": uid}});
-        }
-        let url = format!(
-            "/api/v1/namespaces/{}/pods/{}/eviction{}",
-            pod.namespace,
-            pod.name,
-            if dry_run { "?dryRun=All" } else { "" }
-        );
-        let req = http::Request::post(url)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(serde_json::to_vec(&body).map_err(kube::Error::SerdeError)?)
-            .map_err(kube::Error::HttpError)?;
-        self.eviction_client.request_text(req).await.map(|_| ())
-    }
-
-    /// For a pod refused because several budgets select it, names those budgets (the API
-    /// server's 500 names none). `labels` are the pod's labels as the round listed them (not
-    /// re-read by name, which could find a same-named replacement). Best effort: a failed or
-    /// hung PDB list leaves the message as it was.
-    async fn name_overlapping_budgets(
-        &self,
-        b: &mut crate::api::PodBlocker,
-        labels: &std::collections::BTreeMap<String, String>,
-    ) {
-        let api: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), &b.namespace);
-        let Ok(Ok(list)) =
-            tokio::time::timeout(READ_TIMEOUT, api.list(&ListParams::default())).await
-        else {
-            return;
-        };
-        let names: Vec<String> = list
-            .items
-            .iter()
-            .filter(|pdb| {
-                pdb.spec
-                    .as_ref()
-                    .and_then(|s| s.selector.as_ref())
-                    .is_some_and(|s| selector_matches(s, labels))
-            })
-            .map(|pdb| pdb.name_any())
-            .collect();
-        if !names.is_empty() {
-            let msg = b.message.take().unwrap_or_default();
-            b.message = Some(format!(
-                "{msg} (budgets selecting the pod: {})",
-                names.join(", ")
-            ));
-            b.pod_disruption_budget = Some(names.join(","));
-        }
     }
 }

@@ -33,6 +33,23 @@ pub(crate) struct EvictionOutcome {
     pub shared: Option<SharedCause>,
 }
 
+impl EvictionOutcome {
+    /// A refusal because several budgets select the pod, with their `names` added (the API
+    /// server's 500 names none): to the message, and as `podDisruptionBudget` (comma-separated).
+    /// Anything else, or no names, stays as it was.
+    pub(crate) fn name_budgets(&mut self, names: &[String]) {
+        if let Some(b) = self.blocker.as_mut()
+            && b.reason == reason::MULTIPLE_PDBS
+            && !names.is_empty()
+        {
+            let msg = b.message.take().unwrap_or_default();
+            let names = names.join(", ");
+            b.message = Some(format!("{msg} (budgets selecting the pod: {names})"));
+            b.pod_disruption_budget = Some(names.replace(", ", ","));
+        }
+    }
+}
+
 /// The kinds of answer to an eviction request, as [`classify_eviction`] reads them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Answer {

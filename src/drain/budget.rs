@@ -20,7 +20,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 
-use super::decide::selector_matches;
+use super::rules::selector_matches;
 
 /// A PodDisruptionBudget as the drain reads it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -181,6 +181,27 @@ impl Budgets {
             by_namespace.entry(b.namespace.clone()).or_default().push(b);
         }
         Self(Some(by_namespace))
+    }
+
+    /// The names of the budgets covering a pod of `namespace` with `labels`, sorted, when more than one
+    /// does (the API server then refuses its eviction with a 500 that names none); empty
+    /// otherwise, and while the budgets are not known.
+    pub(crate) fn overlapping(
+        &self,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Vec<String> {
+        let Some(budgets) = self.0.as_ref().and_then(|b| b.get(namespace)) else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = budgets
+            .iter()
+            .filter(|b| b.covers(namespace, labels))
+            .map(|b| b.name.clone())
+            .collect();
+        // Sorted: the watch's order is not stable, and the status text must not change with it.
+        names.sort();
+        if names.len() > 1 { names } else { Vec::new() }
     }
 
     /// The one budget covering a pod of `namespace` with `labels`; `None` when none or several

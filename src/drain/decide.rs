@@ -1,12 +1,12 @@
-//! The decision for one pod ([`classify`]): kubectl's filters with upstream's flags, the pod's
+//! The decision for one pod ([`decide`]): kubectl's filters with upstream's flags, the pod's
 //! own drain label ([`pod_rule`]), whether it is a replacement that arrived after the drain
-//! started ([`Arrival`]), its [`Stage`], then the opt-outs; and the blockers of the pods it holds
+//! started ([`Arrival`]), its [`Stage`] ([`classify`]), then the maintenance's drain rule
+//! ([`apply_rule`]), then the opt-outs (`opt_out.rs`); and the blockers of the pods it holds
 //! back or keeps. Pure, unit-tested in `tests.rs`.
 
 use std::collections::HashSet;
 
 use k8s_openapi::api::core::v1::Toleration;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::consts::{
     CAPI_DRAIN_LABEL, DRAIN_LABEL, DRAIN_RULES, SYSTEM_CRITICAL_CLASSES, SYSTEM_CRITICAL_PRIORITY,
@@ -15,7 +15,7 @@ use super::consts::{
 use super::daemon_sets;
 use super::disposition::{Disposition, DrainOptions, PodRule, Stage};
 use super::opt_out;
-use super::pod::{DrainPod, OwnerRef};
+use super::pod::DrainPod;
 use crate::api::{DrainBehavior, DrainRule, PodBlocker, PodReference};
 use crate::node::{DRAIN_TAINT_KEY, NO_SCHEDULE, UNSCHEDULABLE_TAINT_KEY};
 
@@ -48,25 +48,6 @@ pub(crate) fn pod_rule(
         return (PodRule::Drain(0), Some(warning));
     }
     (PodRule::Drain(0), None)
-}
-
-/// The API group of an `apiVersion` (`apps/v1` -> `apps`, `v1` -> the core group `""`).
-pub(crate) fn api_group(api_version: &str) -> &str {
-    api_version.rsplit_once('/').map_or("", |(group, _)| group)
-}
-
-/// The controller reference that makes a pod DaemonSet-managed, for a pod that is not finished:
-/// group `apps` (any version) and kind `DaemonSet`. A `DaemonSet` kind of another group (a custom
-/// resource) does not count: such a pod is drained like any other controlled pod. The caller
-/// GETs the DaemonSet of that name in the pod's namespace and passes its UID to [`classify`],
-/// which also requires it to equal the reference's UID (kubectl's drain checks kind and
-/// apiVersion, but not the UID).
-pub(crate) fn daemonset_owner(pod: &DrainPod) -> Option<&OwnerRef> {
-    if pod.is_terminal() {
-        return None;
-    }
-    pod.controller_ref()
-        .filter(|o| o.kind == "DaemonSet" && api_group(&o.api_version) == "apps")
 }
 
 /// Whether `toleration` tolerates the taint `key`=`""`:`effect` (the scheduler's rule: an empty
@@ -188,7 +169,7 @@ impl Arrival {
 /// [arrived after](Arrival::arrived_after) the drain started is a replacement that can
 /// only come back to this node, so it is kept ([`Disposition::KeepReplacement`]). A pod is never
 /// kept for its tolerations alone (upstream evicts every such pod; so do we, once).
-/// `daemonset_uid` is the UID of the DaemonSet named by [`daemonset_owner`] (`None`: not found);
+/// `daemonset_uid` is the UID of the DaemonSet named by [`DrainPod::daemon_set_owner`] (`None`: not found);
 /// it is ignored for other pods, and a UID other than the owner reference's counts as not found.
 pub(crate) fn classify(
     pod: &DrainPod,
@@ -199,7 +180,7 @@ pub(crate) fn classify(
     let mut warnings = Vec::new();
     // Managed by an existing DaemonSet: left alone, or drained last ([`daemon_sets`]).
     let mut daemon_set = false;
-    if let Some(ds) = daemonset_owner(pod) {
+    if let Some(ds) = pod.daemon_set_owner() {
         if daemonset_uid == Some(ds.uid.as_str()) {
             if !daemon_sets::drained(options) {
                 return Disposition::SkipDaemonSet;
@@ -233,17 +214,14 @@ pub(crate) fn classify(
         warnings.push("deleting Pods that declare no controller".to_string());
     }
     let stage = stage(pod, options, order, daemon_set);
-    opt_out::apply(
-        Disposition::Evict { warnings, stage },
-        pod,
-        options.honor_opt_out,
-    )
+    Disposition::Evict { warnings, stage }
 }
 
 /// What the drain does with `pod`: one ordered chain, kubectl's filters with upstream's flags,
-/// the pod's own drain label, the replacement rule, the opt-outs ([`classify`]), then the
-/// maintenance's drain `rule` that selects it, if one does ([`apply_rule`]). `daemonset_uid`
-/// as for [`classify`].
+/// the pod's own drain label, the replacement rule ([`classify`]), the maintenance's drain
+/// `rule` that selects it, if one does ([`apply_rule`]), then the opt-outs
+/// ([`opt_out::apply`]: they hold only a pod still up for eviction, in the stage the rule
+/// gave it). `daemonset_uid` as for [`classify`].
 pub(crate) fn decide(
     pod: &DrainPod,
     daemonset_uid: Option<&str>,
@@ -251,12 +229,13 @@ pub(crate) fn decide(
     arrival: &Arrival,
     rule: Option<&DrainRule>,
 ) -> Disposition {
-    apply_rule(
+    let decided = apply_rule(
         classify(pod, daemonset_uid, options, arrival),
         rule,
         pod,
         options,
-    )
+    );
+    opt_out::apply(decided, pod, options.honor_opt_out)
 }
 
 /// `disposition` (what [`classify`] decided for `pod`) with the maintenance's drain `rule`
@@ -278,16 +257,15 @@ pub(crate) fn apply_rule(
     if own_label {
         return disposition;
     }
-    // A pod an opt-out annotation holds (`super::opt_out`) is one the drain would evict: a rule
-    // that skips or waits for it decides instead (neither evicts it), a rule's order is its
-    // stage at the deadline.
+    // The opt-outs come after the rule (`decide`): a rule that skips or waits for a pod an
+    // annotation would hold decides (neither evicts it), a rule's order is its stage at the
+    // deadline.
     match (disposition, rule.behavior) {
+        (Disposition::Evict { .. } | Disposition::KeepReplacement, DrainBehavior::Skip) => {
+            Disposition::SkipByRule { label: DRAIN_RULES }
+        }
         (
-            Disposition::Evict { .. } | Disposition::KeepReplacement | Disposition::OptedOut { .. },
-            DrainBehavior::Skip,
-        ) => Disposition::SkipByRule { label: DRAIN_RULES },
-        (
-            Disposition::Evict { .. } | Disposition::KeepReplacement | Disposition::OptedOut { .. },
+            Disposition::Evict { .. } | Disposition::KeepReplacement,
             DrainBehavior::WaitCompleted,
         ) => Disposition::WaitCompleted { label: DRAIN_RULES },
         (
@@ -298,21 +276,6 @@ pub(crate) fn apply_rule(
             DrainBehavior::Drain,
         ) => Disposition::Evict {
             warnings,
-            stage: stage(
-                pod,
-                options,
-                rule.order.unwrap_or(0),
-                was == Stage::DaemonSet,
-            ),
-        },
-        (
-            Disposition::OptedOut {
-                annotation,
-                stage: was,
-            },
-            DrainBehavior::Drain,
-        ) => Disposition::OptedOut {
-            annotation,
             stage: stage(
                 pod,
                 options,
@@ -379,15 +342,4 @@ pub(crate) fn skipped_entry(pod: &PodReference) -> PodBlocker {
         )),
         ..PodBlocker::default()
     }
-}
-
-/// Whether a label selector selects a pod with `labels` (policy/v1 semantics: an empty selector
-/// selects everything, an absent one nothing; the caller handles the absent case). A selector
-/// kube cannot evaluate (an unknown operator, `In` without values) selects nothing.
-pub(crate) fn selector_matches(
-    selector: &LabelSelector,
-    labels: &std::collections::BTreeMap<String, String>,
-) -> bool {
-    use kube::core::{Selector, SelectorExt};
-    Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels))
 }

@@ -138,7 +138,7 @@ pub(crate) fn launcher_of(pod: &DrainPod) -> Option<&str> {
     pod.controller_ref()
         .filter(|o| {
             o.kind == "VirtualMachineInstance"
-                && super::decide::api_group(&o.api_version) == "kubevirt.io"
+                && super::pod::api_group(&o.api_version) == "kubevirt.io"
         })
         .map(|o| o.name.as_str())
 }

@@ -9,12 +9,14 @@
 //! controller requeues and runs the next pass.
 //!
 //! Modules by concern, in layers (a file uses only files below it; this one only names them):
-//! `consts.rs` (the vocabulary: limits, annotations, reasons) and `disposition.rs` (the decision
-//! types) at the bottom; `pod.rs`, the slim pod the list is read into; `decide.rs` classifies
-//! one pod; `answer.rs` reads one eviction answer; `report.rs` is what a round reports; `memory.rs` is each node's memory between
-//! rounds; `round.rs` plans a round and settles its answers into a report and the next memory
-//! (pure); `act.rs` ([`Drainer`]) observes the pods, sends the evictions, each under a deadline,
-//! and keeps each node's memory between rounds. The size bounds of everything written are
+//! `consts.rs` (the vocabulary: limits, annotations, reasons), `disposition.rs` (the decision
+//! types) and `error.rs` (a failed pass) at the bottom; `pod.rs`, the slim pod the list is read
+//! into; `rules.rs` finds a pod's drain rule, `decide.rs` decides one pod, `opt_out.rs` is the
+//! chain's last link; `answer.rs` reads one eviction answer; `report.rs` is what a round
+//! reports; `memory.rs` is each node's memory between rounds; `round.rs` plans a round and
+//! settles its answers into a report and the next memory (pure); `send.rs` records a round and
+//! sends its evictions and deletions; `act.rs` ([`Drainer`]) runs a round: observes the pods,
+//! each read under a deadline, decides, then acts. The size bounds of everything written are
 //! `crate::bounds`.
 //!
 //! Defaults, documented because kubectl's own defaults are different (each would abort the drain),
@@ -48,9 +50,9 @@ pub(crate) mod daemon_sets;
 pub(crate) mod deadline;
 pub(crate) mod decide;
 pub(crate) mod disposition;
+mod error;
 pub(crate) mod gate;
 mod gone;
-mod lanes;
 pub(crate) mod memory;
 pub(crate) mod migration;
 pub(crate) mod opt_out;
@@ -61,16 +63,18 @@ pub(crate) mod requester;
 pub(crate) mod responders;
 pub(crate) mod round;
 pub(crate) mod rules;
+mod send;
 pub(crate) mod surge;
 mod surge_io;
 pub(crate) mod volume_detach;
 
-pub(crate) use act::{DrainError, Drainer};
+pub(crate) use act::Drainer;
 pub(crate) use answer::*;
 pub(crate) use budget::{Budget, BudgetWatch, Relief};
 pub(crate) use consts::*;
 pub(crate) use decide::*;
 pub(crate) use disposition::*;
+pub(crate) use error::DrainError;
 pub(crate) use memory::*;
 pub(crate) use report::{DrainReport, Survey};
 

@@ -11,7 +11,7 @@
 //! the pod may go, silently; any other value (`"yes"`, `"True"`, `""`) is ignored with a warning
 //! naming the annotation, as an unknown value of a drain label is.
 //!
-//! Where it sits in the pod's classification ([`super::classify`]): only a pod the drain would
+//! Where it sits in the pod's decision ([`super::decide()`], its last link): only a pod the drain would
 //! evict is held. A DaemonSet, mirror or finished pod stays as before; a pod's own drain label
 //! (`skip`, `wait-completed`) and a drain rule that skips or waits for it decide first (neither
 //! evicts it; [`super::decide::apply_rule`]); a replacement that is kept stays kept. Pure.
@@ -38,7 +38,7 @@ pub(crate) fn holding(pod: &DrainPod) -> Option<&'static str> {
     .map(|(_, name)| name)
 }
 
-/// `disposition` ([`super::classify`]'s for `pod`) with the opt-outs honoured when `honor`
+/// `disposition` (what the rest of [`super::decide()`]'s chain decided for `pod`) with the opt-outs honoured when `honor`
 /// (`--honor-opt-out-annotations`): a pod up for eviction that one of them holds is
 /// [`Disposition::OptedOut`] in its stage; an annotation of an unknown value adds its warning to
 /// the eviction's. Anything else, and everything when `!honor`, stays as decided.
@@ -125,7 +125,7 @@ pub(crate) fn held(pod: &PodReference, annotation: &str) -> PodBlocker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::{Arrival, DrainOptions, classify};
+    use crate::drain::{Arrival, DrainOptions};
 
     fn pod(annotations: &[(&str, &str)]) -> DrainPod {
         let mut p = DrainPod::default();
@@ -147,7 +147,7 @@ mod tests {
     }
 
     fn decide(p: &DrainPod, o: &DrainOptions) -> Disposition {
-        classify(p, None, o, &Arrival::default())
+        crate::drain::decide(p, None, o, &Arrival::default(), None)
     }
 
     const ORDINARY: Stage = Stage::Ordinary(0);
@@ -240,6 +240,39 @@ mod tests {
                 stage: Stage::Critical
             },
             "held in its stage, which applies at the deadline"
+        );
+    }
+
+    #[test]
+    fn a_drain_rule_decides_before_the_opt_outs_and_its_order_is_the_held_pods_stage() {
+        use crate::api::{DrainBehavior, DrainRule};
+        let rule = |behavior, order| DrainRule {
+            behavior,
+            order,
+            ..DrainRule::default()
+        };
+        let held = pod(&[(DO_NOT_DISRUPT, "true")]);
+        let with =
+            |r: &DrainRule| crate::drain::decide(&held, None, &on(), &Arrival::default(), Some(r));
+        assert_eq!(
+            with(&rule(DrainBehavior::Skip, None)),
+            Disposition::SkipByRule {
+                label: crate::drain::DRAIN_RULES
+            }
+        );
+        assert_eq!(
+            with(&rule(DrainBehavior::WaitCompleted, None)),
+            Disposition::WaitCompleted {
+                label: crate::drain::DRAIN_RULES
+            }
+        );
+        assert_eq!(
+            with(&rule(DrainBehavior::Drain, Some(5))),
+            Disposition::OptedOut {
+                annotation: DO_NOT_DISRUPT,
+                stage: Stage::Ordinary(5)
+            },
+            "held, in the stage the rule's order gives it at the deadline"
         );
     }
 

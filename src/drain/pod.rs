@@ -155,6 +155,24 @@ impl DrainPod {
             .iter()
             .find(|o| o.controller == Some(true))
     }
+    /// The controller reference that makes a pod DaemonSet-managed, for a pod that is not
+    /// finished: group `apps` (any version) and kind `DaemonSet`. A `DaemonSet` kind of another
+    /// group (a custom resource) does not count: such a pod is drained like any other controlled
+    /// pod. The drain GETs the DaemonSet of that name in the pod's namespace and passes its UID
+    /// to [`super::classify`], which also requires it to equal the reference's UID (kubectl's
+    /// drain checks kind and apiVersion, but not the UID).
+    pub(crate) fn daemon_set_owner(&self) -> Option<&OwnerRef> {
+        if self.is_terminal() {
+            return None;
+        }
+        self.controller_ref()
+            .filter(|o| o.kind == "DaemonSet" && api_group(&o.api_version) == "apps")
+    }
+}
+
+/// The API group of an `apiVersion` (`apps/v1` -> `apps`, `v1` -> the core group `""`).
+pub(crate) fn api_group(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(group, _)| group)
 }
 
 /// A page of `GET /api/v1/pods` as the drain reads it.

@@ -4,7 +4,7 @@
 //! ([`RetrySchedule`]), the budgets and the policy into a [`Round`]: the evictions and forced
 //! deletions to send, the [`DrainReport`] the status is made of, and the node's memory delta
 //! ([`Settled`]). Inside, [`plan`] decides each pod, and [`settle`] turns that plan into the
-//! report and the delta. The executor (`act.rs`) sends what the round decided, each on its own,
+//! report and the delta. The executor (`send.rs`) sends what the round decided, each on its own,
 //! and records each answer when it arrives. Nothing here does I/O or reads a clock.
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -91,8 +91,9 @@ pub(crate) struct PlannedEviction {
     pub pod: PodReference,
     /// Its UID, the eviction's precondition and the schedule's key.
     pub uid: Option<String>,
-    /// Its labels, to name the budgets of a multiple-budget refusal.
-    pub labels: BTreeMap<String, String>,
+    /// The budgets covering it when more than one does, to name in the API server's refusal
+    /// (which names none; [`super::answer::EvictionOutcome::name_budgets`]).
+    pub overlapping: Vec<String>,
     /// The replacement to await once the eviction is accepted: the pod tolerates both
     /// maintenance taints and has a controller (recorded from the answer, since a pod with no
     /// grace period may be gone before any listing shows it terminating).
@@ -473,7 +474,10 @@ fn evictable(
         pod: r.clone(),
         awaits: awaits(&pod, r, now),
         uid: pod.metadata.uid,
-        labels: pod.metadata.labels,
+        overlapping: cx
+            .gate
+            .budgets
+            .overlapping(&pod.metadata.namespace, &pod.metadata.labels),
         cause,
         in_progress: pod.metadata.marks.eviction_in_progress,
     })
@@ -808,10 +812,7 @@ pub(crate) mod tests {
         assert_eq!(plan.report.errors.len(), 1, "the remembered refusal's text");
         assert_eq!(plan.kept[0].0, "uid-vm2");
         assert!(plan.listed.contains("uid-held") && plan.listed.contains("uid-vm2"));
-        assert_eq!(
-            plan.evict[0].labels.get("app").map(String::as_str),
-            Some("a")
-        );
+        assert!(plan.evict[0].overlapping.is_empty(), "no budgets");
 
         let (rep, settled) = settle(plan.clone(), &retries, at);
         assert_eq!(rep.pending.len(), 4);
@@ -1391,7 +1392,12 @@ pub(crate) mod tests {
         .evict[2];
         assert_eq!(
             e.cause,
-            Some(budgets.covering("ns", &e.labels).unwrap().cause())
+            Some(
+                budgets
+                    .covering("ns", &[("app".into(), "web".into())].into())
+                    .unwrap()
+                    .cause()
+            )
         );
         let uid = e.uid.as_deref().unwrap();
         memory.sent(uid);
@@ -1513,7 +1519,31 @@ pub(crate) mod tests {
                 at,
             );
             assert_eq!(asked(&plan).len(), 3, "{why}");
+            // Only where several cover a pod are they named, for the API server's 500.
+            let overlapping: Vec<&[String]> =
+                plan.evict.iter().map(|e| &e.overlapping[..]).collect();
+            let two = why.starts_with("two");
+            let named = ["b1".to_string(), "b2".to_string()];
+            assert!(
+                overlapping
+                    .iter()
+                    .all(|o| if two { *o == named } else { o.is_empty() }),
+                "{why}: {overlapping:?}"
+            );
         }
+        let mut refused = crate::drain::tests::pdb_refusal("x");
+        let b = refused.blocker.as_mut().unwrap();
+        b.reason = reason::MULTIPLE_PDBS.into();
+        b.message = Some("This pod has more than one PodDisruptionBudget".into());
+        refused.name_budgets(&["b1".into(), "b2".into()]);
+        let b = refused.blocker.unwrap();
+        assert_eq!(
+            b.message.as_deref(),
+            Some(
+                "This pod has more than one PodDisruptionBudget (budgets selecting the pod: b1, b2)"
+            )
+        );
+        assert_eq!(b.pod_disruption_budget.as_deref(), Some("b1,b2"));
     }
 
     #[test]

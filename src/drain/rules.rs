@@ -11,7 +11,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::consts::DRAIN_RULES;
 use super::consts::reason;
-use super::decide::selector_matches;
 use super::pod::DrainPod;
 use crate::api::{DrainRule, PodBlocker, PodReference};
 
@@ -54,6 +53,17 @@ pub(crate) fn matching<'a>(
         };
         pods && namespaces
     })
+}
+
+/// Whether a label selector selects a pod with `labels` (policy/v1 semantics: an empty selector
+/// selects everything, an absent one nothing; the caller handles the absent case). A selector
+/// kube cannot evaluate (an unknown operator, `In` without values) selects nothing.
+pub(crate) fn selector_matches(
+    selector: &LabelSelector,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> bool {
+    use kube::core::{Selector, SelectorExt};
+    Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels))
 }
 
 /// Whether any of `rules` needs the labels of the pods' namespaces.

@@ -12,12 +12,12 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
-use super::act::DrainError;
 use super::consts::READ_TIMEOUT;
-use super::decide::api_group;
 use super::disposition::Disposition;
+use super::error::DrainError;
 use super::gate::Standing;
 use super::pod::DrainPod;
+use super::pod::api_group;
 use super::report::DrainReport;
 use super::surge::{Deployment, Facts, PlannedRestart, RESTARTED_AT, RESTARTED_FOR, Workload};
 

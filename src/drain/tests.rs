@@ -1,7 +1,8 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use super::pod::{DrainPod, OwnerRef};
+use super::pod::{DrainPod, OwnerRef, api_group};
+use super::rules::selector_matches;
 use super::*;
 use crate::api::{PodBlocker, PodReference};
 use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Pod, PodSpec, PodStatus, Volume};
@@ -45,7 +46,7 @@ fn classify(p: &Pod, ds: Option<&str>, o: &DrainOptions) -> Disposition {
     super::classify(&slim(p), ds, o, &Arrival::default())
 }
 fn daemonset_owner(p: &Pod) -> Option<OwnerRef> {
-    super::daemonset_owner(&slim(p)).cloned()
+    slim(p).daemon_set_owner().cloned()
 }
 fn terminating_blocker(p: &Pod, now: jiff::Timestamp) -> Option<PodBlocker> {
     super::deadline::terminating_blocker(&slim(p), now)

@@ -1,0 +1,424 @@
+//! The drain's sends: what a round decided, carried out. The round's memory is recorded first
+//! ([`Sender::send`]), then each forced deletion and each eviction is sent on its own task,
+//! right after a check that the maintenance still stands; an eviction waits for its budget's
+//! lane and a slot, then for the API server's answer however long its admission webhooks take,
+//! and the answer, recorded in the node's memory as it arrives, wakes the maintenance's next
+//! pass (`docs/drain-contract.md §4`). Which evictions go and which answers wake a pass is
+//! decided by `round.rs`, `answer.rs` and `memory.rs`; this module decides nothing.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Preconditions};
+use kube::{Api, Client};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::answer::{EvictionOutcome, classify_eviction};
+use super::budget::SharedCause;
+use super::consts::result;
+use super::deadline::PlannedDeletion;
+use super::gate::{Halt, Standing};
+use super::memory::{Awaited, DrainMemory, RetrySchedule, Settled};
+use super::round::PlannedEviction;
+use crate::api::PodReference;
+use crate::metrics::Metrics;
+
+/// Evictions in flight at once in the whole process (kubectl and upstream start one goroutine per
+/// pod, unbounded). An eviction that waits on a slow admission webhook holds its slot until the
+/// API server answers; namespaces take turns for the slots (`round::fair_order`), so one
+/// namespace's hung evictions do not hold back the others' while slots are left.
+pub(crate) const EVICTION_PARALLELISM: usize = 256;
+
+/// Sends a round's deletions and evictions. Cheap to clone; `client` must have kube's default
+/// 429 retry disabled, so that a PodDisruptionBudget refusal comes back at once instead of
+/// being retried inside the client for minutes.
+#[derive(Clone)]
+pub(crate) struct Sender {
+    client: Client,
+    /// The drain's memory (`crate::controller::memory`), written by the answers as they arrive.
+    retries: DrainMemory,
+    slots: Arc<tokio::sync::Semaphore>,
+    /// One eviction in flight per budget ([`BudgetLanes`]).
+    lanes: BudgetLanes,
+    metrics: Arc<Metrics>,
+    /// Cancelled when the controller stops: nothing is sent after that.
+    stopped: CancellationToken,
+    /// The deletions and evictions sent on their own, awaited by [`Sender::stop`].
+    tasks: TaskTracker,
+}
+
+impl Sender {
+    /// A sender over `client` (`default_retry = false`), recording answers in `retries` and
+    /// counting them in `metrics`.
+    pub(crate) fn new(client: Client, retries: DrainMemory, metrics: Arc<Metrics>) -> Self {
+        Self {
+            client,
+            retries,
+            slots: Arc::new(tokio::sync::Semaphore::new(EVICTION_PARALLELISM)),
+            lanes: BudgetLanes::default(),
+            metrics,
+            stopped: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        }
+    }
+
+    /// Cancelled once the controller stops.
+    pub(crate) fn stopped(&self) -> &CancellationToken {
+        &self.stopped
+    }
+
+    /// A guard that stops sending when dropped: the controller's run future holds it, so a
+    /// controller dropped at the end of a leadership term sends nothing after it.
+    pub(crate) fn stop_on_drop(&self) -> tokio_util::sync::DropGuard {
+        self.stopped.clone().drop_guard()
+    }
+
+    /// Sends nothing from now on, and returns once everything already sent has been answered
+    /// (the controller stops: a leader's term ends with its last request answered).
+    pub(crate) async fn stop(&self) {
+        self.stopped.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+
+    /// Records what the round settled for `node`, then sends its forced deletions and the
+    /// evictions not already in flight, each on its own while `standing` holds.
+    pub(crate) fn send(
+        &self,
+        node: &str,
+        settled: Settled,
+        evict: Vec<PlannedEviction>,
+        delete: Vec<PlannedDeletion>,
+        standing: &Standing,
+    ) {
+        let evict = self.remember(node, settled, evict);
+        for d in delete {
+            self.delete_on_its_own(node, d, standing.clone());
+        }
+        for e in evict {
+            self.send_on_its_own(node, e, standing.clone());
+        }
+    }
+
+    fn schedules(&self) -> std::sync::MutexGuard<'_, HashMap<String, RetrySchedule>> {
+        self.retries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies what the round settled to the node's memory and marks its evictions sent; returns
+    /// those still to send (an eviction already in flight or held by an answer that arrived
+    /// since the round read the memory is not sent twice).
+    fn remember(
+        &self,
+        node: &str,
+        settled: Settled,
+        evict: Vec<PlannedEviction>,
+    ) -> Vec<PlannedEviction> {
+        let mut schedules = self.schedules();
+        let schedule = schedules.entry(node.to_owned()).or_default();
+        schedule.apply(settled);
+        let uid = |e: &PlannedEviction| e.uid.clone().unwrap_or_default();
+        let send = schedule.send(
+            evict.iter().map(|e| e.uid.as_deref().unwrap_or_default()),
+            Instant::now(),
+        );
+        let evict: Vec<PlannedEviction> = evict
+            .into_iter()
+            .filter(|e| send.contains(&uid(e)))
+            .collect();
+        if schedule.is_empty() {
+            schedules.remove(node);
+        }
+        evict
+    }
+
+    /// Sends one forced DELETE on its own (`onTimeout: ForceDelete`), with the pod's UID as
+    /// precondition and the planned grace period, while the maintenance still stands; a
+    /// failure is recorded so the pod is held and deleted again once the retry is due.
+    fn delete_on_its_own(&self, node: &str, d: PlannedDeletion, standing: Standing) {
+        let this = self.clone();
+        let node = node.to_owned();
+        self.tasks.spawn(async move {
+            if let Some(halt) = standing.halted(&this.stopped) {
+                tracing::info!(pod = %format!("{}/{}", d.pod.namespace, d.pod.name), %halt, "forced deletion not sent");
+                if let Some(schedule) = this.schedules().get_mut(&node) {
+                    schedule.force_unsent(d.uid.as_deref().unwrap_or_default());
+                }
+                return;
+            }
+            let api: Api<Pod> = Api::namespaced(this.client.clone(), &d.pod.namespace);
+            let params = DeleteParams {
+                grace_period_seconds: u32::try_from(d.grace_seconds).ok(),
+                preconditions: d.uid.clone().map(|uid| Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            let pod = format!("{}/{}", d.pod.namespace, d.pod.name);
+            let error = match api.delete(&d.pod.name, &params).await {
+                Ok(_) => {
+                    tracing::warn!(%pod, grace_seconds = d.grace_seconds, "pod deleted after the drain deadline (onTimeout ForceDelete)");
+                    None
+                }
+                // Gone, or a successor under its name (the UID precondition).
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => None,
+                Err(e) => {
+                    tracing::warn!(%pod, error = %e, "the forced deletion after the drain deadline failed");
+                    Some(e.to_string())
+                }
+            };
+            let uid = d.uid.unwrap_or_default();
+            let mut schedules = this.schedules();
+            if let Some(schedule) = schedules.get_mut(&node) {
+                schedule.force_answered(&uid, error.as_deref(), Instant::now());
+            }
+            drop(schedules);
+            (standing.wake)();
+        });
+    }
+
+    /// Sends one eviction on its own: waits for a slot, checks that the maintenance still
+    /// stands and the controller runs, sends, records the answer and wakes the maintenance.
+    fn send_on_its_own(&self, node: &str, e: PlannedEviction, standing: Standing) {
+        let this = self.clone();
+        let node = node.to_owned();
+        self.tasks.spawn(async move {
+            let uid = e.uid.clone().unwrap_or_default();
+            // The budget's lane first, then a slot: a pod waiting for its budget's previous
+            // eviction holds no slot meanwhile (`lanes`).
+            let lane = tokio::select! {
+                lane = this.lanes.enter(e.cause.as_ref()) => Some(lane),
+                () = this.stopped.cancelled() => None,
+            };
+            let slot = tokio::select! {
+                slot = this.slots.clone().acquire_owned() => slot.ok(),
+                () = this.stopped.cancelled() => None,
+            };
+            let halt = match (&lane, &slot) {
+                (Some(_), Some(_)) => standing.halted(&this.stopped),
+                _ => Some(Halt::Stopped),
+            };
+            if let Some(halt) = halt {
+                tracing::debug!(pod = %format!("{}/{}", e.pod.namespace, e.pod.name), %halt, "eviction not sent");
+                let _ = this.answered(&node, &uid, None, None);
+                return;
+            }
+            // Boxed: a task waiting for its slot then holds a pointer, not the request's whole
+            // state machine (thousands of evictions may wait at once on a big node).
+            let outcome = Box::pin(this.evict_once(&node, &e)).await;
+            drop((slot, lane));
+            if this.answered(&node, &uid, Some(&outcome), Some((&e.awaits, &e.cause))) {
+                (standing.wake)();
+            }
+        });
+    }
+
+    /// Records the answer to the eviction of `uid` on `node` (`None`: not sent), with what the
+    /// round planned for it (the replacement it awaits and the budget it spends once accepted).
+    /// Returns whether it wakes the node's next pass ([`RetrySchedule::answered`]; always when
+    /// the node's memory is gone).
+    fn answered(
+        &self,
+        node: &str,
+        uid: &str,
+        outcome: Option<&EvictionOutcome>,
+        planned: Option<(&Option<Awaited>, &Option<SharedCause>)>,
+    ) -> bool {
+        let mut schedules = self.schedules();
+        let Some(schedule) = schedules.get_mut(node) else {
+            return true;
+        };
+        let wake = schedule.answered(uid, outcome, planned, Instant::now());
+        if schedule.is_empty() {
+            schedules.remove(node);
+        }
+        wake
+    }
+
+    /// One eviction, classified and counted; a refusal by several budgets names those the round
+    /// saw covering the pod ([`PlannedEviction::overlapping`]).
+    async fn evict_once(&self, node: &str, e: &PlannedEviction) -> EvictionOutcome {
+        let pod = &e.pod;
+        let answer = self.eviction(pod, e.uid.as_deref(), false).await;
+        if answer.is_ok() {
+            tracing::info!(
+                "pod: {}:{} Evicted from node: {node}",
+                pod.namespace,
+                pod.name
+            );
+        }
+        let mut outcome = classify_eviction(pod, e.in_progress, answer.as_ref().map(|_| ()));
+        outcome.name_budgets(&e.overlapping);
+        if outcome.result != result::EVICTED && outcome.result != result::GONE {
+            let b = outcome.blocker.as_ref();
+            let answer = b
+                .and_then(|b| b.message.as_deref())
+                .or(outcome.api_error.as_deref());
+            tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), reason = b.map_or("", |b| &b.reason), answer, "eviction refused");
+        }
+        self.metrics.eviction(&outcome.result);
+        outcome
+    }
+
+    /// POST `pods/<name>/eviction` (policy/v1) with a UID precondition, a server-side dry run
+    /// (`dryRun=All`) when `dry_run`. Written by hand because kube's `Api::evict` sends its delete
+    /// options under a `delete_options` key the API server does not know, so a precondition would
+    /// be dropped silently. No deadline of ours: the API server answers within its own request
+    /// timeout, its admission webhooks' included.
+    ///
+    /// # Errors
+    /// The API server's refusal, or the transport's error.
+    pub(crate) async fn eviction(
+        &self,
+        pod: &PodReference,
+        uid: Option<&str>,
+        dry_run: bool,
+    ) -> Result<(), kube::Error> {
+        let mut body = serde_json::json!({
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace},
+        });
+        if let Some(uid) = uid {
+            body["deleteOptions"] = serde_json::json!({"preconditions": {"uid": uid}});
+        }
+        let url = format!(
+            "/api/v1/namespaces/{}/pods/{}/eviction{}",
+            pod.namespace,
+            pod.name,
+            if dry_run { "?dryRun=All" } else { "" }
+        );
+        let req = http::Request::post(url)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(&body).map_err(kube::Error::SerdeError)?)
+            .map_err(kube::Error::HttpError)?;
+        self.client.request_text(req).await.map(|_| ())
+    }
+}
+
+// At most [`PER_BUDGET`] evictions in flight per PodDisruptionBudget (`docs/drain-contract.md`
+// §1, "How fast a budget that allows is drained"). The API server accepts an eviction of a
+// budget's pod by updating that budget's status (`disruptionsAllowed` less one, the pod added to
+// `disruptedPods`) under optimistic concurrency: evictions of one budget's pods sent at once
+// conflict there (and with the disruption controller's own status writes), and the API server
+// retries each loser after 500 ms, up to 20 times, then answers 504
+// (`pkg/registry/core/pod/storage/eviction.go`, `EvictionsRetry`). Hundreds at once mostly
+// sleep in those retries; one at a time waits for every conflict with the controller. Evictions
+// of pods no budget covers, and of different budgets, are not held back.
+//
+// Pacing only: which pods to evict is the round's decision; this is how the executor sends them.
+
+type Semaphore = tokio::sync::Semaphore;
+
+/// Evictions of one budget's pods in flight at once. Measured with a bare client on the local
+/// control plane (`cargo bench --bench maintenance -- budgetrelents`, 2,000 pods under one budget
+/// lowered to `minAvailable: 0`): 1 in flight 154 s, 8 in flight 65 s; the operator's former 256
+/// took 97 s.
+pub(crate) const PER_BUDGET: usize = 8;
+
+/// The lanes of the budgets with an eviction in flight or waiting, by budget.
+#[derive(Clone, Default)]
+pub(crate) struct BudgetLanes {
+    lanes: Arc<Mutex<HashMap<SharedCause, Arc<Semaphore>>>>,
+}
+
+/// The right to send one eviction of a budget's pod; held until its answer.
+pub(crate) struct Lane {
+    cause: SharedCause,
+    lanes: BudgetLanes,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl BudgetLanes {
+    /// Waits for a place in the lane of `cause` when it is a budget (fewer than [`PER_BUDGET`]
+    /// of its evictions in flight); `None` (at once) for any other cause and for none.
+    pub(crate) async fn enter(&self, cause: Option<&SharedCause>) -> Option<Lane> {
+        let cause = cause.filter(|c| matches!(c, SharedCause::Budget { .. }))?;
+        let lane = {
+            let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+            let lane = lanes
+                .entry(cause.clone())
+                .or_insert_with(|| Arc::new(Semaphore::new(PER_BUDGET)));
+            lane.clone()
+        };
+        // Never closed: the permit comes once one of the budget's evictions is answered.
+        let permit = lane.acquire_owned().await.ok();
+        Some(Lane {
+            cause: cause.clone(),
+            lanes: self.clone(),
+            permit,
+        })
+    }
+
+    /// How many budgets have a lane (one in flight or waiting).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lanes.lock().unwrap().len()
+    }
+}
+
+impl Drop for Lane {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        // The last user of a lane removes it: the map holds only the budgets in use.
+        let mut lanes = self.lanes.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        if lanes
+            .get(&self.cause)
+            .is_some_and(|l| Arc::strong_count(l) == 1)
+        {
+            lanes.remove(&self.cause);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(name: &str) -> SharedCause {
+        SharedCause::Budget {
+            namespace: "ns".into(),
+            name: name.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn at_most_per_budget_evictions_in_flight_per_budget_and_none_held_back_otherwise() {
+        let lanes = BudgetLanes::default();
+        let mut a = Vec::new();
+        for _ in 0..PER_BUDGET {
+            a.push(
+                lanes
+                    .enter(Some(&budget("a")))
+                    .await
+                    .expect("a budget's lane"),
+            );
+        }
+        // Another budget's pod, a pod no budget covers, a namespace's cause: not held back.
+        let b = lanes.enter(Some(&budget("b"))).await;
+        assert!(b.is_some());
+        let ns = SharedCause::NamespaceTerminating {
+            namespace: "ns".into(),
+        };
+        assert!(lanes.enter(Some(&ns)).await.is_none());
+        assert!(lanes.enter(None).await.is_none());
+        // The same budget's next eviction waits for one of those answers.
+        let a_again = budget("a");
+        let next = lanes.enter(Some(&a_again));
+        tokio::pin!(next);
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(50), &mut next)
+                .await
+                .is_err(),
+            "more than {PER_BUDGET} evictions of budget a in flight"
+        );
+        a.pop();
+        let second = next.await;
+        assert!(second.is_some());
+        drop((second, b, a));
+        assert_eq!(lanes.len(), 0, "no lane kept for budgets no longer in use");
+    }
+}
