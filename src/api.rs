@@ -7,6 +7,8 @@
 //! knobs of `spec`, printer columns) is additive and optional,
 //! so an object written by upstream NMO reads back unchanged.
 
+pub(crate) mod condition;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;

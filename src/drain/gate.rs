@@ -105,7 +105,7 @@ pub(crate) fn may_send(
     if nm.metadata.deletion_timestamp.is_some() {
         return Err(Halt::Deleting);
     }
-    if crate::controller::plan::condition::aborted(nm) {
+    if crate::api::condition::aborted(nm) {
         return Err(Halt::Aborted);
     }
     let (policy, _) = crate::policy::resolve(nm, defaults);
@@ -163,11 +163,11 @@ mod tests {
         // Aborted at its deadline (recorded in status), whatever its knobs say now.
         let mut aborted = nm("u1");
         let status = aborted.status.get_or_insert_default();
-        crate::controller::plan::condition::set_condition(
+        crate::api::condition::set_condition(
             status,
-            crate::controller::plan::condition::ABORTED,
+            crate::api::condition::ABORTED,
             true,
-            crate::controller::plan::condition::DRAIN_ABORTED,
+            crate::api::condition::DRAIN_ABORTED,
             "aborted",
             None,
             jiff::Timestamp::UNIX_EPOCH,
@@ -177,11 +177,11 @@ mod tests {
             Err(Halt::Aborted)
         );
         // Its abort ended (a stage short of Cordon): it sends again once back in Drain.
-        crate::controller::plan::condition::set_condition(
+        crate::api::condition::set_condition(
             aborted.status.get_or_insert_default(),
-            crate::controller::plan::condition::ABORTED,
+            crate::api::condition::ABORTED,
             false,
-            crate::controller::plan::condition::ABORT_ENDED,
+            crate::api::condition::ABORT_ENDED,
             "ended",
             None,
             jiff::Timestamp::UNIX_EPOCH,

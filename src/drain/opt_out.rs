@@ -16,9 +16,7 @@
 //! (`skip`, `wait-completed`) and a drain rule that skips or waits for it decide first (neither
 //! evicts it; [`super::decide::apply_rule`]); a replacement that is kept stays kept. Pure.
 
-pub(crate) mod annotations;
-
-pub(crate) use annotations::{DO_NOT_DISRUPT, SAFE_TO_EVICT, Said, marks};
+pub(crate) use super::pod::opt_out_marks::{DO_NOT_DISRUPT, SAFE_TO_EVICT, Said, marks};
 
 use super::consts::reason;
 use super::disposition::{Disposition, Stage};
@@ -316,7 +314,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             p.metadata.marks.opt_out,
-            annotations::OptOutMarks {
+            super::super::pod::opt_out_marks::OptOutMarks {
                 do_not_disrupt: Said::Unknown,
                 safe_to_evict: Said::Holds
             }

@@ -16,6 +16,8 @@ use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use crate::api::PodReference;
 
+pub(crate) mod opt_out_marks;
+
 /// A pod on the node, as far as the drain cares (`metadata`, `spec`, `status.phase`).
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 pub(crate) struct DrainPod {
@@ -77,7 +79,7 @@ pub(crate) struct PodMarks {
     /// [`super::REQUEST_EVICT_ONLY_ANNOTATION`]: a responder carries out its eviction.
     pub request_evict_only: bool,
     /// The opt-out annotations and what their values say ([`super::opt_out`]).
-    pub opt_out: super::opt_out::annotations::OptOutMarks,
+    pub opt_out: opt_out_marks::OptOutMarks,
 }
 
 /// An owner reference as the drain reads it.
@@ -219,10 +221,9 @@ fn marks<'de, D: serde::Deserializer<'de>>(d: D) -> Result<PodMarks, D::Error> {
                         marks.eviction_in_progress = true
                     }
                     super::consts::REQUEST_EVICT_ONLY_ANNOTATION => marks.request_evict_only = true,
-                    k @ (super::opt_out::annotations::DO_NOT_DISRUPT
-                    | super::opt_out::annotations::SAFE_TO_EVICT) => {
+                    k @ (opt_out_marks::DO_NOT_DISRUPT | opt_out_marks::SAFE_TO_EVICT) => {
                         let value = map.next_value::<String>()?;
-                        super::opt_out::annotations::read(&mut marks.opt_out, k, &value);
+                        opt_out_marks::read(&mut marks.opt_out, k, &value);
                         continue;
                     }
                     _ => {}

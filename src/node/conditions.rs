@@ -54,8 +54,16 @@ pub(crate) mod reason {
 pub(crate) use reason::MAINTENANCE_ENDED;
 /// The admin's condition a graceful node shutdown is announced by (k8s.io/api core/v1
 /// `NodeGracefulNodeShutdownInProgress`, "The admin is responsible for setting and clearing this
-/// condition", or the kubelet): read by the drain (`crate::drain::node_shutdown`), never written.
+/// condition", or the kubelet): read by the drain (`crate::drain::gate::node_shutdown`) and the Node watch, never written.
 pub(crate) const GRACEFUL_NODE_SHUTDOWN_IN_PROGRESS: &str = "GracefulNodeShutdownInProgress";
+
+/// Whether `conditions` (`(type, status)` of a Node's) say the node is going down:
+/// `GracefulNodeShutdownInProgress` is `True` (`False`, `Unknown` or absent: it is not).
+pub(crate) fn shutting_down_in<'a>(
+    mut conditions: impl Iterator<Item = (&'a str, &'a str)>,
+) -> bool {
+    conditions.any(|(t, s)| t == GRACEFUL_NODE_SHUTDOWN_IN_PROGRESS && s == "True")
+}
 
 /// What a maintenance says of its node: each condition's value and reason (`None`: it ended,
 /// all False with [`MAINTENANCE_ENDED`]).

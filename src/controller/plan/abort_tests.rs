@@ -4,9 +4,9 @@
 use super::super::tests::{GEN, entered_node, labels, nm, reasons, t, then_of};
 use super::super::{Observed, ObservedMaintenance, Then, World, plan};
 use super::*;
+use crate::api::condition::condition;
 use crate::api::{NodeMaintenanceStatus, PodBlocker};
 use crate::controller::memory::{Memory, StatusSchema};
-use crate::controller::plan::condition::condition;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;

@@ -18,13 +18,13 @@
 //! - `pre_drain_hooks.rs`: the pre-drain hooks' condition, and the start they hold back;
 //! - `record.rs`: the record of the node entered, on the NodeMaintenance;
 //! - `deletion.rs`: the deletion pass (restore or hand over, lease, finalizer);
-//! - `status.rs`, `condition.rs`: what a step yields (status, events, requeue) and the helpers
-//!   the steps share;
+//! - `status.rs`: what a step yields (status, events, requeue) and the helpers the steps share
+//!   (the conditions they set: `crate::api::condition`, named `condition` here);
 //! - `encode.rs`: when a status is worth a write, and its merge patch;
 //! - `write.rs`: the writes.
 
 pub(crate) mod abort;
-pub(crate) mod condition;
+pub(crate) use crate::api::condition;
 mod deadline;
 mod deletion;
 mod drain_policy;

@@ -5,7 +5,7 @@
 //! races the shutdown, so the drain sends nothing new until the condition is False or gone, then
 //! resumes. The condition is read, never written, whatever the `nodeConditions` knob says.
 //!
-//! Two readers, one rule ([`shutting_down_in`]): the pass, on the Node it read (no round starts,
+//! Two readers, one rule (`crate::node::conditions::shutting_down_in`): the pass, on the Node it read (no round starts,
 //! and the NodeMaintenance's status says why: [`status`]), and the gate asked right before each
 //! request is sent ([`super::may_send`]), on the node as the process's Node watch holds it
 //! (`crate::watch::nodes`, whose fingerprint includes it, so its change starts the maintenance's
@@ -14,8 +14,8 @@
 use k8s_openapi::api::core::v1::Node;
 
 use crate::api::NodeMaintenanceStatus;
-use crate::controller::plan::condition::set_condition;
-use crate::node::conditions::GRACEFUL_NODE_SHUTDOWN_IN_PROGRESS;
+use crate::api::condition::set_condition;
+use crate::node::conditions::{GRACEFUL_NODE_SHUTDOWN_IN_PROGRESS, shutting_down_in};
 
 /// The NodeMaintenance's condition type: True while its node shuts down and the drain sends
 /// nothing; False once it no longer does. Written once the node was first seen going down, so a
@@ -23,14 +23,6 @@ use crate::node::conditions::GRACEFUL_NODE_SHUTDOWN_IN_PROGRESS;
 pub(crate) const CONDITION: &str = "NodeShuttingDown";
 /// Reason of [`CONDITION`] False: the node's condition is False or gone, evictions resume.
 pub(crate) const NOT_SHUTTING_DOWN: &str = "NodeNotShuttingDown";
-
-/// Whether `conditions` (`(type, status)` of a Node's) say the node is going down:
-/// `GracefulNodeShutdownInProgress` is `True` (`False`, `Unknown` or absent: it is not).
-pub(crate) fn shutting_down_in<'a>(
-    mut conditions: impl Iterator<Item = (&'a str, &'a str)>,
-) -> bool {
-    conditions.any(|(t, s)| t == GRACEFUL_NODE_SHUTDOWN_IN_PROGRESS && s == "True")
-}
 
 /// [`shutting_down_in`] of `node`'s conditions.
 pub(crate) fn shutting_down(node: &Node) -> bool {

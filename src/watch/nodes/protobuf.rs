@@ -267,7 +267,7 @@ fn watched_node(n: NodePb) -> WatchedNode {
             super::watched::lifecycle_true(s.conditions.iter().map(|c| (&*c.type_, &*c.status)))
         }),
         shutting_down: n.status.as_ref().is_some_and(|s| {
-            crate::drain::gate::node_shutdown::shutting_down_in(
+            crate::node::conditions::shutting_down_in(
                 s.conditions.iter().map(|c| (&*c.type_, &*c.status)),
             )
         }),

@@ -93,7 +93,7 @@ impl From<WatchedNodeWire> for WatchedNode {
                 lifecycle_true(s.conditions.iter().map(|c| (&*c.type_, &*c.status)))
             }),
             shutting_down: w.status.as_ref().is_some_and(|s| {
-                crate::drain::gate::node_shutdown::shutting_down_in(
+                crate::node::conditions::shutting_down_in(
                     s.conditions.iter().map(|c| (&*c.type_, &*c.status)),
                 )
             }),

@@ -1,6 +1,8 @@
 //! The conditions of a NodeMaintenance's `status.conditions`: their types and reasons, and how
-//! one is set (`lastTransitionTime` moves only with its status) and read. A leaf: the plan's
-//! steps and the drain's gates set them alike; the drain's gate reads the abort here.
+//! one is set (`lastTransitionTime` moves only with its status) and read. Part of the API, below
+//! everything that reads or writes it: the plan's steps (`crate::controller::plan`, which names
+//! it `plan::condition`) and the drain's gates set them alike; the drain's gate reads the abort
+//! here.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 

@@ -1,6 +1,6 @@
 //! The opt-out annotations as the pod list reads them ([`read`]): which are on a pod and what
-//! their values say. A leaf: `pod.rs` reads them into the slim pod, `opt_out.rs` decides with
-//! them.
+//! their values say. A leaf of `pod.rs`, which reads them into the slim pod; `opt_out.rs`
+//! decides with them.
 
 /// Karpenter's pod annotation: `"true"` says the pod must not be disrupted.
 pub(crate) const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
