@@ -34,15 +34,16 @@ pub(crate) struct RetrySchedule {
 /// What the drain remembers of one pod; each round reads it once per pod (`round::evictable`).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct PodState {
-    /// Its last refusal; it holds the pod until its retry is due. Boxed, as `forced` and
-    /// `awaited`: most records hold only an eviction in flight or accepted.
+    /// Its last refusal; it holds the pod until its retry is due. Boxed, as every blocker here:
+    /// a record of a pod in flight is then a few words, where an inline blocker made each of a
+    /// 3,000-pod drain's records about 460 bytes (1.4 MB at its peak, heaptrack).
     pub(crate) refused: Option<Box<Refusal>>,
     /// An eviction was sent and not answered yet.
     pub(crate) in_flight: bool,
     /// The API server accepted its eviction (or answered gone), with the answer's blocker: a
     /// listing that still shows it not terminating was taken before that answer, so the pod is
     /// not asked again (`docs/drain-contract.md` §4).
-    pub(crate) accepted: Option<Option<PodBlocker>>,
+    pub(crate) accepted: Option<Option<Box<PodBlocker>>>,
     /// Deleted after the drain deadline, with its `ForceDeleted` blocker.
     pub(crate) forced: Option<Box<PodBlocker>>,
     /// Evicted and gone; its controller's replacement is awaited ([`REPLACEMENT_WAIT`]).
@@ -293,7 +294,7 @@ impl RetrySchedule {
         };
         self.record(uid, o, now);
         if o.result == result::EVICTED || o.result == result::GONE {
-            self.pod(uid).accepted = Some(o.blocker.clone());
+            self.pod(uid).accepted = Some(o.blocker.clone().map(Box::new));
         }
         if o.result == result::EVICTED
             && let Some((awaits, cause)) = planned

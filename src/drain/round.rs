@@ -434,7 +434,7 @@ fn evictable(
     }
     if let Some(answer) = state.and_then(|s| s.accepted.as_ref()) {
         // Listed before the API server accepted its eviction: terminating since that answer.
-        let b = answer.clone().unwrap_or_else(|| evicting(r));
+        let b = answer.as_deref().cloned().unwrap_or_else(|| evicting(r));
         return Wait::remembered(b, None);
     }
     if Some(stage) > cx.first_stage {

@@ -1038,3 +1038,11 @@ fn a_pods_decision_is_its_classification_then_the_drain_rule_that_selects_it() {
         Disposition::SkipDaemonSet
     );
 }
+
+/// A big drain holds one record per pod (3,000 at once in `cargo bench --bench maintenance --
+/// bigdrain`): every blocker in it is boxed, so a record of a pod in flight is a few words.
+#[test]
+fn a_pods_record_is_a_few_words_whatever_it_may_hold() {
+    let size = std::mem::size_of::<PodState>();
+    assert!(size <= 48, "PodState is {size} bytes");
+}
