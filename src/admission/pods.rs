@@ -1,6 +1,6 @@
 //! The pod cache the CREATE warnings read (`super::warnings`, `docs/compat.md §6`), so that a
 //! CREATE is answered without a request to the API server: every scheduled, unfinished pod of
-//! the cluster, stripped to a [`DrainPod`] (what the drain's own decision, [`crate::drain::classify`],
+//! the cluster, stripped to a [`DrainPod`] (what the drain's own decision, [`crate::drain::decide()`],
 //! reads) plus its node and `Ready` status, indexed by node and by controller; and the
 //! ReplicaSets that a Deployment controls, from a metadata-only watch, so a pod's Deployment is
 //! known without a GET.

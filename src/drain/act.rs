@@ -1,8 +1,8 @@
 //! One drain round ([`Drainer::pass`]): observe (the pod list, in pages of slim pods with the
 //! API server's time; the DaemonSet and namespace lookups; each pod's decision, `decide.rs`;
 //! the workloads `surge` reads), decide (`round.rs`, pure), then act: the restarts `surge`
-//! decided, the watch of the pods the round waits for (`gone.rs`), and the round's memory,
-//! deletions and evictions (`send.rs`). Also the stage Preflight's dry runs and the survey
+//! decided, the round's memory, deletions and evictions (`send.rs`), then the watch of the pods
+//! the round waits for (`gone.rs`). Also the stage Preflight's dry runs and the survey
 //! that counts the pods. This module decides nothing.
 
 use std::collections::{BTreeMap, HashMap};

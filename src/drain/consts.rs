@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-/// Deadline of one read (a pod-list page, a DaemonSet GET, a PodDisruptionBudget list, a
-/// discovery request).
+/// Deadline of one read (a pod-list page, a DaemonSet or namespace GET, a workload read of
+/// `surge`, a discovery request).
 pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long the drain waits, after a pod it evicted that tolerates both maintenance taints has
 /// left, for its controller's replacement to be listed on the node (and named as kept) before

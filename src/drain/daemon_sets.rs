@@ -3,7 +3,7 @@
 //! `--ignore-daemonsets`) the pods of an existing DaemonSet stay on the node
 //! ([`Disposition::SkipDaemonSet`](super::Disposition::SkipDaemonSet)), so log shippers, CNI
 //! and GPU agents are killed mid-write when the node goes down. Under `EvictLast` they go
-//! through the same chain as every other pod ([`super::classify`]) and are evicted, through the
+//! through the same chain as every other pod ([`super::decide()`]) and are evicted, through the
 //! Eviction API (budgets respected), in [`Stage::DaemonSet`]: once every ordinary pod has left
 //! the node, before the system-critical pods and the operator's own pod (the stage is
 //! [`super::decide::stage`]'s).

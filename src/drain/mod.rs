@@ -11,8 +11,8 @@
 //! Modules by concern, in layers (a file uses only files below it; this one only names them):
 //! `consts.rs` (the vocabulary: limits, annotations, reasons), `disposition.rs` (the decision
 //! types) and `error.rs` (a failed pass) at the bottom; `pod.rs`, the slim pod the list is read
-//! into; `rules.rs` finds a pod's drain rule, `decide.rs` decides one pod, `opt_out.rs` is the
-//! chain's last link; `answer.rs` reads one eviction answer; `report.rs` is what a round
+//! into; `rules.rs` finds a pod's drain rule, `opt_out.rs` is the chain's last link, `decide.rs`
+//! decides one pod; `answer.rs` reads one eviction answer; `report.rs` is what a round
 //! reports; `memory.rs` is each node's memory between rounds; `round.rs` plans a round and
 //! settles its answers into a report and the next memory (pure); `send.rs` records a round and
 //! sends its evictions and deletions; `act.rs` ([`Drainer`]) runs a round: observes the pods,

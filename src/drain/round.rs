@@ -474,10 +474,13 @@ fn evictable(
         pod: r.clone(),
         awaits: awaits(&pod, r, now),
         uid: pod.metadata.uid,
-        overlapping: cx
-            .gate
-            .budgets
-            .overlapping(&pod.metadata.namespace, &pod.metadata.labels),
+        // Only a pod no one budget covers can be refused for several: one selector parse per
+        // budget and pod where one does, as `Gate::admit` made.
+        overlapping: if cause.is_none() {
+            (cx.gate.budgets).overlapping(&pod.metadata.namespace, &pod.metadata.labels)
+        } else {
+            Vec::new()
+        },
         cause,
         in_progress: pod.metadata.marks.eviction_in_progress,
     })

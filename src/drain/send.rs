@@ -41,7 +41,7 @@ pub(crate) struct Sender {
     /// The drain's memory (`crate::controller::memory`), written by the answers as they arrive.
     retries: DrainMemory,
     slots: Arc<tokio::sync::Semaphore>,
-    /// One eviction in flight per budget ([`BudgetLanes`]).
+    /// At most [`PER_BUDGET`] evictions in flight per budget ([`BudgetLanes`]).
     lanes: BudgetLanes,
     metrics: Arc<Metrics>,
     /// Cancelled when the controller stops: nothing is sent after that.
@@ -188,7 +188,7 @@ impl Sender {
         self.tasks.spawn(async move {
             let uid = e.uid.clone().unwrap_or_default();
             // The budget's lane first, then a slot: a pod waiting for its budget's previous
-            // eviction holds no slot meanwhile (`lanes`).
+            // eviction holds no slot meanwhile ([`BudgetLanes`]).
             let lane = tokio::select! {
                 lane = this.lanes.enter(e.cause.as_ref()) => Some(lane),
                 () = this.stopped.cancelled() => None,
