@@ -43,9 +43,11 @@ impl EvictionOutcome {
             && !names.is_empty()
         {
             let msg = b.message.take().unwrap_or_default();
-            let names = names.join(", ");
-            b.message = Some(format!("{msg} (budgets selecting the pod: {names})"));
-            b.pod_disruption_budget = Some(names.replace(", ", ","));
+            b.message = Some(format!(
+                "{msg} (budgets selecting the pod: {})",
+                names.join(", ")
+            ));
+            b.pod_disruption_budget = Some(names.join(","));
         }
     }
 }

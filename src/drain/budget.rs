@@ -191,12 +191,8 @@ impl Budgets {
         namespace: &str,
         labels: &BTreeMap<String, String>,
     ) -> Vec<String> {
-        let Some(budgets) = self.0.as_ref().and_then(|b| b.get(namespace)) else {
-            return Vec::new();
-        };
-        let mut names: Vec<String> = budgets
-            .iter()
-            .filter(|b| b.covers(namespace, labels))
+        let mut names: Vec<String> = self
+            .all_covering(namespace, labels)
             .map(|b| b.name.clone())
             .collect();
         // Sorted: the watch's order is not stable, and the status text must not change with it.
@@ -212,14 +208,23 @@ impl Budgets {
         namespace: &str,
         labels: &BTreeMap<String, String>,
     ) -> Option<&Budget> {
-        let mut covering = self
-            .0
-            .as_ref()?
-            .get(namespace)?
-            .iter()
-            .filter(|b| b.covers(namespace, labels));
+        let mut covering = self.all_covering(namespace, labels);
         let one = covering.next()?;
         covering.next().is_none().then_some(one)
+    }
+
+    /// Every known budget covering a pod of `namespace` with `labels`; none while the budgets are
+    /// not known.
+    fn all_covering<'a: 'b, 'b>(
+        &'a self,
+        namespace: &'b str,
+        labels: &'b BTreeMap<String, String>,
+    ) -> impl Iterator<Item = &'a Budget> + 'b {
+        let budgets = self.0.as_ref().and_then(|b| b.get(namespace));
+        budgets
+            .into_iter()
+            .flatten()
+            .filter(move |b| b.covers(namespace, labels))
     }
 }
 

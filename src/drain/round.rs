@@ -474,8 +474,8 @@ fn evictable(
         pod: r.clone(),
         awaits: awaits(&pod, r, now),
         uid: pod.metadata.uid,
-        // Only a pod no one budget covers can be refused for several: one selector parse per
-        // budget and pod where one does, as `Gate::admit` made.
+        // Only a pod that no single budget covers can be refused for several; where one does,
+        // `Gate::admit` has already matched the selectors, so they are not matched again.
         overlapping: if cause.is_none() {
             (cx.gate.budgets).overlapping(&pod.metadata.namespace, &pod.metadata.labels)
         } else {

@@ -188,7 +188,7 @@ impl Sender {
         self.tasks.spawn(async move {
             let uid = e.uid.clone().unwrap_or_default();
             // The budget's lane first, then a slot: a pod waiting for its budget's previous
-            // eviction holds no slot meanwhile ([`BudgetLanes`]).
+            // eviction holds no slot meanwhile (`BudgetLanes`).
             let lane = tokio::select! {
                 lane = this.lanes.enter(e.cause.as_ref()) => Some(lane),
                 () = this.stopped.cancelled() => None,
