@@ -353,11 +353,12 @@ async fn an_eviction_is_awaited_as_long_as_the_api_server_takes() {
     nm::delete_and_wait_restored(&client, &name, &node).await;
 }
 
-/// `docs/drain-contract.md` §4: 160 pods whose evictions hang (a webhook on their namespace,
-/// which sorts first) do not hold back the 4 pods of another namespace that nothing blocks:
-/// those are evicted at once (upstream starts every eviction at once; an operator that spent
-/// its pass on the hung ones evicted them 52 s later). Once the webhook's 30 s pass, the API
-/// server ignores it (`failurePolicy: Ignore`) and the maintenance Succeeds.
+/// `docs/drain-contract.md` §4: 192 pods whose evictions hang (a webhook on their namespace,
+/// which sorts first), more than the 128 the process sends at once, do not hold back the 4 pods
+/// of another namespace that nothing blocks: those are evicted at once, the namespaces taking
+/// turns for the slots (upstream starts every eviction at once; an operator that spent its pass
+/// on the hung ones evicted them 52 s later). Once the webhook's 30 s pass, the API server
+/// ignores it (`failurePolicy: Ignore`) and the maintenance Succeeds (two turns of 30 s).
 #[tokio::test]
 async fn hung_evictions_do_not_hold_back_the_others() {
     let env = env();
@@ -371,14 +372,14 @@ async fn hung_evictions_do_not_hold_back_the_others() {
     let hung_ns = labelled_namespace(&client, "aaa-hung", Some(&label)).await;
     let free_ns = labelled_namespace(&client, "zzz-free", None).await;
     let webhooks = hung.register(&client, &label, "Ignore", 30).await;
-    for i in 0..160 {
+    for i in 0..192 {
         bare_pod(&client, &hung_ns, &format!("hung-{i:03}"), &node, json!({})).await;
     }
     let free: Vec<String> = (0..4).map(|i| format!("free-{i}")).collect();
     for p in &free {
         bare_pod(&client, &free_ns, p, &node, json!({})).await;
     }
-    wait_all_running(&client, &hung_ns, 160).await;
+    wait_all_running(&client, &hung_ns, 192).await;
     wait_all_running(&client, &free_ns, 4).await;
 
     let name = unique("nm-fair");
@@ -386,7 +387,7 @@ async fn hung_evictions_do_not_hold_back_the_others() {
     nm::create(&client, &name, &node).await;
     // Generous for a loaded 2-core machine, far below the 30 s the hung evictions take.
     wait_for(
-        "the 4 pods nothing blocks evicted while 160 evictions hang",
+        "the 4 pods nothing blocks evicted while 192 evictions hang",
         Duration::from_secs(20),
         || async {
             let gone = evicted_in(&client, &free_ns, &free).await;
@@ -407,7 +408,7 @@ async fn hung_evictions_do_not_hold_back_the_others() {
 }
 
 /// `docs/drain-contract.md` §4: deleting the maintenance stops its drain. With evictions that
-/// take 5 s each (a slow webhook) and 300 pods, more than the process sends at once (256), the
+/// take 5 s each (a slow webhook) and 300 pods, more than the process sends at once (128), the
 /// maintenance is deleted while the first are in flight: those waiting for a slot are never
 /// sent, and the API server receives no eviction more than 2 s after the DELETE returned.
 #[tokio::test]
