@@ -367,7 +367,11 @@ async fn hung_evictions_do_not_hold_back_the_others() {
     let node = worker_nodes(&env.cluster, &client, &group, 1)
         .await
         .remove(0);
-    let hung = TestWebhook::start(Answer::Hang);
+    // Reads each review and answers after the API server's 30 s timeout, so a turn of the
+    // slots lasts longer than the 20 s the free pods are given. `Answer::Hang` never finishes
+    // the TLS handshake, which the API server gives up on sooner: its turns were short enough
+    // for the free pods to get a slot in time whatever the order.
+    let hung = TestWebhook::start(Answer::AllowAfter(Duration::from_secs(3600)));
     let label = unique("hang");
     let hung_ns = labelled_namespace(&client, "aaa-hung", Some(&label)).await;
     let free_ns = labelled_namespace(&client, "zzz-free", None).await;
