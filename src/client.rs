@@ -35,20 +35,45 @@ use tracing::Span;
 /// kube's boxed client service ([`kube::client::ClientBuilder`]'s `GenericService`).
 pub type Service = BoxService<Request<Body>, Response<Box<DynBody>>, BoxError>;
 
+/// The HTTP versions a client offers the API server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Http {
+    /// HTTP/1.1 only, as kube's own builder: a connection of its own per request in flight.
+    One,
+    /// HTTP/2 where the API server agrees by ALPN (`h2`; HTTP/1.1 where it does not): every
+    /// request in flight shares one connection, as client-go's do. Only for requests whose
+    /// number in flight stays below the API server's streams per connection (250 unless
+    /// `--http2-max-streams-per-connection` says otherwise): past it, hyper holds a request in
+    /// its own queue until a stream is free, out of the caller's sight (`docs/design.md` §2).
+    Two,
+}
+
 /// A client builder for `config` with kube's layers (base URI, kube's 429/503 retry when
 /// `config.default_retry`, authentication, extra headers, kube's connect/read/write timeouts)
-/// over a connector that sets `TCP_NODELAY`. Add layers with `with_layer`, then `build`.
+/// over a connector that sets `TCP_NODELAY` and offers the HTTP `versions` (a
+/// `tls-server-name` in the kubeconfig gets HTTP/1.1: kube's connector handles that name). Add
+/// layers with `with_layer`, then `build`.
 ///
 /// # Errors
 /// kube's: unreadable TLS material or credentials in `config` (`kube::Error`).
-pub fn builder(config: kube::Config) -> Result<ClientBuilder<Service>, kube::Error> {
+pub fn builder(
+    config: kube::Config,
+    versions: Http,
+) -> Result<ClientBuilder<Service>, kube::Error> {
     if config.proxy_url.is_some() {
         return ClientBuilder::try_from(config);
     }
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
-    let https = config.rustls_https_connector_with_connector(http)?;
+    let https = match (versions, &config.tls_server_name) {
+        (Http::Two, None) => hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(config.rustls_client_config()?)
+            .https_or_http()
+            .enable_all_versions()
+            .wrap_connector(http),
+        _ => config.rustls_https_connector_with_connector(http)?,
+    };
     let mut connector = hyper_timeout::TimeoutConnector::new(https);
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);
@@ -106,10 +131,10 @@ pub fn builder(config: kube::Config) -> Result<ClientBuilder<Service>, kube::Err
     ))
 }
 
-/// [`builder`], built: the client for `config` with nothing added.
+/// [`builder`], built: the HTTP/1.1 client for `config` with nothing added.
 ///
 /// # Errors
 /// As [`builder`].
 pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
-    Ok(builder(config)?.build())
+    Ok(builder(config, Http::One)?.build())
 }

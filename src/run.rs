@@ -282,7 +282,7 @@ impl Operator {
         let term = self.election.term();
         let run = crate::controller::run(
             self.clients.controller.clone(),
-            self.clients.eviction.clone(),
+            self.clients.send.clone(),
             crate::controller::ControllerConfig::from(&self.config),
             self.nodes.clone(),
             self.metrics.clone(),

@@ -354,7 +354,7 @@ async fn an_eviction_is_awaited_as_long_as_the_api_server_takes() {
 }
 
 /// `docs/drain-contract.md` §4: 192 pods whose evictions hang (a webhook on their namespace,
-/// which sorts first), more than the 128 the process sends at once, do not hold back the 4 pods
+/// which sorts first), more than the 100 the process sends at once, do not hold back the 4 pods
 /// of another namespace that nothing blocks: those are evicted at once, the namespaces taking
 /// turns for the slots (upstream starts every eviction at once; an operator that spent its pass
 /// on the hung ones evicted them 52 s later). Once the webhook's 30 s pass, the API server
@@ -412,7 +412,7 @@ async fn hung_evictions_do_not_hold_back_the_others() {
 }
 
 /// `docs/drain-contract.md` §4: deleting the maintenance stops its drain. With evictions that
-/// take 5 s each (a slow webhook) and 300 pods, more than the process sends at once (128), the
+/// take 5 s each (a slow webhook) and 300 pods, more than the process sends at once (100), the
 /// maintenance is deleted while the first are in flight: those waiting for a slot are never
 /// sent, and the API server receives no eviction more than 2 s after the DELETE returned.
 #[tokio::test]

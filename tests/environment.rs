@@ -277,3 +277,36 @@ fn operator_without_the_crd_exits_naming_it() {
         "{stderr}"
     );
 }
+
+/// The eviction client (`client::Http::Two`) speaks HTTP/2 with the API server, so a drain's
+/// at most 128 evictions in flight share one connection instead of holding one each
+/// (`docs/design.md` §2); the controller's client stays on HTTP/1.1, as kube's own.
+#[tokio::test]
+async fn the_eviction_client_negotiates_http2_and_the_controllers_stays_on_http1() {
+    use node_maintenance_operator::client::{Http, builder};
+    let cluster = Cluster::shared();
+    let kc = kube::config::Kubeconfig::read_from(cluster.kubeconfig()).expect("kubeconfig reads");
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("kubeconfig is valid");
+    for (versions, expected) in [
+        (Http::Two, http::Version::HTTP_2),
+        (Http::One, http::Version::HTTP_11),
+    ] {
+        let client = builder(config.clone(), versions)
+            .expect("client builds")
+            .build();
+        let request = http::Request::get("/version")
+            .body(Vec::new())
+            .expect("request builds");
+        let response = client
+            .send(request.map(Into::into))
+            .await
+            .expect("/version answers");
+        assert_eq!(
+            (response.status(), response.version()),
+            (http::StatusCode::OK, expected),
+            "{versions:?}: the API server's answer to GET /version"
+        );
+    }
+}

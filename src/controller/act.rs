@@ -613,7 +613,10 @@ mod tests {
             nodes: kube::Api::all(client.clone()),
             drainer: crate::drain::Drainer::new(
                 client.clone(),
-                client.clone(),
+                crate::drain::SendClients {
+                    evictions: client.clone(),
+                    others: client.clone(),
+                },
                 crate::drain::DrainOptions::default(),
                 Arc::new(crate::metrics::Metrics::new()),
                 Default::default(),

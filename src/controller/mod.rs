@@ -90,14 +90,14 @@ impl From<&crate::config::Config> for ControllerConfig {
 
 /// Runs the controller until `shutdown` completes; in-flight reconciles finish first.
 ///
-/// `client` serves reads, watches and writes; `eviction_client` must be built with
-/// `default_retry = false` (a PodDisruptionBudget refusal must come back as a 429 at once).
+/// `client` serves reads, watches and writes; `send` the drain's evictions and forced deletions
+/// ([`crate::drain::SendClients`]).
 /// `nodes` is the process's Node watch, whose changes trigger reconciles; with a drain budget,
 /// the controller first waits for its first list.
 /// Returns when shut down; watch errors are logged and retried with back-off.
 pub(crate) async fn run(
     client: Client,
-    eviction_client: Client,
+    send: crate::drain::SendClients,
     config: ControllerConfig,
     nodes: NodeCache,
     metrics: Arc<Metrics>,
@@ -143,7 +143,7 @@ pub(crate) async fn run(
     let responder_watch = watch_responders.map(tokio::spawn);
     let (ctx, woken) = context(
         client,
-        eviction_client,
+        send,
         &config,
         nms,
         metrics,
@@ -193,7 +193,7 @@ pub(crate) async fn run(
 /// maintenances woken by their evictions' answers (which arrive outside any pass).
 fn context(
     client: Client,
-    eviction_client: Client,
+    send: crate::drain::SendClients,
     config: &ControllerConfig,
     nms: Api<NodeMaintenance>,
     metrics: Arc<Metrics>,
@@ -220,7 +220,7 @@ fn context(
         nodes,
         drainer: Drainer::new(
             client.clone(),
-            eviction_client,
+            send,
             config.drain.clone(),
             metrics.clone(),
             memory.drain(),

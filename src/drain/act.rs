@@ -30,7 +30,7 @@ use super::preview::{self, Ask};
 use super::report::{self, DrainReport, Survey};
 use super::round::{self, Observed, Round};
 use super::rules;
-use super::send::Sender;
+use super::send::{SendClients, Sender};
 use crate::metrics::Metrics;
 use crate::policy::DrainPolicy;
 
@@ -46,8 +46,8 @@ pub(crate) const LIST_PAGES_IN_FLIGHT: usize = 4;
 /// server as a drain (`EVICTION_PARALLELISM`) does.
 const PREFLIGHT_IN_FLIGHT: usize = 16;
 
-/// Runs drain passes. Cheap to clone; holds two clients: `client` for reads, and the
-/// [`Sender`]'s (built with kube's default 429 retry disabled) for evictions and deletions.
+/// Runs drain passes. Cheap to clone; `client` reads, and the [`Sender`]'s clients
+/// ([`SendClients`]) send the evictions and deletions.
 #[derive(Clone)]
 pub(crate) struct Drainer {
     client: Client,
@@ -79,13 +79,13 @@ async fn deadline<T>(
 }
 
 impl Drainer {
-    /// A drainer; `eviction_client` must have `default_retry = false`. Answers are counted in
+    /// A drainer sending over `send` ([`SendClients`]). Answers are counted in
     /// `metrics`; `retries` is the drain's part of the controller's memory, `budgets` the
     /// watch of PodDisruptionBudgets, `migrations` that of KubeVirt's migrations, `responders`
     /// that of KEP-4563's Evictions.
     pub(crate) fn new(
         client: Client,
-        eviction_client: Client,
+        send: SendClients,
         options: DrainOptions,
         metrics: Arc<Metrics>,
         retries: DrainMemory,
@@ -97,7 +97,7 @@ impl Drainer {
     ) -> Self {
         Self {
             gone: GoneWatches::new(client.clone()),
-            sender: Sender::new(eviction_client, retries.clone(), metrics),
+            sender: Sender::new(send, retries.clone(), metrics),
             client,
             options,
             retries,

@@ -77,6 +77,7 @@ pub(crate) use disposition::*;
 pub(crate) use error::DrainError;
 pub(crate) use memory::*;
 pub(crate) use report::{DrainReport, Survey};
+pub(crate) use send::SendClients;
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -1,7 +1,9 @@
 //! The drain's sends: what a round decided, carried out. The round's memory is recorded first
 //! ([`Sender::send`]), then each forced deletion and each eviction is sent on its own task,
 //! right after a check that the maintenance still stands; an eviction waits for its budget's
-//! lane and a slot, then for the API server's answer however long its admission webhooks take,
+//! lane (a budget's pod) and a slot (the others wait in the round's order, a task spawned for
+//! each as it gets its slot), then for the API server's answer however long its admission
+//! webhooks take,
 //! and the answer, recorded in the node's memory as it arrives, wakes the maintenance's next
 //! pass (`docs/drain-contract.md §4`). Which evictions go and which answers wake a pass is
 //! decided by `round.rs`, `answer.rs` and `memory.rs`; this module decides nothing.
@@ -31,22 +33,37 @@ use crate::metrics::Metrics;
 /// API server answers; namespaces take turns for the slots (`round::fair_order`), so one
 /// namespace's hung evictions do not hold back the others' while slots are left.
 ///
-/// Each eviction in flight holds an HTTP/1.1 connection of its own (kube's client speaks only
-/// HTTP/1.1; `docs/design.md` §2), about 40 KiB of TLS and HTTP buffers. Measured on 2026-12-05
-/// with the release profile of `Cargo.toml` (`cargo bench --bench maintenance -- rss`, then
-/// `-- drainrate` at 3,000 pods, whose bare-client floor was 11.3 to 11.5 s): a 200-pod drain
-/// took the RSS from 16.7 to 21.9 MiB with 128 in flight (64: 16.0 to 19.9; 256, before that
-/// profile: 21.7 to 29.8), and 3,000 pods took 14.5 s with 128, 15.1 with 64, 13.5 with 256.
-/// Not fewer: besides the pace, every draining node shares the slots, and evictions hung in a
-/// namespace's webhook hold theirs until its timeout (at most 30 s).
-pub(crate) const EVICTION_PARALLELISM: usize = 128;
+/// The evictions share one HTTP/2 connection ([`SendClients::evictions`]), and kube-apiserver
+/// serves 100 streams per connection unless `--http2-max-streams-per-connection` says otherwise
+/// (`k8s.io/apiserver` `pkg/server/secure_serving.go`). Not more: an eviction past the streams
+/// would wait in hyper's queue after the check that its maintenance still stands, and go out
+/// after a pause (`tests/drain_facts.rs` `pausing_the_maintenance_stops_its_queued_evictions`
+/// failed with 128: 28 sent 5 s after the pause). Not fewer: besides the pace, every draining
+/// node shares the slots, and evictions hung in a namespace's webhook hold theirs until its
+/// timeout (at most 30 s). Measured over HTTP/1.1 on 2026-12-05 (`cargo bench --bench
+/// maintenance -- drainrate` at 3,000 pods, bare-client floor 11.3 to 11.5 s): 14.5 s with 128
+/// in flight, 15.1 with 64, 13.5 with 256.
+pub(crate) const EVICTION_PARALLELISM: usize = 100;
 
-/// Sends a round's deletions and evictions. Cheap to clone; `client` must have kube's default
-/// 429 retry disabled, so that a PodDisruptionBudget refusal comes back at once instead of
-/// being retried inside the client for minutes.
+/// The sender's clients, both with kube's default 429 retry disabled, so that a
+/// PodDisruptionBudget refusal comes back at once instead of being retried inside the client
+/// for minutes.
+#[derive(Clone)]
+pub(crate) struct SendClients {
+    /// The evictions, at most [`EVICTION_PARALLELISM`] in flight: HTTP/2
+    /// (`client::Http::Two`), one connection for all of them instead of a TLS connection each
+    /// with its buffers (`docs/design.md` §2).
+    pub(crate) evictions: Client,
+    /// The forced deletions and the dry-run evictions, whose numbers in flight the slots do not
+    /// bound: HTTP/1.1, so none of them waits in the HTTP/2 connection's queue, and no eviction
+    /// behind them.
+    pub(crate) others: Client,
+}
+
+/// Sends a round's deletions and evictions. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct Sender {
-    client: Client,
+    clients: SendClients,
     /// The drain's memory (`crate::controller::memory`), written by the answers as they arrive.
     retries: DrainMemory,
     slots: Arc<tokio::sync::Semaphore>,
@@ -60,11 +77,10 @@ pub(crate) struct Sender {
 }
 
 impl Sender {
-    /// A sender over `client` (`default_retry = false`), recording answers in `retries` and
-    /// counting them in `metrics`.
-    pub(crate) fn new(client: Client, retries: DrainMemory, metrics: Arc<Metrics>) -> Self {
+    /// A sender over `clients`, recording answers in `retries` and counting them in `metrics`.
+    pub(crate) fn new(clients: SendClients, retries: DrainMemory, metrics: Arc<Metrics>) -> Self {
         Self {
-            client,
+            clients,
             retries,
             slots: Arc::new(tokio::sync::Semaphore::new(EVICTION_PARALLELISM)),
             lanes: BudgetLanes::default(),
@@ -107,9 +123,43 @@ impl Sender {
         for d in delete {
             self.delete_on_its_own(node, d, standing.clone());
         }
-        for e in evict {
-            self.send_on_its_own(node, e, standing.clone());
+        // A budget's pod waits for its lane before a slot, so it does not queue behind the
+        // others (`BudgetLanes`); the others take slots in the round's order.
+        let (budgeted, free): (Vec<_>, Vec<_>) = evict
+            .into_iter()
+            .partition(|e| BudgetLanes::needs_lane(e.cause.as_ref()));
+        for e in budgeted {
+            self.send_on_its_own(node, e, standing.clone(), None);
         }
+        if !free.is_empty() {
+            self.send_in_turn(node, free, standing.clone());
+        }
+    }
+
+    /// Sends `evict` in their order, each spawned on its own once it holds a slot: evictions
+    /// waiting for a slot are held here as the round planned them, not as a task each (3,000
+    /// waiting tasks took about 2 MB of a 3,000-pod drain's peak in heaptrack). When the
+    /// controller stops, those not sent are recorded as not sent.
+    fn send_in_turn(&self, node: &str, evict: Vec<PlannedEviction>, standing: Standing) {
+        let this = self.clone();
+        let node = node.to_owned();
+        self.tasks.spawn(async move {
+            let mut evict = evict.into_iter();
+            while let Some(e) = evict.next() {
+                let slot = tokio::select! {
+                    slot = this.slots.clone().acquire_owned() => slot.ok(),
+                    () = this.stopped.cancelled() => None,
+                };
+                if slot.is_none() {
+                    for e in std::iter::once(e).chain(evict.by_ref()) {
+                        let _ =
+                            this.answered(&node, e.uid.as_deref().unwrap_or_default(), None, None);
+                    }
+                    return;
+                }
+                this.send_on_its_own(&node, e, standing.clone(), slot);
+            }
+        });
     }
 
     fn schedules(&self) -> std::sync::MutexGuard<'_, HashMap<String, RetrySchedule>> {
@@ -157,7 +207,7 @@ impl Sender {
                 }
                 return;
             }
-            let api: Api<Pod> = Api::namespaced(this.client.clone(), &d.pod.namespace);
+            let api: Api<Pod> = Api::namespaced(this.clients.others.clone(), &d.pod.namespace);
             let params = DeleteParams {
                 grace_period_seconds: u32::try_from(d.grace_seconds).ok(),
                 preconditions: d.uid.clone().map(|uid| Preconditions {
@@ -189,9 +239,16 @@ impl Sender {
         });
     }
 
-    /// Sends one eviction on its own: waits for a slot, checks that the maintenance still
-    /// stands and the controller runs, sends, records the answer and wakes the maintenance.
-    fn send_on_its_own(&self, node: &str, e: PlannedEviction, standing: Standing) {
+    /// Sends one eviction on its own: waits for its budget's lane and a slot (unless `slot` is
+    /// already held), checks that the maintenance still stands and the controller runs, sends,
+    /// records the answer and wakes the maintenance.
+    fn send_on_its_own(
+        &self,
+        node: &str,
+        e: PlannedEviction,
+        standing: Standing,
+        slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) {
         let this = self.clone();
         let node = node.to_owned();
         self.tasks.spawn(async move {
@@ -202,9 +259,12 @@ impl Sender {
                 lane = this.lanes.enter(e.cause.as_ref()) => Some(lane),
                 () = this.stopped.cancelled() => None,
             };
-            let slot = tokio::select! {
-                slot = this.slots.clone().acquire_owned() => slot.ok(),
-                () = this.stopped.cancelled() => None,
+            let slot = match slot {
+                Some(held) => Some(held),
+                None => tokio::select! {
+                    slot = this.slots.clone().acquire_owned() => slot.ok(),
+                    () = this.stopped.cancelled() => None,
+                },
             };
             let halt = match (&lane, &slot) {
                 (Some(_), Some(_)) => standing.halted(&this.stopped),
@@ -304,7 +364,12 @@ impl Sender {
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(serde_json::to_vec(&body).map_err(kube::Error::SerdeError)?)
             .map_err(kube::Error::HttpError)?;
-        self.client.request_text(req).await.map(|_| ())
+        let client = if dry_run {
+            &self.clients.others
+        } else {
+            &self.clients.evictions
+        };
+        client.request_text(req).await.map(|_| ())
     }
 }
 
@@ -342,10 +407,15 @@ pub(crate) struct Lane {
 }
 
 impl BudgetLanes {
+    /// Whether an eviction of `cause` waits for a lane: a budget's does.
+    pub(crate) fn needs_lane(cause: Option<&SharedCause>) -> bool {
+        matches!(cause, Some(SharedCause::Budget { .. }))
+    }
+
     /// Waits for a place in the lane of `cause` when it is a budget (fewer than [`PER_BUDGET`]
     /// of its evictions in flight); `None` (at once) for any other cause and for none.
     pub(crate) async fn enter(&self, cause: Option<&SharedCause>) -> Option<Lane> {
-        let cause = cause.filter(|c| matches!(c, SharedCause::Budget { .. }))?;
+        let cause = cause.filter(|c| Self::needs_lane(Some(c)))?;
         let lane = {
             let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
             let lane = lanes

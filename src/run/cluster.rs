@@ -7,6 +7,7 @@ use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use super::error::RunError;
+use crate::client::Http;
 use crate::leader;
 
 /// Where the client configuration comes from, in the order tried (controller-runtime's order):
@@ -49,9 +50,9 @@ pub(super) struct Clients {
     /// The controller's reads and writes; with leader election its writes are fenced to the term
     /// ([`leader::WriteFence`]).
     pub(super) controller: Client,
-    /// Evictions: no 429 retry layer, so a PodDisruptionBudget refusal surfaces at once (fenced
-    /// like `controller`).
-    pub(super) eviction: Client,
+    /// The drain's evictions (HTTP/2) and forced deletions (HTTP/1.1): no 429 retry layer, so a
+    /// PodDisruptionBudget refusal surfaces at once (fenced like `controller`).
+    pub(super) send: crate::drain::SendClients,
 }
 
 impl Clients {
@@ -59,8 +60,8 @@ impl Clients {
         cfg: &kube::Config,
         fence: Option<&leader::WriteFence>,
     ) -> Result<Self, RunError> {
-        let build = |cfg: kube::Config| -> Result<Client, RunError> {
-            let builder = crate::client::builder(cfg)
+        let build = |cfg: kube::Config, versions| -> Result<Client, RunError> {
+            let builder = crate::client::builder(cfg, versions)
                 .map_err(RunError::Client)?
                 .with_layer(&tower::util::MapRequestLayer::new(user_agent));
             Ok(match fence {
@@ -71,8 +72,11 @@ impl Clients {
         let mut no_retry = cfg.clone();
         no_retry.default_retry = false;
         Ok(Clients {
-            controller: build(cfg.clone())?,
-            eviction: build(no_retry)?,
+            controller: build(cfg.clone(), Http::One)?,
+            send: crate::drain::SendClients {
+                evictions: build(no_retry.clone(), Http::Two)?,
+                others: build(no_retry, Http::One)?,
+            },
         })
     }
 }
