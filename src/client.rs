@@ -42,9 +42,10 @@ pub enum Http {
     One,
     /// HTTP/2 where the API server agrees by ALPN (`h2`; HTTP/1.1 where it does not): every
     /// request in flight shares one connection, as client-go's do. Only for requests whose
-    /// number in flight stays below the API server's streams per connection (250 unless
-    /// `--http2-max-streams-per-connection` says otherwise): past it, hyper holds a request in
-    /// its own queue until a stream is free, out of the caller's sight (`docs/design.md` §2).
+    /// number in flight stays within the API server's streams per connection (kube-apiserver:
+    /// 100 unless `--http2-max-streams-per-connection` says otherwise; 250 before its fix of
+    /// CVE-2023-44487): past it, hyper holds a request in its own queue until a stream is free,
+    /// out of the caller's sight (`docs/design.md` §2).
     Two,
 }
 

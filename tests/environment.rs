@@ -279,7 +279,7 @@ fn operator_without_the_crd_exits_naming_it() {
 }
 
 /// The eviction client (`client::Http::Two`) speaks HTTP/2 with the API server, so a drain's
-/// at most 128 evictions in flight share one connection instead of holding one each
+/// at most 100 evictions in flight share one connection instead of holding one each
 /// (`docs/design.md` §2); the controller's client stays on HTTP/1.1, as kube's own.
 #[tokio::test]
 async fn the_eviction_client_negotiates_http2_and_the_controllers_stays_on_http1() {

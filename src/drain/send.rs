@@ -123,41 +123,47 @@ impl Sender {
         for d in delete {
             self.delete_on_its_own(node, d, standing.clone());
         }
-        // A budget's pod waits for its lane before a slot, so it does not queue behind the
-        // others (`BudgetLanes`); the others take slots in the round's order.
-        let (budgeted, free): (Vec<_>, Vec<_>) = evict
-            .into_iter()
-            .partition(|e| BudgetLanes::needs_lane(e.cause.as_ref()));
-        for e in budgeted {
-            self.send_on_its_own(node, e, standing.clone(), None);
-        }
-        if !free.is_empty() {
-            self.send_in_turn(node, free, standing.clone());
+        if !evict.is_empty() {
+            self.send_in_turn(node, evict, standing.clone());
         }
     }
 
-    /// Sends `evict` in their order, each spawned on its own once it holds a slot: evictions
-    /// waiting for a slot are held here as the round planned them, not as a task each (3,000
-    /// waiting tasks took about 2 MB of a 3,000-pod drain's peak in heaptrack). When the
-    /// controller stops, those not sent are recorded as not sent.
+    /// Sends `evict` in the round's order (namespaces taking turns, `round::fair_order`), each
+    /// spawned on its own once it holds a slot: evictions waiting for a slot are held here as
+    /// the round planned them, not as a task each (3,000 waiting tasks took about 2 MB of a
+    /// 3,000-pod drain's peak in heaptrack). A budget's pod whose lane is full waits for it on
+    /// a task of its own, so the pods behind it keep their turns (`BudgetLanes`). Once the
+    /// maintenance is halted or the controller stops, the rest are recorded as not sent at once,
+    /// not one slot at a time.
     fn send_in_turn(&self, node: &str, evict: Vec<PlannedEviction>, standing: Standing) {
         let this = self.clone();
         let node = node.to_owned();
         self.tasks.spawn(async move {
             let mut evict = evict.into_iter();
             while let Some(e) = evict.next() {
-                let slot = tokio::select! {
-                    slot = this.slots.clone().acquire_owned() => slot.ok(),
-                    () = this.stopped.cancelled() => None,
+                let lane = match this.lanes.try_enter(e.cause.as_ref()) {
+                    Ok(lane) => lane,
+                    Err(Full) => {
+                        this.send_on_its_own(&node, e, standing.clone(), None);
+                        continue;
+                    }
                 };
-                if slot.is_none() {
+                let slot = match standing.halted(&this.stopped) {
+                    Some(_) => None,
+                    None => tokio::select! {
+                        biased;
+                        () = this.stopped.cancelled() => None,
+                        slot = this.slots.clone().acquire_owned() => slot.ok(),
+                    },
+                };
+                let Some(slot) = slot else {
                     for e in std::iter::once(e).chain(evict.by_ref()) {
-                        let _ =
-                            this.answered(&node, e.uid.as_deref().unwrap_or_default(), None, None);
+                        let uid = e.uid.as_deref().unwrap_or_default();
+                        let _ = this.answered(&node, uid, None, None);
                     }
                     return;
-                }
-                this.send_on_its_own(&node, e, standing.clone(), slot);
+                };
+                this.send_on_its_own(&node, e, standing.clone(), Some((slot, lane)));
             }
         });
     }
@@ -239,32 +245,35 @@ impl Sender {
         });
     }
 
-    /// Sends one eviction on its own: waits for its budget's lane and a slot (unless `slot` is
-    /// already held), checks that the maintenance still stands and the controller runs, sends,
-    /// records the answer and wakes the maintenance.
+    /// Sends one eviction on its own: waits for its budget's lane and a slot (unless `held`
+    /// already, the slot with the lane if any), checks that the maintenance still stands and the
+    /// controller runs, sends, records the answer and wakes the maintenance.
     fn send_on_its_own(
         &self,
         node: &str,
         e: PlannedEviction,
         standing: Standing,
-        slot: Option<tokio::sync::OwnedSemaphorePermit>,
+        held: Option<(tokio::sync::OwnedSemaphorePermit, Option<Lane>)>,
     ) {
         let this = self.clone();
         let node = node.to_owned();
         self.tasks.spawn(async move {
             let uid = e.uid.clone().unwrap_or_default();
-            // The budget's lane first, then a slot: a pod waiting for its budget's previous
-            // eviction holds no slot meanwhile (`BudgetLanes`).
-            let lane = tokio::select! {
-                lane = this.lanes.enter(e.cause.as_ref()) => Some(lane),
-                () = this.stopped.cancelled() => None,
-            };
-            let slot = match slot {
-                Some(held) => Some(held),
-                None => tokio::select! {
-                    slot = this.slots.clone().acquire_owned() => slot.ok(),
-                    () = this.stopped.cancelled() => None,
-                },
+            let (lane, slot) = match held {
+                Some((slot, lane)) => (Some(lane), Some(slot)),
+                // The budget's lane first, then a slot: a pod waiting for its budget's previous
+                // eviction holds no slot meanwhile (`BudgetLanes`).
+                None => {
+                    let lane = tokio::select! {
+                        lane = this.lanes.enter(e.cause.as_ref()) => Some(lane),
+                        () = this.stopped.cancelled() => None,
+                    };
+                    let slot = tokio::select! {
+                        slot = this.slots.clone().acquire_owned() => slot.ok(),
+                        () = this.stopped.cancelled() => None,
+                    };
+                    (lane, slot)
+                }
             };
             let halt = match (&lane, &slot) {
                 (Some(_), Some(_)) => standing.halted(&this.stopped),
@@ -399,6 +408,10 @@ pub(crate) struct BudgetLanes {
     lanes: Arc<Mutex<HashMap<SharedCause, Arc<Semaphore>>>>,
 }
 
+/// A budget's lane has [`PER_BUDGET`] evictions in flight or waiting for a slot.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Full;
+
 /// The right to send one eviction of a budget's pod; held until its answer.
 pub(crate) struct Lane {
     cause: SharedCause,
@@ -407,29 +420,40 @@ pub(crate) struct Lane {
 }
 
 impl BudgetLanes {
-    /// Whether an eviction of `cause` waits for a lane: a budget's does.
-    pub(crate) fn needs_lane(cause: Option<&SharedCause>) -> bool {
-        matches!(cause, Some(SharedCause::Budget { .. }))
+    /// The lane of `cause` when it is a budget.
+    fn lane(&self, cause: Option<&SharedCause>) -> Option<(SharedCause, Arc<Semaphore>)> {
+        let cause = cause.filter(|c| matches!(c, SharedCause::Budget { .. }))?;
+        let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        let lane = lanes
+            .entry(cause.clone())
+            .or_insert_with(|| Arc::new(Semaphore::new(PER_BUDGET)));
+        Some((cause.clone(), lane.clone()))
     }
 
     /// Waits for a place in the lane of `cause` when it is a budget (fewer than [`PER_BUDGET`]
     /// of its evictions in flight); `None` (at once) for any other cause and for none.
     pub(crate) async fn enter(&self, cause: Option<&SharedCause>) -> Option<Lane> {
-        let cause = cause.filter(|c| Self::needs_lane(Some(c)))?;
-        let lane = {
-            let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
-            let lane = lanes
-                .entry(cause.clone())
-                .or_insert_with(|| Arc::new(Semaphore::new(PER_BUDGET)));
-            lane.clone()
-        };
+        let (cause, lane) = self.lane(cause)?;
         // Never closed: the permit comes once one of the budget's evictions is answered.
         let permit = lane.acquire_owned().await.ok();
         Some(Lane {
-            cause: cause.clone(),
+            cause,
             lanes: self.clone(),
             permit,
         })
+    }
+
+    /// As [`Self::enter`] without waiting: [`Full`] when the budget's lane has no place now.
+    pub(crate) fn try_enter(&self, cause: Option<&SharedCause>) -> Result<Option<Lane>, Full> {
+        let Some((cause, lane)) = self.lane(cause) else {
+            return Ok(None);
+        };
+        let permit = lane.try_acquire_owned().map_err(|_| Full)?;
+        Ok(Some(Lane {
+            cause,
+            lanes: self.clone(),
+            permit: Some(permit),
+        }))
     }
 
     /// How many budgets have a lane (one in flight or waiting).
@@ -464,6 +488,95 @@ mod tests {
         }
     }
 
+    /// `docs/drain-contract.md` §4 ("Many evictions"): evictions take slots in the round's order,
+    /// and a budget's pod whose lane is full does not take one ahead of the pods behind it. 13
+    /// budgets of 10 pods whose evictions never answer (more than the slots once each lane has
+    /// its 8), and a pod no budget covers after the fifth budget's: that pod is sent.
+    #[tokio::test]
+    async fn pods_behind_full_budget_lanes_keep_their_turn_for_the_slots() {
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let log = seen.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let log = log.clone();
+            async move {
+                let path = req.uri().path().to_string();
+                log.lock().unwrap().push(path.clone());
+                if path.contains("/namespaces/hung/") {
+                    std::future::pending::<()>().await;
+                }
+                let answer = br#"{"kind":"Status","apiVersion":"v1","status":"Success"}"#;
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(201)
+                        .body(kube::client::Body::from(answer.to_vec()))
+                        .unwrap(),
+                )
+            }
+        });
+        let client = kube::Client::new(service, "default");
+        let clients = SendClients {
+            evictions: client.clone(),
+            others: client,
+        };
+        let sender = Sender::new(clients, DrainMemory::default(), Arc::new(Metrics::new()));
+        let standing = Standing {
+            uid: None,
+            may_send: Arc::new(|| Ok(())),
+            wake: Arc::new(|| {}),
+        };
+        let planned = |namespace: &str, name: String, cause: Option<SharedCause>| PlannedEviction {
+            pod: PodReference {
+                namespace: namespace.into(),
+                name: name.clone(),
+            },
+            uid: Some(name),
+            overlapping: Vec::new(),
+            awaits: None,
+            cause,
+            in_progress: false,
+        };
+        let mut evict = Vec::new();
+        for b in 0..13 {
+            let cause = SharedCause::Budget {
+                namespace: "hung".into(),
+                name: format!("b{b}"),
+            };
+            for i in 0..10 {
+                evict.push(planned("hung", format!("b{b}-{i}"), Some(cause.clone())));
+            }
+            if b == 4 {
+                evict.push(planned("free", "free-0".into(), None));
+            }
+        }
+        sender.send("n1", Settled::default(), evict, Vec::new(), &standing);
+        let free = "/api/v1/namespaces/free/pods/free-0/eviction";
+        let deadline = Instant::now() + std::time::Duration::from_secs(30);
+        while !seen.lock().unwrap().iter().any(|p| p == free) {
+            let n = seen.lock().unwrap().len();
+            assert!(
+                Instant::now() < deadline,
+                "the free pod's eviction not sent after 30 s; {n} evictions sent"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        // The hung ones hold every slot, no more.
+        let hung = || {
+            let seen = seen.lock().unwrap();
+            seen.iter()
+                .filter(|p| p.contains("/namespaces/hung/"))
+                .count()
+        };
+        while hung() < EVICTION_PARALLELISM {
+            assert!(
+                Instant::now() < deadline,
+                "{} hung evictions sent after 30 s",
+                hung()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(hung(), EVICTION_PARALLELISM);
+    }
+
     #[tokio::test]
     async fn at_most_per_budget_evictions_in_flight_per_budget_and_none_held_back_otherwise() {
         let lanes = BudgetLanes::default();
@@ -479,6 +592,13 @@ mod tests {
         // Another budget's pod, a pod no budget covers, a namespace's cause: not held back.
         let b = lanes.enter(Some(&budget("b"))).await;
         assert!(b.is_some());
+        // Without waiting: budget a's lane is full, b's has a place, no lane for no budget.
+        assert_eq!(lanes.try_enter(Some(&budget("a"))).err(), Some(Full));
+        let b2 = lanes
+            .try_enter(Some(&budget("b")))
+            .expect("a place in b's lane");
+        assert!(b2.is_some());
+        assert!(matches!(lanes.try_enter(None), Ok(None)));
         let ns = SharedCause::NamespaceTerminating {
             namespace: "ns".into(),
         };
@@ -497,7 +617,7 @@ mod tests {
         a.pop();
         let second = next.await;
         assert!(second.is_some());
-        drop((second, b, a));
+        drop((second, b, b2, a));
         assert_eq!(lanes.len(), 0, "no lane kept for budgets no longer in use");
     }
 }
