@@ -96,8 +96,8 @@ fn main() -> ExitCode {
 /// and were kept there. A 3,000-pod drain's peak `VmRSS` (`cargo bench --bench maintenance --
 /// bigdrain`, 2026-12-06) was 29.8 and 29.5 MiB with it, 31.8 and 32.2 without; 20 nodes of 110
 /// pods, 37.6 and 36.9 against 41.7 and 40.7. Setting it also stops glibc moving its trim
-/// threshold (it stays at its 128 KiB default), and replaces any `MALLOC_MMAP_THRESHOLD_` or `glibc.malloc.mmap_threshold`
-/// tunable of the environment.
+/// threshold (it stays at its 128 KiB default), and replaces any `MALLOC_MMAP_THRESHOLD_` or
+/// `glibc.malloc.mmap_threshold` tunable of the environment.
 fn one_heap_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt takes no pointers and is thread-safe; it runs first so that no thread has

@@ -3,9 +3,8 @@
 //! right after a check that the maintenance still stands; an eviction waits for its budget's
 //! lane (a budget's pod) and a slot (the others wait in the round's order, a task spawned for
 //! each as it gets its slot), then for the API server's answer however long its admission
-//! webhooks take,
-//! and the answer, recorded in the node's memory as it arrives, wakes the maintenance's next
-//! pass (`docs/drain-contract.md §4`). Which evictions go and which answers wake a pass is
+//! webhooks take, and the answer, recorded in the node's memory as it arrives, wakes the
+//! maintenance's next pass (`docs/drain-contract.md §4`). Which evictions go and which answers wake a pass is
 //! decided by `round.rs`, `answer.rs` and `memory.rs`; this module decides nothing.
 
 use std::collections::HashMap;
@@ -132,9 +131,10 @@ impl Sender {
     /// spawned on its own once it holds a slot: evictions waiting for a slot are held here as
     /// the round planned them, not as a task each (3,000 waiting tasks took about 2 MB of a
     /// 3,000-pod drain's peak in heaptrack). A budget's pod whose lane is full waits for it on
-    /// a task of its own, so the pods behind it keep their turns (`BudgetLanes`). Once the
-    /// maintenance is halted or the controller stops, the rest are recorded as not sent at once,
-    /// not one slot at a time.
+    /// a task of its own, so the pods behind it keep their turns (`BudgetLanes`). The halt is
+    /// read before each wait for a slot: once the maintenance is halted, the rest are recorded
+    /// as not sent together, at the first slot freed (or at once when the controller stops),
+    /// instead of each waiting for a slot of its own behind other nodes' evictions.
     fn send_in_turn(&self, node: &str, evict: Vec<PlannedEviction>, standing: Standing) {
         let this = self.clone();
         let node = node.to_owned();
@@ -488,13 +488,13 @@ mod tests {
         }
     }
 
-    /// `docs/drain-contract.md` §4 ("Many evictions"): evictions take slots in the round's order,
-    /// and a budget's pod whose lane is full does not take one ahead of the pods behind it. 13
-    /// budgets of 10 pods whose evictions never answer (more than the slots once each lane has
-    /// its 8), and a pod no budget covers after the fifth budget's: that pod is sent.
-    #[tokio::test]
-    async fn pods_behind_full_budget_lanes_keep_their_turn_for_the_slots() {
-        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    /// The paths of the evictions a fake API server received.
+    type Seen = Arc<Mutex<Vec<String>>>;
+
+    /// A sender over a fake API server (both clients) that records each request's path and
+    /// never answers those of namespace `hung` (a webhook that hangs); it accepts the others.
+    fn sender_over_a_hanging_server() -> (Sender, Seen) {
+        let seen: Seen = Arc::default();
         let log = seen.clone();
         let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
             let log = log.clone();
@@ -519,12 +519,21 @@ mod tests {
             others: client,
         };
         let sender = Sender::new(clients, DrainMemory::default(), Arc::new(Metrics::new()));
-        let standing = Standing {
+        (sender, seen)
+    }
+
+    /// A maintenance that stands.
+    fn standing() -> Standing {
+        Standing {
             uid: None,
             may_send: Arc::new(|| Ok(())),
             wake: Arc::new(|| {}),
-        };
-        let planned = |namespace: &str, name: String, cause: Option<SharedCause>| PlannedEviction {
+        }
+    }
+
+    /// The eviction of pod `name` (also its UID) of `namespace`, under `cause`.
+    fn planned(namespace: &str, name: String, cause: Option<SharedCause>) -> PlannedEviction {
+        PlannedEviction {
             pod: PodReference {
                 namespace: namespace.into(),
                 name: name.clone(),
@@ -534,7 +543,29 @@ mod tests {
             awaits: None,
             cause,
             in_progress: false,
-        };
+        }
+    }
+
+    /// Waits up to 30 s for `done`; fails with what `seen` says then.
+    async fn wait_until(what: &str, mut done: impl FnMut() -> bool, seen: impl Fn() -> String) {
+        let deadline = Instant::now() + std::time::Duration::from_secs(30);
+        while !done() {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not after 30 s; {}",
+                seen()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    /// `docs/drain-contract.md` §4 ("Many evictions"): evictions take slots in the round's order,
+    /// and a budget's pod whose lane is full does not take one ahead of the pods behind it. 13
+    /// budgets of 10 pods whose evictions never answer (more than the slots once each lane has
+    /// its 8), and a pod no budget covers after the fifth budget's: that pod is sent.
+    #[tokio::test]
+    async fn pods_behind_full_budget_lanes_keep_their_turn_for_the_slots() {
+        let (sender, seen) = sender_over_a_hanging_server();
         let mut evict = Vec::new();
         for b in 0..13 {
             let cause = SharedCause::Budget {
@@ -548,17 +579,12 @@ mod tests {
                 evict.push(planned("free", "free-0".into(), None));
             }
         }
+        let standing = standing();
         sender.send("n1", Settled::default(), evict, Vec::new(), &standing);
         let free = "/api/v1/namespaces/free/pods/free-0/eviction";
-        let deadline = Instant::now() + std::time::Duration::from_secs(30);
-        while !seen.lock().unwrap().iter().any(|p| p == free) {
-            let n = seen.lock().unwrap().len();
-            assert!(
-                Instant::now() < deadline,
-                "the free pod's eviction not sent after 30 s; {n} evictions sent"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        let sent = || format!("{} evictions sent", seen.lock().unwrap().len());
+        let free_sent = || seen.lock().unwrap().iter().any(|p| p == free);
+        wait_until("the free pod's eviction sent", free_sent, sent).await;
         // The hung ones hold every slot, no more.
         let hung = || {
             let seen = seen.lock().unwrap();
@@ -566,14 +592,7 @@ mod tests {
                 .filter(|p| p.contains("/namespaces/hung/"))
                 .count()
         };
-        while hung() < EVICTION_PARALLELISM {
-            assert!(
-                Instant::now() < deadline,
-                "{} hung evictions sent after 30 s",
-                hung()
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        wait_until("every slot held", || hung() >= EVICTION_PARALLELISM, sent).await;
         assert_eq!(hung(), EVICTION_PARALLELISM);
     }
 
