@@ -1,7 +1,9 @@
 //! The reads of a pass, into one [`Observed`]: what [`plan::reads`] says the pass needs, plus
 //! what earlier passes remember (`memory.rs`); and the reads made later in a pass, right before
-//! an eviction ([`may_evict`]). Nothing here decides or writes; a dry run that learns the status
+//! an eviction: [`may_evict`] before the round, and [`standing`] before each request it sends. Nothing here decides or writes; a dry run that learns the status
 //! schema is the one request that looks like a write, and it changes nothing.
+
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -12,6 +14,7 @@ use super::context::{Context, Error};
 use super::memory::StatusSchema;
 use super::plan::{self, Observed, ObservedDeletion, ObservedMaintenance, Reads, World};
 use crate::api::NodeMaintenance;
+use crate::drain::gate::Standing;
 
 /// Reads everything the pass of `nm` needs.
 ///
@@ -246,4 +249,30 @@ pub(crate) async fn may_evict(ctx: &Context, nm: &NodeMaintenance) -> bool {
         return true;
     }
     matches!(ctx.nms.get_opt(&nm.name_any()).await, Ok(Some(o)) if current(&o))
+}
+
+/// What the drain's evictions, each sent on its own, need of `nm`: whether it may still send
+/// (`drain::gate::may_send` on the controller's cache: same UID, not being deleted, not paused,
+/// in stage Drain; the cache sees a write within moments, so no eviction is sent once a
+/// deletion, a pause or a move back is known; its node, as the Node watch holds it, not going
+/// down) and how to wake its next pass.
+pub(crate) fn standing(ctx: &Context, nm: &NodeMaintenance) -> Standing {
+    let store = ctx.store.clone();
+    let key = ObjectRef::from_obj(nm);
+    let uid = nm.metadata.uid.clone();
+    let defaults = ctx.policy.clone();
+    let (node_cache, node) = (ctx.node_cache.clone(), nm.spec.node_name.clone());
+    let wake = ctx.wake.clone();
+    let woken = key.clone();
+    Standing {
+        uid: nm.metadata.uid.clone(),
+        may_send: Arc::new(move || {
+            let current = store.get(&key);
+            let down = node_cache.get(&node).is_some_and(|e| e.shutting_down);
+            crate::drain::gate::may_send(uid.as_deref(), current.as_deref(), &defaults, down)
+        }),
+        wake: Arc::new(move || {
+            let _ = wake.unbounded_send(woken.clone());
+        }),
+    }
 }

@@ -16,7 +16,6 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
 use tracing::Instrument;
 
 use super::act;
@@ -25,7 +24,6 @@ use super::memory::error_backoff;
 use super::observe::observe;
 use super::plan::{self, Then};
 use crate::api::NodeMaintenance;
-use crate::drain::gate::Standing;
 
 /// Next pass after a write found its object changed or gone: at once, but not in a loop.
 const REQUEUE_STOPPED: Duration = Duration::from_millis(250);
@@ -117,7 +115,7 @@ async fn pass(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
             &round.node,
             round.started,
             &round.policy,
-            &standing(ctx, &current),
+            &super::observe::standing(ctx, &current),
         )
         .await?;
     if !report.done() {
@@ -136,32 +134,6 @@ async fn pass(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
         Some(Then::Requeue(requeue)) => act::action(requeue),
         _ => Action::requeue(REQUEUE_STOPPED),
     })
-}
-
-/// What the drain's evictions, each sent on its own, need of `nm`: whether it may still send
-/// (`drain::gate::may_send` on the controller's cache: same UID, not being deleted, not paused,
-/// in stage Drain; the cache sees a write within moments, so no eviction is sent once a
-/// deletion, a pause or a move back is known; its node, as the Node watch holds it, not going
-/// down) and how to wake its next pass.
-fn standing(ctx: &Context, nm: &NodeMaintenance) -> Standing {
-    let store = ctx.store.clone();
-    let key = ObjectRef::from_obj(nm);
-    let uid = nm.metadata.uid.clone();
-    let defaults = ctx.policy.clone();
-    let (node_cache, node) = (ctx.node_cache.clone(), nm.spec.node_name.clone());
-    let wake = ctx.wake.clone();
-    let woken = key.clone();
-    Standing {
-        uid: nm.metadata.uid.clone(),
-        may_send: Arc::new(move || {
-            let current = store.get(&key);
-            let down = node_cache.get(&node).is_some_and(|e| e.shutting_down);
-            crate::drain::gate::may_send(uid.as_deref(), current.as_deref(), &defaults, down)
-        }),
-        wake: Arc::new(move || {
-            let _ = wake.unbounded_send(woken.clone());
-        }),
-    }
 }
 
 /// Best effort: say in `status.lastError` what went wrong (the next successful pass replaces it).
