@@ -9,7 +9,7 @@ use crate::drain::volume_detach::{FAILED_PREFIX, Verdict, named};
 use super::condition::{self, set_condition};
 use super::status::{
     EventTarget, PlannedEvent, REQUEUE_SUCCEEDED, REQUEUE_TERMINATING, Requeue, Step, event,
-    now_time,
+    fail_with, now_time,
 };
 
 /// `Drained` condition reason while the wait holds Succeeded back.
@@ -73,24 +73,16 @@ pub(crate) fn hold(
             step.requeue = Requeue::Fixed(REQUEUE_TERMINATING);
         }
         Verdict::Fail(blockers) => {
-            s.phase = Some(MaintenancePhase::Failed);
             s.blockers = Some(capped(&blockers));
             let text = format!(
                 "{FAILED_PREFIX} ({at}); onTimeout Fail; VolumeAttachments still on the node: {}",
                 named(&blockers)
             );
-            s.last_error = Some(crate::bounds::truncate(
-                &text,
-                crate::bounds::MAX_CONDITION_MESSAGE,
-            ));
+            let error = crate::bounds::truncate(&text, crate::bounds::MAX_CONDITION_MESSAGE);
             drained(s, DETACH_TIMEOUT, text);
             step.events.retain(|e| e.reason != event::SUCCEED.0);
-            if old.phase != Some(MaintenancePhase::Failed) {
-                step.events.push(PlannedEvent::normal(
-                    EventTarget::Maintenance,
-                    event::FAILED,
-                ));
-            }
+            // Every failure's Warning `FailedMaintenance` (docs/compat.md §4).
+            fail_with(old, s, &mut step.events, error);
             step.requeue = Requeue::After(REQUEUE_SUCCEEDED);
         }
         Verdict::Skip(blockers) => {
@@ -275,6 +267,20 @@ mod tests {
             error.starts_with(FAILED_PREFIX) && error.contains('a'),
             "{error}"
         );
+        // Warning, as every FailedMaintenance (a Normal one was written here before).
+        let failed: Vec<_> = plan
+            .writes
+            .iter()
+            .filter_map(|w| match w {
+                crate::controller::plan::Write::Event { event, .. }
+                    if event.reason == event::FAILED.0 =>
+                {
+                    Some(event.warning)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(failed, [true], "one Warning FailedMaintenance");
         assert!(crate::drain::volume_detach::failed(&s, &fail.policy, t(11)));
         assert!(failing(None, &s, &fail.policy, t(11)));
         let skip = round(&running(), 10, OnTimeout::SkipStuck);
