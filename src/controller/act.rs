@@ -649,8 +649,7 @@ mod tests {
 
     /// One write of every kind, in a plan's order.
     fn every_kind() -> Vec<Write> {
-        let event =
-            PlannedEvent::normal(EventTarget::Maintenance, super::super::plan::event::BEGIN);
+        let event = PlannedEvent::normal(super::super::plan::event::BEGIN);
         let lease = |rv: Option<&str>| {
             let mut l = Lease::default();
             l.metadata.name = Some("node-n1".into());

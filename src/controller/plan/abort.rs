@@ -25,8 +25,7 @@ use super::condition::{
     ABORT_ENDED, ABORT_MARKER, ABORTED, DRAIN_ABORTED, is_aborted, set_condition,
 };
 use super::status::{
-    EventTarget, PlannedEvent, Requeue, Step, event, fail_with, is_terminal, passed, pods_left,
-    touch,
+    PlannedEvent, Requeue, Step, event, fail_with, is_terminal, passed, pods_left, touch,
 };
 use crate::api::{MaintenancePhase, NodeMaintenanceStatus, OnTimeout, Stage};
 
@@ -107,7 +106,6 @@ pub(crate) fn at_deadline(
     );
     let mut s = status.clone();
     let mut events = vec![PlannedEvent::warning(
-        EventTarget::Maintenance,
         event::DEADLINE_EXCEEDED,
         format!("{passed}; {}", OnTimeout::Abort.consequence()),
     )];

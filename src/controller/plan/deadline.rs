@@ -7,8 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::condition::{self, condition, set_condition};
 use super::pass::{Flow, Pass};
 use super::status::{
-    EventTarget, PlannedEvent, REQUEUE_SUCCEEDED, event, fail_with, now_time, passed, pods_left,
-    touch,
+    PlannedEvent, REQUEUE_SUCCEEDED, event, fail_with, now_time, passed, pods_left, touch,
 };
 use super::timeline;
 use crate::api::{MaintenancePhase, NodeMaintenanceStatus};
@@ -74,7 +73,6 @@ pub(crate) fn deadline(
     if !said && status.phase != Some(MaintenancePhase::Succeeded) {
         let then = on_timeout.consequence();
         events.push(PlannedEvent::warning(
-            EventTarget::Maintenance,
             event::DEADLINE_EXCEEDED,
             format!("{passed}; {then}"),
         ));

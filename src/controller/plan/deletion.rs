@@ -7,7 +7,7 @@ use kube::ResourceExt;
 use super::observed::ObservedDeletion;
 use super::outcome::{Plan, Then};
 use super::release::{exit, invalidate};
-use super::status::{EventTarget, PlannedEvent, Requeue, event};
+use super::status::{PlannedEvent, Requeue, event};
 use super::validate_node_name;
 use super::write::{NodePurpose, Write, Writes};
 use crate::api::{FINALIZER, NodeMaintenance, NodeMaintenanceStatus};
@@ -187,11 +187,7 @@ fn cancel_evacuations(w: &mut Writes, e: &crate::drain::cancel::Evacuations) {
         let note = format!(
             "Could not list VirtualMachineInstances to cancel their evacuations off the node; their migrations continue: {error}"
         );
-        let warning = PlannedEvent::warning(
-            EventTarget::Maintenance,
-            event::EVACUATION_NOT_CANCELLED,
-            note,
-        );
+        let warning = PlannedEvent::warning(event::EVACUATION_NOT_CANCELLED, note);
         w.events(vec![warning], None);
     }
     for vmi in &e.vmis {
@@ -203,15 +199,11 @@ fn cancel_evacuations(w: &mut Writes, e: &crate::drain::cancel::Evacuations) {
             };
             w.push(Write::CancelEvacuation {
                 vmi: vmi.clone(),
-                done: about(PlannedEvent::normal(
-                    EventTarget::Maintenance,
-                    (
-                        event::EVACUATION_CANCELLED,
-                        &format!("Cancelled the evacuation of VMI {named}"),
-                    ),
-                )),
+                done: about(PlannedEvent::normal((
+                    event::EVACUATION_CANCELLED,
+                    &format!("Cancelled the evacuation of VMI {named}"),
+                ))),
                 failed: about(PlannedEvent::warning(
-                    EventTarget::Maintenance,
                     event::EVACUATION_NOT_CANCELLED,
                     format!(
                         "Could not cancel the evacuation of VMI {named}; its migration continues"
@@ -224,10 +216,7 @@ fn cancel_evacuations(w: &mut Writes, e: &crate::drain::cancel::Evacuations) {
                 crate::drain::cancel::SUBRESOURCES_GROUP_VERSION,
                 crate::drain::cancel::CANCEL_RESOURCE
             );
-            let mut e = PlannedEvent::normal(
-                EventTarget::Maintenance,
-                (event::EVACUATION_CONTINUES, &note),
-            );
+            let mut e = PlannedEvent::normal((event::EVACUATION_CONTINUES, &note));
             e.vmi = Some(vmi.clone());
             w.events(vec![e], None);
         }

@@ -4,7 +4,7 @@
 use super::condition::{self, condition, set_condition};
 use super::pass::{Flow, Pass};
 use super::pre_drain_hooks;
-use super::status::{EventTarget, PlannedEvent, event};
+use super::status::{PlannedEvent, event};
 use crate::api::NodeMaintenanceStatus;
 
 impl Pass<'_> {
@@ -54,10 +54,7 @@ pub(crate) fn policy(
                 now,
             );
             if was_paused != Some(true) {
-                events.push(PlannedEvent::normal(
-                    EventTarget::Maintenance,
-                    event::PAUSED,
-                ));
+                events.push(PlannedEvent::normal(event::PAUSED));
             }
         }
         (false, Some(true)) => {
@@ -71,10 +68,7 @@ pub(crate) fn policy(
                 generation,
                 now,
             );
-            events.push(PlannedEvent::normal(
-                EventTarget::Maintenance,
-                event::RESUMED,
-            ));
+            events.push(PlannedEvent::normal(event::RESUMED));
         }
         (false, _) => {}
     }
@@ -90,7 +84,6 @@ pub(crate) fn policy(
             let message = format!("{refused}; the default applies");
             if before.as_deref() != Some(message.as_str()) {
                 events.push(PlannedEvent::warning(
-                    EventTarget::Maintenance,
                     event::INVALID_POLICY,
                     message.clone(),
                 ));

@@ -8,8 +8,8 @@ use super::condition::{self, set_condition};
 use super::outcome::{DrainRound, Plan, Then};
 use super::pass::{Flow, Pass};
 use super::status::{
-    EventTarget, PlannedEvent, REQUEUE_SUCCEEDED, REQUEUE_TERMINATING, Requeue, Step, count, event,
-    names, non_empty, now_time, touch,
+    PlannedEvent, REQUEUE_SUCCEEDED, REQUEUE_TERMINATING, Requeue, Step, count, event, names,
+    non_empty, now_time, touch,
 };
 use super::volume_detach;
 use crate::api::{MaintenancePhase, NodeMaintenanceStatus};
@@ -172,9 +172,9 @@ pub(crate) fn drained(
         for b in pods {
             let note = pod_note(b);
             let e = if warning {
-                PlannedEvent::warning(EventTarget::Maintenance, reason, note)
+                PlannedEvent::warning(reason, note)
             } else {
-                PlannedEvent::normal(EventTarget::Maintenance, (reason, &note))
+                PlannedEvent::normal((reason, &note))
             };
             events.push(e.about(b));
         }
@@ -184,8 +184,7 @@ pub(crate) fn drained(
     for f in &report.newly_failed_migrations {
         let b = &f.blocker;
         let note = pod_note(b);
-        let mut e =
-            PlannedEvent::warning(EventTarget::Maintenance, event::POD_MIGRATION_FAILED, note);
+        let mut e = PlannedEvent::warning(event::POD_MIGRATION_FAILED, note);
         e.migration = Some(crate::drain::cancel::VmiRef {
             namespace: b.namespace.clone(),
             name: f.migration.clone(),
@@ -194,10 +193,7 @@ pub(crate) fn drained(
     }
     if report.done() {
         if old.phase != Some(MaintenancePhase::Succeeded) {
-            events.push(PlannedEvent::normal(
-                EventTarget::Maintenance,
-                event::SUCCEED,
-            ));
+            events.push(PlannedEvent::normal(event::SUCCEED));
         }
         s.phase = Some(MaintenancePhase::Succeeded);
         s.drain_progress = Some(100);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::condition::{self, set_condition};
 use super::pass::{Flow, Pass};
 use super::record::entered_record;
-use super::status::{EventTarget, PlannedEvent, Requeue, Step, event, not_cordoned};
+use super::status::{PlannedEvent, Requeue, Step, event, not_cordoned};
 use super::timeline::{self, StartRecord};
 use super::write::{NodePurpose, Write};
 use crate::api::{MaintenancePhase, NodeMaintenanceStatus, Stage};
@@ -130,7 +130,6 @@ pub(crate) fn entered(
     let mut events = Vec::new();
     if !repaired.is_empty() {
         events.push(PlannedEvent::warning(
-            EventTarget::Maintenance,
             event::REAPPLIED,
             format!(
                 "Re-applied maintenance to node {node}: {} had been removed",

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::pass::{Flow, Pass};
-use super::status::{EventTarget, PlannedEvent, Requeue, Step, event};
+use super::status::{PlannedEvent, Requeue, Step, event};
 use super::timeline::{self, Timeline};
 use super::write::Write;
 
@@ -33,7 +33,7 @@ impl Pass<'_> {
             t.drain_ended.unwrap_or(expires),
             jiff::SignedDuration::try_from(after).unwrap_or_default()
         );
-        let e = PlannedEvent::normal(EventTarget::Maintenance, (event::EXPIRED, &message));
+        let e = PlannedEvent::normal((event::EXPIRED, &message));
         let status = self.status.clone();
         self.w.status(&status);
         self.w.events(vec![e], self.node);

@@ -8,8 +8,8 @@ use super::condition::{self, set_condition};
 use super::pass::{Flow, Pass};
 use super::release::{exit, invalidate};
 use super::status::{
-    EventTarget, MAX_LEASE_ERRORS, PlannedEvent, Requeue, Step, event, fail, held_lease_before,
-    not_cordoned, touch,
+    MAX_LEASE_ERRORS, PlannedEvent, Requeue, Step, event, fail, held_lease_before, not_cordoned,
+    touch,
 };
 use super::write::{NodePurpose, Write, Writes};
 use crate::api::NodeMaintenanceStatus;
@@ -236,7 +236,7 @@ pub(crate) fn lease_failed(
     let mut s = recorded.clone();
     let mut events = Vec::new();
     if uncordoned {
-        events.push(PlannedEvent::normal(EventTarget::Node, event::UNCORDON));
+        events.push(PlannedEvent::normal(event::UNCORDON).on_node());
     }
     fail(recorded, &mut s, &mut events);
     let cordoned = (

@@ -12,9 +12,7 @@ use super::maintenance::{PassStep, steps};
 use super::pass::{Flow, Pass};
 use super::record::provider_id;
 use super::release::invalidate;
-use super::status::{
-    EventTarget, PlannedEvent, Requeue, Step, event, fail_with, is_terminal, not_cordoned,
-};
+use super::status::{PlannedEvent, Requeue, Step, event, fail_with, is_terminal, not_cordoned};
 use super::timeline::{self, Timeline};
 use super::volume_detach;
 use crate::api::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
@@ -168,11 +166,7 @@ pub(crate) fn node_replaced(
     );
     let text = crate::bounds::truncate(&text, crate::bounds::MAX_EVENT_NOTE);
     if old.last_error.as_deref() != Some(text.as_str()) {
-        events.push(PlannedEvent::warning(
-            EventTarget::Maintenance,
-            event::NODE_REPLACED,
-            text.clone(),
-        ));
+        events.push(PlannedEvent::warning(event::NODE_REPLACED, text.clone()));
     }
     let cordoned = ("NodeReplaced", text.clone());
     let requeue = REQUEUE_NODE_MISSING;

@@ -5,7 +5,7 @@
 //! Every other stage, Drain (upstream's only behaviour) included, keeps upstream's events
 //! (docs/drain-contract.md §10, "Stages and events").
 
-use super::status::{EventTarget, PlannedEvent};
+use super::status::PlannedEvent;
 use super::write::Write;
 use crate::api::{NodeMaintenanceStatus, Stage};
 
@@ -45,7 +45,7 @@ pub(super) fn writes(
     let preflight = stage == Stage::Preflight;
     let cordoned = status.is_some_and(|s| condition(s, condition::CORDONED).is_some());
     let event = |e| Write::Event {
-        event: PlannedEvent::normal(EventTarget::Maintenance, e),
+        event: PlannedEvent::normal(e),
         node: None,
     };
     let begin = if preflight {

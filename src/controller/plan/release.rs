@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Node;
 use super::condition::{self, condition, set_condition};
 use super::pass::{Flow, Pass};
 use super::record::clear_record;
-use super::status::{EventTarget, PlannedEvent, Requeue, Step, event, touch};
+use super::status::{PlannedEvent, Requeue, Step, event, touch};
 use super::timeline;
 use super::write::{NodePurpose, Write, Writes};
 use crate::api::NodeMaintenanceStatus;
@@ -95,7 +95,7 @@ pub(super) fn exit(
         purpose,
     });
     if announce && uncordon {
-        let e = PlannedEvent::normal(EventTarget::Node, event::UNCORDON);
+        let e = PlannedEvent::normal(event::UNCORDON).on_node();
         w.events(vec![e], Some(node));
     }
     Some(uncordon)

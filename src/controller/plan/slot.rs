@@ -3,7 +3,7 @@
 
 use super::condition::{self, condition, set_condition};
 use super::pass::{Flow, Pass};
-use super::status::{EventTarget, PlannedEvent, event};
+use super::status::{PlannedEvent, event};
 use crate::api::NodeMaintenanceStatus;
 use crate::controller::queue::Place;
 
@@ -55,10 +55,7 @@ pub(crate) fn queued(
                  node stays in service until then"
             );
             if was != Some(true) {
-                events.push(PlannedEvent::normal(
-                    EventTarget::Maintenance,
-                    (event::QUEUED, &message),
-                ));
+                events.push(PlannedEvent::normal((event::QUEUED, &message)));
             }
             set_condition(
                 &mut s,
@@ -71,10 +68,7 @@ pub(crate) fn queued(
             );
         }
         _ if was == Some(true) => {
-            events.push(PlannedEvent::normal(
-                EventTarget::Maintenance,
-                event::DEQUEUED,
-            ));
+            events.push(PlannedEvent::normal(event::DEQUEUED));
             set_condition(
                 &mut s,
                 condition::DRAIN_QUEUED,

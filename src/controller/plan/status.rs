@@ -109,10 +109,10 @@ pub(crate) struct PlannedEvent {
 }
 
 impl PlannedEvent {
-    /// A Normal event.
-    pub(crate) fn normal(target: EventTarget, (reason, message): (&'static str, &str)) -> Self {
+    /// A Normal event on the NodeMaintenance ([`Self::on_node`] moves it to the node).
+    pub(crate) fn normal((reason, message): (&'static str, &str)) -> Self {
         Self {
-            target,
+            target: EventTarget::Maintenance,
             warning: false,
             reason,
             message: message.to_string(),
@@ -121,20 +121,20 @@ impl PlannedEvent {
             migration: None,
         }
     }
-    /// A Warning event.
-    pub(crate) fn warning(
-        target: EventTarget,
-        reason: &'static str,
-        message: impl Into<String>,
-    ) -> Self {
+    /// A Warning event on the NodeMaintenance.
+    pub(crate) fn warning(reason: &'static str, message: impl Into<String>) -> Self {
         Self {
-            target,
             warning: true,
-            reason,
             message: message.into(),
-            pod: None,
-            vmi: None,
-            migration: None,
+            ..Self::normal((reason, ""))
+        }
+    }
+
+    /// The same event, on the node.
+    pub(crate) fn on_node(self) -> Self {
+        Self {
+            target: EventTarget::Node,
+            ..self
         }
     }
 
@@ -242,11 +242,7 @@ pub(crate) fn fail(
 ) {
     if old.phase != Some(MaintenancePhase::Failed) {
         let (reason, message) = event::FAILED;
-        events.push(PlannedEvent::warning(
-            EventTarget::Maintenance,
-            reason,
-            message,
-        ));
+        events.push(PlannedEvent::warning(reason, message));
     }
     status.phase = Some(MaintenancePhase::Failed);
 }

@@ -8,8 +8,7 @@ use crate::drain::volume_detach::{FAILED_PREFIX, Verdict, named};
 
 use super::condition::{self, set_condition};
 use super::status::{
-    EventTarget, PlannedEvent, REQUEUE_SUCCEEDED, REQUEUE_TERMINATING, Requeue, Step, event,
-    fail_with, now_time,
+    PlannedEvent, REQUEUE_SUCCEEDED, REQUEUE_TERMINATING, Requeue, Step, event, fail_with, now_time,
 };
 
 /// `Drained` condition reason while the wait holds Succeeded back.
@@ -104,7 +103,6 @@ pub(crate) fn hold(
             }
             if old.phase != Some(MaintenancePhase::Succeeded) {
                 step.events.push(PlannedEvent::warning(
-                    EventTarget::Maintenance,
                     DETACH_TIMEOUT,
                     crate::bounds::truncate(&text, crate::bounds::MAX_EVENT_NOTE),
                 ));
