@@ -40,10 +40,6 @@ impl Pass<'_> {
         self.w.push(Write::DeleteMaintenance {
             uid: self.o.nm.metadata.uid.clone(),
         });
-        Flow::Break(self.end_remembering(Step {
-            status,
-            events: Vec::new(),
-            requeue: Requeue::Never,
-        }))
+        Flow::Break(self.end_remembering(Step::quiet(status, Requeue::Never)))
     }
 }

@@ -161,11 +161,7 @@ pub(crate) fn lease_result(
                 now,
             );
             touch(&mut s, generation, now);
-            LeaseStep::Wait(Step {
-                status: s,
-                events: Vec::new(),
-                requeue: Requeue::LeaseWait,
-            })
+            LeaseStep::Wait(Step::quiet(s, Requeue::LeaseWait))
         }
         LeaseObservation::AlreadyHeld(err) => {
             // Our own status write wakes the controller at once; without spacing, the four
@@ -182,11 +178,10 @@ pub(crate) fn lease_result(
                 if elapsed < spacing {
                     let remaining = Duration::try_from(spacing.saturating_sub(elapsed))
                         .unwrap_or(REQUEUE_LEASE_LOST);
-                    return LeaseStep::Wait(Step {
-                        status: old.clone(),
-                        events: Vec::new(),
-                        requeue: Requeue::After(remaining.max(Duration::from_millis(100))),
-                    });
+                    return LeaseStep::Wait(Step::quiet(
+                        old.clone(),
+                        Requeue::After(remaining.max(Duration::from_millis(100))),
+                    ));
                 }
             }
             let n = n.saturating_add(1);
@@ -205,20 +200,12 @@ pub(crate) fn lease_result(
                 s.last_error = Some(format!(
                     "maintenance failed: lease could not be extended after {n} attempts"
                 ));
-                LeaseStep::Stop(Step {
-                    status: s,
-                    events: Vec::new(),
-                    requeue: Requeue::Never,
-                })
+                LeaseStep::Stop(Step::quiet(s, Requeue::Never))
             } else {
                 s.last_error = Some(format!(
                     "failed to extend a lease that used to be owned by us, incrementing error on lease count: {err}, errorOnLeaseCount: {n}"
                 ));
-                LeaseStep::Wait(Step {
-                    status: s,
-                    events: Vec::new(),
-                    requeue: Requeue::Fixed(REQUEUE_LEASE_LOST),
-                })
+                LeaseStep::Wait(Step::quiet(s, Requeue::Fixed(REQUEUE_LEASE_LOST)))
             }
         }
     }

@@ -139,11 +139,10 @@ impl<'a> Pass<'a> {
 
     /// Ends the pass holding the status reached, back after `requeue` (or when due sooner).
     pub(super) fn hold(&mut self, requeue: Duration) -> Plan {
-        let step = Step {
-            status: self.status.clone(),
-            events: Vec::new(),
-            requeue: Requeue::After(self.due.map_or(requeue, |d| d.min(requeue))),
-        };
+        let step = Step::quiet(
+            self.status.clone(),
+            Requeue::After(self.due.map_or(requeue, |d| d.min(requeue))),
+        );
         self.end_remembering(step)
     }
 

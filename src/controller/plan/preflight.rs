@@ -37,9 +37,5 @@ pub(crate) fn preflight(
     if *status != s {
         touch(&mut s, generation, now);
     }
-    Step {
-        status: s,
-        events: Vec::new(),
-        requeue: Requeue::After(REQUEUE_PREFLIGHT),
-    }
+    Step::quiet(s, Requeue::After(REQUEUE_PREFLIGHT))
 }

@@ -41,11 +41,10 @@ impl Pass<'_> {
             invalidate(&mut self.w, lease.as_ref());
         }
         self.w.push(clear_record());
-        Flow::Break(self.end(Step {
-            status: NodeMaintenanceStatus::default(),
-            events: Vec::new(),
-            requeue: Requeue::After(REQUEUE_NODE_CHANGED),
-        }))
+        Flow::Break(self.end(Step::quiet(
+            NodeMaintenanceStatus::default(),
+            Requeue::After(REQUEUE_NODE_CHANGED),
+        )))
     }
 
     pub(super) fn release(&mut self) -> Flow {

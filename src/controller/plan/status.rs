@@ -175,6 +175,17 @@ pub(crate) struct Step {
     pub requeue: Requeue,
 }
 
+impl Step {
+    /// A step that records `status` without an event and comes back after `requeue`.
+    pub(crate) fn quiet(status: NodeMaintenanceStatus, requeue: Requeue) -> Self {
+        Self {
+            status,
+            events: Vec::new(),
+            requeue,
+        }
+    }
+}
+
 /// Re-check of a Succeeded maintenance: renews the 3600 s lease well before it expires and
 /// corrects drift the Node watch might have missed.
 pub(crate) const REQUEUE_SUCCEEDED: Duration = Duration::from_secs(300);
