@@ -263,6 +263,37 @@ pub struct PodBlocker {
     pub expected_completion_time: Option<String>,
 }
 
+impl PodBlocker {
+    /// `pod` held for `reason` (one of [`Self::reason`]'s), with `message`; the other fields
+    /// empty.
+    pub(crate) fn of(pod: &PodReference, reason: &str, message: String) -> Self {
+        Self {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            reason: reason.to_string(),
+            message: Some(message),
+            ..Self::default()
+        }
+    }
+
+    /// The pod it is about.
+    pub(crate) fn pod(&self) -> PodReference {
+        PodReference {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+
+    /// The same blocker, about `pod`: a refusal that holds every pod of its budget.
+    pub(crate) fn for_pod(&self, pod: &PodReference) -> Self {
+        Self {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            ..self.clone()
+        }
+    }
+}
+
 /// Why a `spec.nodeName` cannot name a Node. Displays as a clause for a sentence about the name
 /// ("it is empty").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

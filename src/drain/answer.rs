@@ -251,13 +251,9 @@ pub(crate) fn classify_eviction(
         ) => s.message.clone(),
         _ => api_error.clone().unwrap_or_default(),
     };
-    let mut blocker = row.reason.map(|reason| PodBlocker {
-        namespace: pod.namespace.clone(),
-        name: pod.name.clone(),
-        reason: reason.to_string(),
-        message: Some(message),
-        ..PodBlocker::default()
-    });
+    let mut blocker = row
+        .reason
+        .map(|reason| PodBlocker::of(pod, reason, message));
     let mut shared = None;
     if kind == Answer::Budget
         && let Some((pdb, desired, current)) = status

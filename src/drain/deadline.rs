@@ -134,13 +134,11 @@ pub(crate) fn terminating_blocker(pod: &DrainPod, now: jiff::Timestamp) -> Optio
         .or(pod.spec.termination_grace_period_seconds)
         .unwrap_or(30);
     let overdue = now.duration_since(due).as_secs();
-    let mut b = PodBlocker {
-        namespace: pod.metadata.namespace.clone(),
-        name: pod.metadata.name.clone(),
-        reason: reason::TERMINATING.to_string(),
-        message: Some(format!("terminating (grace period {grace}s, due at {due})")),
-        ..PodBlocker::default()
-    };
+    let mut b = PodBlocker::of(
+        &pod.reference(),
+        reason::TERMINATING,
+        format!("terminating (grace period {grace}s, due at {due})"),
+    );
     if overdue > STUCK_TERMINATING_MARGIN.as_secs() as i64 {
         let finalizers = &pod.metadata.finalizers;
         // No live counter in the text: the status is rewritten only when it changes, and every
@@ -186,13 +184,7 @@ pub(crate) fn overdue_skipped(pod: &DrainPod) -> PodBlocker {
             pod.metadata.finalizers.join(", ")
         ));
     }
-    PodBlocker {
-        namespace: pod.metadata.namespace.clone(),
-        name: pod.metadata.name.clone(),
-        reason: reason::DELETION_OVERDUE.to_string(),
-        message: Some(message),
-        ..PodBlocker::default()
-    }
+    PodBlocker::of(&pod.reference(), reason::DELETION_OVERDUE, message)
 }
 
 /// The blocker of a pod deleted at `at` (the API server's time of the round that decided it)
@@ -207,29 +199,25 @@ pub(crate) fn force_deleted(
     } else {
         format!("its grace period ends by the drain deadline {deadline}")
     };
-    PodBlocker {
-        namespace: pod.namespace.clone(),
-        name: pod.name.clone(),
-        reason: reason::FORCE_DELETED.to_string(),
-        message: Some(format!(
+    PodBlocker::of(
+        pod,
+        reason::FORCE_DELETED,
+        format!(
             "deleting since {at} with a grace period of {grace}s: {why} (onTimeout ForceDelete)"
-        )),
-        ..PodBlocker::default()
-    }
+        ),
+    )
 }
 
 /// The blocker of a pod whose forced DELETE failed with `error` (the API server's text).
 pub(crate) fn force_delete_failed(pod: &PodReference, error: &str) -> PodBlocker {
-    PodBlocker {
-        namespace: pod.namespace.clone(),
-        name: pod.name.clone(),
-        reason: reason::FORCE_DELETE_FAILED.to_string(),
-        message: Some(format!(
+    PodBlocker::of(
+        pod,
+        reason::FORCE_DELETE_FAILED,
+        format!(
             "the DELETE after the drain deadline failed: {error}; retried in {}s",
             FORCE_DELETE_RETRY.as_secs()
-        )),
-        ..PodBlocker::default()
-    }
+        ),
+    )
 }
 
 #[cfg(test)]

@@ -319,27 +319,19 @@ pub(crate) fn waiting_blocker(
                 .to_string(),
         ),
     };
-    PodBlocker {
-        namespace: pod.namespace.clone(),
-        name: pod.name.clone(),
-        reason: reason.to_string(),
-        message: Some(message),
-        ..PodBlocker::default()
-    }
+    PodBlocker::of(pod, reason, message)
 }
 
 /// The status entry of a pod left on the node on purpose ([`Disposition::KeepReplacement`]).
 pub(crate) fn skipped_entry(pod: &PodReference) -> PodBlocker {
-    PodBlocker {
-        namespace: pod.namespace.clone(),
-        name: pod.name.clone(),
-        reason: reason::TOLERATES_MAINTENANCE.to_string(),
-        message: Some(format!(
+    PodBlocker::of(
+        pod,
+        reason::TOLERATES_MAINTENANCE,
+        format!(
             "not evicted: the pod arrived after the drain started and tolerates \
              {UNSCHEDULABLE_TAINT_KEY}:{NO_SCHEDULE} and {DRAIN_TAINT_KEY}:{NO_SCHEDULE}, so it is \
              a replacement that would be scheduled onto this node again however often it is \
              evicted"
-        )),
-        ..PodBlocker::default()
-    }
+        ),
+    )
 }

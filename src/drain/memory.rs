@@ -82,11 +82,7 @@ pub(crate) struct SharedEntry {
 impl SharedEntry {
     /// The refusal as it stands for `pod`: its blocker and upstream-format error text.
     pub(crate) fn for_pod(&self, pod: &PodReference) -> (PodBlocker, Option<String>) {
-        let blocker = PodBlocker {
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
-            ..self.blocker.clone()
-        };
+        let blocker = self.blocker.for_pod(pod);
         let error = self.error.as_deref().map(|e| evicting_error(pod, e));
         (blocker, error)
     }
@@ -220,10 +216,7 @@ impl RetrySchedule {
         let Some(b) = self.pods.get_mut(uid).and_then(|p| p.forced.take()) else {
             return;
         };
-        let pod = PodReference {
-            namespace: b.namespace.clone(),
-            name: b.name.clone(),
-        };
+        let pod = b.pod();
         self.pod(uid).refused = Some(Box::new(Refusal {
             due: now + deadline::FORCE_DELETE_RETRY,
             blocker: deadline::force_delete_failed(&pod, error),
@@ -400,17 +393,13 @@ impl RetrySchedule {
 /// The blocker of a pod whose eviction was sent and not yet answered ([`reason::EVICTING`]).
 /// No time in the text: the status is rewritten only when it changes.
 pub(crate) fn evicting(pod: &PodReference) -> PodBlocker {
-    PodBlocker {
-        namespace: pod.namespace.clone(),
-        name: pod.name.clone(),
-        reason: reason::EVICTING.to_string(),
-        message: Some(
-            "eviction requested; waiting for the API server's answer (an admission webhook on \
+    PodBlocker::of(
+        pod,
+        reason::EVICTING,
+        "eviction requested; waiting for the API server's answer (an admission webhook on \
              pods/eviction may be slow)"
-                .to_string(),
-        ),
-        ..PodBlocker::default()
-    }
+            .to_string(),
+    )
 }
 
 /// What a round leaves in the node's memory, applied by the executor under the memory's lock
@@ -444,16 +433,14 @@ pub(crate) type DrainMemory = std::sync::Arc<std::sync::Mutex<HashMap<String, Re
 /// The blocker of an evicted pod, gone from the node, whose controller's replacement is awaited
 /// ([`reason::AWAITING_REPLACEMENT`]).
 pub(crate) fn awaiting_replacement(pod: &PodReference) -> PodBlocker {
-    PodBlocker {
-        namespace: pod.namespace.clone(),
-        name: pod.name.clone(),
-        reason: reason::AWAITING_REPLACEMENT.to_string(),
-        message: Some(format!(
+    PodBlocker::of(
+        pod,
+        reason::AWAITING_REPLACEMENT,
+        format!(
             "evicted and gone; it tolerates the maintenance taints, so its controller's \
              replacement may be scheduled back onto this node: waiting up to {}s for it, to name \
              it as kept",
             REPLACEMENT_WAIT.as_secs()
-        )),
-        ..PodBlocker::default()
-    }
+        ),
+    )
 }

@@ -108,16 +108,14 @@ pub(crate) fn held(pod: &PodReference, annotation: &str) -> PodBlocker {
     } else {
         "false"
     };
-    PodBlocker {
-        namespace: pod.namespace.clone(),
-        name: pod.name.clone(),
-        reason: reason::OPTED_OUT.to_string(),
-        message: Some(format!(
+    PodBlocker::of(
+        pod,
+        reason::OPTED_OUT,
+        format!(
             "annotated {annotation}={value} (--honor-opt-out-annotations): not evicted; held \
              until the drain deadline, whose onTimeout then applies to it"
-        )),
-        ..PodBlocker::default()
-    }
+        ),
+    )
 }
 
 #[cfg(test)]

@@ -70,11 +70,7 @@ pub(crate) fn follow(
 ) -> Option<PodBlocker> {
     let refusal = probe?;
     (refusal.reason == reason::PDB && refusal.pod_disruption_budget.as_deref() == Some(budget))
-        .then(|| PodBlocker {
-            namespace: pod.metadata.namespace.clone(),
-            name: pod.metadata.name.clone(),
-            ..refusal.clone()
-        })
+        .then(|| refusal.for_pod(&pod.reference()))
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use super::answer::evicting_error;
 use super::consts::reason;
 pub(crate) use super::consts::reason::{EVICTION_RESPONDER, moving};
 use super::pod::DrainPod;
-use crate::api::{PodBlocker, PodReference};
+use crate::api::PodBlocker;
 use crate::watch::optional::{OptionalWatch, Unavailable};
 
 /// The resource this module watches, in the group version that serves EvictionRequests.
@@ -183,10 +183,7 @@ pub(crate) fn show(
             continue;
         }
         r.show_in(b);
-        let pod = PodReference {
-            namespace: b.namespace.clone(),
-            name: b.name.clone(),
-        };
+        let pod = b.pod();
         // Every refusal's text is `evicting_error(pod, ..)`: its prefix names the pod.
         quiet.push(evicting_error(&pod, ""));
     }
@@ -245,6 +242,7 @@ impl ResponderWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::PodReference;
     use crate::drain::DrainReport;
     use serde_json::{Value, json};
 

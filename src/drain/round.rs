@@ -597,21 +597,18 @@ impl<'a> Gate<'a> {
 /// The blocker of a pod held by `budget` before any of its pods was refused (the budget's
 /// status allows no disruption): its name and healthy counts, as a refusal's cause gives them.
 fn held_by(budget: &Budget, pod: &PodReference) -> PodBlocker {
+    let message = format!(
+        "not asked: the disruption budget {} allows no disruption now (it needs {} healthy pods \
+         and has {}); one of its pods is asked at a time",
+        budget.name,
+        budget.desired.map_or("?".to_string(), |d| d.to_string()),
+        budget.current.map_or("?".to_string(), |c| c.to_string()),
+    );
     PodBlocker {
-        namespace: pod.namespace.clone(),
-        name: pod.name.clone(),
-        reason: reason::PDB.to_string(),
-        message: Some(format!(
-            "not asked: the disruption budget {} allows no disruption now (it needs {} healthy \
-             pods and has {}); one of its pods is asked at a time",
-            budget.name,
-            budget.desired.map_or("?".to_string(), |d| d.to_string()),
-            budget.current.map_or("?".to_string(), |c| c.to_string()),
-        )),
         pod_disruption_budget: Some(budget.name.clone()),
         desired_healthy: budget.desired,
         current_healthy: budget.current,
-        ..PodBlocker::default()
+        ..PodBlocker::of(pod, reason::PDB, message)
     }
 }
 

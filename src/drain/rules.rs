@@ -73,27 +73,23 @@ pub(crate) fn need_namespaces(rules: &[DrainRule]) -> bool {
 
 /// The status entry of a pod its drain label keeps ([`Disposition::SkipByRule`]).
 pub(crate) fn skipped_by_rule(pod: &PodReference, label: &str) -> PodBlocker {
-    PodBlocker {
-        namespace: pod.namespace.clone(),
-        name: pod.name.clone(),
-        reason: reason::SKIPPED.to_string(),
-        message: Some(format!("not evicted: {}", says(label, "skip"))),
-        ..PodBlocker::default()
-    }
+    PodBlocker::of(
+        pod,
+        reason::SKIPPED,
+        format!("not evicted: {}", says(label, "skip")),
+    )
 }
 
 /// The blocker of a pod its drain label says to wait for ([`Disposition::WaitCompleted`]).
 pub(crate) fn waiting_for_completion(pod: &PodReference, label: &str) -> PodBlocker {
-    PodBlocker {
-        namespace: pod.namespace.clone(),
-        name: pod.name.clone(),
-        reason: reason::WAITING_FOR_COMPLETION.to_string(),
-        message: Some(format!(
+    PodBlocker::of(
+        pod,
+        reason::WAITING_FOR_COMPLETION,
+        format!(
             "{}: not evicted; the drain waits until it finishes",
             says(label, "wait-completed")
-        )),
-        ..PodBlocker::default()
-    }
+        ),
+    )
 }
 
 #[cfg(test)]

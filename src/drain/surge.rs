@@ -233,7 +233,7 @@ pub(crate) fn verdict(
             ),
             None => (reason::SURGING, waiting(d)),
         };
-        return Verdict::Hold(blocker(r, why, text));
+        return Verdict::Hold(PodBlocker::of(r, why, text));
     }
     let held_by_budget = budget.is_some_and(|b| b.allowed <= 0) || refused;
     if !held_by_budget && d.replicas > 1 {
@@ -256,7 +256,7 @@ pub(crate) fn verdict(
         None
     };
     match cannot {
-        Some(cannot) => Verdict::Hold(blocker(
+        Some(cannot) => Verdict::Hold(PodBlocker::of(
             r,
             reason::CANNOT_SURGE,
             format!(
@@ -265,7 +265,7 @@ pub(crate) fn verdict(
                 d.named()
             ),
         )),
-        None => Verdict::Restart(blocker(
+        None => Verdict::Restart(PodBlocker::of(
             r,
             reason::SURGING,
             format!(
@@ -285,16 +285,6 @@ fn waiting(d: &Deployment) -> String {
         "{} was restarted for this maintenance (surge RolloutRestart): {WAITING}",
         d.named()
     )
-}
-
-fn blocker(r: &PodReference, why: &str, message: String) -> PodBlocker {
-    PodBlocker {
-        namespace: r.namespace.clone(),
-        name: r.name.clone(),
-        reason: why.to_string(),
-        message: Some(message),
-        ..PodBlocker::default()
-    }
 }
 
 /// The rule over a round's `pods` (`policy.surge`; nothing unless `RolloutRestart`, nor once the

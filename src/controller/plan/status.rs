@@ -141,10 +141,7 @@ impl PlannedEvent {
     /// The same event, about `pod` besides (its `related` object).
     pub(crate) fn about(self, pod: &crate::api::PodBlocker) -> Self {
         Self {
-            pod: Some(PodReference {
-                namespace: pod.namespace.clone(),
-                name: pod.name.clone(),
-            }),
+            pod: Some(pod.pod()),
             ..self
         }
     }
