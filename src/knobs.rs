@@ -212,7 +212,7 @@ impl DrainKnobs {
     pub const PAUSED: Knob = knob!("paused", "true, false");
     /// `drainTimeout`: a duration ([`parse_duration`]).
     pub const DRAIN_TIMEOUT: Knob = knob!("drainTimeout", DURATION_ACCEPTED);
-    /// `onTimeout`: one of [`OnTimeout::ALL`].
+    /// `onTimeout`: one of [`OnTimeout`]'s variants, spelled as named.
     pub const ON_TIMEOUT: Knob = knob!("onTimeout", "Wait, Fail, SkipStuck, ForceDelete, Abort");
     /// `drainRules`: the rules, as a JSON list in the annotation ([`parse_rules`]).
     pub const DRAIN_RULES: Knob = knob!(
@@ -221,7 +221,7 @@ impl DrainKnobs {
          WaitCompleted, order}, each with at least one selector of at least one matchLabels or \
          matchExpressions entry"
     );
-    /// `stage`: one of [`Stage::ALL`].
+    /// `stage`: one of [`Stage`]'s variants, spelled as named.
     pub const STAGE: Knob = knob!("stage", "Preflight, Idle, Cordon, Drain");
     /// `nodeConditions`: `"true"` or `"false"`.
     pub const NODE_CONDITIONS: Knob = knob!("nodeConditions", "true, false");
@@ -235,9 +235,9 @@ impl DrainKnobs {
         "waitForVolumeDetach",
         "true, false, or a positive duration bound such as 5m"
     );
-    /// `daemonSets`: one of [`DaemonSets::ALL`].
+    /// `daemonSets`: one of [`DaemonSets`]'s variants, spelled as named.
     pub const DAEMON_SETS: Knob = knob!("daemonSets", "Ignore, EvictLast");
-    /// `surge`: one of [`Surge::ALL`].
+    /// `surge`: one of [`Surge`]'s variants, spelled as named.
     pub const SURGE: Knob = knob!("surge", "Never, RolloutRestart");
     /// Every knob, in the order of the fields.
     pub const ALL: [Knob; 11] = [
@@ -343,39 +343,23 @@ fn rules_flag(s: &str) -> Result<DrainRules, String> {
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, clap::ValueEnum,
 )]
+#[value(rename_all = "verbatim")]
 pub enum Stage {
     /// Only `status.blockers`, from server-side dry-run evictions; nothing else is touched.
-    #[value(name = "Preflight")]
     Preflight,
     /// Nothing on the node is touched and no lease is held.
-    #[value(name = "Idle")]
     Idle,
     /// Lease, cordon, both taints and the exclude-from-remediation label; no eviction.
-    #[value(name = "Cordon")]
     Cordon,
     /// Cordon and drain (upstream's behaviour).
     #[default]
-    #[value(name = "Drain")]
     Drain,
 }
 
-impl Stage {
-    /// Every value, as the CRD, the annotation and the flag spell it.
-    pub const ALL: &'static [(Stage, &'static str)] = &[
-        (Self::Preflight, "Preflight"),
-        (Self::Idle, "Idle"),
-        (Self::Cordon, "Cordon"),
-        (Self::Drain, "Drain"),
-    ];
-}
-
 impl std::fmt::Display for Stage {
+    /// The value as the CRD, the annotation and the flag spell it: the variant's name.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let name = Self::ALL
-            .iter()
-            .find(|(v, _)| v == self)
-            .map_or("Drain", |(_, n)| n);
-        f.write_str(name)
+        std::fmt::Debug::fmt(self, f)
     }
 }
 
@@ -389,21 +373,14 @@ impl std::fmt::Display for Stage {
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, clap::ValueEnum,
 )]
+#[value(rename_all = "verbatim")]
 pub enum DaemonSets {
     /// Left on the node (upstream's behaviour, kubectl's `--ignore-daemonsets`).
     #[default]
-    #[value(name = "Ignore")]
     Ignore,
     /// Evicted once every other pod has left the node, before the system-critical pods and the
     /// operator's own pod; one that comes back (it tolerates the maintenance taints) is kept.
-    #[value(name = "EvictLast")]
     EvictLast,
-}
-
-impl DaemonSets {
-    /// Every value, as the CRD, the annotation and the flag spell it.
-    pub const ALL: &'static [(DaemonSets, &'static str)] =
-        &[(Self::Ignore, "Ignore"), (Self::EvictLast, "EvictLast")];
 }
 
 /// What happens when a drain's deadline (`drainTimeout`) passes (`docs/drain-contract.md` §10).
@@ -411,37 +388,24 @@ impl DaemonSets {
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, clap::ValueEnum,
 )]
+#[value(rename_all = "verbatim")]
 pub enum OnTimeout {
     /// Keep draining (upstream's behaviour), with a Warning event and a condition reason.
     #[default]
-    #[value(name = "Wait")]
     Wait,
     /// Phase Failed; the node stays cordoned and tainted and lastError names the pods left.
-    #[value(name = "Fail")]
     Fail,
     /// Stop waiting for pods whose deletion is overdue, and report them as skipped.
-    #[value(name = "SkipStuck")]
     SkipStuck,
     /// Delete each remaining evictable pod its own grace period ahead of the deadline, with that
     /// grace cut to the time left (needs pods delete).
-    #[value(name = "ForceDelete")]
     ForceDelete,
     /// Give the node back: restored as on delete (uncordoned unless cordoned before, taints,
     /// label and lease removed), nothing more evicted; phase Failed, reason DrainAborted.
-    #[value(name = "Abort")]
     Abort,
 }
 
 impl OnTimeout {
-    /// Every value, as the CRD, the annotation and the flag spell it.
-    pub const ALL: &'static [(OnTimeout, &'static str)] = &[
-        (Self::Wait, "Wait"),
-        (Self::Fail, "Fail"),
-        (Self::SkipStuck, "SkipStuck"),
-        (Self::ForceDelete, "ForceDelete"),
-        (Self::Abort, "Abort"),
-    ];
-
     /// What follows the deadline, as the `DrainDeadlineExceeded` Warning event says it.
     pub fn consequence(self) -> &'static str {
         match self {
@@ -460,12 +424,9 @@ impl OnTimeout {
 }
 
 impl std::fmt::Display for OnTimeout {
+    /// The value as the CRD, the annotation and the flag spell it: the variant's name.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let name = Self::ALL
-            .iter()
-            .find(|(v, _)| v == self)
-            .map_or("Wait", |(_, n)| n);
-        f.write_str(name)
+        std::fmt::Debug::fmt(self, f)
     }
 }
 
@@ -476,23 +437,14 @@ impl std::fmt::Display for OnTimeout {
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema, clap::ValueEnum,
 )]
+#[value(rename_all = "verbatim")]
 pub enum Surge {
     /// Evict it as any pod (upstream's behaviour): held by its budget, or its only pod lost.
     #[default]
-    #[value(name = "Never")]
     Never,
     /// Restart the Deployment's rollout (`kubectl rollout restart`), once per drain, and
     /// wait until the Deployment has replaced the pod on another node.
-    #[value(name = "RolloutRestart")]
     RolloutRestart,
-}
-
-impl Surge {
-    /// Every value, as the CRD, the annotation and the flag spell it.
-    pub const ALL: &'static [(Surge, &'static str)] = &[
-        (Self::Never, "Never"),
-        (Self::RolloutRestart, "RolloutRestart"),
-    ];
 }
 
 #[cfg(test)]
@@ -533,13 +485,25 @@ mod tests {
             "nodemaintenance.medik8s.io/ followed by paused, drainTimeout, onTimeout, drainRules, \
              stage, nodeConditions, startAt, expireAfter, waitForVolumeDetach, daemonSets or surge"
         );
-        let daemon_sets: Vec<&str> = DaemonSets::ALL.iter().map(|(_, n)| *n).collect();
+        // Each value is spelled once, as its variant: serde (the CRD, the annotation), clap (the
+        // flag) and `accepted` (the refusals) agree.
+        fn spelled<T: clap::ValueEnum + Serialize>() -> Vec<String> {
+            T::value_variants()
+                .iter()
+                .map(|v| {
+                    let name = v.to_possible_value().unwrap().get_name().to_string();
+                    assert_eq!(serde_json::to_value(v).unwrap(), name.as_str());
+                    name
+                })
+                .collect()
+        }
+        let daemon_sets: Vec<String> = spelled::<DaemonSets>();
         assert_eq!(DrainKnobs::DAEMON_SETS.accepted, daemon_sets.join(", "));
-        let on_timeout: Vec<&str> = OnTimeout::ALL.iter().map(|(_, n)| *n).collect();
+        let on_timeout: Vec<String> = spelled::<OnTimeout>();
         assert_eq!(DrainKnobs::ON_TIMEOUT.accepted, on_timeout.join(", "));
-        let stages: Vec<&str> = Stage::ALL.iter().map(|(_, n)| *n).collect();
+        let stages: Vec<String> = spelled::<Stage>();
         assert_eq!(DrainKnobs::STAGE.accepted, stages.join(", "));
-        let surges: Vec<&str> = Surge::ALL.iter().map(|(_, n)| *n).collect();
+        let surges: Vec<String> = spelled::<Surge>();
         assert_eq!(DrainKnobs::SURGE.accepted, surges.join(", "));
     }
 

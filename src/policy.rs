@@ -135,9 +135,9 @@ impl std::fmt::Display for InvalidKnob {
 
 impl std::error::Error for InvalidKnob {}
 
-/// The value `s` names in `all` (`Stage::ALL`, `OnTimeout::ALL`).
-fn named<T: Copy>(all: &[(T, &str)], s: &str) -> Option<T> {
-    all.iter().find(|(_, name)| *name == s).map(|(v, _)| *v)
+/// The value `s` names exactly (the variant's name, as the CRD and the flag spell it).
+fn named<T: clap::ValueEnum>(s: &str) -> Option<T> {
+    T::from_str(s, false).ok()
 }
 
 /// The reads of one maintenance's knobs, each refused value recorded.
@@ -218,7 +218,7 @@ impl Reads<'_> {
                 .text(K::DRAIN_TIMEOUT, duration, w.drain_timeout.as_ref())
                 .or(d.drain_timeout),
             on_timeout: self
-                .annotation(K::ON_TIMEOUT, |v| named(OnTimeout::ALL, v).ok_or(None))
+                .annotation(K::ON_TIMEOUT, |v| named::<OnTimeout>(v).ok_or(None))
                 .or(w.on_timeout)
                 .unwrap_or(d.on_timeout),
             // A rule list with one rule that cannot be read is refused whole: the knob falls back
@@ -230,7 +230,7 @@ impl Reads<'_> {
                 .or_else(|| self.spec_rules(w.drain_rules.as_ref()?))
                 .unwrap_or_else(|| d.drain_rules.clone()),
             stage: self
-                .annotation(K::STAGE, |v| named(Stage::ALL, v).ok_or(None))
+                .annotation(K::STAGE, |v| named::<Stage>(v).ok_or(None))
                 .or(w.stage)
                 .unwrap_or(d.stage),
             node_conditions: self
@@ -251,11 +251,11 @@ impl Reads<'_> {
                 )
                 .unwrap_or(d.wait_for_volume_detach),
             daemon_sets: self
-                .annotation(K::DAEMON_SETS, |v| named(DaemonSets::ALL, v).ok_or(None))
+                .annotation(K::DAEMON_SETS, |v| named::<DaemonSets>(v).ok_or(None))
                 .or(w.daemon_sets)
                 .unwrap_or(d.daemon_sets),
             surge: self
-                .annotation(K::SURGE, |v| named(Surge::ALL, v).ok_or(None))
+                .annotation(K::SURGE, |v| named::<Surge>(v).ok_or(None))
                 .or(w.surge)
                 .unwrap_or(d.surge),
             hooks: Vec::new(),
@@ -449,6 +449,7 @@ impl NodeBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::ValueEnum;
     use crate::api::NodeMaintenanceSpec;
 
     fn nm(spec: Option<bool>, annotation: Option<&str>) -> NodeMaintenance {
@@ -554,13 +555,16 @@ mod tests {
 
     #[test]
     fn every_on_timeout_value_is_read_from_the_annotation_and_named_when_refused() {
-        // The value set is declared once (`OnTimeout::ALL`); the refusal's text lists it all.
-        let names: Vec<&str> = OnTimeout::ALL.iter().map(|(_, n)| *n).collect();
+        // The value set is declared once (`OnTimeout`'s variants); the refusal's text lists it all.
+        let names: Vec<String> = OnTimeout::value_variants()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(DrainKnobs::ON_TIMEOUT.accepted, names.join(", "));
-        for (value, name) in OnTimeout::ALL {
+        for (value, name) in OnTimeout::value_variants().iter().zip(&names) {
             let mut nm = NodeMaintenance::new("nm", Default::default());
             nm.annotations_mut()
-                .insert(ON_TIMEOUT_ANNOTATION.into(), (*name).into());
+                .insert(ON_TIMEOUT_ANNOTATION.into(), name.clone());
             let (p, invalid) = resolve(&nm, &Defaults::default());
             assert_eq!((p.on_timeout, invalid.len()), (*value, 0), "{name}");
         }
