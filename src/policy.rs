@@ -449,8 +449,8 @@ impl NodeBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::ValueEnum;
     use crate::api::NodeMaintenanceSpec;
+    use clap::ValueEnum;
 
     fn nm(spec: Option<bool>, annotation: Option<&str>) -> NodeMaintenance {
         let mut nm = NodeMaintenance::new(

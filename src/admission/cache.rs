@@ -14,6 +14,7 @@
 //! | budgets | all | name, namespace, generation, selector, `observedGeneration`, `disruptionsAllowed`, `desiredHealthy`, `currentHealthy`, `expectedPods` |
 
 use std::sync::Arc;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::watch::nodes::NodeCache;
 use futures::StreamExt;
@@ -188,17 +189,7 @@ pub(crate) struct Caches {
 
 /// The tasks that keep the caches current (the Node watch is the process's and runs on its
 /// own); dropping this stops them.
-pub(crate) struct CacheTasks {
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Drop for CacheTasks {
-    fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
-    }
-}
+pub(crate) type CacheTasks = Vec<tokio_util::task::AbortOnDropHandle<()>>;
 
 impl Caches {
     /// The stripped Node `name`, if the Node cache has listed every node and has it; `None`
@@ -393,7 +384,7 @@ pub(crate) fn start(
             quorum,
             synced: all_synced,
         },
-        CacheTasks { tasks },
+        tasks.into_iter().map(AbortOnDropHandle::new).collect(),
     )
 }
 

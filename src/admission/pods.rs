@@ -16,6 +16,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use tokio_util::task::AbortOnDropHandle;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -324,15 +325,7 @@ impl PodCache {
 }
 
 /// The tasks that keep a [`PodCache`] current; dropping this stops them.
-pub(crate) struct PodCacheTasks(Vec<tokio::task::JoinHandle<()>>);
-
-impl Drop for PodCacheTasks {
-    fn drop(&mut self) {
-        for t in &self.0 {
-            t.abort();
-        }
-    }
-}
+pub(crate) type PodCacheTasks = Vec<tokio_util::task::AbortOnDropHandle<()>>;
 
 /// Longest wait of the pod cache for the Node watch's first list ([`start`]); past it the pods
 /// are listed anyway, so a Node watch that cannot list costs the warnings nothing but this.
@@ -418,7 +411,9 @@ pub(crate) fn start(
     });
     (
         cache,
-        PodCacheTasks(vec![gate, pod_task, rs_task, sync_task]),
+        [gate, pod_task, rs_task, sync_task]
+            .map(AbortOnDropHandle::new)
+            .into(),
     )
 }
 

@@ -210,13 +210,7 @@ impl std::fmt::Debug for NodeCache {
 }
 
 /// The task that keeps a [`NodeCache`] current; dropping this stops it.
-pub(crate) struct NodeWatchTask(tokio::task::JoinHandle<()>);
-
-impl Drop for NodeWatchTask {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
+pub(crate) type NodeWatchTask = tokio_util::task::AbortOnDropHandle<()>;
 
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
     l.read().unwrap_or_else(|e| e.into_inner())
@@ -312,7 +306,7 @@ pub(crate) fn watch(
     mut after: watch::Receiver<bool>,
 ) -> NodeWatchTask {
     let (client, cache) = (client.clone(), cache.clone());
-    NodeWatchTask(tokio::spawn(async move {
+    NodeWatchTask::new(tokio::spawn(async move {
         let _ = tokio::time::timeout(START_AFTER_MAX, after.wait_for(|v| *v)).await;
         drive(client, cache).await;
     }))
