@@ -41,15 +41,23 @@ pub(crate) const RELEASED: &str = "Released";
 /// Reason of `Stage` while the maintenance waits for its window (`startAt`).
 pub(crate) const MAINTENANCE_WINDOW: &str = "MaintenanceWindow";
 
-/// Sets condition `type_` on `status`, keeping `lastTransitionTime` when its status is unchanged.
+/// When a status is written: the generation of the object it observed
+/// (`observedGeneration`) and the time it stamps (`lastTransitionTime`, `lastUpdate`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    pub generation: Option<i64>,
+    pub now: jiff::Timestamp,
+}
+
+/// Sets condition `type_` on `status` as written `at`, keeping `lastTransitionTime` when its
+/// status is unchanged.
 pub(crate) fn set_condition(
     status: &mut NodeMaintenanceStatus,
     type_: &str,
     value: bool,
     reason: &str,
     message: impl Into<String>,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+    at: Stamp,
 ) {
     let value = if value { "True" } else { "False" }.to_string();
     let conditions = status.conditions.get_or_insert_with(Vec::new);
@@ -57,20 +65,20 @@ pub(crate) fn set_condition(
     match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(c) => {
             if c.status != value {
-                c.last_transition_time = now_time(now);
+                c.last_transition_time = now_time(at.now);
                 c.status = value;
             }
             c.reason = reason.to_string();
             c.message = message;
-            c.observed_generation = generation;
+            c.observed_generation = at.generation;
         }
         None => conditions.push(Condition {
             type_: type_.to_string(),
             status: value,
             reason: reason.to_string(),
             message,
-            observed_generation: generation,
-            last_transition_time: now_time(now),
+            observed_generation: at.generation,
+            last_transition_time: now_time(at.now),
         }),
     }
 }

@@ -162,6 +162,10 @@ mod tests {
         );
         // Aborted at its deadline (recorded in status), whatever its knobs say now.
         let mut aborted = nm("u1");
+        let at = crate::api::condition::Stamp {
+            generation: None,
+            now: jiff::Timestamp::UNIX_EPOCH,
+        };
         let status = aborted.status.get_or_insert_default();
         crate::api::condition::set_condition(
             status,
@@ -169,8 +173,7 @@ mod tests {
             true,
             crate::api::condition::DRAIN_ABORTED,
             "aborted",
-            None,
-            jiff::Timestamp::UNIX_EPOCH,
+            at,
         );
         assert_eq!(
             may_send(Some("u1"), Some(&aborted), &d, false),
@@ -183,8 +186,7 @@ mod tests {
             false,
             crate::api::condition::ABORT_ENDED,
             "ended",
-            None,
-            jiff::Timestamp::UNIX_EPOCH,
+            at,
         );
         assert_eq!(may_send(Some("u1"), Some(&aborted), &d, false), Ok(()));
         // Paused by the spec, by the annotation (which wins), or by the flag.

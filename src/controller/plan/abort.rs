@@ -22,7 +22,7 @@
 use std::time::Duration;
 
 use super::condition::{
-    ABORT_ENDED, ABORT_MARKER, ABORTED, DRAIN_ABORTED, is_aborted, set_condition,
+    ABORT_ENDED, ABORT_MARKER, ABORTED, DRAIN_ABORTED, Stamp, is_aborted, set_condition,
 };
 use super::status::{
     PlannedEvent, Requeue, Step, event, fail_with, is_terminal, passed, pods_left, touch,
@@ -42,8 +42,7 @@ pub(crate) const REQUEUE_ABORTED: Duration = Duration::from_secs(5);
 pub(crate) fn standing(
     status: &NodeMaintenanceStatus,
     stage: Stage,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+    at: Stamp,
 ) -> (NodeMaintenanceStatus, bool) {
     if !is_aborted(status) {
         return (status.clone(), false);
@@ -56,20 +55,12 @@ pub(crate) fn standing(
         "the abort ended with the stage {stage}: moving on to Drain starts a new drain with a new \
          deadline"
     );
-    set_condition(
-        &mut s,
-        ABORTED,
-        false,
-        ABORT_ENDED,
-        message,
-        generation,
-        now,
-    );
+    set_condition(&mut s, ABORTED, false, ABORT_ENDED, message, at);
     if !is_terminal(&s) {
         s.phase = Some(MaintenancePhase::Running);
     }
     s.last_error = None;
-    touch(&mut s, generation, now);
+    touch(&mut s, at);
     (s, false)
 }
 
@@ -86,8 +77,7 @@ pub(crate) fn at_deadline(
     status: &NodeMaintenanceStatus,
     overdue: Option<OnTimeout>,
     (deadline, timeout): (Option<jiff::Timestamp>, Option<Duration>),
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+    at: Stamp,
 ) -> Option<Step> {
     if overdue != Some(OnTimeout::Abort)
         || status.phase == Some(MaintenancePhase::Succeeded)
@@ -110,8 +100,8 @@ pub(crate) fn at_deadline(
         format!("{passed}; {}", OnTimeout::Abort.consequence()),
     )];
     fail_with(status, &mut s, &mut events, text.clone());
-    set_condition(&mut s, ABORTED, true, DRAIN_ABORTED, text, generation, now);
-    touch(&mut s, generation, now);
+    set_condition(&mut s, ABORTED, true, DRAIN_ABORTED, text, at);
+    touch(&mut s, at);
     Some(Step {
         status: s,
         events,

@@ -1,7 +1,7 @@
 //! `onTimeout: Abort` (docs/drain-contract.md §10a): the pure decision, and whole passes planned
 //! from what they observe.
 
-use super::super::tests::{GEN, entered_node, labels, nm, reasons, t, then_of};
+use super::super::tests::{GEN, at, entered_node, labels, nm, reasons, t, then_of};
 use super::super::{Observed, ObservedMaintenance, Then, World, plan};
 use super::*;
 use crate::api::condition::condition;
@@ -86,9 +86,9 @@ fn only_abort_past_the_deadline_records_an_abort_and_only_once() {
         Some(OnTimeout::SkipStuck),
         Some(OnTimeout::ForceDelete),
     ] {
-        assert_eq!(at_deadline(&running(), other, window, GEN, t(90)), None);
+        assert_eq!(at_deadline(&running(), other, window, at(90)), None);
     }
-    let step = at_deadline(&running(), Some(OnTimeout::Abort), window, GEN, t(90)).unwrap();
+    let step = at_deadline(&running(), Some(OnTimeout::Abort), window, at(90)).unwrap();
     let s = &step.status;
     assert_eq!(s.phase, Some(MaintenancePhase::Failed));
     assert!(is_aborted(s));
@@ -106,17 +106,14 @@ fn only_abort_past_the_deadline_records_an_abort_and_only_once() {
     );
     assert_eq!(step.requeue, Requeue::After(REQUEUE_ABORTED));
     // Recorded once: the pass that reads it back decides nothing new.
-    assert_eq!(
-        at_deadline(s, Some(OnTimeout::Abort), window, GEN, t(91)),
-        None
-    );
+    assert_eq!(at_deadline(s, Some(OnTimeout::Abort), window, at(91)), None);
     // Drained once is drained.
     let succeeded = NodeMaintenanceStatus {
         phase: Some(MaintenancePhase::Succeeded),
         ..running()
     };
     assert_eq!(
-        at_deadline(&succeeded, Some(OnTimeout::Abort), window, GEN, t(90)),
+        at_deadline(&succeeded, Some(OnTimeout::Abort), window, at(90)),
         None
     );
 }
@@ -125,13 +122,13 @@ fn only_abort_past_the_deadline_records_an_abort_and_only_once() {
 #[test]
 fn where_conditions_are_pruned_the_abort_is_read_from_the_phase_and_last_error() {
     let window = (Some(t(90)), Some(Duration::from_secs(90)));
-    let mut pruned = at_deadline(&running(), Some(OnTimeout::Abort), window, GEN, t(90))
+    let mut pruned = at_deadline(&running(), Some(OnTimeout::Abort), window, at(90))
         .unwrap()
         .status;
     pruned.conditions = None;
     assert!(is_aborted(&pruned));
     assert!(!is_aborted(&running()));
-    let (ended, holds) = standing(&pruned, Stage::Idle, GEN, t(100));
+    let (ended, holds) = standing(&pruned, Stage::Idle, at(100));
     assert!(!holds && !is_aborted(&ended));
     let mut failed_otherwise = pruned.clone();
     failed_otherwise.last_error = Some("node not found".into());
@@ -141,28 +138,25 @@ fn where_conditions_are_pruned_the_abort_is_read_from_the_phase_and_last_error()
 #[test]
 fn an_abort_holds_in_cordon_and_drain_and_ends_with_a_stage_that_releases() {
     let window = (Some(t(90)), Some(Duration::from_secs(90)));
-    let aborted = at_deadline(&running(), Some(OnTimeout::Abort), window, GEN, t(90))
+    let aborted = at_deadline(&running(), Some(OnTimeout::Abort), window, at(90))
         .unwrap()
         .status;
     for stage in [Stage::Cordon, Stage::Drain] {
-        assert_eq!(
-            standing(&aborted, stage, GEN, t(100)),
-            (aborted.clone(), true)
-        );
+        assert_eq!(standing(&aborted, stage, at(100)), (aborted.clone(), true));
     }
     for stage in [Stage::Idle, Stage::Preflight] {
-        let (s, holds) = standing(&aborted, stage, GEN, t(100));
+        let (s, holds) = standing(&aborted, stage, at(100));
         assert!(!holds, "{stage}");
         assert!(!is_aborted(&s));
         assert_eq!(condition(&s, ABORTED).unwrap().reason, ABORT_ENDED);
         assert_eq!(s.phase, Some(MaintenancePhase::Running));
         assert_eq!(s.last_error, None);
         // Ended is ended: back in Drain it is a maintenance like any other.
-        assert_eq!(standing(&s, Stage::Drain, GEN, t(101)), (s.clone(), false));
+        assert_eq!(standing(&s, Stage::Drain, at(101)), (s.clone(), false));
     }
     // Never aborted: nothing to say.
     assert_eq!(
-        standing(&running(), Stage::Idle, GEN, t(100)),
+        standing(&running(), Stage::Idle, at(100)),
         (running(), false)
     );
 }

@@ -4,7 +4,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::condition::{self, condition, set_condition};
+use super::condition::{self, Stamp, condition, set_condition};
 use super::pass::{Flow, Pass};
 use super::status::{
     PlannedEvent, REQUEUE_SUCCEEDED, event, fail_with, now_time, passed, pods_left, touch,
@@ -20,8 +20,7 @@ impl Pass<'_> {
             (p, self.overdue),
             p.deadline(p.deadline_start),
             self.memory.deadline_announced,
-            self.generation(),
-            self.now,
+            self.at(),
         );
         self.status = status;
         // `drainStartTime` is this drain's start (the API server's clock), shown from the pass
@@ -52,8 +51,7 @@ pub(crate) fn deadline(
     (policy, overdue): (&crate::policy::DrainPolicy, Option<crate::api::OnTimeout>),
     deadline: Option<jiff::Timestamp>,
     announced: Option<bool>,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+    at: Stamp,
 ) -> (NodeMaintenanceStatus, Vec<PlannedEvent>) {
     use crate::api::OnTimeout;
     let mut s = status.clone();
@@ -94,9 +92,8 @@ pub(crate) fn deadline(
         false,
         condition::DEADLINE_EXCEEDED,
         text,
-        generation,
-        now,
+        at,
     );
-    touch(&mut s, generation, now);
+    touch(&mut s, at);
     (s, events)
 }

@@ -1,7 +1,7 @@
 //! The drain policy in status ([`PassStep::Policy`](super::maintenance::PassStep)): paused, refused
 //! knob values, and the pre-drain hooks' condition.
 
-use super::condition::{self, condition, set_condition};
+use super::condition::{self, Stamp, condition, set_condition};
 use super::pass::{Flow, Pass};
 use super::pre_drain_hooks;
 use super::status::{PlannedEvent, event};
@@ -13,11 +13,10 @@ impl Pass<'_> {
             &self.status,
             (&self.drain_policy, self.memory.paused),
             &self.refused,
-            self.generation(),
-            self.now,
+            self.at(),
         );
         let hooks = &self.drain_policy.hooks;
-        self.status = pre_drain_hooks::status(&status, hooks, self.generation(), self.now);
+        self.status = pre_drain_hooks::status(&status, hooks, self.at());
         self.w.events(events, self.node);
         self.memory.paused = Some(self.drain_policy.paused);
         Flow::Continue(())
@@ -33,8 +32,7 @@ pub(crate) fn policy(
     status: &NodeMaintenanceStatus,
     (policy, remembered): (&crate::policy::DrainPolicy, Option<bool>),
     invalid: &[crate::policy::InvalidKnob],
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+    at: Stamp,
 ) -> (NodeMaintenanceStatus, Vec<PlannedEvent>) {
     let mut s = status.clone();
     let mut events = Vec::new();
@@ -44,15 +42,7 @@ pub(crate) fn policy(
             let message = "no eviction is sent while the maintenance is paused (spec.paused, the \
                            annotation nodemaintenance.medik8s.io/paused or --drain-paused); the \
                            node stays cordoned and tainted and the lease held";
-            set_condition(
-                &mut s,
-                condition::DRAIN_PAUSED,
-                true,
-                "Paused",
-                message,
-                generation,
-                now,
-            );
+            set_condition(&mut s, condition::DRAIN_PAUSED, true, "Paused", message, at);
             if was_paused != Some(true) {
                 events.push(PlannedEvent::normal(event::PAUSED));
             }
@@ -65,8 +55,7 @@ pub(crate) fn policy(
                 false,
                 "Resumed",
                 message,
-                generation,
-                now,
+                at,
             );
             events.push(PlannedEvent::normal(event::RESUMED));
         }
@@ -94,8 +83,7 @@ pub(crate) fn policy(
                 false,
                 "InvalidValue",
                 message,
-                generation,
-                now,
+                at,
             );
         }
         (true, Some(false)) => {
@@ -105,8 +93,7 @@ pub(crate) fn policy(
                 true,
                 "Valid",
                 "every knob's value is valid",
-                generation,
-                now,
+                at,
             );
         }
         (true, _) => {}

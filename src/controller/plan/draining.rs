@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::condition::{self, set_condition};
+use super::condition::{self, Stamp, set_condition};
 use super::outcome::{DrainRound, Plan, Then};
 use super::pass::{Flow, Pass};
 use super::status::{
@@ -22,8 +22,7 @@ impl Pass<'_> {
     /// The node going down: no round; the Node watch's change of it starts the pass that resumes.
     pub(super) fn node_shutdown(&mut self) -> Flow {
         use crate::drain::gate::node_shutdown;
-        let g = self.generation();
-        let (status, halt) = node_shutdown::status(&self.status, self.node, g, self.now);
+        let (status, halt) = node_shutdown::status(&self.status, self.node, self.at());
         self.status = status;
         self.hold_short_of_round(halt)
     }
@@ -50,7 +49,11 @@ pub(crate) fn drained_plan(
     volumes: Option<&crate::drain::volume_detach::Observed>,
     now: jiff::Timestamp,
 ) -> Plan {
-    let mut step = drained(&round.status, report, round.generation, now);
+    let at = Stamp {
+        generation: round.generation,
+        now,
+    };
+    let mut step = drained(&round.status, report, at);
     // `drainStartTime` is the drain's start on the node (the API server's clock), so a
     // maintenance that waited at Cordon or in the queue does not count that wait as draining.
     if let Some(started) = round.started {
@@ -64,7 +67,7 @@ pub(crate) fn drained_plan(
             o.at.unwrap_or(now),
         );
         let bound = vd::bound(&round.policy);
-        step = volume_detach::hold(step, &round.status, verdict, bound, round.generation, now);
+        step = volume_detach::hold(step, &round.status, verdict, bound, at);
     }
     let mut writes = round.writes();
     // Events about single pods or migrations first: the round has already recorded them as
@@ -141,12 +144,7 @@ fn capped_summary(pending: usize, listed: usize, blockers: usize) -> String {
 /// (only terminating) or 5 s (blocked). Both are logged as upstream's `Reconciling with fixed
 /// duration`: upstream logs it whenever a pass ends with pods left (its e2e test greps for it),
 /// and a drain whose pods only take long to terminate is such a pass.
-pub(crate) fn drained(
-    old: &NodeMaintenanceStatus,
-    report: &DrainReport,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
-) -> Step {
+pub(crate) fn drained(old: &NodeMaintenanceStatus, report: &DrainReport, at: Stamp) -> Step {
     let mut s = old.clone();
     let mut events = Vec::new();
     // A maintenance initialised while its node was missing counted nothing; count now.
@@ -156,7 +154,7 @@ pub(crate) fn drained(
     if s.total_pods.unwrap_or(0) == 0 && report.total_pods > 0 {
         s.total_pods = Some(count(report.total_pods));
     }
-    s.drain_start_time.get_or_insert_with(|| now_time(now));
+    s.drain_start_time.get_or_insert_with(|| now_time(at.now));
     let requeue;
     let about_pods = [
         (&report.newly_skipped, false, event::POD_SKIPPED),
@@ -211,8 +209,7 @@ pub(crate) fn drained(
                 &format!("all pods were evicted{}", skipped_summary(report)),
                 crate::bounds::MAX_CONDITION_MESSAGE,
             ),
-            generation,
-            now,
+            at,
         );
         requeue = Requeue::After(REQUEUE_SUCCEEDED);
     } else {
@@ -251,8 +248,7 @@ pub(crate) fn drained(
                 ),
                 crate::bounds::MAX_CONDITION_MESSAGE,
             ),
-            generation,
-            now,
+            at,
         );
         requeue = if blocked {
             // No earlier than the first per-pod eviction retry is due: a pass before it only
@@ -264,7 +260,7 @@ pub(crate) fn drained(
             Requeue::Fixed(REQUEUE_TERMINATING)
         };
     }
-    touch(&mut s, generation, now);
+    touch(&mut s, at);
     Step {
         status: s,
         events,

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::condition::{self, set_condition};
+use super::condition::{self, Stamp, set_condition};
 use super::pass::{Flow, Pass};
 use super::record::entered_record;
 use super::status::{PlannedEvent, Requeue, Step, event, not_cordoned};
@@ -18,7 +18,7 @@ pub(crate) const REQUEUE_HELD_BY_OTHER: Duration = Duration::from_secs(30);
 
 impl Pass<'_> {
     pub(super) fn enter(&mut self) -> Flow {
-        let (generation, now, node_name) = (self.generation(), self.now, self.node_name());
+        let (at, node_name) = (self.at(), self.node_name());
         let Some(node) = self.node else {
             return Flow::Continue(());
         };
@@ -43,7 +43,7 @@ impl Pass<'_> {
         };
         let (patch, repaired) = match plan {
             EnterPlan::HeldBy(other) => {
-                let step = held_by_other(&self.status, node_name, &other, generation, now);
+                let step = held_by_other(&self.status, node_name, &other, at);
                 return Flow::Break(self.end_remembering(step));
             }
             EnterPlan::Unchanged => (None, Vec::new()),
@@ -70,13 +70,7 @@ impl Pass<'_> {
                 required: false,
             });
         }
-        let (status, events) = entered(
-            &self.status,
-            self.node_name(),
-            &self.repaired,
-            self.generation(),
-            self.now,
-        );
+        let (status, events) = entered(&self.status, self.node_name(), &self.repaired, self.at());
         self.status = status;
         self.w.events(events, self.node);
         Flow::Continue(())
@@ -88,8 +82,7 @@ pub(crate) fn held_by_other(
     old: &NodeMaintenanceStatus,
     node: &str,
     other: &str,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+    at: Stamp,
 ) -> Step {
     let mut s = old.clone();
     let msg = format!(
@@ -102,8 +95,7 @@ pub(crate) fn held_by_other(
         Vec::new(),
         cordoned,
         Requeue::After(REQUEUE_HELD_BY_OTHER),
-        generation,
-        now,
+        at,
     )
 }
 
@@ -113,8 +105,7 @@ pub(crate) fn entered(
     old: &NodeMaintenanceStatus,
     node: &str,
     repaired: &[&str],
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+    at: Stamp,
 ) -> (NodeMaintenanceStatus, Vec<PlannedEvent>) {
     let mut s = old.clone();
     set_condition(
@@ -124,8 +115,7 @@ pub(crate) fn entered(
         "NodeCordoned",
         "the node is cordoned, tainted medik8s.io/drain:NoSchedule and \
          node.kubernetes.io/unschedulable:NoSchedule, and excluded from remediation",
-        generation,
-        now,
+        at,
     );
     let mut events = Vec::new();
     if !repaired.is_empty() {

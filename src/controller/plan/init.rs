@@ -1,6 +1,7 @@
 //! The status initialised (upstream's `initMaintenanceStatus`) before the node is touched
 //! ([`PassStep::StatusInit`](super::maintenance::PassStep)).
 
+use super::condition::Stamp;
 use super::pass::{Flow, Pass};
 use super::status::{count, names, non_empty, touch};
 use crate::api::{MaintenancePhase, NodeMaintenanceStatus};
@@ -12,7 +13,7 @@ impl Pass<'_> {
             .m
             .survey
             .as_ref()
-            .and_then(|survey| init_status(&self.status, survey, self.generation(), self.now))
+            .and_then(|survey| init_status(&self.status, survey, self.at()))
         {
             self.w.status(&s);
             self.status = s;
@@ -29,8 +30,7 @@ impl Pass<'_> {
 pub(crate) fn init_status(
     old: &NodeMaintenanceStatus,
     survey: &Survey,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+    at: Stamp,
 ) -> Option<NodeMaintenanceStatus> {
     if old.phase.is_some() {
         return None;
@@ -43,6 +43,6 @@ pub(crate) fn init_status(
     s.pending_pods = non_empty(names(&refs));
     s.pending_pods_refs = non_empty(refs);
     s.drain_progress = Some(0);
-    touch(&mut s, generation, now);
+    touch(&mut s, at);
     Some(s)
 }

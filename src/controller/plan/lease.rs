@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::condition::{self, set_condition};
+use super::condition::{self, Stamp, set_condition};
 use super::pass::{Flow, Pass};
 use super::release::{exit, invalidate};
 use super::status::{
@@ -21,7 +21,7 @@ pub(crate) const REQUEUE_LEASE_LOST: Duration = Duration::from_secs(5);
 
 impl Pass<'_> {
     pub(super) fn lease(&mut self) -> Flow {
-        let (generation, now, node_name) = (self.generation(), self.now, self.node_name());
+        let (at, node_name) = (self.at(), self.node_name());
         let Some(node) = self.node else {
             return Flow::Continue(());
         };
@@ -29,7 +29,7 @@ impl Pass<'_> {
             node_name,
             node.metadata.uid.as_deref(),
             self.m.lease.as_ref(),
-            now,
+            at.now,
         );
         let observation = match &request {
             LeaseRequest::AlreadyHeld { holder } => LeaseObservation::AlreadyHeld(
@@ -45,7 +45,7 @@ impl Pass<'_> {
             .holder
             .as_deref()
             .is_some_and(|h| self.me().owns(h, record.holder_uid.as_deref()));
-        match lease_result(&self.status, &observation, holds_node, generation, now) {
+        match lease_result(&self.status, &observation, holds_node, at) {
             LeaseStep::Proceed(s) => {
                 // Ownership (and a phase back from Failed) is recorded before touching the node.
                 lease_writes(&mut self.w, request, self.m.lease_namespace_missing);
@@ -63,7 +63,7 @@ impl Pass<'_> {
                 };
                 let purpose = NodePurpose::ExitAfterLeaseLoss;
                 let uncordon = exit(&mut self.w, node_name, node, me, purpose, false);
-                let failed = lease_failed(&step.status, uncordon == Some(true), generation, now);
+                let failed = lease_failed(&step.status, uncordon == Some(true), at);
                 invalidate(&mut self.w, self.m.lease.as_ref());
                 Flow::Break(self.end(failed))
             }
@@ -126,8 +126,7 @@ pub(crate) fn lease_result(
     old: &NodeMaintenanceStatus,
     observed: &LeaseObservation,
     entered: bool,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+    at: Stamp,
 ) -> LeaseStep {
     let mut s = old.clone();
     let n = old.error_on_lease_count.unwrap_or(0);
@@ -135,15 +134,14 @@ pub(crate) fn lease_result(
     match observed {
         LeaseObservation::Held => {
             s.error_on_lease_count = None;
-            touch(&mut s, generation, now);
+            touch(&mut s, at);
             set_condition(
                 &mut s,
                 condition::LEASE_HELD,
                 true,
                 "LeaseObtained",
                 "the medik8s lease of the node is held by node-maintenance",
-                generation,
-                now,
+                at,
             );
             LeaseStep::Proceed(s)
         }
@@ -157,10 +155,9 @@ pub(crate) fn lease_result(
                 false,
                 condition::HELD_BY_OTHER,
                 err.clone(),
-                generation,
-                now,
+                at,
             );
-            touch(&mut s, generation, now);
+            touch(&mut s, at);
             LeaseStep::Wait(Step::quiet(s, Requeue::LeaseWait))
         }
         LeaseObservation::AlreadyHeld(err) => {
@@ -174,7 +171,7 @@ pub(crate) fn lease_result(
                 let spacing = jiff::SignedDuration::try_from(REQUEUE_LEASE_LOST)
                     .unwrap_or_default()
                     .saturating_sub(jiff::SignedDuration::from_secs(1));
-                let elapsed = now.duration_since(last.0);
+                let elapsed = at.now.duration_since(last.0);
                 if elapsed < spacing {
                     let remaining = Duration::try_from(spacing.saturating_sub(elapsed))
                         .unwrap_or(REQUEUE_LEASE_LOST);
@@ -192,10 +189,9 @@ pub(crate) fn lease_result(
                 false,
                 condition::LEASE_LOST,
                 err.clone(),
-                generation,
-                now,
+                at,
             );
-            touch(&mut s, generation, now);
+            touch(&mut s, at);
             if n > MAX_LEASE_ERRORS {
                 s.last_error = Some(format!(
                     "maintenance failed: lease could not be extended after {n} attempts"
@@ -214,12 +210,7 @@ pub(crate) fn lease_result(
 /// After the node was taken out of maintenance because the lease was lost for good: phase
 /// Failed (terminal), Warning `FailedMaintenance` on the transition, `UncordonNode` on the Node
 /// when the node was uncordoned.
-pub(crate) fn lease_failed(
-    recorded: &NodeMaintenanceStatus,
-    uncordoned: bool,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
-) -> Step {
+pub(crate) fn lease_failed(recorded: &NodeMaintenanceStatus, uncordoned: bool, at: Stamp) -> Step {
     let mut s = recorded.clone();
     let mut events = Vec::new();
     if uncordoned {
@@ -230,5 +221,5 @@ pub(crate) fn lease_failed(
         condition::LEASE_LOST,
         "the node was taken out of maintenance because the medik8s lease could not be extended",
     );
-    not_cordoned(s, events, cordoned, Requeue::Never, generation, now)
+    not_cordoned(s, events, cordoned, Requeue::Never, at)
 }

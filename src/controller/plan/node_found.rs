@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
 use super::abort;
+use super::condition::Stamp;
 use super::maintenance::{PassStep, steps};
 use super::pass::{Flow, Pass};
 use super::record::provider_id;
@@ -30,20 +31,14 @@ impl Pass<'_> {
         let Some(why) = self.invalid else {
             return Flow::Continue(());
         };
-        let step = invalid_node_name(
-            &self.status,
-            self.node_name(),
-            why,
-            self.generation(),
-            self.now,
-        );
+        let step = invalid_node_name(&self.status, self.node_name(), why, self.at());
         Flow::Break(self.end(step))
     }
 
     pub(super) fn node_present(&mut self) -> Flow {
-        let (generation, now, node_name) = (self.generation(), self.now, self.node_name());
+        let (at, node_name) = (self.at(), self.node_name());
         let Some(node) = self.m.node.as_ref() else {
-            let step = node_missing(&self.status, node_name, generation, now);
+            let step = node_missing(&self.status, node_name, at);
             return Flow::Break(self.end(step));
         };
         self.node = Some(node);
@@ -52,7 +47,7 @@ impl Pass<'_> {
             // lease is taken for it. Ours, still held for the machine that left, is given up
             // unless a maintenance entered the new one (its holder record), which may be
             // renewing it.
-            let step = node_replaced(&self.status, node_name, &replaced, generation, now);
+            let step = node_replaced(&self.status, node_name, &replaced, at);
             self.w.status(&step.status);
             if node::observe(node).holder.is_none() {
                 invalidate(&mut self.w, self.m.lease.as_ref());
@@ -61,27 +56,25 @@ impl Pass<'_> {
         }
         // The deadline counts from the drain's start (`timeline::deadline_start`); a maintenance
         // it failed stays Failed while the policy says so (an edit of the policy resumes it).
-        let at = self.server_now();
+        let server_now = self.server_now();
         self.timeline = Timeline::of(
             &self.o.nm,
             &self.status,
             Some(node),
             self.place.as_ref(),
-            at,
+            server_now,
         );
         let p = &mut self.drain_policy;
         if steps(p.stage).contains(&PassStep::Deadline) && !self.aborted {
             p.deadline_start = timeline::deadline_start(&self.timeline);
-            self.overdue = p.overdue(p.deadline_start, at);
+            self.overdue = p.overdue(p.deadline_start, server_now);
             // At the drain's deadline, or at the bound of the wait for volumes to detach.
-            self.failing = volume_detach::failing(self.overdue, &self.status, p, at);
+            self.failing = volume_detach::failing(self.overdue, &self.status, p, server_now);
         }
         // Aborted at the deadline: recorded first; the next pass releases the node (`abort.rs`).
-        let (p, generation) = (&self.drain_policy, self.generation());
+        let p = &self.drain_policy;
         let deadline = (p.deadline(p.deadline_start), p.drain_timeout);
-        if let Some(step) =
-            abort::at_deadline(&self.status, self.overdue, deadline, generation, now)
-        {
+        if let Some(step) = abort::at_deadline(&self.status, self.overdue, deadline, at) {
             return Flow::Break(self.end(step));
         }
         if !self.failing && !self.aborted {
@@ -97,13 +90,12 @@ pub(crate) fn invalid_node_name(
     old: &NodeMaintenanceStatus,
     node: &str,
     why: &str,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+    at: Stamp,
 ) -> Step {
     let error = invalid_node_name_error(node, why);
     let cordoned = ("InvalidNodeName", "spec.nodeName is invalid".to_owned());
     let requeue = REQUEUE_INVALID;
-    failed(old, Vec::new(), error, cordoned, requeue, generation, now)
+    failed(old, Vec::new(), error, cordoned, requeue, at)
 }
 
 /// `lastError` for a nodeName that cannot name a Node: upstream's text for the same input first
@@ -125,19 +117,14 @@ pub(crate) fn invalid_node_name_error(node: &str, why: &str) -> String {
 /// The node does not exist: phase Failed, lastError `nodes "<n>" not found`, Warning
 /// `FailedMaintenance` on the transition only. The maintenance resumes when the node appears
 /// (the Node watch, or the slow requeue).
-pub(crate) fn node_missing(
-    old: &NodeMaintenanceStatus,
-    node: &str,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
-) -> Step {
+pub(crate) fn node_missing(old: &NodeMaintenanceStatus, node: &str, at: Stamp) -> Step {
     let error = format!("nodes \"{node}\" not found");
     let cordoned = (
         "NodeNotFound",
         format!("node {node} does not exist; maintenance resumes when it appears"),
     );
     let requeue = REQUEUE_NODE_MISSING;
-    failed(old, Vec::new(), error, cordoned, requeue, generation, now)
+    failed(old, Vec::new(), error, cordoned, requeue, at)
 }
 
 /// The node under the name entered is another machine ([`Replaced`]): phase Failed, a lastError
@@ -149,8 +136,7 @@ pub(crate) fn node_replaced(
     old: &NodeMaintenanceStatus,
     node: &str,
     replaced: &Replaced,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+    at: Stamp,
 ) -> Step {
     let mut events = Vec::new();
     let found = if replaced.found.is_empty() {
@@ -170,7 +156,7 @@ pub(crate) fn node_replaced(
     }
     let cordoned = ("NodeReplaced", text.clone());
     let requeue = REQUEUE_NODE_MISSING;
-    failed(old, events, text, cordoned, requeue, generation, now)
+    failed(old, events, text, cordoned, requeue, at)
 }
 
 /// Phase Failed with `error` in `lastError` and `Cordoned=False` (`cordoned`: reason and
@@ -181,19 +167,11 @@ fn failed(
     error: String,
     cordoned: (&str, String),
     requeue: Duration,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+    at: Stamp,
 ) -> Step {
     let mut s = old.clone();
     fail_with(old, &mut s, &mut events, error);
-    not_cordoned(
-        s,
-        events,
-        cordoned,
-        Requeue::After(requeue),
-        generation,
-        now,
-    )
+    not_cordoned(s, events, cordoned, Requeue::After(requeue), at)
 }
 
 /// The node exists: a maintenance that failed because it was missing is Running again.

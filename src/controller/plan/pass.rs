@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
 use super::abort;
+use super::condition::Stamp;
 use super::observed::{Observed, ObservedMaintenance};
 use super::outcome::{DrainRound, Plan, Then};
 use super::status::{Requeue, Step, lease_wait};
@@ -77,8 +78,11 @@ impl<'a> Pass<'a> {
             drain_policy.stage = Stage::Idle;
         }
         let place = timeline::place(&o.nm, &old, m.node.as_ref(), m.queue.as_ref());
-        let (status, aborted) =
-            abort::standing(&old, drain_policy.stage, o.nm.metadata.generation, now);
+        let at = Stamp {
+            generation: o.nm.metadata.generation,
+            now,
+        };
+        let (status, aborted) = abort::standing(&old, drain_policy.stage, at);
         let waits =
             drain_policy.stage == Stage::Drain && timeline::is_queued(place.as_ref()) && !aborted;
         Pass {
@@ -118,6 +122,15 @@ impl<'a> Pass<'a> {
 
     pub(super) fn generation(&self) -> Option<i64> {
         self.o.nm.metadata.generation
+    }
+
+    /// When this pass writes a status: the NodeMaintenance's generation, and the operator's
+    /// time of the pass.
+    pub(super) fn at(&self) -> Stamp {
+        Stamp {
+            generation: self.generation(),
+            now: self.now,
+        }
     }
 
     /// The API server's time of the node read, else the operator's.

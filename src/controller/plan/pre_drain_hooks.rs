@@ -4,7 +4,7 @@
 //! start. The hold itself is the pass's: a hooked maintenance ends its pass at the queue step as
 //! a paused one does (`DrainPolicy::holds_evictions`), with its node entered. Pure.
 
-use super::condition::{condition, set_condition};
+use super::condition::{Stamp, condition, set_condition};
 use crate::api::NodeMaintenanceStatus;
 use crate::node::conditions::Lifecycle;
 
@@ -24,8 +24,7 @@ pub(crate) const NODE_REASON: &str = "PreDrainHooks";
 pub(crate) fn status(
     status: &NodeMaintenanceStatus,
     hooks: &[String],
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+    at: Stamp,
 ) -> NodeMaintenanceStatus {
     let mut s = status.clone();
     if !hooks.is_empty() {
@@ -36,26 +35,10 @@ pub(crate) fn status(
             crate::policy::pre_drain_hooks::named(hooks),
             crate::policy::pre_drain_hooks::PRE_DRAIN_HOOK_PREFIX,
         );
-        set_condition(
-            &mut s,
-            PRE_DRAIN_HOOKS,
-            true,
-            HELD,
-            message,
-            generation,
-            now,
-        );
+        set_condition(&mut s, PRE_DRAIN_HOOKS, true, HELD, message, at);
     } else if condition(status, PRE_DRAIN_HOOKS).is_some() {
         let message = "no pre-drain hook holds the drain";
-        set_condition(
-            &mut s,
-            PRE_DRAIN_HOOKS,
-            false,
-            RELEASED,
-            message,
-            generation,
-            now,
-        );
+        set_condition(&mut s, PRE_DRAIN_HOOKS, false, RELEASED, message, at);
     }
     s
 }
@@ -86,6 +69,14 @@ mod tests {
         jiff::Timestamp::from_second(1_800_000_000 + s).unwrap()
     }
 
+    /// A status written at `t(s)` of generation 1.
+    fn at(s: i64) -> Stamp {
+        Stamp {
+            generation: Some(1),
+            now: t(s),
+        }
+    }
+
     fn hooks(owners: &[&str]) -> Vec<String> {
         owners.iter().map(|o| o.to_string()).collect()
     }
@@ -94,8 +85,8 @@ mod tests {
     fn the_status_names_the_hooks_that_hold_and_says_when_the_last_is_gone() {
         let none = NodeMaintenanceStatus::default();
         // Never hooked: upstream's status, no condition.
-        assert_eq!(status(&none, &[], Some(1), t(0)), none);
-        let both = status(&none, &hooks(&["backup", "rook-ceph"]), Some(1), t(0));
+        assert_eq!(status(&none, &[], at(0)), none);
+        let both = status(&none, &hooks(&["backup", "rook-ceph"]), at(0));
         let c = condition(&both, PRE_DRAIN_HOOKS).unwrap();
         assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", HELD));
         assert!(
@@ -103,7 +94,7 @@ mod tests {
             "{}",
             c.message
         );
-        let one = status(&both, &hooks(&["rook-ceph"]), Some(1), t(5));
+        let one = status(&both, &hooks(&["rook-ceph"]), at(5));
         let c = condition(&one, PRE_DRAIN_HOOKS).unwrap();
         assert_eq!(c.status, "True");
         assert!(
@@ -113,7 +104,7 @@ mod tests {
         );
         // Still held since t(0): one transition.
         assert_eq!(c.last_transition_time.0, t(0));
-        let gone = status(&one, &[], Some(1), t(9));
+        let gone = status(&one, &[], at(9));
         let c = condition(&gone, PRE_DRAIN_HOOKS).unwrap();
         assert_eq!(
             (

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::condition::Stamp;
 use super::outcome::{DrainRound, Plan};
 use super::status::{Requeue, Step, non_empty, touch};
 use crate::api::NodeMaintenanceStatus;
@@ -17,7 +18,11 @@ pub(crate) fn preflight_plan(
     blockers: &[crate::api::PodBlocker],
     now: jiff::Timestamp,
 ) -> Plan {
-    let step = preflight(&round.status, blockers, round.generation, now);
+    let at = Stamp {
+        generation: round.generation,
+        now,
+    };
+    let step = preflight(&round.status, blockers, at);
     let mut writes = round.writes();
     writes.status(&step.status);
     Plan::after_round(writes, step)
@@ -28,14 +33,13 @@ pub(crate) fn preflight_plan(
 pub(crate) fn preflight(
     status: &NodeMaintenanceStatus,
     blockers: &[crate::api::PodBlocker],
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+    at: Stamp,
 ) -> Step {
     let mut s = status.clone();
     s.blockers = non_empty(crate::drain::report::cap_blockers(blockers).0);
     s.last_error = None;
     if *status != s {
-        touch(&mut s, generation, now);
+        touch(&mut s, at);
     }
     Step::quiet(s, Requeue::After(REQUEUE_PREFLIGHT))
 }

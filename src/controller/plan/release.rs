@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 
-use super::condition::{self, condition, set_condition};
+use super::condition::{self, Stamp, condition, set_condition};
 use super::pass::{Flow, Pass};
 use super::record::clear_record;
 use super::status::{PlannedEvent, Requeue, Step, event, touch};
@@ -63,12 +63,8 @@ impl Pass<'_> {
         if exited || held_lease {
             invalidate(&mut self.w, self.m.lease.as_ref());
         }
-        let (generation, now) = (self.generation(), self.now);
-        self.status = released(
-            &timeline::release(&self.status, generation, now),
-            generation,
-            now,
-        );
+        let at = self.at();
+        self.status = released(&timeline::release(&self.status, at), at);
         Flow::Continue(())
     }
 }
@@ -121,11 +117,7 @@ pub(super) fn invalidate(w: &mut Writes, lease: Option<&Lease>) {
 /// False with reason [`condition::RELEASED`] where they were written (so a later Cordon counts
 /// the lease as never held: another holder's lease is waited for, not a strike), no drain
 /// deadline.
-pub(crate) fn released(
-    status: &NodeMaintenanceStatus,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
-) -> NodeMaintenanceStatus {
+pub(crate) fn released(status: &NodeMaintenanceStatus, at: Stamp) -> NodeMaintenanceStatus {
     let mut s = status.clone();
     let released = [
         (
@@ -139,21 +131,13 @@ pub(crate) fn released(
     ];
     for (type_, message) in released {
         if condition(status, type_).is_some() {
-            set_condition(
-                &mut s,
-                type_,
-                false,
-                condition::RELEASED,
-                message,
-                generation,
-                now,
-            );
+            set_condition(&mut s, type_, false, condition::RELEASED, message, at);
         }
     }
     s.drain_deadline = None;
     s.on_timeout = None;
     if *status != s {
-        touch(&mut s, generation, now);
+        touch(&mut s, at);
     }
     s
 }

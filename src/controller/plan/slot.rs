@@ -1,7 +1,7 @@
 //! The drain slot (`--max-parallel-drains`, [`PassStep::Queue`](super::maintenance::PassStep)) in
 //! status; the pass ends while the maintenance waits for one, is paused or is held by a hook.
 
-use super::condition::{self, condition, set_condition};
+use super::condition::{self, Stamp, condition, set_condition};
 use super::pass::{Flow, Pass};
 use super::status::{PlannedEvent, event};
 use crate::api::NodeMaintenanceStatus;
@@ -14,10 +14,12 @@ impl Pass<'_> {
             &self.status,
             place,
             self.memory.queued,
-            self.generation(),
             // The API server's clock: `timeline` reads the slot's moment back from this
             // condition and compares it with the drain's start on the node.
-            self.server_now(),
+            Stamp {
+                generation: self.generation(),
+                now: self.server_now(),
+            },
         );
         self.status = status;
         self.w.events(events, self.node);
@@ -38,8 +40,7 @@ pub(crate) fn queued(
     status: &NodeMaintenanceStatus,
     place: Option<&Place>,
     remembered: Option<bool>,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+    at: Stamp,
 ) -> (NodeMaintenanceStatus, Vec<PlannedEvent>) {
     let mut s = status.clone();
     let mut events = Vec::new();
@@ -63,8 +64,7 @@ pub(crate) fn queued(
                 true,
                 "MaxParallelDrains",
                 message,
-                generation,
-                now,
+                at,
             );
         }
         _ if was == Some(true) => {
@@ -75,8 +75,7 @@ pub(crate) fn queued(
                 false,
                 "SlotHeld",
                 "a drain slot is held: evictions run",
-                generation,
-                now,
+                at,
             );
         }
         _ => {}

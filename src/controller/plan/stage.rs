@@ -1,6 +1,6 @@
 //! The stage in status (the `stage` knob, [`PassStep::Stage`](super::maintenance::PassStep)).
 
-use super::condition::{self, condition, set_condition};
+use super::condition::{self, Stamp, condition, set_condition};
 use super::pass::{Flow, Pass};
 use super::status::{is_terminal, touch};
 use crate::api::{MaintenancePhase, NodeMaintenanceStatus};
@@ -8,13 +8,7 @@ use crate::api::{MaintenancePhase, NodeMaintenanceStatus};
 impl Pass<'_> {
     pub(super) fn stage(&mut self) -> Flow {
         let stage = self.drain_policy.stage;
-        self.status = staged(
-            &self.status,
-            stage,
-            self.window,
-            self.generation(),
-            self.now,
-        );
+        self.status = staged(&self.status, stage, self.window, self.at());
         Flow::Continue(())
     }
 }
@@ -31,8 +25,7 @@ pub(crate) fn staged(
     status: &NodeMaintenanceStatus,
     stage: crate::api::Stage,
     window: Option<jiff::Timestamp>,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+    at: Stamp,
 ) -> NodeMaintenanceStatus {
     use crate::api::Stage;
     let mut s = status.clone();
@@ -45,20 +38,12 @@ pub(crate) fn staged(
              is touched and no lease is held"
         );
         let reason = condition::MAINTENANCE_WINDOW;
-        set_condition(
-            &mut s,
-            condition::STAGE,
-            true,
-            reason,
-            message,
-            generation,
-            now,
-        );
+        set_condition(&mut s, condition::STAGE, true, reason, message, at);
         if !is_terminal(&s) {
             s.phase = Some(MaintenancePhase::Running);
         }
         if *status != s {
-            touch(&mut s, generation, now);
+            touch(&mut s, at);
         }
         return s;
     }
@@ -75,20 +60,12 @@ pub(crate) fn staged(
         Stage::Drain => "the node is cordoned, tainted and drained",
     };
     let reason = stage.to_string();
-    set_condition(
-        &mut s,
-        condition::STAGE,
-        true,
-        &reason,
-        message,
-        generation,
-        now,
-    );
+    set_condition(&mut s, condition::STAGE, true, &reason, message, at);
     if stage != Stage::Drain && !is_terminal(&s) {
         s.phase = Some(MaintenancePhase::Running);
     }
     if *status != s {
-        touch(&mut s, generation, now);
+        touch(&mut s, at);
     }
     s
 }

@@ -1,6 +1,6 @@
 //! The stages (`stage` knob) as whole plans: what each stage writes from one observation.
 
-use super::condition::{condition, set_condition};
+use super::condition::{Stamp, condition, set_condition};
 use super::preflight::REQUEUE_PREFLIGHT;
 use super::status::REQUEUE_SUCCEEDED;
 use super::*;
@@ -490,8 +490,10 @@ fn a_succeeded_maintenance_deletes_itself_once_it_expires() {
             true,
             "AllPodsEvicted",
             "",
-            Some(1),
-            t(40),
+            Stamp {
+                generation: Some(1),
+                now: t(40),
+            },
         );
         nm.metadata.annotations = Some(
             [

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::condition::{self, condition, set_condition};
+use super::condition::{self, Stamp, condition, set_condition};
 use crate::api::{MaintenancePhase, NodeMaintenanceStatus, PodReference};
 
 pub(crate) use crate::server_time::now_time;
@@ -232,14 +232,10 @@ pub(crate) fn non_empty<T>(v: Vec<T>) -> Option<Vec<T>> {
     (!v.is_empty()).then_some(v)
 }
 
-/// Stamps `status` as written by this pass: `lastUpdate` and `observedGeneration`.
-pub(crate) fn touch(
-    status: &mut NodeMaintenanceStatus,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
-) {
-    status.last_update = Some(now_time(now));
-    status.observed_generation = generation;
+/// Stamps `status` as written `at` by this pass: `lastUpdate` and `observedGeneration`.
+pub(crate) fn touch(status: &mut NodeMaintenanceStatus, at: Stamp) {
+    status.last_update = Some(now_time(at.now));
+    status.observed_generation = at.generation;
 }
 
 /// Phase Failed, with Warning `FailedMaintenance` on the transition from `old`.
@@ -301,19 +297,10 @@ pub(crate) fn not_cordoned(
     events: Vec<PlannedEvent>,
     (reason, message): (&str, impl Into<String>),
     requeue: Requeue,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+    at: Stamp,
 ) -> Step {
-    set_condition(
-        &mut s,
-        condition::CORDONED,
-        false,
-        reason,
-        message,
-        generation,
-        now,
-    );
-    touch(&mut s, generation, now);
+    set_condition(&mut s, condition::CORDONED, false, reason, message, at);
+    touch(&mut s, at);
     Step {
         status: s,
         events,

@@ -1,4 +1,4 @@
-use super::condition::{self, condition, set_condition};
+use super::condition::{self, Stamp, condition, set_condition};
 use super::encode::{needs_write, status_patch};
 use super::outcome::DrainRound;
 use super::*;
@@ -20,6 +20,13 @@ pub(super) fn t(s: i64) -> jiff::Timestamp {
     jiff::Timestamp::from_second(1_800_000_000 + s).unwrap()
 }
 pub(super) const GEN: Option<i64> = Some(1);
+/// A status written at `t(s)` of generation [`GEN`].
+pub(super) fn at(s: i64) -> Stamp {
+    Stamp {
+        generation: GEN,
+        now: t(s),
+    }
+}
 fn pods(names: &[&str]) -> Vec<PodReference> {
     names
         .iter()
@@ -185,8 +192,7 @@ fn running_with_two() -> NodeMaintenanceStatus {
     init_status(
         &NodeMaintenanceStatus::default(),
         &survey(&["test-pod-1", "test-pod-2"]),
-        GEN,
-        t(0),
+        at(0),
     )
     .unwrap()
 }
@@ -230,7 +236,7 @@ fn drain_start_time_is_the_start_on_the_node_and_goes_with_a_release() {
         .unwrap();
     assert_eq!(first.drain_start_time.as_ref().map(|d| d.0), Some(t(40)));
     // Released (stage Idle): gone with the node's record.
-    let released = super::timeline::release(&first, GEN, t(60));
+    let released = super::timeline::release(&first, at(60));
     assert_eq!(released.drain_start_time, None);
     // Drain again from t(90): the new start, not the first.
     let again = drained_plan(&round(&released, 90), &rep, None, t(91))
@@ -246,7 +252,7 @@ fn init_leaves_a_set_phase_alone() {
         phase: Some(MaintenancePhase::Failed),
         ..Default::default()
     };
-    assert_eq!(init_status(&failed, &survey(&["a"]), GEN, t(0)), None);
+    assert_eq!(init_status(&failed, &survey(&["a"]), at(0)), None);
 }
 
 // Upstream's contract: a valid maintenance drains and succeeds once.
@@ -283,8 +289,8 @@ fn valid_maintenance_succeeds_once_and_then_stays_quiet() {
 // Upstream's contract: a node that does not exist.
 #[test]
 fn missing_node_fails_once_and_resumes_when_it_appears() {
-    let s0 = init_status(&NodeMaintenanceStatus::default(), &survey(&[]), GEN, t(0)).unwrap();
-    let step = node_missing(&s0, "non-existing", GEN, t(1));
+    let s0 = init_status(&NodeMaintenanceStatus::default(), &survey(&[]), at(0)).unwrap();
+    let step = node_missing(&s0, "non-existing", at(1));
     let s = &step.status;
     assert_eq!(s.phase, Some(MaintenancePhase::Failed));
     assert_eq!(
@@ -300,7 +306,7 @@ fn missing_node_fails_once_and_resumes_when_it_appears() {
     assert!(step.events[0].warning);
     assert_eq!(step.events[0].message, "Failed a node maintenance");
     // Still missing: no second event, no write.
-    let again = node_missing(s, "non-existing", GEN, t(31));
+    let again = node_missing(s, "non-existing", at(31));
     assert!(again.events.is_empty());
     assert!(!needs_write(s, &again.status, &[]));
     // The node appears with a pod: Running, counted, drained.
@@ -1251,13 +1257,7 @@ fn invalid_node_names_fail_without_touching_anything() {
     assert!(matches!(entry(&obj), Entry::InvalidNodeName(_)));
     obj.spec.node_name = "ok".into();
     assert_eq!(entry(&obj), Entry::Maintain);
-    let step = invalid_node_name(
-        &NodeMaintenanceStatus::default(),
-        "",
-        "it is empty",
-        GEN,
-        t(0),
-    );
+    let step = invalid_node_name(&NodeMaintenanceStatus::default(), "", "it is empty", at(0));
     assert_eq!(step.status.phase, Some(MaintenancePhase::Failed));
     assert_eq!(
         step.status.last_error.as_deref(),
@@ -1269,7 +1269,7 @@ fn invalid_node_names_fail_without_touching_anything() {
             .starts_with(r#"nodes "doesNotExist" not found"#)
     );
     assert!(
-        invalid_node_name(&step.status, "", "it is empty", GEN, t(5))
+        invalid_node_name(&step.status, "", "it is empty", at(5))
             .events
             .is_empty()
     );
@@ -1293,7 +1293,7 @@ fn a_node_name_too_long_for_its_lease_fails_without_touching_anything() {
         ) && text.ends_with("; no node was changed"),
         "{text}"
     );
-    let step = invalid_node_name(&NodeMaintenanceStatus::default(), &long, &why, GEN, t(0));
+    let step = invalid_node_name(&NodeMaintenanceStatus::default(), &long, &why, at(0));
     assert_eq!(step.status.phase, Some(MaintenancePhase::Failed));
     assert_eq!(step.status.last_error.as_deref(), Some(text.as_str()));
     assert_eq!(reasons(&step.events), vec!["FailedMaintenance"]);
@@ -1307,13 +1307,7 @@ fn drain_progress_is_clamped_and_never_negative() {
     assert_eq!(drain_progress(0, 3), 0);
     assert_eq!(drain_progress(2, 0), 100);
     // And through a pass where more pods are pending than were counted at the start.
-    let s0 = init_status(
-        &NodeMaintenanceStatus::default(),
-        &survey(&["a"]),
-        GEN,
-        t(0),
-    )
-    .unwrap();
+    let s0 = init_status(&NodeMaintenanceStatus::default(), &survey(&["a"]), at(0)).unwrap();
     let rep = report(
         &["a", "b", "c"],
         &[("a", reason::PDB), ("b", reason::PDB), ("c", reason::PDB)],
@@ -1334,7 +1328,7 @@ fn blocked_pass_requeues_at_the_first_per_pod_retry_and_names_skipped_pods_once(
     });
     rep.skipped = vec![skipped.clone()];
     rep.newly_skipped = vec![skipped];
-    let step = drained(&s0, &rep, GEN, t(1));
+    let step = drained(&s0, &rep, at(1));
     assert_eq!(step.requeue, Requeue::Fixed(Duration::from_millis(4900)));
     assert_eq!(reasons(&step.events), vec![event::POD_SKIPPED]);
     let cond = step.status.conditions.as_ref().unwrap();
@@ -1379,7 +1373,7 @@ fn blocked_pass_requeues_at_the_first_per_pod_retry_and_names_skipped_pods_once(
     // Announced already: no second event; a retry due at once is not a busy loop.
     rep.newly_skipped.clear();
     rep.retry_in = Some(Duration::ZERO);
-    let again = drained(&step.status, &rep, GEN, t(2));
+    let again = drained(&step.status, &rep, at(2));
     assert!(again.events.is_empty());
     assert_eq!(again.requeue, Requeue::Fixed(Duration::from_millis(200)));
     assert!(!needs_write(&step.status, &again.status, &[]));
@@ -1437,22 +1431,18 @@ fn lease_ownership_comes_from_the_condition_not_the_progress() {
     // drainProgress > 0 without ever holding the lease (e.g. pods left on their own): not counted.
     let mut s = running_with_two();
     s.drain_progress = Some(50);
-    let LeaseStep::Wait(step) = lease_result(&s, &already_held(), false, GEN, t(1)) else {
+    let LeaseStep::Wait(step) = lease_result(&s, &already_held(), false, at(1)) else {
         panic!()
     };
     assert_eq!(step.status.error_on_lease_count.unwrap_or(0), 0);
     // Held with drainProgress 0 (nothing evicted yet), then lost: counted.
-    let LeaseStep::Proceed(held) = lease_result(
-        &running_with_two(),
-        &LeaseObservation::Held,
-        false,
-        GEN,
-        t(1),
-    ) else {
+    let LeaseStep::Proceed(held) =
+        lease_result(&running_with_two(), &LeaseObservation::Held, false, at(1))
+    else {
         panic!()
     };
     assert!(held_lease_before(&held));
-    let LeaseStep::Wait(step) = lease_result(&held, &already_held(), false, GEN, t(2)) else {
+    let LeaseStep::Wait(step) = lease_result(&held, &already_held(), false, at(2)) else {
         panic!()
     };
     assert_eq!(step.status.error_on_lease_count, Some(1));
@@ -1529,8 +1519,7 @@ fn reapplied_maintenance_is_reported_with_what_was_undone() {
         &running_with_two(),
         "node01",
         &["cordon", "medik8s.io/drain taint"],
-        GEN,
-        t(1),
+        at(1),
     );
     assert_eq!(ev.len(), 1);
     assert!(ev[0].warning);
@@ -1539,18 +1528,18 @@ fn reapplied_maintenance_is_reported_with_what_was_undone() {
         ev[0].message,
         "Re-applied maintenance to node node01: cordon, medik8s.io/drain taint had been removed"
     );
-    let (_, ev) = entered(&s, "node01", &[], GEN, t(2));
+    let (_, ev) = entered(&s, "node01", &[], at(2));
     assert!(ev.is_empty());
 }
 
 #[test]
 fn conditions_keep_their_transition_time_until_the_status_flips() {
     let mut s = NodeMaintenanceStatus::default();
-    set_condition(&mut s, "Drained", false, "A", "m", GEN, t(0));
-    set_condition(&mut s, "Drained", false, "B", "m2", GEN, t(10));
+    set_condition(&mut s, "Drained", false, "A", "m", at(0));
+    set_condition(&mut s, "Drained", false, "B", "m2", at(10));
     let c = &s.conditions.as_ref().unwrap()[0];
     assert_eq!((c.last_transition_time.0, c.reason.as_str()), (t(0), "B"));
-    set_condition(&mut s, "Drained", true, "C", "m3", GEN, t(20));
+    set_condition(&mut s, "Drained", true, "C", "m3", at(20));
     assert_eq!(
         s.conditions.as_ref().unwrap()[0].last_transition_time.0,
         t(20)
@@ -1945,7 +1934,7 @@ fn the_deadline_counts_from_the_drain_slot_not_from_the_queue() {
         full: "--max-parallel-drains=1".into(),
     };
     // The last pass found it waiting.
-    running = queued(&running, Some(&waiting), None, GEN, t(0)).0;
+    running = queued(&running, Some(&waiting), None, at(0)).0;
     let queued = plan(&observed(Some(waiting), &running, 500), t(500));
     let s = queued.status.clone().unwrap();
     assert_eq!(
@@ -1990,7 +1979,7 @@ fn a_restarted_workload_gets_one_event_naming_it() {
         message: Some(message.into()),
         ..surging
     }];
-    let step = drained(&s0, &rep, GEN, t(1));
+    let step = drained(&s0, &rep, at(1));
     assert_eq!(reasons(&step.events), vec![event::WORKLOAD_RESTARTED]);
     assert!(
         step.events[0]
@@ -2001,5 +1990,5 @@ fn a_restarted_workload_gets_one_event_naming_it() {
         step.events[0].message
     );
     rep.restarted.clear();
-    assert!(drained(&step.status, &rep, GEN, t(2)).events.is_empty());
+    assert!(drained(&step.status, &rep, at(2)).events.is_empty());
 }

@@ -22,7 +22,7 @@
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
-use super::condition::{self, condition, set_condition};
+use super::condition::{self, Stamp, condition, set_condition};
 use super::status::REQUEUE_SUCCEEDED;
 use crate::api::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
 use crate::controller::queue::Place;
@@ -249,11 +249,7 @@ pub(crate) fn with_start(
 /// `Drained` condition turns False with reason [`condition::RELEASED`], so the next drain is a
 /// new one: the success its expiry counts from is a new transition, and the drain queue no
 /// longer counts it as holding a slot ([`Timeline::recorded`]).
-pub(crate) fn release(
-    status: &NodeMaintenanceStatus,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
-) -> NodeMaintenanceStatus {
+pub(crate) fn release(status: &NodeMaintenanceStatus, at: Stamp) -> NodeMaintenanceStatus {
     let mut s = status.clone();
     // The start went with the node's record: the next drain has its own.
     s.drain_start_time = None;
@@ -264,8 +260,7 @@ pub(crate) fn release(
             false,
             condition::RELEASED,
             "the node is not in maintenance (stage): the next drain starts afresh",
-            generation,
-            now,
+            at,
         );
     }
     s

@@ -6,7 +6,7 @@
 use crate::api::{MaintenancePhase, NodeMaintenanceStatus, PodBlocker};
 use crate::drain::volume_detach::{FAILED_PREFIX, Verdict, named};
 
-use super::condition::{self, set_condition};
+use super::condition::{self, Stamp, set_condition};
 use super::status::{
     PlannedEvent, REQUEUE_SUCCEEDED, REQUEUE_TERMINATING, Requeue, Step, event, fail_with, now_time,
 };
@@ -30,10 +30,9 @@ pub(crate) fn hold(
     old: &NodeMaintenanceStatus,
     verdict: Verdict,
     bound: Option<jiff::Timestamp>,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+    at: Stamp,
 ) -> Step {
-    let at = bound.map_or_else(|| "unknown".to_string(), |b| b.to_string());
+    let bound = bound.map_or_else(|| "unknown".to_string(), |b| b.to_string());
     let s = &mut step.status;
     // From the condition the round started with, so a wait that goes on keeps its
     // lastTransitionTime (and no write is made per pass for it).
@@ -44,15 +43,7 @@ pub(crate) fn hold(
         list.retain(|c| c.type_ != condition::DRAINED);
         list.extend(was);
         let message = crate::bounds::truncate(&message, crate::bounds::MAX_CONDITION_MESSAGE);
-        set_condition(
-            s,
-            condition::DRAINED,
-            false,
-            reason,
-            message,
-            generation,
-            now,
-        );
+        set_condition(s, condition::DRAINED, false, reason, message, at);
     };
     match verdict {
         Verdict::Detached => {}
@@ -64,7 +55,7 @@ pub(crate) fn hold(
                 true => (DETACH_TIMEOUT, "past its bound (onTimeout Wait) of"),
             };
             let message = format!(
-                "all pods are gone; waiting {when} {at} for volumes to detach: {}",
+                "all pods are gone; waiting {when} {bound} for volumes to detach: {}",
                 named(&blockers)
             );
             drained(s, reason, message);
@@ -74,7 +65,8 @@ pub(crate) fn hold(
         Verdict::Fail(blockers) => {
             s.blockers = Some(capped(&blockers));
             let text = format!(
-                "{FAILED_PREFIX} ({at}); onTimeout Fail; VolumeAttachments still on the node: {}",
+                "{FAILED_PREFIX} ({bound}); onTimeout Fail; VolumeAttachments still on the \
+                 node: {}",
                 named(&blockers)
             );
             let error = crate::bounds::truncate(&text, crate::bounds::MAX_CONDITION_MESSAGE);
@@ -86,7 +78,7 @@ pub(crate) fn hold(
         }
         Verdict::Skip(blockers) => {
             let text = format!(
-                "volumes still attached at the waitForVolumeDetach bound ({at}), left as \
+                "volumes still attached at the waitForVolumeDetach bound ({bound}), left as \
                  onTimeout says: {}",
                 named(&blockers)
             );
@@ -109,7 +101,7 @@ pub(crate) fn hold(
             }
         }
     }
-    s.last_update = Some(now_time(now));
+    s.last_update = Some(now_time(at.now));
     step
 }
 

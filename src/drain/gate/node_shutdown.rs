@@ -14,7 +14,7 @@
 use k8s_openapi::api::core::v1::Node;
 
 use crate::api::NodeMaintenanceStatus;
-use crate::api::condition::set_condition;
+use crate::api::condition::{Stamp, set_condition};
 use crate::node::conditions::{GRACEFUL_NODE_SHUTDOWN_IN_PROGRESS, shutting_down_in};
 
 /// The NodeMaintenance's condition type: True while its node shuts down and the drain sends
@@ -43,8 +43,7 @@ pub(crate) fn shutting_down(node: &Node) -> bool {
 pub(crate) fn status(
     status: &NodeMaintenanceStatus,
     node: Option<&Node>,
-    generation: Option<i64>,
-    now: jiff::Timestamp,
+    at: Stamp,
 ) -> (NodeMaintenanceStatus, bool) {
     let mut s = status.clone();
     if s.phase == Some(crate::api::MaintenancePhase::Succeeded) {
@@ -68,22 +67,13 @@ pub(crate) fn status(
             true,
             GRACEFUL_NODE_SHUTDOWN_IN_PROGRESS,
             message,
-            generation,
-            now,
+            at,
         );
     } else if was {
         let message = format!(
             "node {name} no longer has {GRACEFUL_NODE_SHUTDOWN_IN_PROGRESS}=True: evictions resume"
         );
-        set_condition(
-            &mut s,
-            CONDITION,
-            false,
-            NOT_SHUTTING_DOWN,
-            message,
-            generation,
-            now,
-        );
+        set_condition(&mut s, CONDITION, false, NOT_SHUTTING_DOWN, message, at);
     }
     (s, down)
 }
@@ -110,6 +100,14 @@ mod tests {
         jiff::Timestamp::from_second(1_800_000_000 + s).unwrap()
     }
 
+    /// A status written at `t(s)` of generation 1.
+    fn at(s: i64) -> Stamp {
+        Stamp {
+            generation: Some(1),
+            now: t(s),
+        }
+    }
+
     fn says(s: &NodeMaintenanceStatus) -> Option<(String, String, String)> {
         s.conditions
             .iter()
@@ -130,11 +128,11 @@ mod tests {
     fn a_node_going_down_halts_the_round_and_says_so_then_resumes() {
         let none = NodeMaintenanceStatus::default();
         // A node that never went down: nothing written, the round runs.
-        let (s, halted) = status(&none, Some(&node(None)), Some(1), t(0));
+        let (s, halted) = status(&none, Some(&node(None)), at(0));
         assert!(!halted);
         assert_eq!(s, none);
         // Going down: halted, and the status names the node and the condition.
-        let (down, halted) = status(&none, Some(&node(Some("True"))), Some(1), t(1));
+        let (down, halted) = status(&none, Some(&node(Some("True"))), at(1));
         assert!(halted);
         let (value, reason, message) = says(&down).unwrap();
         assert_eq!(
@@ -146,13 +144,10 @@ mod tests {
             "{message}"
         );
         // The same again writes the same status (no write).
-        assert_eq!(
-            status(&down, Some(&node(Some("True"))), Some(1), t(5)).0,
-            down
-        );
+        assert_eq!(status(&down, Some(&node(Some("True"))), at(5)).0, down);
         // Cleared (False, or removed): the round runs again, and the status says so.
         for cleared in [Some("False"), None] {
-            let (up, halted) = status(&down, Some(&node(cleared)), Some(1), t(9));
+            let (up, halted) = status(&down, Some(&node(cleared)), at(9));
             assert!(!halted);
             let (value, reason, _) = says(&up).unwrap();
             assert_eq!(
@@ -161,14 +156,14 @@ mod tests {
             );
         }
         // No node read: nothing to halt on (the pass ends before without one).
-        assert!(!status(&none, None, Some(1), t(0)).1);
+        assert!(!status(&none, None, at(0)).1);
         // Succeeded: nothing is sent anyway, the reboot it was drained for is not a halt.
         let succeeded = NodeMaintenanceStatus {
             phase: Some(crate::api::MaintenancePhase::Succeeded),
             ..NodeMaintenanceStatus::default()
         };
         assert_eq!(
-            status(&succeeded, Some(&node(Some("True"))), Some(1), t(0)),
+            status(&succeeded, Some(&node(Some("True"))), at(0)),
             (succeeded, false)
         );
     }

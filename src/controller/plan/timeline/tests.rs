@@ -11,6 +11,14 @@ fn t(s: i64) -> jiff::Timestamp {
     jiff::Timestamp::from_second(1_800_000_000 + s).unwrap()
 }
 
+/// A status written at `t(s)` of generation 1.
+fn stamp(s: i64) -> Stamp {
+    Stamp {
+        generation: Some(1),
+        now: t(s),
+    }
+}
+
 /// One maintenance's record as passes leave it, moved by the moments a pass records.
 #[derive(Clone, Default)]
 struct Record {
@@ -24,15 +32,13 @@ impl Record {
     /// A pass in stage `drains` (Drain with a slot) or not, at `at`, on a node entered already
     /// (`entering`: afresh in this pass).
     fn enter(mut self, drains: bool, entering: bool, at: i64) -> Self {
-        let g = Some(1);
         set_condition(
             &mut self.status,
             condition::CORDONED,
             true,
             "NodeCordoned",
             "",
-            g,
-            t(at),
+            stamp(at),
         );
         let recorded = if entering { None } else { self.start };
         let drains = drains && self.status.phase != Some(MaintenancePhase::Succeeded);
@@ -61,15 +67,14 @@ impl Record {
 
     /// Stage Idle: the node released (its record, the start among it, removed on exit).
     fn idle(mut self, at: i64) -> Self {
-        self.status = release(&self.status, Some(1), t(at));
+        self.status = release(&self.status, stamp(at));
         set_condition(
             &mut self.status,
             condition::CORDONED,
             false,
             condition::RELEASED,
             "",
-            Some(1),
-            t(at),
+            stamp(at),
         );
         self.status.phase = Some(MaintenancePhase::Running);
         self.start = None;
@@ -84,8 +89,7 @@ impl Record {
             true,
             "AllPodsEvicted",
             "",
-            Some(1),
-            t(at),
+            stamp(at),
         );
         self
     }
@@ -101,14 +105,14 @@ impl Record {
             position: 1,
             full: "--max-parallel-drains=1".into(),
         };
-        let (s, _) = queued(&self.status, Some(&place), None, Some(1), t(at));
+        let (s, _) = queued(&self.status, Some(&place), None, stamp(at));
         self.status = s;
         self.place = Some(place);
         self
     }
 
     fn dequeued(mut self, at: i64) -> Self {
-        let (s, _) = queued(&self.status, Some(&Place::Draining), None, Some(1), t(at));
+        let (s, _) = queued(&self.status, Some(&Place::Draining), None, stamp(at));
         self.status = s;
         self.place = Some(Place::Draining);
         self
