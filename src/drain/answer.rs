@@ -315,13 +315,3 @@ pub(crate) fn aggregate_errors(errors: &[String]) -> Option<String> {
     }
 }
 
-/// Convenience for callers that only need the pod references of blockers.
-pub(crate) fn refs(blockers: &[PodBlocker]) -> Vec<PodReference> {
-    blockers
-        .iter()
-        .map(|b| PodReference {
-            namespace: b.namespace.clone(),
-            name: b.name.clone(),
-        })
-        .collect()
-}

@@ -69,7 +69,6 @@ mod surge_io;
 pub(crate) mod volume_detach;
 
 pub(crate) use act::Drainer;
-pub(crate) use answer::*;
 pub(crate) use budget::{Budget, BudgetWatch, Relief};
 pub(crate) use consts::*;
 pub(crate) use decide::*;

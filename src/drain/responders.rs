@@ -369,8 +369,8 @@ mod tests {
         let mut report = DrainReport {
             pending: vec![blocker("web-0", reason::PDB), blocker("web-1", reason::PDB)],
             errors: vec![
-                super::super::evicting_error(&pod_ref("web-0"), budget_error),
-                super::super::evicting_error(&pod_ref("web-1"), budget_error),
+                crate::drain::answer::evicting_error(&pod_ref("web-0"), budget_error),
+                crate::drain::answer::evicting_error(&pod_ref("web-1"), budget_error),
             ],
             ..DrainReport::default()
         };
@@ -399,7 +399,7 @@ mod tests {
         );
         assert_eq!(
             report.errors,
-            vec![super::super::evicting_error(
+            vec![crate::drain::answer::evicting_error(
                 &pod_ref("web-1"),
                 budget_error
             )],
@@ -425,7 +425,7 @@ mod tests {
         let done = Responders::index(ActiveResponder::of(&eviction(active("Completed"))));
         let mut again = DrainReport {
             pending: vec![blocker("web-0", reason::PDB)],
-            errors: vec![super::super::evicting_error(
+            errors: vec![crate::drain::answer::evicting_error(
                 &pod_ref("web-0"),
                 budget_error,
             )],

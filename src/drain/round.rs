@@ -725,7 +725,8 @@ pub(crate) fn settle(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::drain::{Stage, classify_eviction};
+    use crate::drain::Stage;
+    use crate::drain::answer::classify_eviction;
     use serde_json::json;
 
     fn pod(name: &str, extra: serde_json::Value) -> DrainPod {

@@ -1,6 +1,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+use super::answer::*;
 use super::pod::{DrainPod, OwnerRef, api_group};
 use super::rules::selector_matches;
 use super::*;

@@ -12,7 +12,7 @@ use super::status::{
     non_empty, now_time, touch,
 };
 use super::volume_detach;
-use crate::api::{MaintenancePhase, NodeMaintenanceStatus};
+use crate::api::{MaintenancePhase, NodeMaintenanceStatus, PodBlocker};
 use crate::drain::{self, DrainReport};
 
 /// Next pass while an eviction is refused (upstream's `waitDurationOnDrainError`).
@@ -213,7 +213,7 @@ pub(crate) fn drained(old: &NodeMaintenanceStatus, report: &DrainReport, at: Sta
         );
         requeue = Requeue::After(REQUEUE_SUCCEEDED);
     } else {
-        let all = drain::refs(&report.pending);
+        let all: Vec<_> = report.pending.iter().map(PodBlocker::pod).collect();
         let (refs, _) = crate::bounds::cap_pending(&all);
         let (blockers, _) = drain::report::cap_blockers(&report.pending);
         let capped = capped_summary(all.len(), refs.len(), blockers.len());
