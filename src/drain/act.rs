@@ -17,10 +17,9 @@ use kube::{Api, Client};
 
 use super::answer::classify_eviction;
 use super::budget::BudgetWatch;
-use super::consts::READ_TIMEOUT;
 use super::decide::{Arrival, decide};
 use super::disposition::{Disposition, DrainOptions};
-use super::error::DrainError;
+use super::error::{DrainError, bounded, get};
 use super::gate::Standing;
 use super::gone::GoneWatches;
 use super::memory::DrainMemory;
@@ -67,15 +66,6 @@ pub(crate) struct Drainer {
     sender: Sender,
     /// The watches of pods going on the nodes whose drain waits for them.
     gone: GoneWatches,
-}
-
-async fn deadline<T>(
-    what: impl FnOnce() -> String,
-    call: impl std::future::Future<Output = T>,
-) -> Result<T, DrainError> {
-    tokio::time::timeout(READ_TIMEOUT, call)
-        .await
-        .map_err(|_| DrainError::Timeout { what: what() })
 }
 
 impl Drainer {
@@ -147,7 +137,8 @@ impl Drainer {
 
     /// All pods bound to `node`, as [`DrainPod`]s, and the API server's time of the first page
     /// (`None` when its answer had no `Date`): a field-selected list in pages of
-    /// [`LIST_PAGE_SIZE`] (never a cluster-wide cache), each page under [`READ_TIMEOUT`].
+    /// [`LIST_PAGE_SIZE`] (never a cluster-wide cache), each page bounded by
+    /// [`bounded`]'s `READ_TIMEOUT`.
     async fn list_pods(
         &self,
         node: &str,
@@ -169,7 +160,7 @@ impl Drainer {
             let (page, date): (PodPage, _) = {
                 let _slot = self.pages.acquire().await;
                 let what = || format!("the list of pods on node {node} (page {page_no})");
-                deadline(what, crate::server_time::request_dated(&self.client, req))
+                bounded(what, crate::server_time::request_dated(&self.client, req))
                     .await?
                     .map_err(err)?
             };
@@ -209,15 +200,9 @@ impl Drainer {
                         None => {
                             let api: Api<DaemonSet> =
                                 Api::namespaced(self.client.clone(), &namespace);
-                            let what =
-                                || format!("the GET of DaemonSet {namespace}/{}", owner.name);
-                            let uid = deadline(what, api.get_metadata_opt(&owner.name))
+                            let what = format!("DaemonSet {namespace}/{}", owner.name);
+                            let uid = get(what, api.get_metadata_opt(&owner.name))
                                 .await?
-                                .map_err(|source| DrainError::DaemonSet {
-                                    namespace: namespace.clone(),
-                                    name: owner.name.clone(),
-                                    source,
-                                })?
                                 .and_then(|d| d.metadata.uid);
                             daemonsets.insert(key, uid.clone());
                             uid
@@ -252,13 +237,8 @@ impl Drainer {
     ) -> Result<&'a BTreeMap<String, String>, DrainError> {
         if !seen.contains_key(name) {
             let api: Api<Namespace> = Api::all(self.client.clone());
-            let what = || format!("the GET of namespace {name}");
-            let labels = deadline(what, api.get_metadata_opt(name))
+            let labels = get(format!("namespace {name}"), api.get_metadata_opt(name))
                 .await?
-                .map_err(|source| DrainError::Namespace {
-                    name: name.to_string(),
-                    source,
-                })?
                 .and_then(|n| n.metadata.labels)
                 .unwrap_or_default();
             seen.insert(name.to_string(), labels);

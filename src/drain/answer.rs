@@ -314,4 +314,3 @@ pub(crate) fn aggregate_errors(errors: &[String]) -> Option<String> {
         many => Some(format!("[{}]", many.join(", "))),
     }
 }
-

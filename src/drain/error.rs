@@ -15,29 +15,12 @@ pub(crate) enum DrainError {
         /// The API error.
         source: kube::Error,
     },
-    /// Looking up a pod's DaemonSet failed with something other than NotFound (kubectl aborts
-    /// the drain in this case too).
-    #[error("failed to get DaemonSet {namespace}/{name}: {source}")]
-    DaemonSet {
-        /// Namespace of the DaemonSet.
-        namespace: String,
-        /// Name of the DaemonSet.
-        name: String,
-        /// The API error.
-        source: kube::Error,
-    },
-    /// Reading the labels of a pod's namespace (a drain rule's namespace selector) failed.
-    #[error("failed to get namespace {name} for the drain rules: {source}")]
-    Namespace {
-        /// The namespace.
-        name: String,
-        /// The API error.
-        source: kube::Error,
-    },
-    /// Reading a pod's workload (`surge`: its ReplicaSet or Deployment) failed.
+    /// A GET the round needs failed with something other than NotFound: a pod's DaemonSet
+    /// (kubectl aborts the drain in this case too), a namespace's labels (a drain rule's
+    /// namespace selector), a pod's workload (`surge`).
     #[error("failed to get {what}: {source}")]
-    Workload {
-        /// What was read: its kind, namespace and name (`ReplicaSet ns/web-5d8f`).
+    Get {
+        /// What was read: its kind, namespace and name (`DaemonSet ns/fluentd`).
         what: String,
         /// The API error.
         source: kube::Error,
@@ -48,4 +31,25 @@ pub(crate) enum DrainError {
         /// The call, e.g. `the list of pods on node n1 (page 3)`.
         what: String,
     },
+}
+
+/// `call` bounded by [`READ_TIMEOUT`]: [`DrainError::Timeout`] naming `what()` when it hangs.
+pub(crate) async fn bounded<T>(
+    what: impl FnOnce() -> String,
+    call: impl std::future::Future<Output = T>,
+) -> Result<T, DrainError> {
+    tokio::time::timeout(READ_TIMEOUT, call)
+        .await
+        .map_err(|_| DrainError::Timeout { what: what() })
+}
+
+/// The GET of `what` (`DaemonSet ns/name`), bounded as [`bounded`] says; its error as
+/// [`DrainError::Get`].
+pub(crate) async fn get<T>(
+    what: String,
+    call: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, DrainError> {
+    bounded(|| format!("the GET of {what}"), call)
+        .await?
+        .map_err(|source| DrainError::Get { what, source })
 }

@@ -27,16 +27,7 @@ async fn read<T>(
     name: &str,
     call: impl std::future::Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, DrainError> {
-    let err = |source| DrainError::Workload {
-        what: format!("{kind} {namespace}/{name}"),
-        source,
-    };
-    match tokio::time::timeout(READ_TIMEOUT, call).await {
-        Ok(answer) => answer.map_err(err),
-        Err(_) => Err(DrainError::Timeout {
-            what: format!("the GET of {kind} {namespace}/{name}"),
-        }),
-    }
+    super::error::get(format!("{kind} {namespace}/{name}"), call).await
 }
 
 /// The workloads of the pods up for eviction among `pods` (each ReplicaSet and Deployment read
