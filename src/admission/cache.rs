@@ -40,10 +40,9 @@ pub(crate) fn strip_node(node: &mut Node) {
         l.retain(|k, _| CONTROL_PLANE_LABELS.contains(&k.as_str()));
         l
     });
-    let ready = ready_condition_status(
-        node.status.as_ref().and_then(|s| s.conditions.as_deref()),
-        |c| (c.type_.as_str(), c.status.as_str()),
-    );
+    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+    let ready = conditions.and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+    let ready = ready.map(|c| c.status.clone());
     *node = Node {
         metadata: ObjectMeta {
             name: node.metadata.name.take(),
@@ -83,10 +82,7 @@ pub(crate) fn strip_nm(nm: &mut NodeMaintenance) {
 /// Keeps only a Pod's name, namespace, labels, `spec.nodeName` and the status of its `Ready`
 /// condition.
 pub(crate) fn strip_pod(pod: &mut Pod) {
-    let ready = ready_condition_status(
-        pod.status.as_ref().and_then(|s| s.conditions.as_deref()),
-        |c| (c.type_.as_str(), c.status.as_str()),
-    );
+    let ready = super::quorum::pod_ready_status(pod);
     let node_name = pod.spec.as_mut().and_then(|s| s.node_name.take());
     *pod = Pod {
         metadata: ObjectMeta {
@@ -141,17 +137,6 @@ pub(crate) fn strip_budget(pdb: &mut PodDisruptionBudget) {
         }),
         status,
     };
-}
-
-/// The status of the `Ready` condition among `conditions`, read by `parts` as (type, status).
-fn ready_condition_status<C>(
-    conditions: Option<&[C]>,
-    parts: impl Fn(&C) -> (&str, &str),
-) -> Option<String> {
-    let mut conditions = conditions.unwrap_or_default().iter().map(parts);
-    conditions
-        .find(|(t, _)| *t == "Ready")
-        .map(|(_, s)| s.to_string())
 }
 
 /// The quorum inputs of the detected platform.

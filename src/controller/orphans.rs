@@ -22,7 +22,7 @@ use serde_json::{Map, Value};
 
 use super::context::Context;
 use super::plan::{NodePurpose, Write};
-use crate::api::{ENTERED_NODE_ANNOTATION, NodeMaintenance};
+use crate::api::NodeMaintenance;
 use crate::node::{self, Claimant};
 
 /// What to do with a node's record.
@@ -100,12 +100,9 @@ async fn retry(ctx: Arc<Context>, name: String) {
     }
 }
 
-fn targets(nm: &NodeMaintenance, node: &str) -> bool {
-    nm.spec.node_name == node
-        || nm
-            .annotations()
-            .get(ENTERED_NODE_ANNOTATION)
-            .is_some_and(|n| n == node)
+/// Whether `nm` names `node` (`spec.nodeName`) or entered it (its record of the node entered).
+pub(super) fn targets(nm: &NodeMaintenance, node: &str) -> bool {
+    nm.spec.node_name == node || super::plan::entered_node(nm) == Some(node)
 }
 
 /// Why a node could not be settled; the sweep retries it.

@@ -206,13 +206,7 @@ fn maintenances_of_node(
     store
         .state()
         .iter()
-        .filter(|nm| {
-            nm.spec.node_name == node
-                || nm
-                    .annotations()
-                    .get(crate::api::ENTERED_NODE_ANNOTATION)
-                    .is_some_and(|n| n == node)
-        })
+        .filter(|nm| super::orphans::targets(nm, node))
         .map(|nm| ObjectRef::from_obj(nm.as_ref()))
         .collect()
 }
