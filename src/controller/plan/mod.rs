@@ -82,9 +82,6 @@ pub(crate) enum Entry {
     /// Being deleted without our finalizer: nothing to do, and never fall through to
     /// maintenance (upstream bug #154).
     Ignore,
-    /// Add the finalizer (then emit BeginMaintenance, or BeginPreflight in stage Preflight, and
-    /// continue).
-    AddFinalizer,
     /// Failed for good (the lease could not be recovered): no writes, no events.
     Terminal,
     /// `spec.nodeName` is unusable; the text says why. No node is touched.
@@ -93,27 +90,27 @@ pub(crate) enum Entry {
     Maintain,
 }
 
-/// The first decision of every reconcile. Deletion comes first.
-pub(crate) fn entry(nm: &NodeMaintenance) -> Entry {
+/// The first decision of every reconcile, deletion first: what the pass does, with the write
+/// that adds our finalizer when it is missing (`None`: nothing to add) taken as done.
+pub(crate) fn entry(nm: &NodeMaintenance) -> (Option<Write>, Entry) {
     let has_finalizer = nm.finalizers().iter().any(|f| f == FINALIZER);
     if nm.metadata.deletion_timestamp.is_some() {
-        return if has_finalizer {
+        let e = if has_finalizer {
             Entry::Cleanup
         } else {
             Entry::Ignore
         };
+        return (None, e);
     }
-    if !has_finalizer {
-        return Entry::AddFinalizer;
-    }
+    let add = (!has_finalizer).then(|| add_finalizer_write(nm));
     if let Some(status) = &nm.status
         && is_terminal(status)
     {
-        return Entry::Terminal;
+        return (add, Entry::Terminal);
     }
     match validate_node_name(&nm.spec.node_name) {
-        Err(why) => Entry::InvalidNodeName(why),
-        Ok(()) => Entry::Maintain,
+        Err(why) => (add, Entry::InvalidNodeName(why)),
+        Ok(()) => (add, Entry::Maintain),
     }
 }
 
@@ -159,7 +156,7 @@ pub(crate) enum Reads {
 pub(crate) fn reads(nm: &NodeMaintenance) -> Reads {
     let entered = entered_node(nm);
     let valid = |n: &str| validate_node_name(n).is_ok().then(|| n.to_owned());
-    match entry_with_finalizer(nm).1 {
+    match entry(nm).1 {
         Entry::Cleanup => {
             let name = entered.unwrap_or(&nm.spec.node_name).to_owned();
             Reads::Deletion {
@@ -180,7 +177,7 @@ pub(crate) fn reads(nm: &NodeMaintenance) -> Reads {
             node: None,
             survey: false,
         },
-        Entry::Ignore | Entry::Terminal | Entry::AddFinalizer => Reads::Nothing,
+        Entry::Ignore | Entry::Terminal => Reads::Nothing,
     }
 }
 
@@ -188,7 +185,7 @@ pub(crate) fn reads(nm: &NodeMaintenance) -> Reads {
 /// finalizer, the finalizer's events around the pass's writes (`preflight_events`), then the
 /// deletion pass or the maintenance pass.
 pub(crate) fn plan(o: &Observed, now: jiff::Timestamp) -> Plan {
-    let (add_finalizer, e) = entry_with_finalizer(&o.nm);
+    let (add_finalizer, e) = entry(&o.nm);
     let cleanup = matches!((&o.world, &e), (World::Deletion(_), Entry::Cleanup));
     let (stage, status) = (o.policy.0.stage, o.nm.status.as_ref());
     let (first, last) = preflight_events::writes(stage, status, add_finalizer, cleanup);
@@ -206,23 +203,6 @@ pub(crate) fn plan(o: &Observed, now: jiff::Timestamp) -> Plan {
     plan.writes.splice(0..0, first);
     plan.writes.extend(last);
     plan
-}
-
-/// The entry decision, with our finalizer taken as added when it is missing: the write that adds
-/// it (`None`: nothing to add), and what the pass does then.
-pub(crate) fn entry_with_finalizer(nm: &NodeMaintenance) -> (Option<Write>, Entry) {
-    let has_finalizer = nm.finalizers().iter().any(|f| f == FINALIZER);
-    let add = (!has_finalizer && nm.metadata.deletion_timestamp.is_none())
-        .then(|| add_finalizer_write(nm));
-    let e = match add {
-        None => entry(nm),
-        Some(_) => {
-            let mut with = nm.clone();
-            with.finalizers_mut().push(FINALIZER.to_string());
-            entry(&with)
-        }
-    };
-    (add, e)
 }
 
 /// Adds our finalizer: a JSON patch whose `test` op fails (409-like 422) if the list changed

@@ -431,7 +431,7 @@ fn permanently_lost_lease_fails_the_maintenance_once() {
     assert!(ev.is_empty() && !needs_write(&s, &s2, &[]) && rq == Requeue::Never);
     let mut obj = nm("nm", "node01");
     obj.status = Some(s);
-    assert_eq!(entry(&obj), Entry::Terminal);
+    assert_eq!(entry(&obj).1, Entry::Terminal);
 }
 
 // Upstream's contract (bug #154): a deleting object never falls through to maintenance.
@@ -439,15 +439,17 @@ fn permanently_lost_lease_fails_the_maintenance_once() {
 fn deletion_comes_first_and_never_falls_through() {
     let mut obj = nm("nm", "node01");
     obj.metadata.deletion_timestamp = Some(now_time(t(0)));
-    assert_eq!(entry(&obj), Entry::Cleanup);
+    assert_eq!(entry(&obj).1, Entry::Cleanup);
     obj.metadata.finalizers = Some(vec!["test/blocker".into()]);
-    assert_eq!(entry(&obj), Entry::Ignore);
+    assert_eq!(entry(&obj).1, Entry::Ignore);
     obj.spec.node_name = String::new();
-    assert_eq!(entry(&obj), Entry::Ignore);
+    assert_eq!(entry(&obj).1, Entry::Ignore);
     let mut fresh = nm("nm", "node01");
     fresh.metadata.finalizers = None;
-    assert_eq!(entry(&fresh), Entry::AddFinalizer);
-    assert_eq!(entry(&nm("nm", "node01")), Entry::Maintain);
+    let (add, e) = entry(&fresh);
+    assert!(add.is_some(), "the finalizer is added first");
+    assert_eq!(e, Entry::Maintain);
+    assert_eq!(entry(&nm("nm", "node01")).1, Entry::Maintain);
 }
 
 #[test]
@@ -1254,9 +1256,9 @@ fn invalid_node_names_fail_without_touching_anything() {
     assert!(validate_node_name(&"a".repeat(254)).is_err());
     assert!(validate_node_name("worker-1.example.com").is_ok());
     let mut obj = nm("nm", "");
-    assert!(matches!(entry(&obj), Entry::InvalidNodeName(_)));
+    assert!(matches!(entry(&obj).1, Entry::InvalidNodeName(_)));
     obj.spec.node_name = "ok".into();
-    assert_eq!(entry(&obj), Entry::Maintain);
+    assert_eq!(entry(&obj).1, Entry::Maintain);
     let step = invalid_node_name(&NodeMaintenanceStatus::default(), "", "it is empty", at(0));
     assert_eq!(step.status.phase, Some(MaintenancePhase::Failed));
     assert_eq!(
@@ -1285,7 +1287,7 @@ fn a_node_name_too_long_for_its_lease_fails_without_touching_anything() {
     let why = validate_node_name(&long).unwrap_err();
     assert!(validate_node_name(&"a".repeat(248)).is_ok());
     let obj = nm("nm", &long);
-    assert_eq!(entry(&obj), Entry::InvalidNodeName(why.clone()));
+    assert_eq!(entry(&obj).1, Entry::InvalidNodeName(why.clone()));
     let text = invalid_node_name_error(&long, &why);
     assert!(
         text.starts_with(
