@@ -264,8 +264,8 @@ pub struct PodBlocker {
 }
 
 impl PodBlocker {
-    /// `pod` held for `reason` (one of [`Self::reason`]'s), with `message`; the other fields
-    /// empty.
+    /// The status entry of `pod` with `reason` (one of [`Self::reason`]'s, or a kept pod's) and
+    /// `message`; the other fields empty.
     pub(crate) fn of(pod: &PodReference, reason: &str, message: String) -> Self {
         Self {
             namespace: pod.namespace.clone(),

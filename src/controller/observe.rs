@@ -1,7 +1,9 @@
 //! The reads of a pass, into one [`Observed`]: what [`plan::reads`] says the pass needs, plus
 //! what earlier passes remember (`memory.rs`); and the reads made later in a pass, right before
-//! an eviction: [`may_evict`] before the round, and [`standing`] before each request it sends. Nothing here decides or writes; a dry run that learns the status
-//! schema is the one request that looks like a write, and it changes nothing.
+//! an eviction: [`may_evict`] before the round, and [`standing`] before each request the round
+//! sends (it also wakes the maintenance's next pass when an answer arrives). Nothing here
+//! decides or writes to the API server; a dry run that learns the status schema is the one
+//! request that looks like a write, and it changes nothing.
 
 use std::sync::Arc;
 

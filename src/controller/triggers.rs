@@ -189,10 +189,10 @@ pub(super) async fn report_synced(mut nms_synced: watch::Receiver<bool>) {
 /// ([`crate::api::ENTERED_NODE_ANNOTATION`]) when that differs.
 fn nodes_of_maintenance(nm: &NodeMaintenance) -> Vec<String> {
     let mut nodes = vec![nm.spec.node_name.clone()];
-    if let Some(entered) = nm.annotations().get(crate::api::ENTERED_NODE_ANNOTATION)
-        && *entered != nm.spec.node_name
+    if let Some(entered) = super::plan::entered_node(nm)
+        && entered != nm.spec.node_name
     {
-        nodes.push(entered.clone());
+        nodes.push(entered.to_owned());
     }
     nodes
 }

@@ -250,7 +250,7 @@ impl Drainer {
     /// `evictionPods`, `pendingPods`), before the drain starts (so no pod is kept).
     ///
     /// # Errors
-    /// [`DrainError`] when the pod list or a DaemonSet lookup fails or hangs.
+    /// [`DrainError`] when the pod list or a GET the round needs fails or hangs.
     pub(crate) async fn survey(
         &self,
         node: &str,
@@ -271,7 +271,7 @@ impl Drainer {
     /// wakes the next pass. A pod counts as gone once a later round no longer lists it.
     ///
     /// # Errors
-    /// [`DrainError`] when the pod list or a DaemonSet lookup fails or hangs; eviction failures
+    /// [`DrainError`] when the pod list or a GET the round needs fails or hangs; eviction failures
     /// are reported per pod by the round after their answer.
     pub(crate) async fn pass(
         &self,
@@ -347,7 +347,7 @@ impl Drainer {
     /// the drain ([`preview`]). Not counted as evictions.
     ///
     /// # Errors
-    /// [`DrainError`] when the pod list or a DaemonSet lookup fails or hangs.
+    /// [`DrainError`] when the pod list or a GET the round needs fails or hangs.
     pub(crate) async fn preflight(
         &self,
         node: &str,

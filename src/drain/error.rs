@@ -3,7 +3,7 @@
 
 use super::consts::READ_TIMEOUT;
 
-/// Failure of a whole pass (the pod list or a DaemonSet lookup failed or hung); single evictions
+/// Failure of a whole pass (the pod list or a GET it needs failed or hung); single evictions
 /// never fail a pass.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum DrainError {
@@ -20,7 +20,8 @@ pub(crate) enum DrainError {
     /// namespace selector), a pod's workload (`surge`).
     #[error("failed to get {what}: {source}")]
     Get {
-        /// What was read: its kind, namespace and name (`DaemonSet ns/fluentd`).
+        /// What was read: its kind and name, with the namespace where it has one
+        /// (`DaemonSet ns/fluentd`, `namespace ns`).
         what: String,
         /// The API error.
         source: kube::Error,
