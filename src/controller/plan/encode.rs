@@ -49,23 +49,16 @@ pub(super) const STATUS_FIELDS: [&str; 16] = [
 
 /// The JSON merge patch for the status subresource that makes the stored status equal `status`:
 /// unset fields are sent as explicit `null` (a merge patch otherwise leaves them), lists are
-/// replaced whole. With `resource_version`, the API server rejects the write with 409 when the
-/// object changed since it was read (optimistic concurrency).
-pub(crate) fn status_patch(
-    status: &NodeMaintenanceStatus,
-    resource_version: Option<&str>,
-) -> serde_json::Value {
+/// replaced whole. The executor adds the object's `resourceVersion` when it sends it, so the API
+/// server rejects the write with 409 when the object changed since it was read.
+pub(crate) fn status_patch(status: &NodeMaintenanceStatus) -> serde_json::Value {
     let mut body = serde_json::to_value(status).unwrap_or_else(|_| serde_json::json!({}));
     if let Some(map) = body.as_object_mut() {
         for f in STATUS_FIELDS {
             map.entry(f).or_insert(serde_json::Value::Null);
         }
     }
-    let mut patch = serde_json::json!({ "status": body });
-    if let Some(rv) = resource_version {
-        patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
-    }
-    patch
+    serde_json::json!({ "status": body })
 }
 
 /// The status patch that records a failed pass's error in `lastError` (the error sink: best

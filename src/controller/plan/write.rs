@@ -250,7 +250,7 @@ impl Writes {
     pub(super) fn status(&mut self, status: &NodeMaintenanceStatus) {
         if needs_write(&self.stored, status, &self.pruned) {
             self.list.push(Write::Status {
-                patch: status_patch(status, None),
+                patch: status_patch(status),
                 sent: Box::new(status.clone()),
                 wakes: wakes(&self.stored, status),
             });
