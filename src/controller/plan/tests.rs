@@ -1585,7 +1585,11 @@ fn status_patch_nulls_every_cleared_field() {
             "{k} missing from STATUS_FIELDS"
         );
     }
-    assert_eq!(p.get("metadata"), None, "the executor adds the resourceVersion");
+    assert_eq!(
+        p.get("metadata"),
+        None,
+        "the executor adds the resourceVersion"
+    );
 }
 
 /// docs/drain-contract.md §3: a Succeeded maintenance is re-checked every 5 minutes and its
