@@ -17,9 +17,10 @@ use kube::{Api, Client};
 
 use super::answer::classify_eviction;
 use super::budget::BudgetWatch;
+use super::consts::READ_TIMEOUT;
 use super::decide::{Arrival, decide};
 use super::disposition::{Disposition, DrainOptions};
-use super::error::{DrainError, bounded, get};
+use super::error::DrainError;
 use super::gate::Standing;
 use super::gone::GoneWatches;
 use super::memory::DrainMemory;
@@ -66,6 +67,27 @@ pub(crate) struct Drainer {
     sender: Sender,
     /// The watches of pods going on the nodes whose drain waits for them.
     gone: GoneWatches,
+}
+
+/// `call` bounded by [`READ_TIMEOUT`]: [`DrainError::Timeout`] naming `what()` when it hangs.
+async fn bounded<T>(
+    what: impl FnOnce() -> String,
+    call: impl std::future::Future<Output = T>,
+) -> Result<T, DrainError> {
+    tokio::time::timeout(READ_TIMEOUT, call)
+        .await
+        .map_err(|_| DrainError::Timeout { what: what() })
+}
+
+/// The GET of `what` (`DaemonSet ns/name`), bounded as [`bounded`] says; its error as
+/// [`DrainError::Get`].
+async fn get<T>(
+    what: String,
+    call: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, DrainError> {
+    bounded(|| format!("the GET of {what}"), call)
+        .await?
+        .map_err(|source| DrainError::Get { what, source })
 }
 
 impl Drainer {
@@ -137,8 +159,7 @@ impl Drainer {
 
     /// All pods bound to `node`, as [`DrainPod`]s, and the API server's time of the first page
     /// (`None` when its answer had no `Date`): a field-selected list in pages of
-    /// [`LIST_PAGE_SIZE`] (never a cluster-wide cache), each page bounded by
-    /// [`bounded`]'s `READ_TIMEOUT`.
+    /// [`LIST_PAGE_SIZE`] (never a cluster-wide cache), each page under [`READ_TIMEOUT`].
     async fn list_pods(
         &self,
         node: &str,

@@ -33,24 +33,3 @@ pub(crate) enum DrainError {
         what: String,
     },
 }
-
-/// `call` bounded by [`READ_TIMEOUT`]: [`DrainError::Timeout`] naming `what()` when it hangs.
-pub(crate) async fn bounded<T>(
-    what: impl FnOnce() -> String,
-    call: impl std::future::Future<Output = T>,
-) -> Result<T, DrainError> {
-    tokio::time::timeout(READ_TIMEOUT, call)
-        .await
-        .map_err(|_| DrainError::Timeout { what: what() })
-}
-
-/// The GET of `what` (`DaemonSet ns/name`), bounded as [`bounded`] says; its error as
-/// [`DrainError::Get`].
-pub(crate) async fn get<T>(
-    what: String,
-    call: impl std::future::Future<Output = Result<T, kube::Error>>,
-) -> Result<T, DrainError> {
-    bounded(|| format!("the GET of {what}"), call)
-        .await?
-        .map_err(|source| DrainError::Get { what, source })
-}

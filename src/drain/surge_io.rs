@@ -27,7 +27,13 @@ async fn read<T>(
     name: &str,
     call: impl std::future::Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, DrainError> {
-    super::error::get(format!("{kind} {namespace}/{name}"), call).await
+    let what = format!("{kind} {namespace}/{name}");
+    match tokio::time::timeout(READ_TIMEOUT, call).await {
+        Ok(answer) => answer.map_err(|source| DrainError::Get { what, source }),
+        Err(_) => Err(DrainError::Timeout {
+            what: format!("the GET of {what}"),
+        }),
+    }
 }
 
 /// The workloads of the pods up for eviction among `pods` (each ReplicaSet and Deployment read
