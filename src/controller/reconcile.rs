@@ -125,7 +125,7 @@ async fn pass(nm: &NodeMaintenance, ctx: &Context) -> Result<Action, Error> {
     let volumes = match round.policy.wait_for_volume_detach {
         Some(_) if report.done() => {
             let client = ctx.nodes.clone().into_client();
-            Some(crate::drain::volume_detach::observe(&client, &round.node).await)
+            Some(crate::drain::volume_detach::read_attachments(&client, &round.node).await)
         }
         _ => None,
     };

@@ -6,7 +6,7 @@
 //! VolumeAttachment has `spec.nodeName` equal to its node, save those of the pods the drain keeps
 //! on it (DaemonSet, mirror and skipped pods).
 //!
-//! Observe ([`observe`]: the attachments, the kept pods' claims, each attachment's
+//! Observe ([`read_attachments`]: the attachments, the kept pods' claims, each attachment's
 //! PersistentVolume's claimRef), decide ([`blockers`], [`verdict`]: pure), act nothing: the
 //! wait only blocks. The bound counts from the drain's start (the API server's time recorded on
 //! the node, as `drainTimeout`), never from the operator's memory, so a restart changes nothing.
@@ -124,7 +124,7 @@ pub(crate) fn on_node(all: &[VolumeAttachment], node: &str) -> Vec<Attachment> {
 /// PersistentVolume's `claimRef` (one GET each; a volume that cannot be read stays unknown and is
 /// waited for). Each call is bounded by the drain's read deadline. A failed list is recorded in
 /// [`Observed::unread`], never read as "nothing attached".
-pub(crate) async fn observe(client: &Client, node: &str) -> Observed {
+pub(crate) async fn read_attachments(client: &Client, node: &str) -> Observed {
     let timeout = super::consts::READ_TIMEOUT;
     let request = kube::core::Request::new("/apis/storage.k8s.io/v1/volumeattachments")
         .list(&ListParams::default())
