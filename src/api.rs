@@ -129,11 +129,8 @@ impl MaintenancePhase {
 
 impl std::fmt::Display for MaintenancePhase {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Running => "Running",
-            Self::Succeeded => "Succeeded",
-            Self::Failed => "Failed",
-        })
+        // The variants are spelled as the API spells the phase (upstream's strings).
+        std::fmt::Debug::fmt(self, f)
     }
 }
 
@@ -406,6 +403,14 @@ pub fn upstream_schema_crd()
 mod tests {
     use super::*;
     use kube::CustomResourceExt;
+
+    #[test]
+    fn a_phase_displays_as_the_api_spells_it() {
+        for phase in MaintenancePhase::ALL {
+            let json = serde_json::to_value(phase).unwrap();
+            assert_eq!(Some(phase.to_string().as_str()), json.as_str());
+        }
+    }
 
     #[test]
     fn node_names_are_dns_1123_subdomains() {

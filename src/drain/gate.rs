@@ -43,44 +43,35 @@ impl Standing {
 }
 
 /// Why a maintenance may no longer send what its round decided.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum Halt {
     /// The cache no longer holds it, or holds another object under its name (another UID).
+    #[error("the maintenance is gone")]
     Gone,
     /// It is being deleted (`deletionTimestamp` set).
+    #[error("the maintenance is being deleted")]
     Deleting,
     /// Its drain was aborted at its deadline (`onTimeout: Abort`): its status records
     /// `Aborted=True` (`controller::plan::abort`).
+    #[error("the maintenance's drain was aborted at its deadline")]
     Aborted,
     /// Its `paused` knob resolves to true (annotation, spec, flag).
+    #[error("the maintenance is paused")]
     Paused,
     /// A pre-drain hook holds it (`crate::policy::pre_drain_hooks`): one added after the drain
     /// started, on a cluster whose webhook did not refuse it.
+    #[error("a pre-drain hook holds the maintenance")]
     Hooked,
     /// Its `stage` knob resolves to a stage short of `Drain`.
+    #[error("the maintenance is in stage {0:?}, not Drain")]
     Stage(Stage),
     /// Its node's `GracefulNodeShutdownInProgress` condition is True ([`node_shutdown`]).
+    #[error("the node has GracefulNodeShutdownInProgress=True")]
     NodeShuttingDown,
     /// Not of the maintenance: the controller stopped (shutdown, leadership lost), so the
     /// executor sends nothing more.
+    #[error("the controller stopped")]
     Stopped,
-}
-
-impl std::fmt::Display for Halt {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Gone => f.write_str("the maintenance is gone"),
-            Self::Deleting => f.write_str("the maintenance is being deleted"),
-            Self::Aborted => f.write_str("the maintenance's drain was aborted at its deadline"),
-            Self::Paused => f.write_str("the maintenance is paused"),
-            Self::Hooked => f.write_str("a pre-drain hook holds the maintenance"),
-            Self::Stage(s) => write!(f, "the maintenance is in stage {s:?}, not Drain"),
-            Self::NodeShuttingDown => {
-                f.write_str("the node has GracefulNodeShutdownInProgress=True")
-            }
-            Self::Stopped => f.write_str("the controller stopped"),
-        }
-    }
 }
 
 /// Whether the maintenance whose round decided a request (UID `uid`) may send it, given
