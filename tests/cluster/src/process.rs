@@ -1,7 +1,7 @@
 //! Child processes that never outlive the process that started them.
 //!
 //! Three layers, because a test binary can end in three ways:
-//! - normal exit (tests passed or failed): an `atexit` hook stops every child and removes every
+//! - normal exit (tests passed or failed): an `atexit` hook kills every child and removes every
 //!   cluster directory, since `static` clusters are never dropped;
 //! - a panic or an early `drop`: [`Child`]'s and the cluster's `Drop` do the same;
 //! - a kill (SIGKILL, Ctrl-C): children get SIGKILL from the kernel through `PR_SET_PDEATHSIG`,
@@ -38,7 +38,10 @@ extern "C" fn cleanup_at_exit() {
         Ok(mut r) => (std::mem::take(&mut r.pids), std::mem::take(&mut r.dirs)),
         Err(_) => return,
     };
-    terminate(&pids, Duration::from_secs(5));
+    // SIGKILL at once: the directories go next, so nothing a graceful stop would save is kept,
+    // and SIGTERM's grace cost each test binary 5 s (the API server and the operator wait for
+    // each other's connections while etcd is already gone).
+    terminate(&pids, Duration::ZERO);
     for dir in dirs {
         let _ = std::fs::remove_dir_all(dir);
     }
