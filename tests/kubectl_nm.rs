@@ -96,7 +96,7 @@ async fn start_wait_times_out_naming_the_budget_and_succeeds_without_it() {
             "e2e",
             "--wait",
             "--timeout",
-            "60s",
+            "25s",
         ],
     )
     .await;
@@ -692,7 +692,7 @@ async fn a_budget_held_wait_prints_one_block_until_something_changes_and_watch_f
             "e2e",
             "--wait",
             "--timeout",
-            "45s",
+            "30s",
         ],
     )
     .await;
@@ -705,7 +705,7 @@ async fn a_budget_held_wait_prints_one_block_until_something_changes_and_watch_f
         .position(|b| held(b))
         .unwrap_or_else(|| panic!("no block shows both pods held by the budget:\n{out}"));
     eprintln!(
-        "{} blocks in 45 s, both pods held from block {}",
+        "{} blocks in 30 s, both pods held from block {}",
         blocks.len(),
         first_held + 1
     );
