@@ -216,6 +216,11 @@ fn field_names(status: &NodeMaintenanceStatus) -> Vec<String> {
 }
 
 impl StatusSchema {
+    /// Every status field's JSON name: those [`probe`](Self::probe) sets.
+    pub(crate) fn fields() -> Vec<String> {
+        field_names(&Self::probe(jiff::Timestamp::UNIX_EPOCH))
+    }
+
     /// The pruned fields, for [`needs_write`].
     pub(crate) fn pruned(&self) -> Vec<String> {
         self.pruned.iter().cloned().collect()

@@ -2,8 +2,10 @@
 //! it.
 
 use crate::api::NodeMaintenanceStatus;
+use crate::controller::memory::StatusSchema;
 use crate::server_time::now_time;
 
+/// Whether `new` differs from `old` in more than `lastUpdate` (which
 /// every step bumps), i.e. whether a status write is due. `pruned` names the status fields (JSON
 /// names) the API server drops (those of [`crate::api::ADDED_STATUS_FIELDS`] when upstream's CRD
 /// is installed): `old` was read back without them, so comparing them would call for a write on
@@ -26,27 +28,6 @@ pub(crate) fn needs_write(
     kept(old) != kept(new)
 }
 
-/// Every status field's JSON name, for explicit nulls in a merge patch (kept in step with
-/// `NodeMaintenanceStatus` by a unit test).
-pub(super) const STATUS_FIELDS: [&str; 16] = [
-    "phase",
-    "drainProgress",
-    "lastUpdate",
-    "lastError",
-    "pendingPods",
-    "pendingPodsRefs",
-    "totalpods",
-    "evictionPods",
-    "errorOnLeaseCount",
-    "blockers",
-    "evacuatingPods",
-    "drainStartTime",
-    "drainDeadline",
-    "onTimeout",
-    "observedGeneration",
-    "conditions",
-];
-
 /// The JSON merge patch for the status subresource that makes the stored status equal `status`:
 /// unset fields are sent as explicit `null` (a merge patch otherwise leaves them), lists are
 /// replaced whole. The executor adds the object's `resourceVersion` when it sends it, so the API
@@ -54,7 +35,8 @@ pub(super) const STATUS_FIELDS: [&str; 16] = [
 pub(crate) fn status_patch(status: &NodeMaintenanceStatus) -> serde_json::Value {
     let mut body = serde_json::to_value(status).unwrap_or_else(|_| serde_json::json!({}));
     if let Some(map) = body.as_object_mut() {
-        for f in STATUS_FIELDS {
+        // Every field, from the probe that sets them all (one list of the status's fields).
+        for f in StatusSchema::fields() {
             map.entry(f).or_insert(serde_json::Value::Null);
         }
     }

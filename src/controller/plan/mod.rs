@@ -62,8 +62,6 @@ use crate::api::{FINALIZER, NodeMaintenance};
 
 pub(crate) use deletion::successor;
 pub(crate) use draining::drained_plan;
-#[cfg(test)]
-use encode::STATUS_FIELDS;
 pub(crate) use encode::last_error_patch;
 pub(crate) use node_found::replaced;
 pub(crate) use observed::{Observed, ObservedDeletion, ObservedMaintenance, World};
