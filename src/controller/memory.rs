@@ -256,6 +256,8 @@ impl StatusSchema {
 impl StatusSchema {
     /// A status with every field set to a value every CRD version accepts: the body of the dry
     /// run that tells which fields the installed CRD keeps, before the first write needs to know.
+    /// It must set every field: [`fields`](Self::fields) reads them from it, and the status
+    /// patch nulls those it does not send.
     pub(crate) fn probe(now: jiff::Timestamp) -> NodeMaintenanceStatus {
         let time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             jiff::Timestamp::from_second(now.as_second()).unwrap_or(now),

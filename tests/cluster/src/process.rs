@@ -3,7 +3,8 @@
 //! Three layers, because a test binary can end in three ways:
 //! - normal exit (tests passed or failed): an `atexit` hook kills every child and removes every
 //!   cluster directory, since `static` clusters are never dropped;
-//! - a panic or an early `drop`: [`Child`]'s and the cluster's `Drop` do the same;
+//! - a panic or an early `drop`: [`Child`]'s and the cluster's `Drop` stop them gracefully
+//!   (SIGTERM, then SIGKILL after a grace) and remove the directory;
 //! - a kill (SIGKILL, Ctrl-C): children get SIGKILL from the kernel through `PR_SET_PDEATHSIG`,
 //!   and the next start sweeps the leftover directory (see `crate::sweep_stale_dirs`).
 //!
@@ -56,7 +57,8 @@ fn install_atexit() {
     });
 }
 
-/// Sends SIGTERM to `pids`, then SIGKILL to those still alive after `grace`.
+/// Sends SIGTERM to `pids`, then SIGKILL to those still alive after `grace` (a zero grace: to
+/// all of them right after).
 fn terminate(pids: &[u32], grace: Duration) {
     for &pid in pids {
         // SAFETY: kill(2) with a pid we started; a stale pid at worst returns ESRCH.
