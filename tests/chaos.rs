@@ -107,8 +107,9 @@ const IN_FLIGHT_GRACE: Duration = Duration::from_secs(2);
 /// How long the webhook may take to serve a swapped certificate (it reloads on a file event; a
 /// loaded 2-core machine may delay that by seconds, not by this much).
 const CERT_RELOAD: Duration = Duration::from_secs(30);
-/// How long a round's pods may take to run before kwok is taken for stalled and restarted.
-const KWOK_STALL: Duration = Duration::from_secs(30);
+/// How long a round's pods may take to run before kwok is taken for stalled and restarted (a
+/// round's 20-odd pods run within a second; taking a slow start for a stall costs a restart).
+const KWOK_STALL: Duration = Duration::from_secs(15);
 /// Generous bound of any single wait (two shared cores, faults on).
 const LIMIT: Duration = Duration::from_secs(120);
 /// How long the operator may take, once every NodeMaintenance is deleted, to remove them and
@@ -1191,12 +1192,15 @@ async fn round(seed: u64) -> Vec<String> {
             ));
             // The API server refuses evictions by the budget's status, which the disruption
             // controller writes: (e)'s wait starts once the cluster allows, and the history says
-            // when that was (after an API server restart it has taken minutes).
+            // when that was (after an API server restart it has taken minutes). A budget with no
+            // healthy pod left (both evicted before the relax) allows none and holds none: its
+            // status never changes, so waiting for an allowance would wait out the limit.
             let allows = retry("budget db allows evictions", || async {
                 let p = pdbs.get("db").await.map_err(|e| e.to_string())?;
                 let st = p.status.clone().unwrap_or_default();
                 if st.observed_generation == p.metadata.generation
-                    && st.disruptions_allowed.unwrap_or(0) > 0
+                    && (st.disruptions_allowed.unwrap_or(0) > 0
+                        || st.current_healthy.unwrap_or(0) == 0)
                 {
                     Ok(st.disruptions_allowed.unwrap_or(0))
                 } else {
