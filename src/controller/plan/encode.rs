@@ -5,11 +5,11 @@ use crate::api::NodeMaintenanceStatus;
 use crate::controller::memory::StatusSchema;
 use crate::server_time::now_time;
 
-/// Whether `new` differs from `old` in more than `lastUpdate` (which
-/// every step bumps), i.e. whether a status write is due. `pruned` names the status fields (JSON
-/// names) the API server drops (those of [`crate::api::ADDED_STATUS_FIELDS`] when upstream's CRD
-/// is installed): `old` was read back without them, so comparing them would call for a write on
-/// every pass (docs/design.md §1).
+/// Whether `new` differs from `old` in more than `lastUpdate` (which every step bumps), i.e.
+/// whether a status write is due. `pruned` names the status fields (JSON names) the API server
+/// drops (those of [`crate::api::ADDED_STATUS_FIELDS`] when upstream's CRD is installed): `old`
+/// was read back without them, so comparing them would call for a write on every pass
+/// (docs/design.md §1).
 pub(crate) fn needs_write(
     old: &NodeMaintenanceStatus,
     new: &NodeMaintenanceStatus,
